@@ -1,0 +1,203 @@
+"""The ``bnexp`` command line: ``bnexp train [-m] [overrides]`` and ``bnexp report SWEEP_DIR``.
+
+``bnexp train`` is a Hydra application: Hydra owns the override syntax, multirun
+(``-m``), launchers and ``--help``. The one thing done before Hydra sees the
+arguments: ``bn`` is a config group whose options are named ``true`` and
+``false``, and Hydra's grammar would read a bare ``true`` as a boolean, so the
+values of ``bn=...`` overrides are quoted (``bn=true,false`` -> ``bn='true','false'``).
+
+Exit codes: 0 success; 2 a user error (bad override or config value, missing or
+corrupt data, unwritable output folder), printed as one paragraph without a
+traceback; 1 an internal error, with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import traceback
+from pathlib import Path
+
+import bnexp
+
+CONF_DIR = (Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("bnexp")
+
+USAGE = """\
+bnexp {version}: reproduce and explain Batch Normalization (Ioffe & Szegedy, 2015).
+
+Usage:
+  bnexp train [key=value ...]        one training run (defaults: the paper's Fig. 1 MNIST setup)
+  bnexp train -m key=v1,v2 ...       a Hydra multirun (sweep) over the given values
+  bnexp train --help                 every config group and option with its default
+  bnexp report SWEEP_DIR             tables and figures from a sweep's run directories
+
+Config groups:
+{groups}
+Top-level switches: bn=true|false  act=sigmoid|relu  lr=FLOAT  seed=INT
+Examples:
+  bnexp train
+  bnexp train model=cnn bn=true act=relu lr=0.05
+  bnexp train -m bn=true,false seed=0,1,2 trainer.max_steps=5000
+Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/data); data.download=true fetches.
+Outputs: outputs/runs/... and outputs/sweeps/...; view with: tensorboard --logdir outputs
+"""
+
+_job_started = False
+
+
+def config_groups() -> dict[str, list[str]]:
+    """{group: [options]} from the YAML files under conf/ (hydra's own groups excluded)."""
+    groups: dict[str, list[str]] = {}
+    for d in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
+        groups[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
+    return groups
+
+
+def quote_bn_overrides(args: list[str]) -> list[str]:
+    """Quote bare true/false values of ``bn=`` overrides so Hydra reads them as option names.
+
+    >>> quote_bn_overrides(["bn=true,false", "lr=0.1"])
+    ["bn='true','false'", 'lr=0.1']
+    """
+    out = []
+    for a in args:
+        m = re.match(r"^([+~]{0,2}bn=)(.*)$", a)
+        if m:
+            value = re.sub(r"(?<!['\"\w])(true|false)(?!['\"\w])",
+                           lambda t: f"'{t.group(1).lower()}'", m.group(2), flags=re.IGNORECASE)
+            a = m.group(1) + value
+        out.append(a)
+    return out
+
+
+def _hydra_train():
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from bnexp import config as _config  # registers the schemas  # noqa: F401
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    def train_app(cfg):
+        global _job_started
+        _job_started = True
+        hc = HydraConfig.get()
+        multirun = hc.mode == RunMode.MULTIRUN
+        return run_job(cfg, Path(hc.runtime.output_dir), multirun)
+
+    return train_app
+
+
+def _print_error(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]bnexp: error:[/] {msg}", highlight=False, soft_wrap=True)
+
+
+def run_job(cfg, run_dir: Path, multirun: bool):
+    """Run one job (one training run) in ``run_dir``; the Hydra task function's body.
+
+    Skips a run whose summary.json says it is complete (a re-run of a sweep does only
+    what is left). User errors: single run -> message and exit code 2; in a multirun the
+    job is recorded as ``failed`` and the sweep goes on. Internal errors: recorded as
+    ``failed`` with the traceback in summary.json; re-raised in a single run.
+    """
+    from bnexp import rundir
+    from bnexp.config import validate
+    from bnexp.errors import UserError
+    from bnexp.trainer import train
+
+    if rundir.is_complete(run_dir):
+        s = rundir.read_summary(run_dir)
+        log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
+        return s
+    try:
+        try:
+            rundir.check_writable(run_dir)
+        except OSError as exc:
+            raise UserError(f"cannot write the run directory {run_dir} ({exc.strerror or exc}). Choose a "
+                            "writable place with hydra.run.dir=PATH (or hydra.sweep.dir=PATH), or free "
+                            "disk space.") from None
+        rundir.clear_partial_outputs(run_dir)
+        validate(cfg)
+        return train(cfg, run_dir)
+    except UserError as exc:
+        _print_error(str(exc))
+        logging.getLogger("bnexp").error("%s", exc)
+        _record_failure(run_dir, cfg, str(exc), None)
+        if multirun:
+            return None
+        raise SystemExit(2)
+    except KeyboardInterrupt:
+        raise SystemExit(130)
+    except Exception as exc:  # internal error: keep the traceback
+        tb = traceback.format_exc()
+        _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
+        if multirun:
+            log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
+            return None
+        raise
+
+
+def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
+    from bnexp import rundir
+
+    try:
+        prev = rundir.read_summary(run_dir) or {}
+        prev.update({"status": "failed", "error": message, "traceback": tb})
+        for k in ("lr", "seed"):
+            prev.setdefault(k, cfg.get(k))
+        rundir.write_json(run_dir / "summary.json", prev)
+    except Exception:
+        pass
+
+
+def train_main(args: list[str]) -> int:
+    """``bnexp train ARGS``: run the Hydra app; map Hydra's config errors to exit code 2."""
+    if not CONF_DIR.is_dir():
+        _print_error(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
+                     "with pip install -e .")
+        return 2
+    global _job_started
+    _job_started = False
+    app = _hydra_train()
+    saved = sys.argv
+    sys.argv = ["bnexp train"] + quote_bn_overrides(args)
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code == 1 and not _job_started:
+            return 2  # Hydra already printed the composition/override error
+        return code
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``bnexp`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        groups = "\n".join(f"  {g:8s} {', '.join(opts)}" for g, opts in config_groups().items()
+                           if g != "schema")
+        print(USAGE.format(version=bnexp.__version__, groups=groups))
+        return 0 if argv else 2
+    if argv[0] in ("--version", "-V"):
+        print(f"bnexp {bnexp.__version__}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return train_main(rest)
+    if cmd == "report":
+        from bnexp.report import report_main
+
+        return report_main(rest)
+    _print_error(f"unknown command {cmd!r}; the commands are train and report (see bnexp --help).")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

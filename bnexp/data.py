@@ -1,0 +1,222 @@
+"""Datasets held as tensors on the training device, and the seeded mini-batch sampler.
+
+The whole dataset is loaded once through torchvision, converted to float tensors
+of shape (N, C, H, W) on the training device, and mini-batches are drawn by index
+from a seeded per-epoch permutation (no DataLoader workers: the models here are
+small and the loader would dominate the step time).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bnexp.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# MNIST IDX files: (file name, magic number, number of items, bytes per item).
+MNIST_FILES = {
+    "train-images-idx3-ubyte": (2051, 60000, 28 * 28),
+    "train-labels-idx1-ubyte": (2049, 60000, 1),
+    "t10k-images-idx3-ubyte": (2051, 10000, 28 * 28),
+    "t10k-labels-idx1-ubyte": (2049, 10000, 1),
+}
+
+
+@dataclass
+class TensorData:
+    """A labelled image dataset held as tensors.
+
+    Attributes:
+        train_x: (N_train, C, H, W) float32, scaled.
+        train_y: (N_train,) int64 class labels.
+        test_x: (N_test, C, H, W) float32, scaled like train_x.
+        test_y: (N_test,) int64.
+        num_classes: number of classes.
+        name: dataset name.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    name: str
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image."""
+        return tuple(self.train_x.shape[1:])  # type: ignore[return-value]
+
+
+def default_data_root() -> Path:
+    """The data root used when ``data.root`` is null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/data."""
+    env = os.environ.get("BNEXP_DATA_ROOT")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "bnexp" / "data"
+
+
+def resolve_root(root: str | None) -> Path:
+    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path."""
+    return (Path(root).expanduser() if root else default_data_root()).resolve()
+
+
+def check_mnist_files(root: Path) -> None:
+    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header.
+
+    Raises:
+        DataError: naming the missing or corrupt file and how to fix it.
+    """
+    raw = root / "MNIST" / "raw"
+    missing = [name for name in MNIST_FILES if not (raw / name).is_file()]
+    if missing:
+        raise DataError(
+            f"MNIST not found under data root {root}: expected the uncompressed IDX files "
+            f"{', '.join(MNIST_FILES)} in {raw} (missing: {', '.join(missing)}). Point the root at a "
+            "folder that holds MNIST/raw/ with data.root=PATH or the BNEXP_DATA_ROOT environment "
+            "variable, or add data.download=true to fetch it (needs internet)."
+        )
+    for name, (magic, count, item_bytes) in MNIST_FILES.items():
+        path = raw / name
+        header_len = 16 if magic == 2051 else 8
+        expected = header_len + count * item_bytes
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(header_len)
+        got_magic = int.from_bytes(header[:4], "big") if len(header) >= 4 else None
+        got_count = int.from_bytes(header[4:8], "big") if len(header) >= 8 else None
+        if got_magic != magic or got_count != count:
+            raise DataError(
+                f"MNIST file {path} has a bad IDX header (magic {got_magic}, {got_count} items; "
+                f"expected magic {magic} and {count} items): the copy is corrupt. Replace it with "
+                "the official uncompressed file, or delete it and run with data.download=true."
+            )
+        if size != expected:
+            raise DataError(
+                f"MNIST file {path} has {size} bytes, expected {expected}: the copy is truncated or "
+                "corrupt. Replace it with the official uncompressed file, or delete it and run with "
+                "data.download=true."
+            )
+
+
+def load_mnist(root: Path, download: bool) -> TensorData:
+    """Load MNIST through ``torchvision.datasets.MNIST`` as uint8-derived tensors (unscaled, 0..255).
+
+    Raises:
+        DataError: files missing (and download off, or download failing) or corrupt.
+    """
+    from torchvision.datasets import MNIST
+
+    raw = root / "MNIST" / "raw"
+    if download and not all((raw / n).is_file() for n in MNIST_FILES):
+        try:
+            MNIST(str(root), train=True, download=True)
+        except Exception as exc:  # network errors come in many types
+            raise DataError(
+                f"could not download MNIST into {root} ({type(exc).__name__}: {exc}). Without "
+                "internet, copy the four uncompressed IDX files into MNIST/raw/ under a folder and "
+                "point data.root (or BNEXP_DATA_ROOT) at it."
+            ) from None
+    check_mnist_files(root)
+    train = MNIST(str(root), train=True, download=False)
+    test = MNIST(str(root), train=False, download=False)
+    return TensorData(
+        train_x=train.data.unsqueeze(1).float(),
+        train_y=train.targets.long(),
+        test_x=test.data.unsqueeze(1).float(),
+        test_y=test.targets.long(),
+        num_classes=10,
+        name="mnist",
+    )
+
+
+def scale(data: TensorData, scaling: str) -> TensorData:
+    """Scale 0..255 pixels: ``unit`` divides by 255; ``standardize`` z-scores each channel
+    with the training set's per-channel mean and std. Shapes are unchanged."""
+    train_x = data.train_x / 255.0
+    test_x = data.test_x / 255.0
+    if scaling == "standardize":
+        mean = train_x.mean(dim=(0, 2, 3), keepdim=True)
+        std = train_x.std(dim=(0, 2, 3), keepdim=True)
+        train_x = (train_x - mean) / std
+        test_x = (test_x - mean) / std
+    return TensorData(train_x, data.train_y, test_x, data.test_y, data.num_classes, data.name)
+
+
+def load_data(cfg, device: torch.device) -> TensorData:
+    """Load the dataset named by ``cfg.name`` from ``cfg.root`` onto ``device``, scaled.
+
+    Args:
+        cfg: the ``data`` config node (name, root, download, scaling, ...).
+        device: where the tensors live during training.
+
+    Raises:
+        DataError: unknown dataset, missing or corrupt files.
+    """
+    root = resolve_root(cfg.root)
+    if cfg.name == "mnist":
+        data = load_mnist(root, cfg.download)
+    else:
+        raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist.")
+    data = scale(data, cfg.scaling)
+    log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
+             len(data.train_y), len(data.test_y), tuple(data.input_shape))
+    return TensorData(
+        data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
+        data.test_y.to(device), data.num_classes, data.name,
+    )
+
+
+class BatchSampler:
+    """Draws mini-batch indices from a seeded permutation, reshuffled every epoch.
+
+    An epoch is one pass over ``n`` examples in permuted order; the last partial
+    mini-batch of an epoch is dropped, so every mini-batch has exactly
+    ``batch_size`` examples (BN statistics never see a smaller m).
+
+    Args:
+        n: number of training examples.
+        batch_size: mini-batch size m (<= n).
+        seed: seeds the permutation generator.
+        device: where the index tensors are created.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, device: torch.device):
+        if batch_size > n:
+            raise DataError(f"trainer.batch_size={batch_size} is larger than the training set ({n}).")
+        self.n, self.batch_size, self.device = n, batch_size, device
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.epoch = 0
+        self.position = 0
+        self.perm = self._new_perm()
+
+    def _new_perm(self) -> torch.Tensor:
+        return torch.randperm(self.n, generator=self.generator).to(self.device)
+
+    def next(self) -> torch.Tensor:
+        """Indices of the next mini-batch, shape (batch_size,), int64 on ``device``."""
+        if self.position + self.batch_size > self.n:
+            self.perm = self._new_perm()
+            self.epoch += 1
+            self.position = 0
+        idx = self.perm[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        return idx
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue the exact same sequence of mini-batches."""
+        return {"generator": self.generator.get_state(), "epoch": self.epoch,
+                "position": self.position, "perm": self.perm.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        self.generator.set_state(state["generator"])
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.perm = state["perm"].to(self.device)

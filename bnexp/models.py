@@ -1,0 +1,174 @@
+"""Networks with a Batch Normalization switch.
+
+Every hidden layer is a :class:`HiddenLayer`: an affine map Wu (+ b), optionally
+BN on Wu (with the bias dropped, since BN's beta replaces it; paper Sec. 3.1-3.2),
+then the nonlinearity g. The input to g -- the pre-activation, which is the BN
+output when BN is on -- is what the covariate-shift monitor records; it is exposed
+as the input of the ``act`` sub-module of every hidden layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bnexp.bn import ReferenceBatchNorm
+
+
+def make_activation(name: str) -> nn.Module:
+    """``sigmoid`` or ``relu`` as a module. Raises ValueError for other names."""
+    if name == "sigmoid":
+        return nn.Sigmoid()
+    if name == "relu":
+        return nn.ReLU()
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class HiddenLayer(nn.Module):
+    """z = g(BN(Wu)) with BN on, z = g(Wu + b) without (paper Sec. 3.2).
+
+    Args:
+        affine: ``nn.Linear`` or ``nn.Conv2d``, created without bias when BN is on.
+        bn: a BN layer for the affine output (``nn.BatchNorm1d`` after a linear map,
+            ``nn.BatchNorm2d`` -- per channel over (N, H, W) -- after a convolution),
+            or None.
+        act: the nonlinearity g.
+    """
+
+    def __init__(self, affine: nn.Module, bn: nn.Module | None, act: nn.Module):
+        super().__init__()
+        self.affine = affine
+        self.bn = bn if bn is not None else nn.Identity()
+        self.act = act
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.affine(u)))
+
+
+def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
+    if getattr(bn_cfg, "impl", "torch") == "reference":
+        return ReferenceBatchNorm(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+    cls = nn.BatchNorm2d if conv else nn.BatchNorm1d
+    return cls(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+
+
+def _init_weights(model: nn.Module, init_std: float | None) -> None:
+    """Weights of every linear/conv layer ~ N(0, init_std^2), biases 0; None keeps torch's init."""
+    if init_std is None:
+        return
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.normal_(m.weight, 0.0, init_std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class MLP(nn.Module):
+    """Fully-connected network: flatten -> hidden layers -> (dropout) -> linear classifier.
+
+    Input (N, C, H, W) or (N, D); output logits (N, num_classes). The paper's Fig. 1
+    network is ``MLP(784, [100, 100, 100], 10, "sigmoid", bn)``.
+
+    Args:
+        in_features: D = C*H*W.
+        hidden: widths of the hidden layers.
+        num_classes: output width.
+        act: ``sigmoid`` or ``relu``.
+        bn_cfg: the ``bn`` config node (``enabled``, ``eps``, ``momentum``), or None for no BN.
+        init_std: std of the Gaussian weight init, or None for torch's default.
+        dropout: dropout probability before the classifier.
+    """
+
+    def __init__(self, in_features: int, hidden: list[int], num_classes: int, act: str,
+                 bn_cfg=None, init_std: float | None = 0.01, dropout: float = 0.0):
+        super().__init__()
+        use_bn = bn_cfg is not None and bn_cfg.enabled
+        layers = []
+        width = in_features
+        for h in hidden:
+            layers.append(HiddenLayer(nn.Linear(width, h, bias=not use_bn),
+                                      _bn_layer(h, False, bn_cfg) if use_bn else None,
+                                      make_activation(act)))
+            width = h
+        self.flatten = nn.Flatten()
+        self.hidden = nn.Sequential(*layers)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.classifier = nn.Linear(width, num_classes)
+        _init_weights(self, init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.hidden(self.flatten(x))))
+
+
+class CNN(nn.Module):
+    """Convolutional network for (N, C, H, W) images, H = W in {28, 32}.
+
+    Stages of ``convs_per_stage`` [3x3 conv (padding 1) -> BN2d -> g] followed by a
+    2x2 max-pool; then flatten -> fc hidden layer [linear -> BN1d -> g] -> (dropout)
+    -> linear classifier. With BN on, the conv and fc biases are dropped.
+
+    Args:
+        in_shape: (C, H, W).
+        channels: output channels of each stage.
+        convs_per_stage: conv layers per stage.
+        fc: width of the fully-connected hidden layer.
+        num_classes: output width.
+        act, bn_cfg, init_std, dropout: as in :class:`MLP`.
+    """
+
+    def __init__(self, in_shape: tuple[int, int, int], channels: list[int], convs_per_stage: int,
+                 fc: int, num_classes: int, act: str, bn_cfg=None, init_std: float | None = None,
+                 dropout: float = 0.0):
+        super().__init__()
+        use_bn = bn_cfg is not None and bn_cfg.enabled
+        c, h, w = in_shape
+        stages = []
+        for out_c in channels:
+            for _ in range(convs_per_stage):
+                stages.append(HiddenLayer(nn.Conv2d(c, out_c, 3, padding=1, bias=not use_bn),
+                                          _bn_layer(out_c, True, bn_cfg) if use_bn else None,
+                                          make_activation(act)))
+                c = out_c
+            stages.append(nn.MaxPool2d(2))
+            h, w = h // 2, w // 2
+        if h < 1 or w < 1:
+            raise ValueError(f"{len(channels)} pooling stages are too many for {in_shape[1]}x{in_shape[2]} inputs")
+        self.features = nn.Sequential(*stages)
+        self.flatten = nn.Flatten()
+        self.fc = HiddenLayer(nn.Linear(c * h * w, fc, bias=not use_bn),
+                              _bn_layer(fc, False, bn_cfg) if use_bn else None, make_activation(act))
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.classifier = nn.Linear(fc, num_classes)
+        _init_weights(self, init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.fc(self.flatten(self.features(x)))))
+
+
+def hidden_layers(model: nn.Module) -> list[tuple[str, HiddenLayer]]:
+    """(name, layer) of every hidden layer, input to output; names like ``layer1``."""
+    layers = [m for m in model.modules() if isinstance(m, HiddenLayer)]
+    return [(f"layer{i + 1}", m) for i, m in enumerate(layers)]
+
+
+def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """The network named by ``cfg.model.name`` with ``cfg.bn`` and ``cfg.act`` applied.
+
+    Args:
+        cfg: the whole run config.
+        in_shape: (C, H, W) of the inputs.
+        num_classes: number of output logits.
+
+    Raises:
+        ValueError: unknown model name, or too many pooling stages for the input size.
+    """
+    m = cfg.model
+    act = cfg.act.value if hasattr(cfg.act, "value") else str(cfg.act)
+    if m.name == "mlp":
+        return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, cfg.bn, m.init_std, m.dropout)
+    if m.name == "cnn":
+        return CNN(in_shape, list(m.channels), m.convs_per_stage, m.fc, num_classes, act, cfg.bn,
+                   m.init_std, m.dropout)
+    raise ValueError(f"unknown model {m.name!r}")
