@@ -20,8 +20,8 @@ import traceback
 from pathlib import Path
 
 import bnexp
+from bnexp.config import CONF_DIR, quote_bn_overrides
 
-CONF_DIR = (Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("bnexp")
 
 USAGE = """\
@@ -55,29 +55,10 @@ def config_groups() -> dict[str, list[str]]:
     return groups
 
 
-def quote_bn_overrides(args: list[str]) -> list[str]:
-    """Quote bare true/false values of ``bn=`` overrides so Hydra reads them as option names.
-
-    >>> quote_bn_overrides(["bn=true,false", "lr=0.1"])
-    ["bn='true','false'", 'lr=0.1']
-    """
-    out = []
-    for a in args:
-        m = re.match(r"^([+~]{0,2}bn=)(.*)$", a)
-        if m:
-            value = re.sub(r"(?<!['\"\w])(true|false)(?!['\"\w])",
-                           lambda t: f"'{t.group(1).lower()}'", m.group(2), flags=re.IGNORECASE)
-            a = m.group(1) + value
-        out.append(a)
-    return out
-
-
 def _hydra_train():
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-
-    from bnexp import config as _config  # registers the schemas  # noqa: F401
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def train_app(cfg):
@@ -122,7 +103,9 @@ def run_job(cfg, run_dir: Path, multirun: bool):
                             "disk space.") from None
         rundir.clear_partial_outputs(run_dir)
         validate(cfg)
-        return train(cfg, run_dir)
+        summary = train(cfg, run_dir)
+        print_summary(summary)
+        return summary
     except UserError as exc:
         _print_error(str(exc))
         logging.getLogger("bnexp").error("%s", exc)
@@ -139,6 +122,29 @@ def run_job(cfg, run_dir: Path, multirun: bool):
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
             return None
         raise
+
+
+def print_summary(summary: dict) -> None:
+    """The end-of-run rich table: status, accuracies, steps-to-target, time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"bnexp run: {summary.get('status')}", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("run dir", str(summary.get("run_dir")))
+    table.add_row("config", f"model={summary.get('model')} bn={str(summary.get('bn')).lower()} "
+                            f"act={summary.get('act')} lr={summary.get('lr'):g} seed={summary.get('seed')}")
+    table.add_row("steps", f"{summary.get('step'):,} / {summary.get('max_steps'):,}")
+    if summary.get("diverged_step"):
+        table.add_row("diverged at step", f"{summary['diverged_step']:,}")
+    table.add_row("final test accuracy", f"{summary.get('final_test_accuracy', float('nan')):.4f}")
+    table.add_row("best test accuracy", f"{summary.get('best_test_accuracy', float('nan')):.4f} "
+                                        f"(step {summary.get('best_step', 0):,})")
+    for target, step in (summary.get("steps_to_target") or {}).items():
+        table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
+    table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
+    Console().print(table)
 
 
 def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:

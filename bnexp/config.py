@@ -13,6 +13,7 @@ module defines what keys exist and their types.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, List, Optional
@@ -175,6 +176,42 @@ def register_configs() -> None:
 
 
 register_configs()
+
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def quote_bn_overrides(args: list[str]) -> list[str]:
+    """Quote bare true/false values of ``bn=`` overrides so Hydra reads them as option names.
+
+    ``bn`` is a config group whose options are named ``true`` and ``false``; Hydra's
+    grammar would parse a bare ``true`` as a boolean and refuse it as a group option.
+    ``["bn=true,false", "lr=0.1"]`` -> ``["bn='true','false'", "lr=0.1"]``.
+    """
+    out = []
+    for a in args:
+        m = re.match(r"^([+~]{0,2}bn=)(.*)$", a)
+        if m:
+            value = re.sub(r"(?<![\'\"\w])(true|false)(?![\'\"\w])",
+                           lambda t: f"'{t.group(1).lower()}'", m.group(2), flags=re.IGNORECASE)
+            a = m.group(1) + value
+        out.append(a)
+    return out
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """Compose the run config from ``conf/`` outside the CLI (benchmarks, tests, notebooks).
+
+    Args:
+        overrides: Hydra overrides as on the command line, e.g. ``["bn=false", "lr=0.1"]``.
+
+    Raises:
+        hydra.errors.HydraException / omegaconf errors for unknown keys or wrong types.
+    """
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=quote_bn_overrides(list(overrides or [])))
 
 
 KNOWN_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

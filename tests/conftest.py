@@ -1,0 +1,41 @@
+"""Shared test fixtures: the real datasets in ../shared/data and a `bnexp` runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_ROOT = Path(os.environ.get("BNEXP_DATA_ROOT") or REPO.parent / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The folder holding MNIST/raw and cifar-10-batches-py (real data, offline)."""
+    if not (DATA_ROOT / "MNIST" / "raw").is_dir():
+        pytest.fail(f"real MNIST not found under {DATA_ROOT}: set BNEXP_DATA_ROOT to ../shared/data")
+    return DATA_ROOT
+
+
+@pytest.fixture
+def run_bnexp(tmp_path, data_root):
+    """Run the `bnexp` console script in a subprocess (cwd = tmp_path); returns CompletedProcess."""
+
+    def run(*args: str, timeout: float = 600, env_extra: dict | None = None, cwd: Path | None = None):
+        env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120", HYDRA_FULL_ERROR="")
+        env.pop("HYDRA_FULL_ERROR")
+        env.update(env_extra or {})
+        exe = Path(sys.executable).with_name("bnexp")
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "bnexp.cli"]
+        return subprocess.run(cmd + list(args), cwd=cwd or tmp_path, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    return run
+
+
+# Fast settings for end-to-end runs on real data.
+FAST = ["trainer.progress=false", "trainer.num_threads=1"]

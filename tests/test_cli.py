@@ -1,0 +1,192 @@
+"""End-to-end tests of `bnexp train` on the real MNIST data: outputs, TensorBoard tags,
+multirun, config composition, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bnexp.config import compose_config, validate
+from bnexp.models import HiddenLayer, build_model
+from bnexp.rundir import read_jsonl
+
+from conftest import FAST
+
+
+def _event_tags(run_dir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run_dir), size_guidance={"histograms": 0, "scalars": 0, "tensors": 0})
+    ea.Reload()
+    return {"tags": ea.Tags(), "hparams": ea.PluginTagToContent("hparams"), "ea": ea}
+
+
+def test_train_end_to_end_on_real_mnist(run_bnexp, tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_bnexp("train", *FAST, "trainer.max_steps=300", "trainer.eval_every=100", "trainer.hist_every=100",
+                  f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("status", "step", "final_test_accuracy", "best_test_accuracy", "best_step", "steps_to_target",
+                "wall_time_s", "steps_per_s", "bn", "act", "lr", "seed"):
+        assert key in summary, key
+    assert summary["status"] == "finished" and summary["step"] == 300
+    assert summary["bn"] is True and summary["act"] == "sigmoid"
+    # 300 SGD steps of the BN network on real MNIST learn far above chance (10%).
+    assert summary["final_test_accuracy"] > 0.7
+    assert set(summary["steps_to_target"]) == {"0.9", "0.95", "0.97", "0.98"}
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 100, 200, 300]
+    assert metrics[-1]["test_accuracy"] == summary["final_test_accuracy"]
+    assert max(m["test_accuracy"] for m in metrics) == summary["best_test_accuracy"]
+    assert metrics[0]["test_accuracy"] < 0.3  # untrained network is near chance
+    # steps-to-target agrees with the evaluation history
+    for t, step in summary["steps_to_target"].items():
+        reached = [m["step"] for m in metrics if m["test_accuracy"] >= float(t)]
+        assert step == (reached[0] if reached else None)
+
+    shift = read_jsonl(run_dir / "shift.jsonl")
+    assert [s["step"] for s in shift] == [0, 100, 200, 300]
+    assert set(shift[0]["layers"]) == {"layer1", "layer2", "layer3"}
+    assert shift[0]["unit"]["layer"] == "layer3"
+    for rec in shift:
+        for stats in list(rec["layers"].values()) + [rec["unit"]]:
+            assert stats["p15"] <= stats["p50"] <= stats["p85"]
+
+    events = list(run_dir.glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    # hparams live in the run's own event file: no stray sub-run folder with events
+    assert not [p for p in run_dir.rglob("events.out.tfevents.*") if p.parent != run_dir]
+    tb = _event_tags(run_dir)
+    scalars = set(tb["tags"]["scalars"])
+    for tag in ("train/loss", "train/accuracy", "test/loss", "test/accuracy", "train/learning_rate",
+                "shift/typical_unit/p15", "shift/typical_unit/p50", "shift/typical_unit/p85",
+                "hparams/final_test_accuracy"):
+        assert tag in scalars, tag
+    for layer in ("layer1", "layer2", "layer3"):
+        assert f"preact/{layer}" in tb["tags"]["histograms"]
+        for k in ("p15", "p50", "p85", "mean", "std"):
+            assert f"shift/{layer}/{k}" in scalars
+    assert "custom_scalars__config__" in tb["tags"]["tensors"]
+    assert tb["hparams"], "hparams summaries missing from the run's event file"
+    assert "shift/percentile_bands" in tb["tags"]["images"]
+    acc_events = tb["ea"].Scalars("test/accuracy")
+    assert [e.step for e in acc_events] == [0, 100, 200, 300]
+    assert abs(acc_events[-1].value - summary["final_test_accuracy"]) < 1e-6
+
+    assert (run_dir / "percentiles.png").stat().st_size > 1000
+    ckpt = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["step"] == 300 and "model" in ckpt and "optimizer" in ckpt
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    assert "bnexp run: finished" in r.stdout  # the rich summary table
+
+
+def test_cnn_and_recompute_population_stats(run_bnexp, tmp_path):
+    run_dir = tmp_path / "cnn"
+    r = run_bnexp("train", *FAST, "model=cnn", "act=relu", "lr=0.05", "bn.population_stats=recompute",
+                  "bn.recompute_batches=20", "trainer.max_steps=60", "trainer.eval_every=30",
+                  "trainer.hist_every=30", f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "finished" and s["model"] == "cnn" and s["act"] == "relu"
+    assert s["population_stats"] == "recompute"
+    assert "final_test_accuracy_ema" in s
+    assert s["final_test_accuracy"] > 0.5
+    shift = read_jsonl(run_dir / "shift.jsonl")
+    assert set(shift[0]["layers"]) == {"layer1", "layer2", "layer3"}  # two conv layers and the fc layer
+
+
+def test_multirun_two_jobs(run_bnexp, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", "bn=true,false", *FAST, "trainer.max_steps=100", "trainer.eval_every=50",
+            "trainer.hist_every=50", f"hydra.sweep.dir={sweep}"]
+    r = run_bnexp(*args)
+    assert r.returncode == 0, r.stderr
+    # run directories are named after the job's overrides (deterministic, so re-runs find them)
+    dirs = sorted(p.parent.name for p in sweep.glob("*/summary.json"))
+    assert [d.split(",")[0] for d in dirs] == ["bn=false", "bn=true"]
+    for name, bn in zip(dirs, (False, True)):
+        s = json.loads((sweep / name / "summary.json").read_text())
+        assert s["status"] == "finished" and s["bn"] is bn
+    # Re-running the same sweep skips the finished runs.
+    before = {p: p.stat().st_mtime_ns for p in sweep.glob("*/summary.json")}
+    r2 = run_bnexp(*args)
+    assert r2.returncode == 0, r2.stderr
+    assert {p: p.stat().st_mtime_ns for p in sweep.glob("*/summary.json")} == before
+    assert "skipped" in r2.stdout + r2.stderr
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("bn", ["true", "false"])
+@pytest.mark.parametrize("act", ["sigmoid", "relu"])
+def test_config_composes_for_every_combination(model, bn, act):
+    cfg = compose_config([f"model={model}", f"bn={bn}", f"act={act}"])
+    validate(cfg)
+    assert cfg.model.name == model and cfg.bn.enabled is (bn == "true") and cfg.act.value == act
+    net = build_model(cfg, (1, 28, 28), 10)
+    out = net(torch.rand(4, 1, 28, 28))
+    assert out.shape == (4, 10)
+    layers = [m for m in net.modules() if isinstance(m, HiddenLayer)]
+    assert all((m.affine.bias is None) == (bn == "true") for m in layers)
+    expected_act = torch.nn.Sigmoid if act == "sigmoid" else torch.nn.ReLU
+    assert all(isinstance(m.act, expected_act) for m in layers)
+
+
+def test_defaults_are_the_paper_fig1_setup():
+    cfg = compose_config([])
+    assert cfg.model.name == "mlp" and list(cfg.model.hidden) == [100, 100, 100]
+    assert cfg.act.value == "sigmoid" and cfg.bn.enabled is True
+    assert cfg.trainer.batch_size == 60 and cfg.trainer.max_steps == 50_000
+    assert cfg.model.init_std is not None and cfg.model.init_std <= 0.05
+    OmegaConf.to_yaml(cfg)
+
+
+def test_help_lists_groups_and_options(run_bnexp):
+    r = run_bnexp("--help")
+    assert r.returncode == 0
+    for text in ("bnexp train", "bnexp report", "model", "mlp, cnn".replace("mlp, cnn", "cnn, mlp"), "bn=true|false"):
+        assert text in r.stdout
+    r = run_bnexp("train", "--help")
+    assert r.returncode == 0
+    for text in ("Config groups", "model: cnn, mlp", "bn: false, true", "max_steps", "batch_size", "probe_size",
+                 "targets", "population_stats"):
+        assert text in r.stdout, text
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("act=tanhh", "act"),
+    ("model=resnet", "model"),
+    ("lr=abc", "lr"),
+    ("lr=-1", "lr=-1"),
+    ("trainer.batch_size=1", "trainer.batch_size=1"),
+    ("trainer.max_steps=0", "trainer.max_steps"),
+    ("trainer.device=tpu", "trainer.device"),
+    ("monitor.percentiles=[0,50,100]", "monitor.percentiles"),
+    ("trainer.probe_size=20000", "trainer.probe_size"),
+])
+def test_bad_input_exits_2_with_one_clear_message(run_bnexp, tmp_path, override, needle):
+    r = run_bnexp("train", *FAST, "trainer.max_steps=5", override, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_missing_dataset_names_files_and_fix(run_bnexp, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_bnexp("train", *FAST, "trainer.max_steps=5", f"data.root={empty}", f"hydra.run.dir={tmp_path / 'r'}")
+    assert r.returncode == 2
+    assert "train-images-idx3-ubyte" in r.stderr and "BNEXP_DATA_ROOT" in r.stderr and "data.root" in r.stderr
+    assert "Traceback" not in r.stderr
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["status"] == "failed" and "MNIST not found" in s["error"]
+
+
+def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):
+    r = run_bnexp("trian")
+    assert r.returncode == 2 and "unknown command" in r.stderr
