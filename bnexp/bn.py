@@ -128,9 +128,10 @@ def batch_norm_inference(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tenso
 class ReferenceBatchNorm(nn.Module):
     """A BN layer built on :func:`batch_norm_train` / :func:`batch_norm_inference`.
 
-    Drop-in for ``nn.BatchNorm1d``/``nn.BatchNorm2d`` (same parameter and buffer
-    names, same running-average update with the unbiased variance), slower; used by
-    the tests and for teaching.
+    Drop-in for ``nn.BatchNorm1d``/``nn.BatchNorm2d`` (same ``weight``/``bias``
+    parameters and ``running_mean``/``running_var`` buffers, same running-average
+    update with the unbiased variance; no ``num_batches_tracked``), slower; used by
+    the tests and for teaching (``bn.impl=reference``).
 
     Args:
         num_features: d (or C for conv activations).
@@ -196,12 +197,14 @@ def recompute_population_statistics(model: nn.Module, batches: Iterable[torch.Te
         if m < 2:
             raise ValueError("population statistics need mini-batches of m >= 2 values")
         acc = sums[id(layer)]
+        if acc[2] and acc[2] != m:
+            raise ValueError("population statistics need mini-batches of one size m (Alg. 2)")
         acc[0] = acc[0] + mu
         acc[1] = acc[1] + sigma2
         acc[2] = m
 
     was_training = model.training
-    saved = [(layer.running_mean.clone(), layer.running_var.clone()) for layer in layers]
+    saved = [{name: b.clone() for name, b in layer.named_buffers()} for layer in layers]
     handles = [layer.register_forward_pre_hook(hook) for layer in layers]
     k = 0
     try:
@@ -214,9 +217,9 @@ def recompute_population_statistics(model: nn.Module, batches: Iterable[torch.Te
             h.remove()
         # The training-mode passes also moved the running averages: put them back
         # before overwriting, so a failure leaves the model as it was.
-        for layer, (rm, rv) in zip(layers, saved):
-            layer.running_mean.copy_(rm)
-            layer.running_var.copy_(rv)
+        for layer, buffers in zip(layers, saved):
+            for name, value in buffers.items():
+                getattr(layer, name).copy_(value)
         model.train(was_training)
     if k == 0:
         raise ValueError("recompute_population_statistics needs at least one mini-batch")

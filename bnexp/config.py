@@ -123,8 +123,8 @@ class TrainerConfig:
 
     max_steps: int = 50_000
     batch_size: int = 60  # mini-batch size m
-    eval_every: int = 500  # steps between test-set evaluations
-    hist_every: int = 500  # steps between covariate-shift monitor records
+    eval_every: int = 1000  # steps between test-set evaluations
+    hist_every: int = 1000  # steps between covariate-shift monitor records
     log_every: int = 50  # steps between train-loss scalars and divergence checks
     probe_size: int = 1000  # fixed test images fed to the shift monitor
     targets: List[float] = field(default_factory=lambda: [0.9, 0.95, 0.97, 0.98])
@@ -153,7 +153,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     bn: BNConfig = field(default_factory=BNConfig)
     act: Activation = Activation.sigmoid
-    lr: float = 0.5
+    lr: float = 0.12
     seed: int = 0
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)

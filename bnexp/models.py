@@ -40,11 +40,14 @@ class HiddenLayer(nn.Module):
     def __init__(self, affine: nn.Module, bn: nn.Module | None, act: nn.Module):
         super().__init__()
         self.affine = affine
-        self.bn = bn if bn is not None else nn.Identity()
+        self.bn = bn  # None without BN (no Identity call: the step loop is overhead-bound on CPU)
         self.act = act
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        return self.act(self.bn(self.affine(u)))
+        z = self.affine(u)
+        if self.bn is not None:
+            z = self.bn(z)
+        return self.act(z)
 
 
 def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
@@ -92,14 +95,18 @@ class MLP(nn.Module):
                                       _bn_layer(h, False, bn_cfg) if use_bn else None,
                                       make_activation(act)))
             width = h
-        self.flatten = nn.Flatten()
-        self.hidden = nn.Sequential(*layers)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.hidden = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.classifier = nn.Linear(width, num_classes)
         _init_weights(self, init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(self.hidden(self.flatten(x))))
+        h = x.flatten(1)
+        for layer in self.hidden:
+            h = layer(h)
+        if self.dropout is not None:
+            h = self.dropout(h)
+        return self.classifier(h)
 
 
 class CNN(nn.Module):
@@ -136,15 +143,17 @@ class CNN(nn.Module):
         if h < 1 or w < 1:
             raise ValueError(f"{len(channels)} pooling stages are too many for {in_shape[1]}x{in_shape[2]} inputs")
         self.features = nn.Sequential(*stages)
-        self.flatten = nn.Flatten()
         self.fc = HiddenLayer(nn.Linear(c * h * w, fc, bias=not use_bn),
                               _bn_layer(fc, False, bn_cfg) if use_bn else None, make_activation(act))
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.classifier = nn.Linear(fc, num_classes)
         _init_weights(self, init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(self.fc(self.flatten(self.features(x)))))
+        h = self.fc(self.features(x).flatten(1))
+        if self.dropout is not None:
+            h = self.dropout(h)
+        return self.classifier(h)
 
 
 def hidden_layers(model: nn.Module) -> list[tuple[str, HiddenLayer]]:

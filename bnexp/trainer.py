@@ -157,9 +157,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     model = build_model(cfg, data.input_shape, data.num_classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.optim.momentum,
                                 nesterov=cfg.optim.nesterov, weight_decay=cfg.optim.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(str(cfg.optim.schedule.value if hasattr(cfg.optim.schedule, "value")
-                                 else cfg.optim.schedule), cfg.optim.decay_rate, cfg.optim.decay_steps))
+    schedule = str(getattr(cfg.optim.schedule, "value", cfg.optim.schedule))
+    scheduler = (None if schedule == "constant" else torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(schedule, cfg.optim.decay_rate, cfg.optim.decay_steps)))
     sampler = BatchSampler(len(data.train_y), tcfg.batch_size, cfg.seed, device)
     monitor = ShiftMonitor(model, data.test_x[:tcfg.probe_size], list(cfg.monitor.percentiles),
                            cfg.monitor.unit, cfg.monitor.histograms, cfg.monitor.max_values)
@@ -204,65 +204,71 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         rundir.append_jsonl(shift_path, rec)
 
     status, diverged_step = "finished", None
-    progress = _Progress(tcfg.progress, tcfg.max_steps)
+    # Plain Python ints: reading a DictConfig attribute inside the step loop costs microseconds.
+    max_steps, batch_size = int(tcfg.max_steps), int(tcfg.batch_size)
+    log_every, eval_every, hist_every = int(tcfg.log_every), int(tcfg.eval_every), int(tcfg.hist_every)
+    use_scheduler = scheduler is not None
+    progress = _Progress(tcfg.progress, max_steps)
     last = do_eval(0, None, None)
     do_monitor(0)
     model.train()
-    log_loss = torch.zeros((), device=device)
-    log_correct = torch.zeros((), device=device, dtype=torch.long)
-    ev_loss = torch.zeros((), device=device)
-    ev_correct = torch.zeros((), device=device, dtype=torch.long)
-    log_n = ev_n = 0
+    # Per-step losses and (logits, labels) stay on the device until the next log point,
+    # so the step itself does no extra arithmetic and no device-to-host transfer.
+    log_losses: list[torch.Tensor] = []
+    log_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    ev_loss_sum = ev_correct = 0.0
+    ev_n = 0
+    train_x, train_y = data.train_x, data.train_y
     t_loop = time.time()
     step = 0
     try:
-        for step in range(1, tcfg.max_steps + 1):
+        for step in range(1, max_steps + 1):
             idx = sampler.next()
-            x, y = data.train_x[idx], data.train_y[idx]
+            x, y = train_x[idx], train_y[idx]
             logits = model(x)
             loss = nn.functional.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            scheduler.step()
-            with torch.no_grad():
-                loss_d = loss.detach()
-                correct = (logits.argmax(1) == y).sum()
-                log_loss += loss_d
-                log_correct += correct
-                ev_loss += loss_d
-                ev_correct += correct
-            log_n += 1
-            ev_n += 1
+            if use_scheduler:
+                scheduler.step()
+            log_losses.append(loss.detach())
+            log_outputs.append((logits.detach(), y))
 
-            if step % tcfg.log_every == 0 or step == tcfg.max_steps:
-                mean_loss = float(log_loss) / log_n
-                if not math.isfinite(mean_loss):
+            if step % log_every == 0 or step == max_steps:
+                n = len(log_losses)
+                loss_sum = float(torch.stack(log_losses).sum())
+                with torch.no_grad():
+                    correct = float(sum((lg.argmax(1) == yy).sum() for lg, yy in log_outputs))
+                log_losses.clear()
+                log_outputs.clear()
+                if not math.isfinite(loss_sum):
                     status, diverged_step = "diverged", step
                     log.warning("training diverged: non-finite loss at step %d (lr=%g); stopping this run",
                                 step, cfg.lr)
                     break
-                writer.add_scalar("train/loss", mean_loss, step)
-                writer.add_scalar("train/accuracy", float(log_correct) / (log_n * tcfg.batch_size), step)
-                log_loss.zero_()
-                log_correct.zero_()
-                log_n = 0
-                elapsed = time.time() - t_loop
-                progress.update(step, loss=mean_loss, sps=step / max(elapsed, 1e-9))
-            if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
+                writer.add_scalar("train/loss", loss_sum / n, step)
+                writer.add_scalar("train/accuracy", correct / (n * batch_size), step)
+                ev_loss_sum += loss_sum
+                ev_correct += correct
+                ev_n += n
+                progress.update(step, loss=loss_sum / n, sps=step / max(time.time() - t_loop, 1e-9))
+            if step % eval_every == 0 or step == max_steps:
                 if not _params_finite(model):
                     status, diverged_step = "diverged", step
                     log.warning("training diverged: non-finite parameters at step %d; stopping this run", step)
                     break
-                last = do_eval(step, float(ev_loss) / ev_n, float(ev_correct) / (ev_n * tcfg.batch_size))
-                ev_loss.zero_()
-                ev_correct.zero_()
+                train_loss = ev_loss_sum / ev_n if ev_n else None
+                train_acc = ev_correct / (ev_n * batch_size) if ev_n else None
+                last = do_eval(step, train_loss, train_acc)
+                ev_loss_sum = ev_correct = 0.0
                 ev_n = 0
                 progress.update(step, acc=f"{last['test_accuracy']:.4f}")
                 if not tcfg.progress:
-                    log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %.4f", step,
-                             tcfg.max_steps, last["test_accuracy"], last["test_loss"], last["train_loss"])
-            if step % tcfg.hist_every == 0:
+                    log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %s", step, max_steps,
+                             last["test_accuracy"], last["test_loss"],
+                             f"{train_loss:.4f}" if train_loss is not None else "-")
+            if step % hist_every == 0:
                 do_monitor(step)
     except KeyboardInterrupt:
         status = "interrupted"
@@ -317,7 +323,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     if tcfg.save_checkpoint and status != "diverged":
         rundir.save_checkpoint(run_dir / "checkpoint.pt", {
             "step": steps_done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "sampler": sampler.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None, "sampler": sampler.state_dict(),
             "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             "bn_layers": len(bn_layers(model)),
         })

@@ -468,14 +468,20 @@ def test_recompute_zero_batches_raises_and_leaves_model_unchanged():
         assert torch.equal(v, state[k]), k
 
 
-def test_recompute_batch_of_one_raises_and_restores():
-    model = _mlp()
+@pytest.mark.parametrize("impl", ["torch", "reference"])
+def test_recompute_batch_of_one_raises_and_restores(impl):
+    # a valid batch first (which moves the running averages in training mode), then m = 1
+    model = _mlp(impl)
     model.eval()
     state = {k: v.clone() for k, v in model.state_dict().items()}
+    batches = [torch.randn(5, 12, dtype=DT), torch.randn(1, 12, dtype=DT)]
     with pytest.raises(ValueError):
-        recompute_population_statistics(model, [torch.randn(1, 12, dtype=DT)])
+        recompute_population_statistics(model, batches)
     assert model.training is False
+    assert all(not mod.training for mod in model.modules())
     for k, v in model.state_dict().items():
+        if k.endswith("num_batches_tracked"):  # torch's step counter, unused with a fixed momentum
+            continue
         assert torch.equal(v, state[k]), k
 
 

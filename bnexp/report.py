@@ -1,0 +1,1398 @@
+"""``bnexp report SWEEP_DIR``: tables, verdicts and figures from a sweep's run directories.
+
+What it reproduces (Ioffe & Szegedy, 2015):
+
+* Sec. 4.1 / Fig. 1(a): test accuracy vs training steps, with and without BN, and
+  the number of steps each configuration needs to reach given test accuracies;
+  the speedup of BN = mean steps without BN / mean steps with BN.
+* Sec. 4.1 / Fig. 1(b, c): the 15th, 50th and 85th percentiles of the input to a
+  typical sigmoid of the last hidden layer over training, without and with BN,
+  and per layer how far the median and the 15-85 spread moved (stability).
+* Sec. 4.2 (table of the CIFAR-style presets): the steps each preset needs to reach
+  the baseline's best test accuracy, as a multiple of the baseline's steps.
+
+Inputs: every folder below SWEEP_DIR holding ``summary.json`` or
+``.hydra/config.yaml`` is one run (see :mod:`bnexp.rundir` for the layout). Runs are
+grouped into *configurations*: the flattened ``.hydra/config.yaml`` minus ``seed``
+and minus :data:`IGNORED_KEYS` (keys that do not change what is trained), or, when
+the config file is missing, the summary's fields (:data:`SUMMARY_FIELDS`).
+
+Statistics: "mean ± std" is over the seeds (completed runs) of a configuration,
+and std is the **population** standard deviation (``numpy.std``, ddof=0), so one
+seed gives std 0. Steps to a target are averaged only over the seeds that reached
+it; the others are counted as "not reached (k/n)". A run is *completed* when its
+status is ``finished`` or ``diverged`` and it has ``metrics.jsonl``; a run with
+status ``failed``, an unreadable or missing ``summary.json``, or missing metrics
+counts as failed; ``running``/``interrupted`` runs count as incomplete. Failed and
+incomplete runs are left out of every mean. No value is ever made up: a missing
+value is written as "not reached" or "n/a" (an empty cell in the CSV, null in JSON).
+
+Outputs, written into SWEEP_DIR: :data:`REPORT_FILES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import yaml
+
+from bnexp.rundir import COMPLETE_STATUSES, read_jsonl, read_summary, write_json
+
+REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
+                "stability.png")
+DEFAULT_TARGETS = (0.9, 0.95, 0.97, 0.98)
+
+# Config keys that do not change the experiment: where data lives and whether it is
+# fetched, progress display, threads, device, checkpointing, the reporting targets and
+# TensorBoard histograms. ``seed`` is what is averaged over. Any ``hydra`` key too.
+IGNORED_KEYS = frozenset({
+    "seed", "data.root", "data.download", "data.verify_checksums", "trainer.progress",
+    "trainer.num_threads", "trainer.device", "trainer.save_checkpoint", "trainer.targets",
+    "monitor.histograms",
+})
+# summary.json field -> the config key it stands for (used when .hydra/config.yaml is missing).
+SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "data.name", "bn": "bn.enabled",
+                  "act": "act", "lr": "lr", "batch_size": "trainer.batch_size", "max_steps": "trainer.max_steps"}
+# Short names of config keys in configuration labels.
+KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
+# Keys named in the label when nothing varies across the sweep.
+SALIENT_KEYS = ("bn.enabled", "act", "lr")
+STD_NOTE = "std is the population standard deviation over seeds (numpy.std, ddof=0)"
+_TOL = 1e-9  # accuracy >= target - _TOL counts as reached (float round-off of means)
+SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
+
+
+class ReportError(Exception):
+    """A user-level problem with the report's input or output folder (exit code 2)."""
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """One run directory, read from disk.
+
+    Attributes:
+        path: the run directory.
+        summary: summary.json ({} when missing or unreadable).
+        config: the reduced, flattened config used for grouping (dotted keys).
+        has_config: True when ``config`` comes from .hydra/config.yaml, False when from the summary.
+        metrics: records of metrics.jsonl (each has ``step`` and ``test_accuracy``), by step.
+        shift: records of shift.jsonl (each has ``step``), by step.
+        status: ``finished``, ``diverged``, ``failed`` or ``incomplete``.
+        seed: the run's seed, or None when unknown.
+        error: why the run failed (None otherwise).
+    """
+
+    path: Path
+    summary: dict
+    config: dict
+    has_config: bool
+    metrics: list[dict]
+    shift: list[dict]
+    status: str
+    seed: int | None
+    error: str | None = None
+
+    @property
+    def completed(self) -> bool:
+        """True for finished and diverged runs, the ones that enter the statistics."""
+        return self.status in COMPLETE_STATUSES
+
+
+@dataclass
+class ConfigGroup:
+    """The runs (seeds) of one configuration.
+
+    Attributes:
+        key: canonical JSON of ``config`` (the grouping key).
+        config: the reduced, flattened config shared by the runs.
+        runs: the runs, sorted by seed.
+        label: short label (the keys that vary across the sweep, or the experiment name).
+    """
+
+    key: str
+    config: dict
+    runs: list[Run] = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def completed(self) -> list[Run]:
+        """The finished and diverged runs."""
+        return [r for r in self.runs if r.completed]
+
+    @property
+    def bn(self) -> bool | None:
+        """bn.enabled of the configuration (None when unknown)."""
+        v = self.config.get("bn.enabled")
+        return None if v is None else bool(v)
+
+    @property
+    def experiment(self) -> str | None:
+        """The experiment (preset) name, or None."""
+        return experiment_name(self.config)
+
+    @property
+    def max_steps(self) -> int | None:
+        """trainer.max_steps of the configuration, else the largest summary ``max_steps``."""
+        v = self.config.get("trainer.max_steps")
+        if v is None:
+            vals = [r.summary.get("max_steps") for r in self.runs if r.summary.get("max_steps") is not None]
+            v = max(vals) if vals else None
+        return None if v is None else int(v)
+
+
+def find_run_dirs(sweep_dir: Path) -> list[Path]:
+    """Run directories under ``sweep_dir``: folders with summary.json or .hydra/config.yaml.
+
+    Searches recursively (``sweep_dir`` itself included) and does not descend into a run
+    directory once found.
+
+    Returns:
+        sorted paths; [] when there are none.
+    """
+    found = []
+    for root, dirs, files in os.walk(sweep_dir):
+        root_p = Path(root)
+        if "summary.json" in files or (root_p / ".hydra" / "config.yaml").is_file():
+            found.append(root_p)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if d != ".hydra")
+    return sorted(found)
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Flatten nested dicts into dotted keys: {"bn": {"enabled": True}} -> {"bn.enabled": True}.
+
+    Lists stay values (they are not split into items).
+    """
+    out: dict = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def reduce_config(flat: dict) -> dict:
+    """Drop ``seed``, :data:`IGNORED_KEYS` and every ``hydra`` key from a flattened config."""
+    return {k: v for k, v in flat.items()
+            if k not in IGNORED_KEYS and k != "hydra" and not k.startswith("hydra.")}
+
+
+def experiment_name(config: dict) -> str | None:
+    """The preset name in a flattened config (``experiment`` or ``experiment.name``), else None."""
+    v = config.get("experiment", config.get("experiment.name"))
+    return None if v in (None, "") else str(v)
+
+
+def _canon(v: Any) -> Any:
+    """A comparable form of a config value: numbers as float (1 == 1.0), lists item by item."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _canon(x) for k, x in v.items()}
+    return str(v)
+
+
+def config_key(config: dict, exclude: Iterable[str] = ()) -> str:
+    """Canonical JSON of a flattened config (keys in ``exclude`` or under ``exclude.`` dropped)."""
+    ex = tuple(exclude)
+    items = {k: _canon(v) for k, v in config.items()
+             if not any(k == e or k.startswith(e + ".") for e in ex)}
+    return json.dumps(items, sort_keys=True, default=str)
+
+
+def _read_config(run_dir: Path) -> dict | None:
+    """The run's .hydra/config.yaml as a dict, or None when missing or unreadable."""
+    p = run_dir / ".hydra" / "config.yaml"
+    try:
+        cfg = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _read_records(path: Path, required: tuple[str, ...]) -> list[dict]:
+    """Records of a JSON-lines file that are dicts holding ``required`` keys, sorted by step."""
+    try:
+        recs = read_jsonl(path)
+    except (OSError, UnicodeDecodeError):
+        return []
+    recs = [r for r in recs if isinstance(r, dict) and all(k in r for k in required)
+            and isinstance(r["step"], (int, float))]
+    return sorted(recs, key=lambda r: r["step"])
+
+
+def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | None]:
+    """(status, error) of a run: finished | diverged | failed | incomplete."""
+    if summary is None:
+        return "failed", "summary.json missing or unreadable"
+    st = summary.get("status")
+    if st == "failed":
+        return "failed", str(summary.get("error") or "status failed")
+    if st in ("running", "interrupted"):
+        return "incomplete", f"status {st}"
+    if st in COMPLETE_STATUSES:
+        if not metrics:
+            return "failed", "metrics.jsonl missing or empty"
+        return st, None
+    return "failed", f"unknown status {st!r} in summary.json"
+
+
+def load_run(run_dir: Path) -> Run:
+    """Read one run directory; never raises for missing or corrupt files (the run is then failed).
+
+    The grouping config is the reduced .hydra/config.yaml (plus the summary's
+    ``experiment`` when the config has none), else the summary's :data:`SUMMARY_FIELDS`.
+    """
+    run_dir = Path(run_dir)
+    summary = read_summary(run_dir)
+    summary = summary if isinstance(summary, dict) else None
+    raw = _read_config(run_dir)
+    metrics = _read_records(run_dir / "metrics.jsonl", ("step", "test_accuracy"))
+    shift = _read_records(run_dir / "shift.jsonl", ("step",))
+    status, error = _run_status(summary, metrics)
+    s = summary or {}
+    if raw is not None:
+        config = reduce_config(flatten(raw))
+        if s.get("experiment") and experiment_name(config) is None:
+            config["experiment"] = s["experiment"]
+    else:
+        config = {key: s[f] for f, key in SUMMARY_FIELDS.items() if s.get(f) is not None}
+    seed = s.get("seed", raw.get("seed") if raw else None)
+    try:
+        seed = None if seed is None else int(seed)
+    except (TypeError, ValueError):
+        seed = None
+    return Run(run_dir, s, config, raw is not None, metrics, shift, status, seed, error)
+
+
+def _seed_order(run: Run) -> tuple:
+    return (run.seed is None, run.seed if run.seed is not None else 0, str(run.path))
+
+
+def group_runs(runs: list[Run]) -> list[ConfigGroup]:
+    """Group runs by configuration (the reduced config; ``seed`` is not part of it).
+
+    A run without .hydra/config.yaml joins the one config-backed configuration whose
+    keys agree with all its summary fields; otherwise it forms its own configuration.
+
+    Returns:
+        the configurations, runs sorted by seed, in :func:`_group_order`; labels set.
+    """
+    groups: dict[str, ConfigGroup] = {}
+    for run in (r for r in runs if r.has_config):
+        key = config_key(run.config)
+        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    backed = list(groups.values())
+    for run in (r for r in runs if not r.has_config):
+        matches = [g for g in backed if run.config and all(
+            k in g.config and _canon(g.config[k]) == _canon(v) for k, v in run.config.items())]
+        if len(matches) == 1:
+            matches[0].runs.append(run)
+            continue
+        key = "summary:" + config_key(run.config)
+        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    out = list(groups.values())
+    for g in out:
+        g.runs.sort(key=_seed_order)
+    label_groups(out)
+    out.sort(key=_group_order)
+    return out
+
+
+def varying_keys(groups: list[ConfigGroup]) -> list[str]:
+    """Config keys with more than one value across the configurations (missing keys ignored).
+
+    Order: ``experiment`` and ``bn.enabled`` first, then as in the first config.
+    """
+    order: list[str] = []
+    for g in groups:
+        order.extend(k for k in g.config if k not in order)
+    out = [k for k in order
+           if len({json.dumps(_canon(g.config[k]), sort_keys=True) for g in groups if k in g.config}) > 1]
+    front = [k for k in ("experiment", "bn.enabled") if k in out]
+    return front + [k for k in out if k not in front]
+
+
+def format_value(v: Any) -> str:
+    """A config value as written in labels: true/false, 0.5, [32,64], null."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(format_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _kv_label(config: dict, keys: Iterable[str]) -> str:
+    return " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(config[k])}" for k in keys if k in config)
+
+
+def label_groups(groups: list[ConfigGroup]) -> None:
+    """Set each group's label: its experiment name, else the keys that vary across the sweep.
+
+    Experiment names shared by several configurations get the other varying keys
+    appended; configurations built from summaries only are marked "[no config]".
+    """
+    vary = varying_keys(groups)
+    other = [k for k in vary if k not in ("experiment", "experiment.name")]
+    names = [g.experiment for g in groups]
+    for g in groups:
+        if g.experiment:
+            extra = _kv_label(g.config, other) if names.count(g.experiment) > 1 else ""
+            label = f"{g.experiment} {extra}".strip()
+        else:
+            label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
+        if not g.config:
+            label = "unknown configuration"
+        if g.key.startswith("summary:"):
+            label += " [no config]"
+        g.label = label
+    seen: dict[str, int] = {}
+    for g in groups:
+        seen[g.label] = seen.get(g.label, 0) + 1
+        if seen[g.label] > 1:
+            g.label += f" #{seen[g.label]}"
+
+
+def pair_key(group: ConfigGroup) -> str:
+    """The configuration without its ``bn.*`` keys and experiment name: BN and no BN of one setting share it."""
+    return ("summary:" if group.key.startswith("summary:") else "") + config_key(
+        group.config, ("bn", "experiment"))
+
+
+def pair_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """The varying keys of ``group`` other than bn.* and experiment, e.g. "lr=0.5" ("" if none)."""
+    keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))]
+    return _kv_label(group.config, keys)
+
+
+def _sort_value(v: Any) -> tuple:
+    """Sort key of a config value: booleans, then numbers by value, then text."""
+    if isinstance(v, bool):
+        return (0, int(v), "")
+    if isinstance(v, (int, float)):
+        return (1, float(v) if math.isfinite(v) else math.inf, "")
+    if isinstance(v, str):
+        return (2, 0.0, v)
+    return (3, 0.0, json.dumps(_canon(v), sort_keys=True, default=str))
+
+
+def _group_order(g: ConfigGroup) -> tuple:
+    """Sort key: the baseline preset first, then presets by name, then by setting with BN first."""
+    exp = g.experiment
+    vals = tuple((k, _sort_value(v)) for k, v in sorted(g.config.items())
+                 if not k.startswith("bn.") and k != "experiment")
+    return (exp != "baseline", exp is None, exp or "", vals, g.bn is not True, g.label)
+
+
+def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:
+    """The no-BN configuration matching a BN one: same config except bn.* and experiment, bn.enabled false.
+
+    Returns:
+        the first such configuration, or None (also when ``group`` is not a BN configuration).
+    """
+    if group.bn is not True:
+        return None
+    pk = pair_key(group)
+    for g in groups:
+        if g.bn is False and pair_key(g) == pk:
+            return g
+    return None
+
+
+# ------------------------------------------------------------------------ statistics
+
+
+def first_reached(metrics: list[dict], target: float) -> int | None:
+    """First evaluated step whose test accuracy is >= ``target`` (1e-9 tolerance), else None.
+
+    Args:
+        metrics: metrics.jsonl records sorted by step.
+        target: test accuracy in [0, 1].
+    """
+    for rec in metrics:
+        acc = rec.get("test_accuracy")
+        if isinstance(acc, (int, float)) and math.isfinite(acc) and acc >= target - _TOL:
+            return int(rec["step"])
+    return None
+
+
+def target_key(target: float) -> str:
+    """The key of a target in summary.json and the report: 0.95 -> "0.95"."""
+    return f"{target:g}"
+
+
+def steps_to_target(run: Run, target: float) -> int | None:
+    """Steps the run needed to reach ``target``: summary ``steps_to_target`` if it lists the
+    target, else recomputed from metrics.jsonl (Sec. 4.1). None = not reached."""
+    recorded = run.summary.get("steps_to_target")
+    if isinstance(recorded, dict):
+        for k, v in recorded.items():
+            try:
+                if abs(float(k) - target) < 1e-12:
+                    return None if v is None else int(v)
+            except (TypeError, ValueError):
+                continue
+    return first_reached(run.metrics, target)
+
+
+def _finite(values: Iterable) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)]
+
+
+def mean_std(values: Iterable) -> tuple[float | None, float | None]:
+    """(mean, population std with ddof=0) of the finite values; (None, None) when there are none."""
+    v = _finite(values)
+    if not v:
+        return None, None
+    return float(np.mean(v)), float(np.std(v))
+
+
+def max_accuracy(run: Run) -> float | None:
+    """The run's maximum test accuracy over metrics.jsonl (else summary best_test_accuracy)."""
+    accs = _finite(r.get("test_accuracy") for r in run.metrics)
+    if accs:
+        return max(accs)
+    v = _finite([run.summary.get("best_test_accuracy")])
+    return v[0] if v else None
+
+
+def final_accuracy(run: Run) -> float | None:
+    """The run's final test accuracy: summary final_test_accuracy, else the last metrics record."""
+    v = _finite([run.summary.get("final_test_accuracy")])
+    if v:
+        return v[0]
+    accs = _finite([run.metrics[-1].get("test_accuracy")]) if run.metrics else []
+    return accs[0] if accs else None
+
+
+def accuracy_stat(values: list[float | None]) -> dict:
+    """{"mean", "std", "n", "per_seed"} of accuracies in [0, 1] (None values left out of mean/std)."""
+    m, s = mean_std(values)
+    return {"mean": m, "std": s, "n": len(_finite(values)), "per_seed": values}
+
+
+def reach_stat(steps: list[int | None]) -> dict:
+    """Steps-to-target statistics over seeds.
+
+    Args:
+        steps: per seed, the step at which the target was reached, or None.
+
+    Returns:
+        {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}; mean/std (steps)
+        are over the seeds that reached the target only (None when none did).
+    """
+    reached = [s for s in steps if s is not None]
+    m, sd = mean_std(reached)
+    st = {"n": len(steps), "reached": len(reached), "not_reached": len(steps) - len(reached),
+          "mean": m, "std": sd, "per_seed": list(steps)}
+    st["text"] = format_steps(st)
+    return st
+
+
+def format_steps(st: dict) -> str:
+    """Cell text of a :func:`reach_stat`: "1,200 ± 163", "2,200 ± 200; not reached (1/3)",
+    "not reached", or "n/a" when there are no completed runs."""
+    if st["n"] == 0:
+        return "n/a"
+    if st["reached"] == 0:
+        return "not reached"
+    text = f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    if st["not_reached"]:
+        text += f"; not reached ({st['not_reached']}/{st['n']})"
+    return text
+
+
+def format_acc(st: dict) -> str:
+    """Accuracy statistic in percent: "97.12 ± 0.05" ("n/a" when missing)."""
+    if st["mean"] is None:
+        return "n/a"
+    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
+
+
+def format_target(t: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * t:g}%"
+
+
+def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
+    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a): mean no-BN steps / mean BN steps.
+
+    Args:
+        bn, no_bn: :func:`reach_stat` of the BN and the matching no-BN configuration.
+        no_bn_max_steps: the no-BN runs' step budget (trainer.max_steps).
+
+    Returns:
+        {"value", "lower_bound", "text"}: the ratio when both reached the target in all
+        seeds; when BN did in all seeds and no BN in none, ``max_steps / mean BN steps``
+        with lower_bound true and text ">= X.Xx (lower bound)"; else value None, "n/a".
+    """
+    bn_all = bn["n"] > 0 and bn["reached"] == bn["n"] and (bn["mean"] or 0) > 0
+    if bn_all and no_bn["n"] > 0 and no_bn["reached"] == no_bn["n"]:
+        v = no_bn["mean"] / bn["mean"]
+        return {"value": v, "lower_bound": False, "text": f"{v:.1f}x"}
+    if bn_all and no_bn["n"] > 0 and no_bn["reached"] == 0 and no_bn_max_steps:
+        v = no_bn_max_steps / bn["mean"]
+        return {"value": v, "lower_bound": True, "text": f">= {v:.1f}x (lower bound)"}
+    return {"value": None, "lower_bound": None, "text": "n/a"}
+
+
+def _band_keys(rec: dict) -> tuple[str, str, str] | None:
+    """(lowest, middle, highest) percentile keys of a monitor record, e.g. ("p15", "p50", "p85")."""
+    ps = []
+    for k in rec:
+        if k.startswith("p"):
+            try:
+                ps.append((float(k[1:]), k))
+            except ValueError:
+                pass
+    if len(ps) < 2:
+        return None
+    ps.sort()
+    return ps[0][1], ps[len(ps) // 2][1], ps[-1][1]
+
+
+def layer_stability(shift: list[dict]) -> dict[str, dict]:
+    """How each layer's input to the nonlinearity moved between the first and the last monitor record.
+
+    Implements the numbers behind Fig. 1(b, c) (Sec. 4.1), per layer of ``shift.jsonl``.
+
+    Args:
+        shift: shift.jsonl records sorted by step (at least two distinct steps needed).
+
+    Returns:
+        {layer: {"median_shift": |p50_end - p50_first| (pre-activation units),
+                 "spread_ratio": (p85 - p15)_end / (p85 - p15)_first}}; a value is None when
+        it cannot be computed (missing keys, non-finite values, zero first spread).
+        {} when there are fewer than two records.
+    """
+    if len(shift) < 2 or shift[0]["step"] == shift[-1]["step"]:
+        return {}
+    first, end = shift[0].get("layers") or {}, shift[-1].get("layers") or {}
+    out = {}
+    for name, a in first.items():
+        b = end.get(name)
+        keys = _band_keys(a) if isinstance(a, dict) else None
+        if not isinstance(b, dict) or keys is None:
+            continue
+        lo, mid, hi = keys
+        vals = _finite([a.get(lo), a.get(mid), a.get(hi), b.get(lo), b.get(mid), b.get(hi)])
+        if len(vals) < 6:
+            out[name] = {"median_shift": None, "spread_ratio": None}
+            continue
+        spread0 = a[hi] - a[lo]
+        out[name] = {"median_shift": abs(b[mid] - a[mid]),
+                     "spread_ratio": (b[hi] - b[lo]) / spread0 if spread0 > 0 else None}
+    return out
+
+
+def config_stability(group: ConfigGroup) -> dict[str, dict]:
+    """Mean over the finished runs (seeds) of :func:`layer_stability`.
+
+    Diverged runs are left out (their last record is not the end of training).
+
+    Returns:
+        {layer: {"median_shift": mean, "spread_ratio": mean, "n": seeds with values,
+                 "per_seed": {"median_shift": [...], "spread_ratio": [...]}}}.
+    """
+    per_run = [layer_stability(r.shift) for r in group.runs if r.status == "finished"]
+    layers: list[str] = []
+    for s in per_run:
+        layers.extend(k for k in s if k not in layers)
+    out = {}
+    for layer in layers:
+        ms = [s[layer]["median_shift"] for s in per_run if layer in s]
+        sr = [s[layer]["spread_ratio"] for s in per_run if layer in s]
+        out[layer] = {"median_shift": mean_std(ms)[0], "spread_ratio": mean_std(sr)[0],
+                      "n": len(_finite(ms)), "per_seed": {"median_shift": ms, "spread_ratio": sr}}
+    return out
+
+
+def _run_record(run: Run, targets: list[float]) -> dict:
+    """Per-seed values of one run, as stored in report.json."""
+    rec = {"path": str(run.path), "seed": run.seed, "status": run.status, "error": run.error}
+    if run.completed:
+        rec.update({
+            "max_test_accuracy": max_accuracy(run), "final_test_accuracy": final_accuracy(run),
+            "steps_to_target": {target_key(t): steps_to_target(run, t) for t in targets},
+            "diverged_step": run.summary.get("diverged_step"),
+            "steps": run.summary.get("step"), "wall_time_s": run.summary.get("wall_time_s"),
+            "stability": layer_stability(run.shift) if run.status == "finished" else {},
+        })
+    return rec
+
+
+def summarize_group(group: ConfigGroup, targets: list[float]) -> dict:
+    """All statistics of one configuration (over its completed runs), as stored in report.json.
+
+    Returns:
+        {"label", "config", "bn", "experiment", "max_steps", "runs", "completed",
+         "diverged", "failed", "incomplete", "max_test_accuracy", "final_test_accuracy",
+         "steps_to_target": {target: reach_stat}, "stability", "seeds": [per-run records]}.
+    """
+    done = group.completed
+    seeds = [_run_record(r, targets) for r in group.runs]
+    return {
+        "label": group.label, "config": group.config, "bn": group.bn, "experiment": group.experiment,
+        "max_steps": group.max_steps, "runs": len(group.runs), "completed": len(done),
+        "diverged": sum(r.status == "diverged" for r in group.runs),
+        "failed": sum(r.status == "failed" for r in group.runs),
+        "incomplete": sum(r.status == "incomplete" for r in group.runs),
+        "max_test_accuracy": accuracy_stat([max_accuracy(r) for r in done]),
+        "final_test_accuracy": accuracy_stat([final_accuracy(r) for r in done]),
+        "steps_to_target": {target_key(t): reach_stat([steps_to_target(r, t) for r in done]) for t in targets},
+        "stability": config_stability(group),
+        "seeds": seeds,
+    }
+
+
+# ----------------------------------------------------------------------- Sec. 4.2
+
+
+def format_multiple(m: float | None) -> str:
+    """Steps as a multiple of the baseline's: 0.21 -> "0.21x (4.8x fewer)", 2.5 -> "2.50x (2.5x more)"."""
+    if m is None:
+        return "n/a"
+    if abs(m - 1.0) < 1e-9:
+        return "1.00x"
+    if m < 1.0:
+        return f"{m:.2f}x ({1 / m:.1f}x fewer)" if m > 0 else f"{m:.2f}x"
+    return f"{m:.2f}x ({m:.1f}x more)"
+
+
+def sec42_table(groups: list[ConfigGroup]) -> dict | None:
+    """Paper Sec. 4.2 table: steps of every preset to reach the baseline's best test accuracy.
+
+    The target is the mean over the baseline's completed seeds of each seed's maximum
+    test accuracy; steps are recomputed from metrics.jsonl (first evaluation >= target).
+
+    Returns:
+        None when no configuration is named "baseline"; else {"baseline", "target",
+        "target_per_seed", "rows": [{"label", "experiment", "runs", "completed", "diverged",
+        "failed", "steps" (reach_stat), "multiple", "multiple_text", "max_test_accuracy"}]}
+        with the baseline first. ``multiple`` = mean preset steps / mean baseline steps
+        (over the seeds that reached the target), None when either has none.
+    """
+    presets = [g for g in groups if g.experiment]
+    base = next((g for g in presets if g.experiment == "baseline"), None)
+    if base is None:
+        return None
+    base_max = [max_accuracy(r) for r in base.completed]
+    target, _ = mean_std(base_max)
+    out = {"baseline": base.label, "target": target, "target_per_seed": base_max, "rows": []}
+    if target is None:
+        return out
+    base_steps = reach_stat([first_reached(r.metrics, target) for r in base.completed])
+    for g in [base] + [p for p in presets if p is not base]:
+        steps = reach_stat([first_reached(r.metrics, target) for r in g.completed])
+        m = (steps["mean"] / base_steps["mean"] if steps["reached"] and base_steps["reached"]
+             and base_steps["mean"] > 0 else None)
+        text = "1.00x (reference)" if g is base else format_multiple(m)
+        if m is not None and steps["not_reached"] and g is not base:
+            text += f" [over {steps['reached']}/{steps['n']} seeds]"
+        out["rows"].append({
+            "label": g.label, "experiment": g.experiment, "runs": len(g.runs), "completed": len(g.completed),
+            "diverged": sum(r.status == "diverged" for r in g.runs),
+            "failed": sum(r.status == "failed" for r in g.runs),
+            "steps": steps, "multiple": m, "multiple_text": text,
+            "max_test_accuracy": accuracy_stat([max_accuracy(r) for r in g.completed]),
+        })
+    return out
+
+
+# -------------------------------------------------------------------------- verdicts
+
+
+def _side_phrase(side: str, t: float, st: dict, max_steps: int | None, diverged: int) -> str:
+    """One side of a comparison: "BN reached 95% in 1,200 ± 163 steps", "no BN did not reach ..."."""
+    within = f" within {max_steps:,} steps" if max_steps else ""
+    div = f" ({diverged} diverged)" if diverged else ""
+    if st["n"] == 0:
+        return f"{side} has no completed runs"
+    if st["reached"] == st["n"]:
+        return f"{side} reached {format_target(t)} in {st['mean']:,.0f} ± {st['std']:,.0f} steps"
+    if st["reached"] == 0:
+        return f"{side} did not reach {format_target(t)}{within} in {st['n']}/{st['n']} runs{div}"
+    return (f"{side} reached {format_target(t)} in {st['reached']}/{st['n']} runs "
+            f"({st['mean']:,.0f} ± {st['std']:,.0f} steps over those) and did not{within} in "
+            f"{st['not_reached']}/{st['n']}{div}")
+
+
+def _fewer(v: float) -> str:
+    return f"{v:.1f}x fewer steps" if v >= 1 else f"{1 / v:.1f}x more steps"
+
+
+def target_verdict(ctx: str, t: float, bn: dict, nb: dict, sp: dict, nb_max: int | None,
+                   nb_div: int, bn_max: int | None, bn_div: int) -> str:
+    """The verdict line of one BN/no-BN pair at one target, e.g.
+    "At lr=0.5: BN reached 95% in 3,100 ± 200 steps, no BN in 48,000 ± 1,500: 15.5x fewer steps."."""
+    pre = f"{ctx}: " if ctx else ""
+    if sp["value"] is not None and not sp["lower_bound"]:
+        return (f"{pre}BN reached {format_target(t)} in {bn['mean']:,.0f} ± {bn['std']:,.0f} steps, "
+                f"no BN in {nb['mean']:,.0f} ± {nb['std']:,.0f}: {_fewer(sp['value'])}.")
+    line = f"{pre}{_side_phrase('BN', t, bn, bn_max, bn_div)}; {_side_phrase('no BN', t, nb, nb_max, nb_div)}"
+    if sp["lower_bound"]:
+        line += f": at least {sp['value']:.1f}x fewer steps (lower bound: max_steps / BN steps)"
+    return line + "."
+
+
+def accuracy_verdict(ctx: str, bn: dict, nb: dict) -> str | None:
+    """Final (and max) test accuracy of BN vs no BN, e.g.
+    "At lr=0.5: final test accuracy BN 98.10 ± 0.05%, no BN 96.00 ± 0.10%: BN higher by 2.10 points."."""
+    fb, fn = bn["final_test_accuracy"], nb["final_test_accuracy"]
+    if fb["mean"] is None or fn["mean"] is None:
+        return None
+    pre = f"{ctx}: " if ctx else ""
+    d = 100 * (fb["mean"] - fn["mean"])
+    cmp = "equal" if abs(d) < 0.005 else (f"BN higher by {d:.2f} points" if d > 0 else
+                                          f"BN lower by {-d:.2f} points")
+    line = f"{pre}final test accuracy BN {format_acc(fb)}%, no BN {format_acc(fn)}%: {cmp}"
+    mb, mn = bn["max_test_accuracy"], nb["max_test_accuracy"]
+    if mb["mean"] is not None and mn["mean"] is not None:
+        line += f" (max {format_acc(mb)}% vs {format_acc(mn)}%)"
+    div = [f"{side} {s['diverged']}/{s['completed']} diverged" for side, s in (("BN", bn), ("no BN", nb))
+           if s["diverged"]]
+    if div:
+        line += f" [{', '.join(div)}: their final value is the last evaluation before divergence]"
+    return line + "."
+
+
+def _context(bn_g: ConfigGroup, nb_g: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """Prefix of a pair's verdicts: "At lr=0.5", "baseline vs bn_baseline", or ""."""
+    if bn_g.experiment or nb_g.experiment:
+        return f"{bn_g.label} vs {nb_g.label}"
+    pl = pair_label(bn_g, groups)
+    return f"At {pl}" if pl else ""
+
+
+def verdict_lines(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float],
+                  sec42: dict | None) -> list[str]:
+    """Verdict sentences computed from the statistics: per BN/no-BN pair and target (Sec. 4.1),
+    final accuracy, diverged and failed runs, and the Sec. 4.2 multiples."""
+    lines: list[str] = []
+    for g in groups:
+        nb_g = match_no_bn(g, groups)
+        s = stats[g.key]
+        if nb_g is None:
+            if g.bn and not g.experiment:
+                lines.append(f"{g.label}: no matching no-BN configuration in this sweep; no speedup computed.")
+            continue
+        n = stats[nb_g.key]
+        ctx = _context(g, nb_g, groups)
+        for t in targets:
+            tk = target_key(t)
+            sp = s["speedup"][tk]
+            lines.append(target_verdict(ctx, t, s["steps_to_target"][tk], n["steps_to_target"][tk], sp,
+                                        nb_g.max_steps, n["diverged"], g.max_steps, s["diverged"]))
+        acc = accuracy_verdict(ctx, s, n)
+        if acc:
+            lines.append(acc)
+    for g in groups:
+        s = stats[g.key]
+        if s["diverged"]:
+            at = [r.summary.get("diverged_step") for r in g.runs if r.status == "diverged"]
+            at_txt = ", ".join(f"{a:,}" for a in at if isinstance(a, int))
+            lines.append(f"{g.label}: {s['diverged']}/{s['completed']} completed runs diverged"
+                         + (f" (at steps {at_txt})." if at_txt else "."))
+        if s["failed"]:
+            errs = sorted({r.error or "unknown error" for r in g.runs if r.status == "failed"})
+            lines.append(f"{g.label}: {s['failed']}/{s['runs']} runs failed ({'; '.join(errs)}).")
+        if s["incomplete"]:
+            lines.append(f"{g.label}: {s['incomplete']}/{s['runs']} runs are incomplete (running or "
+                         "interrupted) and are left out.")
+    lines.extend(_sec42_verdicts(sec42))
+    return lines
+
+
+def steps_phrase(st: dict) -> str:
+    """A :func:`reach_stat` in a sentence: "5,000 ± 816 steps", or with the seeds that did not
+    reach the target: "2,500 ± 500 steps in 2/3 runs (not reached in 1/3)"."""
+    if st["reached"] == 0:
+        return f"not reached in {st['n']}/{st['n']} runs" if st["n"] else "n/a"
+    text = f"{st['mean']:,.0f} ± {st['std']:,.0f} steps"
+    if st["not_reached"]:
+        text += f" in {st['reached']}/{st['n']} runs (not reached in {st['not_reached']}/{st['n']})"
+    return text
+
+
+def _sec42_verdicts(sec42: dict | None) -> list[str]:
+    """One line per preset of the Sec. 4.2 table."""
+    if not sec42 or sec42["target"] is None:
+        return []
+    tgt = f"{100 * sec42['target']:.2f}%"
+    base = steps_phrase(sec42["rows"][0]["steps"])
+    out = []
+    for row in sec42["rows"][1:]:
+        st = row["steps"]
+        if st["reached"] == 0:
+            out.append(f"{row['label']} did not reach the baseline's best accuracy ({tgt}) in "
+                       f"{st['n']}/{st['n']} runs.")
+            continue
+        out.append(f"{row['label']} reached the baseline's best accuracy ({tgt}) in {steps_phrase(st)}, "
+                   f"the baseline in {base}: {row['multiple_text']}.")
+    return out
+
+
+# -------------------------------------------------------------------------- build
+
+
+@dataclass
+class Report:
+    """Everything ``bnexp report`` computes.
+
+    Attributes:
+        sweep_dir: the sweep folder.
+        groups: the configurations (for the figures).
+        data: the structured report written to report.json.
+    """
+
+    sweep_dir: Path
+    groups: list[ConfigGroup]
+    data: dict
+
+
+def default_targets(runs: list[Run]) -> list[float]:
+    """Targets of the sweep: the union of the summaries' ``targets`` (else :data:`DEFAULT_TARGETS`)."""
+    ts: set[float] = set()
+    for r in runs:
+        vals = r.summary.get("targets")
+        if isinstance(vals, list):
+            ts.update(float(v) for v in vals if isinstance(v, (int, float)) and 0 < v <= 1)
+    return sorted(ts) if ts else list(DEFAULT_TARGETS)
+
+
+def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
+    """Read the sweep, group runs, compute every statistic, speedup, verdict and the Sec. 4.2 table.
+
+    Args:
+        sweep_dir: the sweep folder.
+        targets: test accuracies in (0, 1]; None: the summaries' targets.
+
+    Raises:
+        ReportError: when ``sweep_dir`` does not exist, is not a folder or holds no run directory.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.exists():
+        raise ReportError(f"the sweep folder {sweep_dir} does not exist.")
+    if not sweep_dir.is_dir():
+        raise ReportError(f"{sweep_dir} is not a folder; give the sweep folder that holds the run directories.")
+    runs = [load_run(d) for d in find_run_dirs(sweep_dir)]
+    if not runs:
+        raise ReportError(f"no run directories (folders with summary.json or .hydra/config.yaml) under "
+                          f"{sweep_dir}.")
+    targets = sorted(targets) if targets else default_targets(runs)
+    groups = group_runs(runs)
+    stats = {g.key: summarize_group(g, targets) for g in groups}
+    for g in groups:
+        nb = match_no_bn(g, groups)
+        stats[g.key]["no_bn_match"] = nb.label if nb else None
+        stats[g.key]["speedup"] = {
+            target_key(t): (compute_speedup(stats[g.key]["steps_to_target"][target_key(t)],
+                                            stats[nb.key]["steps_to_target"][target_key(t)], nb.max_steps)
+                            if nb else {"value": None, "lower_bound": None, "text": "n/a"})
+            for t in targets}
+    sec42 = sec42_table(groups)
+    data = {
+        "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
+        "runs": len(runs), "sec42": sec42, "configurations": [stats[g.key] for g in groups],
+        "verdicts": verdict_lines(groups, stats, targets, sec42), "files": list(REPORT_FILES),
+    }
+    return Report(sweep_dir, groups, data)
+
+
+# ------------------------------------------------------------------------- figures
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colors(groups: list[ConfigGroup]) -> dict[str, Any]:
+    """One color per BN/no-BN pair (pair_key), shared by the figures."""
+    plt = _plt()
+    cmap = plt.get_cmap("tab10" if len(groups) <= 20 else "tab20")
+    keys: list[str] = []
+    for g in groups:
+        if pair_key(g) not in keys:
+            keys.append(pair_key(g))
+    return {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
+
+
+def accuracy_curve(group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Test accuracy vs step over the completed seeds: (steps, mean, min, max).
+
+    At each evaluated step the mean/min/max are over the seeds evaluated at that step
+    (a diverged seed stops contributing where its metrics end).
+    """
+    by_step: dict[int, list[float]] = {}
+    for r in group.completed:
+        for rec in r.metrics:
+            acc = rec.get("test_accuracy")
+            if isinstance(acc, (int, float)) and math.isfinite(acc):
+                by_step.setdefault(int(rec["step"]), []).append(float(acc))
+    steps = sorted(by_step)
+    return (steps, [float(np.mean(by_step[s])) for s in steps], [min(by_step[s]) for s in steps],
+            [max(by_step[s]) for s in steps])
+
+
+def plot_accuracy(report: Report, path: Path) -> None:
+    """Fig. 1(a) (Sec. 4.1): test accuracy vs steps, one line per configuration (mean over seeds),
+    min-max band over seeds shaded; BN solid, no BN dashed; the Sec. 4.2 target dotted."""
+    plt = _plt()
+    colors = _colors(report.groups)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    drawn = 0
+    for g in report.groups:
+        steps, mean, lo, hi = accuracy_curve(g)
+        if not steps:
+            continue
+        c = colors[pair_key(g)]
+        ax.plot(steps, mean, color=c, linestyle="-" if g.bn else "--", label=f"{g.label} (n={len(g.completed)})")
+        ax.fill_between(steps, lo, hi, color=c, alpha=0.15, linewidth=0)
+        drawn += 1
+    sec42 = report.data.get("sec42")
+    if sec42 and sec42.get("target") is not None:
+        ax.axhline(sec42["target"], color="gray", linestyle=":", linewidth=1,
+                   label=f"baseline best {100 * sec42['target']:.2f}%")
+    if not drawn:
+        ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Test accuracy vs steps (mean over seeds, min-max band); BN solid, no BN dashed", fontsize=9)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=7, loc="lower right" if drawn <= 8 else "upper left",
+                  bbox_to_anchor=None if drawn <= 8 else (1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure_pairs(groups: list[ConfigGroup]) -> list[tuple[ConfigGroup | None, ConfigGroup | None]]:
+    """Rows of the paired figures: (no-BN configuration, BN configuration), either may be None."""
+    rows: list[tuple[ConfigGroup | None, ConfigGroup | None]] = []
+    used: set[str] = set()
+    for g in groups:
+        if g.bn is True:
+            nb = match_no_bn(g, groups)
+            rows.append((nb, g))
+            used.update({g.key} | ({nb.key} if nb else set()))
+    rows.extend((g, None) for g in groups if g.key not in used and g.bn is not True)
+    return rows
+
+
+def _lowest_seed_shift(group: ConfigGroup) -> Run | None:
+    """The completed run with the lowest seed that has shift.jsonl records."""
+    runs = [r for r in group.completed if r.shift and isinstance(r.shift[0].get("unit"), dict)]
+    return min(runs, key=_seed_order) if runs else None
+
+
+def _short(text: str, width: int = 60) -> str:
+    """``text`` wrapped onto lines of at most ``width`` characters (figure titles)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _percentile_panel(ax, group: ConfigGroup | None, side: str) -> None:
+    """One panel of Fig. 1(b, c): the typical unit's median line and 15-85 band over steps.
+
+    Args:
+        ax: the matplotlib axes.
+        group: the configuration (None: the sweep has none for this side).
+        side: "no BN" or "BN" (used in the title).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    run = _lowest_seed_shift(group) if group else None
+    if run is None:
+        why = ({"no BN": "no run without BN", "BN": "no run with BN"}.get(side, f"no {side} run")
+               + " with these settings" if group is None else "no shift.jsonl records")
+        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        ax.set_title(_short(f"{side}: {group.label}") if group else side, fontsize=8)
+        ax.set_xticks([])
+        return
+    recs = [r for r in run.shift if isinstance(r.get("unit"), dict) and _band_keys(r["unit"])]
+    lo, mid, hi = _band_keys(recs[0]["unit"])
+    steps = [r["step"] for r in recs]
+    ax.fill_between(steps, [r["unit"].get(lo, np.nan) for r in recs], [r["unit"].get(hi, np.nan) for r in recs],
+                    alpha=0.3, label=f"{lo}-{hi}")
+    ax.plot(steps, [r["unit"].get(mid, np.nan) for r in recs], label=mid, marker="o" if len(recs) < 3 else None)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    u = recs[0]["unit"]
+    ax.set_title(_short(f"{side}: {group.label}") + f"\nseed {run.seed}, unit {u.get('index')} of {u.get('layer')}",
+                 fontsize=8)
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7)
+
+
+def plot_percentiles(report: Report, path: Path) -> None:
+    """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
+    training; per row one setting, no BN (left) beside BN (right) with a shared y axis; the run
+    shown is the configuration's lowest seed."""
+    plt = _plt()
+    rows = figure_pairs(report.groups) or [(None, None)]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(9, 3.1 * len(rows)), sharey="row", squeeze=False)
+    for (nb, bn), (ax0, ax1) in zip(rows, axes):
+        _percentile_panel(ax0, nb, "no BN")
+        _percentile_panel(ax1, bn, "BN")
+        ax0.set_ylabel("input to nonlinearity")
+        for ax in (ax0, ax1):
+            ax.grid(alpha=0.3)
+    fig.suptitle("Typical unit of the last hidden layer: median and 15-85 percentile band (no BN | BN)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_stability(report: Report, path: Path) -> None:
+    """Per-layer bars (Sec. 4.1): |median_end - median_first| and the 15-85 spread ratio end/first,
+    mean over finished seeds, one bar per configuration (BN solid, no BN hatched)."""
+    plt = _plt()
+    colors = _colors(report.groups)
+    confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"]]
+    layers: list[str] = []
+    for _, s in confs:
+        layers.extend(k for k in s["stability"] if k not in layers)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.0 + 0.25 * len(confs)), squeeze=False)
+    metrics = (("median_shift", "|median end - median first|"), ("spread_ratio", "15-85 spread: end / first"))
+    for ax, (key, title) in zip(axes[0], metrics):
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+        if not confs:
+            ax.text(0.5, 0.5, "no shift.jsonl records", ha="center", va="center", transform=ax.transAxes)
+            continue
+        width = 0.8 / len(confs)
+        for i, (g, s) in enumerate(confs):
+            vals = [s["stability"].get(layer, {}).get(key) for layer in layers]
+            xs = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))]
+            ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=colors[pair_key(g)],
+                   hatch=None if g.bn else "//", edgecolor="black", linewidth=0.4, label=g.label)
+        ax.set_xticks(range(len(layers)), layers)
+        if key == "spread_ratio":
+            ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
+    fig.suptitle("How far each layer's input distribution moved between the first and last monitor step "
+                 "(BN solid, no BN hatched)", fontsize=9)
+    bottom = 0.0
+    if confs:
+        ncol = min(3, len(confs))
+        nrows = -(-len(confs) // ncol)
+        bottom = min(0.5, 0.06 + 0.05 * nrows)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------- tables
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(_md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def main_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the main per-configuration table (text cells)."""
+    targets = report.data["targets"]
+    header = (["configuration", "runs", "max test acc (%)", "final test acc (%)"]
+              + [f"steps to {format_target(t)}" for t in targets] + ["diverged", "failed"])
+    rows = []
+    for s in report.data["configurations"]:
+        runs = f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"])
+        rows.append([s["label"], runs, format_acc(s["max_test_accuracy"]), format_acc(s["final_test_accuracy"])]
+                    + [s["steps_to_target"][target_key(t)]["text"] for t in targets]
+                    + [str(s["diverged"]), str(s["failed"])])
+    return header, rows
+
+
+def _sec42_md(sec42: dict) -> list[str]:
+    """Markdown of the Sec. 4.2 table."""
+    out = [f"## {SEC42_TITLE}", ""]
+    if sec42["target"] is None:
+        return out + ["The baseline has no completed runs, so there is no target (n/a).", ""]
+    tgt = f"{100 * sec42['target']:.2f}%"
+    out += [f"Target: the baseline's best test accuracy, {tgt} = mean over {len(_finite(sec42['target_per_seed']))}"
+            " baseline seeds of each seed's maximum test accuracy. Steps are the first evaluation at or above "
+            "it (from metrics.jsonl), mean ± std over the seeds that reached it.", ""]
+    rows = []
+    for r in sec42["rows"]:
+        div = f"{r['diverged']}/{r['runs']} diverged" if r["diverged"] else "0"
+        rows.append([r["label"], f"{r['completed']}/{r['runs']}", r["steps"]["text"], r["multiple_text"],
+                     format_acc(r["max_test_accuracy"]), div])
+    out += _md_table(["preset", "runs", f"steps to {tgt}", "steps vs baseline", "max test acc (%)", "diverged"],
+                     rows)
+    return out + [""]
+
+
+def _speedup_md(report: Report) -> list[str]:
+    """Markdown of the BN-over-no-BN speedup table (Sec. 4.1)."""
+    targets = report.data["targets"]
+    rows = [[s["label"], s["no_bn_match"]] + [s["speedup"][target_key(t)]["text"] for t in targets]
+            for s in report.data["configurations"] if s["bn"] and s["no_bn_match"]]
+    if not rows:
+        return []
+    return (["## Speedup of BN over no BN (Sec. 4.1, Fig. 1a)", "",
+             "Speedup = mean steps without BN / mean steps with BN, when both reached the target in all seeds. "
+             "\">= X (lower bound)\": BN reached it in all seeds and no BN in none within max_steps, "
+             "so X = max_steps / mean BN steps is only a lower bound.", ""]
+            + _md_table(["BN configuration", "matching no-BN"] + [format_target(t) for t in targets], rows) + [""])
+
+
+def _stability_md(report: Report) -> list[str]:
+    """Markdown of the per-layer stability numbers (Fig. 1b,c)."""
+    rows = []
+    for s in report.data["configurations"]:
+        for layer, v in s["stability"].items():
+            rows.append([s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
+                         "n/a" if v["spread_ratio"] is None else f"{v['spread_ratio']:.3f}", str(v["n"])])
+    head = ["## Stability of each layer's input (Sec. 4.1, Fig. 1b,c)", "",
+            "|p50_end - p50_first| and (p85-p15)_end / (p85-p15)_first of each hidden layer's input to its "
+            "nonlinearity (all units, probe set of shift.jsonl), first vs last monitor step, mean over finished "
+            "seeds.", ""]
+    if not rows:
+        return head + ["n/a: no shift.jsonl records in finished runs.", ""]
+    return head + _md_table(["configuration", "layer", "|median shift|", "spread end/first", "seeds"], rows) + [""]
+
+
+def render_markdown(report: Report) -> str:
+    """The text of report.md: Sec. 4.2 table (if any), verdicts, main table, speedups, figures,
+    stability, failed runs."""
+    d = report.data
+    out = ["# Batch Normalization sweep report", "",
+           f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
+           f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
+           "Steps to a target are averaged over the seeds that reached it; \"not reached (k/n)\": k of n completed "
+           "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
+    if d["sec42"]:
+        out += _sec42_md(d["sec42"])
+    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""]
+    header, rows = main_table(report)
+    out += ["## Results per configuration", ""] + _md_table(header, rows) + [""]
+    out += _speedup_md(report)
+    out += ["## Figures", "",
+            "![Test accuracy vs steps (Fig. 1a)](accuracy_vs_steps.png)", "",
+            "![Percentiles of a typical last-hidden-layer unit, no BN vs BN (Fig. 1b,c)](percentiles.png)", "",
+            "![Per-layer stability of the input distribution](stability.png)", ""]
+    out += _stability_md(report)
+    bad = [(s["label"], r) for s in d["configurations"] for r in s["seeds"] if r["status"] in ("failed", "incomplete")]
+    if bad:
+        out += ["## Failed and incomplete runs", ""]
+        out += [f"- {label}, seed {r['seed']}: {r['status']} ({r['error']}) `{r['path']}`" for label, r in bad]
+        out += [""]
+    return "\n".join(out)
+
+
+def _num(v: Any) -> Any:
+    """CSV cell: the number, or "" for missing."""
+    return "" if v is None else v
+
+
+def write_csv(report: Report, path: Path) -> None:
+    """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a."""
+    d = report.data
+    layers: list[str] = []
+    for s in d["configurations"]:
+        layers.extend(k for k in s["stability"] if k not in layers)
+    vary = d["varying_keys"]
+    header = ["label"] + vary + ["bn", "experiment", "runs", "completed", "diverged", "failed", "incomplete",
+                                  "max_test_accuracy_mean", "max_test_accuracy_std",
+                                  "final_test_accuracy_mean", "final_test_accuracy_std"]
+    for t in d["targets"]:
+        tk = target_key(t)
+        header += [f"steps_to_{tk}_mean", f"steps_to_{tk}_std", f"steps_to_{tk}_reached", f"steps_to_{tk}_n",
+                   f"speedup_{tk}", f"speedup_{tk}_is_lower_bound"]
+    for layer in layers:
+        header += [f"{layer}_median_shift", f"{layer}_spread_ratio"]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for s in d["configurations"]:
+            row = [s["label"]] + [format_value(s["config"][k]) if k in s["config"] else "" for k in vary]
+            row += [_num(None if s["bn"] is None else int(s["bn"])), s["experiment"] or "", s["runs"],
+                    s["completed"], s["diverged"], s["failed"], s["incomplete"]]
+            for key in ("max_test_accuracy", "final_test_accuracy"):
+                row += [_num(s[key]["mean"]), _num(s[key]["std"])]
+            for t in d["targets"]:
+                st, sp = s["steps_to_target"][target_key(t)], s["speedup"][target_key(t)]
+                row += [_num(st["mean"]), _num(st["std"]), st["reached"], st["n"], _num(sp["value"]),
+                        _num(None if sp["lower_bound"] is None else int(sp["lower_bound"]))]
+            for layer in layers:
+                v = s["stability"].get(layer, {})
+                row += [_num(v.get("median_shift")), _num(v.get("spread_ratio"))]
+            w.writerow(row)
+
+
+def _json_safe(obj: Any) -> Any:
+    """Replace non-finite floats by None (JSON has no NaN) and any non-JSON value (paths, dates) by its text."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)  # Path, datetime from YAML, enums: as text
+
+
+def print_table(report: Report, console=None) -> None:
+    """Print the main table (rich.table.Table), the Sec. 4.2 table and the verdicts to the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 200))
+    header, rows = main_table(report)
+    table = Table(title=f"bnexp report: {report.sweep_dir}", show_lines=False)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    sec42 = report.data["sec42"]
+    if sec42 and sec42["target"] is not None:
+        t = Table(title=f"{SEC42_TITLE}: target {100 * sec42['target']:.2f}%")
+        for h in ("preset", "steps", "vs baseline", "max test acc (%)", "diverged"):
+            t.add_column(h)
+        for r in sec42["rows"]:
+            t.add_row(r["label"], r["steps"]["text"], r["multiple_text"], format_acc(r["max_test_accuracy"]),
+                      str(r["diverged"]))
+        console.print(t)
+    for v in report.data["verdicts"]:
+        console.print(f"- {v}", highlight=False, markup=False)
+
+
+def write_report(report: Report) -> list[Path]:
+    """Write :data:`REPORT_FILES` into the sweep folder.
+
+    Returns:
+        the written paths.
+
+    Raises:
+        OSError: when the sweep folder is not writable.
+    """
+    d = report.sweep_dir
+    (d / "report.md").write_text(render_markdown(report) + "\n", encoding="utf-8")
+    write_csv(report, d / "report.csv")
+    write_json(d / "report.json", _json_safe(report.data))
+    plot_accuracy(report, d / "accuracy_vs_steps.png")
+    plot_percentiles(report, d / "percentiles.png")
+    plot_stability(report, d / "stability.png")
+    return [d / f for f in REPORT_FILES]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _parse_targets(values: list[str] | None) -> list[float] | None:
+    """--targets values ("0.9 0.95" or "0.9,0.95") as floats in (0, 1].
+
+    Raises:
+        ReportError: for a value that is not a number in (0, 1].
+    """
+    if not values:
+        return None
+    out = []
+    for item in ",".join(values).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            t = float(item)
+        except ValueError:
+            raise ReportError(f"--targets: {item!r} is not a number; give test accuracies in (0, 1], "
+                              "e.g. --targets 0.95 0.98.") from None
+        if not 0.0 < t <= 1.0:
+            raise ReportError(f"--targets: {item} is outside (0, 1]; targets are test accuracies, "
+                              "e.g. 0.95 for 95%.")
+        out.append(t)
+    return sorted(set(out)) or None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bnexp report",
+        description="Tables, verdicts and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
+                    f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR.")
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="?",
+                   help="folder holding the run directories (searched recursively)")
+    p.add_argument("--targets", nargs="+", metavar="ACC",
+                   help="test accuracies in (0, 1] to report steps for (default: the runs' trainer.targets)")
+    return p
+
+
+def _error(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]bnexp report: error:[/] {msg}", highlight=False, soft_wrap=True)
+
+
+def report_main(args: list[str]) -> int:
+    """``bnexp report SWEEP_DIR [--targets ACC ...]``.
+
+    Returns:
+        0 when the report was written; 2 for a user error (missing folder, no runs, bad
+        --targets, unwritable folder), printed as one line without a traceback.
+    """
+    parser = _parser()
+    try:
+        ns = parser.parse_args(list(args))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    if ns.sweep_dir is None and ns.targets and len(ns.targets) > 1:
+        ns.sweep_dir = ns.targets.pop()  # "--targets 0.9 0.95 SWEEP_DIR": the greedy list took SWEEP_DIR
+    if ns.sweep_dir is None:
+        _error("give the sweep folder: bnexp report SWEEP_DIR [--targets ACC ...]")
+        return 2
+    try:
+        report = build_report(Path(ns.sweep_dir), _parse_targets(ns.targets))
+    except ReportError as exc:
+        _error(str(exc))
+        return 2
+    try:
+        paths = write_report(report)
+    except OSError as exc:
+        _error(f"cannot write the report into {report.sweep_dir} ({exc.strerror or exc}).")
+        return 2
+    print_table(report)
+    from rich.console import Console
+
+    Console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+    return 0
