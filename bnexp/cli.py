@@ -66,7 +66,7 @@ def _hydra_train():
         _job_started = True
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
-        return run_job(cfg, Path(hc.runtime.output_dir), multirun)
+        return run_job(cfg, Path(hc.runtime.output_dir), multirun, list(hc.overrides.task))
 
     return train_app
 
@@ -77,23 +77,38 @@ def _print_error(msg: str) -> None:
     Console(stderr=True).print(f"[bold red]bnexp: error:[/] {msg}", highlight=False, soft_wrap=True)
 
 
-def run_job(cfg, run_dir: Path, multirun: bool):
+def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = None):
     """Run one job (one training run) in ``run_dir``; the Hydra task function's body.
 
-    Skips a run whose summary.json says it is complete (a re-run of a sweep does only
-    what is left). User errors: single run -> message and exit code 2; in a multirun the
-    job is recorded as ``failed`` and the sweep goes on. Internal errors: recorded as
-    ``failed`` with the traceback in summary.json; re-raised in a single run.
+    - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
+      re-run of a sweep does only what is left and never overwrites a finished run;
+    - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
+      run starts over; ``trainer.resume=false`` always starts over, ``trainer.resume=true``
+      also looks for the newest unfinished run with the same overrides beside ``run_dir``;
+    - a lock file keeps two processes out of one run directory.
+
+    User errors: single run -> one message and exit code 2; in a multirun the job is
+    recorded as ``failed`` and the sweep goes on. Internal errors: recorded as ``failed``
+    with the traceback in summary.json; re-raised in a single run (traceback kept).
+    SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
     """
     from bnexp import rundir
     from bnexp.config import validate
     from bnexp.errors import UserError
-    from bnexp.trainer import train
+    from bnexp.trainer import Interrupted, train
 
+    resume = cfg.trainer.resume
+    if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
+        found = rundir.find_resumable(run_dir, overrides or [])
+        if found is not None:
+            log.info("trainer.resume=true: continuing the unfinished run in %s", found)
+            (run_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {found}\n")
+            run_dir = found
     if rundir.is_complete(run_dir):
         s = rundir.read_summary(run_dir)
         log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
         return s
+    lock = None
     try:
         try:
             rundir.check_writable(run_dir)
@@ -101,9 +116,20 @@ def run_job(cfg, run_dir: Path, multirun: bool):
             raise UserError(f"cannot write the run directory {run_dir} ({exc.strerror or exc}). Choose a "
                             "writable place with hydra.run.dir=PATH (or hydra.sweep.dir=PATH), or free "
                             "disk space.") from None
-        rundir.clear_partial_outputs(run_dir)
+        lock = rundir.RunLock(run_dir)
+        if not lock.acquire():
+            _print_error(f"{run_dir} is in use by another bnexp process (pid {lock.holder()}); "
+                         "this job leaves it alone.")
+            if multirun:
+                return None
+            raise SystemExit(2)
+        previous = rundir.read_summary(run_dir) or {}
+        if resume is False or previous.get("status") == "failed":
+            rundir.clear_partial_outputs(run_dir, checkpoint=True)
+        elif not (run_dir / "checkpoint.pt").exists():
+            rundir.clear_partial_outputs(run_dir)
         validate(cfg)
-        summary = train(cfg, run_dir)
+        summary = train(cfg, run_dir, resume=resume is not False)
         print_summary(summary)
         return summary
     except UserError as exc:
@@ -113,6 +139,9 @@ def run_job(cfg, run_dir: Path, multirun: bool):
         if multirun:
             return None
         raise SystemExit(2)
+    except Interrupted as exc:
+        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}; re-run the same command to resume.")
+        raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
         raise SystemExit(130)
     except Exception as exc:  # internal error: keep the traceback
@@ -122,6 +151,9 @@ def run_job(cfg, run_dir: Path, multirun: bool):
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
             return None
         raise
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def print_summary(summary: dict) -> None:

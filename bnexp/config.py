@@ -101,7 +101,7 @@ class DataConfig:
     download: bool = False  # fetch the dataset when it is missing (needs internet)
     verify_checksums: bool = True  # CIFAR-10: torchvision's md5 check of the batch files
     scaling: str = "unit"  # unit: pixels / 255 in [0, 1]; standardize: per-channel z-score
-    augment: bool = False  # CIFAR-10: random 4-pixel-pad crops and horizontal flips
+    augment: str = "false"  # false | standard (4-pixel-pad random crops + flips) | light (flips only)
 
 
 @dataclass
@@ -131,7 +131,12 @@ class TrainerConfig:
     device: str = "auto"  # auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     progress: bool = True  # rich progress bar
-    save_checkpoint: bool = True  # write checkpoint.pt at the end
+    save_checkpoint: bool = True  # keep checkpoint.pt of the finished run
+    ckpt_every: int = 5000  # steps between checkpoints (atomic, complete state)
+    # null: resume when the run directory holds an unfinished run's checkpoint (re-running a
+    # sweep or a hydra.run.dir); true: also look for the newest unfinished run with the same
+    # overrides under the runs folder; false: always start over.
+    resume: Optional[bool] = None
 
 
 @dataclass
@@ -239,6 +244,8 @@ def validate(cfg: DictConfig) -> None:
     for key in ("eval_every", "hist_every", "log_every"):
         if t[key] < 1:
             raise ConfigError(f"trainer.{key}", t[key], "must be >= 1")
+    if t.ckpt_every < 1:
+        raise ConfigError("trainer.ckpt_every", t.ckpt_every, "must be >= 1")
     if t.probe_size < 1:
         raise ConfigError("trainer.probe_size", t.probe_size, "must be >= 1")
     for target in t.targets:
@@ -292,5 +299,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.monitor.unit >= width_last:
         raise ConfigError("monitor.unit", cfg.monitor.unit,
                           f"must be < the width of the last hidden layer ({width_last})")
+    if str(cfg.data.augment).lower() not in ("false", "off", "none", "true", "standard", "light"):
+        raise ConfigError("data.augment", cfg.data.augment, "use false, standard (crops + flips) or light (flips)")
     if cfg.data.scaling not in ("unit", "standardize"):
         raise ConfigError("data.scaling", cfg.data.scaling, "use unit or standardize")

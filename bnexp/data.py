@@ -220,3 +220,67 @@ class BatchSampler:
         self.generator.set_state(state["generator"])
         self.epoch, self.position = state["epoch"], state["position"]
         self.perm = state["perm"].to(self.device)
+
+
+class Augmenter:
+    """Random crops with zero padding and horizontal flips, on a whole mini-batch at once.
+
+    The standard CIFAR-10 augmentation, done as batched tensor operations on the
+    training device: each image is padded by ``pad`` pixels on every side, a random
+    HxW window is cut out (offsets uniform in [0, 2*pad]) and, with probability 1/2,
+    mirrored left-right. Labels are unchanged. A seeded generator makes it reproducible.
+
+    Args:
+        pad: padding in pixels (4 for CIFAR-10).
+        flip: also apply random horizontal flips.
+        seed: seeds the generator.
+        device: where the images live.
+    """
+
+    def __init__(self, pad: int = 4, flip: bool = True, seed: int = 0, device: torch.device | str = "cpu"):
+        self.pad, self.flip = pad, flip
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed + 7919)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (N, C, H, W) -> augmented (N, C, H, W), a new tensor."""
+        n, _, h, w = x.shape
+        p = self.pad
+        if p > 0:
+            padded = torch.nn.functional.pad(x, (p, p, p, p))
+            dy = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
+            dx = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
+            rows = (dy.view(n, 1) + torch.arange(h, device=x.device).view(1, h))  # (N, H)
+            cols = (dx.view(n, 1) + torch.arange(w, device=x.device).view(1, w))  # (N, W)
+            batch = torch.arange(n, device=x.device).view(n, 1, 1)
+            # gather the window: (N, H, W, C) -> (N, C, H, W)
+            x = padded.permute(0, 2, 3, 1)[batch, rows.view(n, h, 1), cols.view(n, 1, w)].permute(0, 3, 1, 2)
+        if self.flip:
+            mask = (torch.rand(n, generator=self.generator) < 0.5).to(x.device)
+            x = torch.where(mask.view(n, 1, 1, 1), x.flip(3), x)
+        return x.contiguous()
+
+    def state_dict(self) -> dict:
+        """The generator state (for exact resumption)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        self.generator.set_state(state["generator"])
+
+
+def make_augmenter(cfg, seed: int, device: torch.device) -> Augmenter | None:
+    """The training-set augmentation of ``data.augment`` (None when off).
+
+    ``data.augment`` false/off: none; true/standard: 4-pixel-pad random crops and
+    horizontal flips; light: flips only (the paper's "fewer photometric distortions",
+    Sec. 4.2.1, in spirit).
+    """
+    mode = str(cfg.augment).lower()
+    if mode in ("false", "off", "none"):
+        return None
+    if mode in ("true", "standard"):
+        return Augmenter(pad=4, flip=True, seed=seed, device=device)
+    if mode == "light":
+        return Augmenter(pad=0, flip=True, seed=seed, device=device)
+    raise ValueError(f"unknown data.augment {cfg.augment!r}")

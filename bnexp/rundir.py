@@ -63,6 +63,11 @@ def append_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    """Replace a JSON-lines file by ``records``, atomically (used when a run resumes)."""
+    atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in records).encode())
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """All records of a JSON-lines file ([] if it does not exist); a torn last line is ignored."""
     path = Path(path)
@@ -95,14 +100,90 @@ def is_complete(run_dir: Path) -> bool:
     return bool(s) and s.get("status") in COMPLETE_STATUSES
 
 
-def clear_partial_outputs(run_dir: Path) -> None:
-    """Remove the logs of an incomplete earlier attempt before starting the run from scratch."""
+def clear_partial_outputs(run_dir: Path, checkpoint: bool = False) -> None:
+    """Remove the logs (and with ``checkpoint``, the checkpoint and summary) of an earlier
+    incomplete attempt before starting the run from scratch."""
     run_dir = Path(run_dir)
-    for p in list(run_dir.glob("events.out.tfevents.*")) + [run_dir / "metrics.jsonl", run_dir / "shift.jsonl"]:
+    paths = list(run_dir.glob("events.out.tfevents.*")) + [run_dir / "metrics.jsonl", run_dir / "shift.jsonl"]
+    if checkpoint:
+        paths += [run_dir / "checkpoint.pt", run_dir / "summary.json"]
+    for p in paths:
         try:
             p.unlink()
         except FileNotFoundError:
             pass
+
+
+IGNORED_FOR_RESUME = ("trainer.resume", "trainer.progress", "trainer.num_threads", "hydra.")
+
+
+def _run_overrides(run_dir: Path) -> list[str] | None:
+    try:
+        import yaml
+
+        return list(yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or [])
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _comparable(overrides: list[str]) -> list[str]:
+    return sorted(o for o in overrides if not o.lstrip("+~").startswith(IGNORED_FOR_RESUME))
+
+
+def find_resumable(run_dir: Path, overrides: list[str]) -> Path | None:
+    """The newest run directory beside ``run_dir`` with the same overrides (ignoring
+    ``trainer.resume`` and display options) that has a checkpoint and is not complete."""
+    want = _comparable(overrides)
+    candidates = []
+    for d in Path(run_dir).parent.iterdir():
+        if d == Path(run_dir) or not d.is_dir() or not (d / "checkpoint.pt").exists() or is_complete(d):
+            continue
+        theirs = _run_overrides(d)
+        if theirs is not None and _comparable(theirs) == want:
+            candidates.append(d)
+    return max(candidates, key=lambda d: (d / "checkpoint.pt").stat().st_mtime) if candidates else None
+
+
+class RunLock:
+    """An exclusive lock on a run directory (``.lock``, flock), so parallel jobs never share one.
+
+    The operating system releases it when the process dies, even by SIGKILL.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        """True if this process now holds the lock, False if another process does."""
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+        return True
+
+    def holder(self) -> str:
+        """The pid written by the holder, or '?'."""
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
