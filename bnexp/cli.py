@@ -192,12 +192,45 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
         pass
 
 
+def check_output_location(args: list[str]) -> str | None:
+    """Check, before Hydra creates it, that the run (or sweep) folder can be created.
+
+    Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
+    current folder). Returns an error message, or None when the location is usable.
+    """
+    import os
+
+    multirun = "-m" in args or "--multirun" in args
+    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
+    target = Path("outputs")
+    for a in args:
+        if a.startswith(key):
+            target = Path(a[len(key):].strip("'\""))
+    if "${" in str(target):
+        return None
+    p = target.resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        return (f"cannot create the output folder {target}: {p} is a file, not a folder. Choose another "
+                f"place with {key}PATH.")
+    if not os.access(p, os.W_OK):
+        return (f"cannot create the output folder {target}: {p} is not writable (permissions or a "
+                f"read-only disk). Choose another place with {key}PATH.")
+    return None
+
+
 def train_main(args: list[str]) -> int:
     """``bnexp train ARGS``: run the Hydra app; map Hydra's config errors to exit code 2."""
     if not CONF_DIR.is_dir():
         _print_error(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
                      "with pip install -e .")
         return 2
+    if not any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in args):
+        problem = check_output_location(args)
+        if problem:
+            _print_error(problem)
+            return 2
     global _job_started
     _job_started = False
     app = _hydra_train()

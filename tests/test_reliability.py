@@ -1,0 +1,240 @@
+"""Fault injection: SIGKILL + resume is bit-identical, SIGTERM, sweep re-runs, divergence,
+corrupt data, unwritable outputs, full disk."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bnexp import rundir
+from bnexp.rundir import read_jsonl
+
+from conftest import FAST
+
+SHORT = [*FAST, "trainer.max_steps=3000", "trainer.eval_every=250", "trainer.hist_every=500",
+         "trainer.ckpt_every=1000", "trainer.log_every=50"]
+
+
+def _spawn(data_root: Path, cwd: Path, *args: str) -> subprocess.Popen:
+    exe = Path(sys.executable).with_name("bnexp")
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
+    return subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    t0 = time.time()
+    while not predicate():
+        if time.time() - t0 > timeout:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def _strip_wall(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in records]
+
+
+def _final_state(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoint.pt", weights_only=False)
+
+
+def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root):
+    ref = tmp_path / "reference"
+    r = run_bnexp("train", *SHORT, f"hydra.run.dir={ref}")
+    assert r.returncode == 0, r.stderr
+
+    killed = tmp_path / "killed"
+    p = _spawn(data_root, tmp_path, "train", *SHORT, f"hydra.run.dir={killed}")
+    # kill at an arbitrary step after the first checkpoint (step 1000), before the end
+    _wait_for(lambda: (killed / "checkpoint.pt").exists())
+    _wait_for(lambda: len(read_jsonl(killed / "metrics.jsonl")) >= 7)  # past step 1500
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    partial = read_jsonl(killed / "metrics.jsonl")
+    assert partial[-1]["step"] < 3000, "the run finished before it could be killed"
+    assert json.loads((killed / "summary.json").read_text())["status"] == "running"
+
+    r = run_bnexp("train", *SHORT, f"hydra.run.dir={killed}")  # re-run in the same run directory
+    assert r.returncode == 0, r.stderr
+    s = json.loads((killed / "summary.json").read_text())
+    assert s["status"] == "finished" and s["resumed_from_step"] == 1000
+
+    a, b = _final_state(ref), _final_state(killed)
+    assert a["step"] == b["step"] == 3000
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key  # bit-identical weights and BN buffers
+    assert _strip_wall(read_jsonl(ref / "metrics.jsonl")) == _strip_wall(read_jsonl(killed / "metrics.jsonl"))
+    assert read_jsonl(ref / "shift.jsonl") == read_jsonl(killed / "shift.jsonl")
+    s_ref = json.loads((ref / "summary.json").read_text())
+    for k in ("final_test_accuracy", "best_test_accuracy", "steps_to_target", "final_test_loss"):
+        assert s_ref[k] == s[k], k
+
+    # TensorBoard: no duplicated or missing points after the purge at the checkpoint
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(killed), size_guidance={"scalars": 0})
+    ea.Reload()
+    steps = [e.step for e in ea.Scalars("test/accuracy")]
+    assert steps == list(range(0, 3001, 250))
+    ref_vals = {e.step: e.value for e in EventAccumulator(str(ref)).Reload().Scalars("test/accuracy")}
+    assert {e.step: e.value for e in ea.Scalars("test/accuracy")} == ref_vals
+
+
+def test_sigterm_saves_checkpoint_records_interrupted_and_resumes(run_bnexp, tmp_path, data_root):
+    run_dir = tmp_path / "run"
+    args = ["train", *FAST, "trainer.max_steps=6000", "trainer.eval_every=500", "trainer.ckpt_every=100000",
+            f"hydra.run.dir={run_dir}"]
+    p = _spawn(data_root, tmp_path, *args)
+    _wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "interrupted" and 500 <= s["step"] < 6000
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    assert state["step"] == s["step"]  # the checkpoint is taken at the interruption
+    assert "interrupted" in err and "Traceback" not in err
+    r = run_bnexp(*args)  # the same command resumes and finishes
+    assert r.returncode == 0, r.stderr
+    s2 = json.loads((run_dir / "summary.json").read_text())
+    assert s2["status"] == "finished" and s2["step"] == 6000 and s2["resumed_from_step"] == s["step"]
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == list(range(0, 6001, 500))
+
+
+def test_sweep_interrupted_then_rerun_does_only_the_rest(run_bnexp, tmp_path, data_root):
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", "seed=0,1,2", *FAST, "trainer.max_steps=1500", "trainer.eval_every=500",
+            "trainer.hist_every=500", "trainer.ckpt_every=500", f"hydra.sweep.dir={sweep}"]
+    p = _spawn(data_root, tmp_path, *args)
+    _wait_for(lambda: any(rundir.is_complete(d) for d in sweep.glob("seed=*")) if sweep.exists() else False)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    done_before = {d.name: (d / "summary.json").stat().st_mtime_ns for d in sweep.glob("seed=*")
+                   if rundir.is_complete(d)}
+    assert 1 <= len(done_before) < 3
+    r = run_bnexp(*args)
+    assert r.returncode == 0, r.stderr
+    dirs = sorted(sweep.glob("seed=*"))
+    assert len(dirs) == 3 and all(rundir.is_complete(d) for d in dirs)
+    for name, mtime in done_before.items():  # finished runs are never overwritten
+        assert (sweep / name / "summary.json").stat().st_mtime_ns == mtime
+    assert r.stdout.count("skipped") + r.stderr.count("skipped") == len(done_before)
+
+
+def test_diverging_run_is_recorded_and_the_sweep_goes_on(run_bnexp, tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_bnexp("train", "-m", "lr=1000,0.1", "bn=false", "act=relu", "model.init_std=0.1", *FAST,
+                  "trainer.max_steps=400",
+                  "trainer.eval_every=100", "trainer.hist_every=100", "trainer.log_every=10",
+                  f"hydra.sweep.dir={sweep}")
+    assert r.returncode == 0, r.stderr
+    by_lr = {json.loads(p.read_text())["lr"]: json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
+    assert by_lr[1000.0]["status"] == "diverged"
+    assert 1 <= by_lr[1000.0]["diverged_step"] <= 400
+    assert by_lr[0.1]["status"] == "finished"
+    d = next(p.parent for p in sweep.glob("*/summary.json") if json.loads(p.read_text())["lr"] == 1000.0)
+    assert read_jsonl(d / "metrics.jsonl")[0]["step"] == 0  # its logs are kept
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("trainer.eval_every=0", "trainer.eval_every"),
+    ("trainer.hist_every=0", "trainer.hist_every"),
+    ("trainer.ckpt_every=0", "trainer.ckpt_every"),
+    ("model.hidden=[100,0]", "model.hidden"),
+    ("model.init_std=-1", "model.init_std"),
+    ("monitor.unit=100", "monitor.unit"),
+    ("bn.momentum=0", "bn.momentum"),
+    ("optim.momentum=1.5", "optim.momentum"),
+    ("data.augment=wild", "data.augment"),
+    ("trainer.batch_size=0", "trainer.batch_size"),
+])
+def test_more_invalid_values_exit_2(run_bnexp, tmp_path, override, needle):
+    r = run_bnexp("train", *FAST, override, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def _mnist_copy(data_root: Path, dest: Path) -> Path:
+    raw = dest / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_root / "MNIST" / "raw").iterdir():
+        if f.name in rundir_names():
+            shutil.copy(f, raw / f.name)
+    return raw
+
+
+def rundir_names():
+    from bnexp.data import MNIST_FILES
+
+    return set(MNIST_FILES)
+
+
+@pytest.mark.parametrize("damage,needle", [
+    ("truncate", "truncated"),
+    ("header", "bad IDX header"),
+    ("delete", "missing"),
+])
+def test_corrupt_mnist_copy_stops_before_training(run_bnexp, tmp_path, data_root, damage, needle):
+    root = tmp_path / "data"
+    raw = _mnist_copy(data_root, root)
+    target = raw / "train-images-idx3-ubyte"
+    if damage == "truncate":
+        with open(target, "r+b") as f:
+            f.truncate(target.stat().st_size - 784 * 10)
+    elif damage == "header":
+        with open(target, "r+b") as f:
+            f.write(b"\x00\x00\x09\x99")
+    else:
+        target.unlink()
+    r = run_bnexp("train", *FAST, f"data.root={root}", f"hydra.run.dir={tmp_path / 'r'}")
+    assert r.returncode == 2
+    assert "train-images-idx3-ubyte" in r.stderr and needle in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()  # no training happened
+
+
+def test_unwritable_output_location(run_bnexp, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    r = run_bnexp("train", *FAST, f"hydra.run.dir={blocker / 'run'}")
+    assert r.returncode == 2 and "cannot create the output folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatch):
+    from bnexp.config import compose_config
+    from bnexp.errors import UserError
+    from bnexp.trainer import Trainer
+
+    cfg = compose_config([f"data.root={data_root}", *FAST, "trainer.max_steps=20"])
+    tr = Trainer(cfg, tmp_path)
+    tr.save_checkpoint()
+    good = (tmp_path / "checkpoint.pt").read_bytes()
+    tr.step = 7
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", no_space)
+    with pytest.raises(UserError, match="No space left on device.*previous checkpoint is intact"):
+        tr.save_checkpoint()
+    assert (tmp_path / "checkpoint.pt").read_bytes() == good
+    assert not list(tmp_path.glob(".checkpoint.pt.*.tmp"))  # the partial temporary file is removed
+
+
+def test_run_directory_lock_keeps_a_second_process_out(tmp_path):
+    lock = rundir.RunLock(tmp_path)
+    assert lock.acquire()
+    code = ("import sys; from bnexp.rundir import RunLock; "
+            f"sys.exit(0 if not RunLock({str(tmp_path)!r}).acquire() else 1)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    lock.release()
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 1
