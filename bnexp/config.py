@@ -162,6 +162,8 @@ class Config:
     seed: int = 0
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    experiment: Optional[str] = None  # preset name, set by +experiment=NAME (conf/experiment/)
+    scale: Any = None  # CPU/GPU scale of the experiment presets (conf/scale/), set with scale=cpu|gpu
 
 
 def _safe_dirname(text: str) -> str:
@@ -178,6 +180,12 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="cnn", node=CNNConfig)
     if not OmegaConf.has_resolver("bnexp_dirname"):
         OmegaConf.register_new_resolver("bnexp_dirname", _safe_dirname)
+    if not OmegaConf.has_resolver("bnexp_mul"):
+        # ${bnexp_mul:a,b} = a * b (presets: 5x the base rate, weight decay / 5)
+        OmegaConf.register_new_resolver("bnexp_mul", lambda a, b: float(a) * float(b))
+    if not OmegaConf.has_resolver("bnexp_div"):
+        # ${bnexp_div:steps,k} = round(steps / k), at least 1 (presets: decay k x faster)
+        OmegaConf.register_new_resolver("bnexp_div", lambda a, b: max(1, int(round(float(a) / float(b)))))
 
 
 register_configs()

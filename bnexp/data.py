@@ -137,6 +137,126 @@ def load_mnist(root: Path, download: bool) -> TensorData:
     )
 
 
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+CIFAR_FILES = CIFAR_TRAIN + ["test_batch", "batches.meta"]
+
+
+def _cifar_md5s() -> dict[str, str]:
+    from torchvision.datasets import CIFAR10
+
+    md5 = {name: digest for name, digest in CIFAR10.train_list + CIFAR10.test_list}
+    md5[CIFAR10.meta["filename"]] = CIFAR10.meta["md5"]
+    return md5
+
+
+def check_cifar10_files(root: Path, verify_checksums: bool) -> None:
+    """Check the CIFAR-10 python-version batch files under ``root/cifar-10-batches-py``.
+
+    Presence always; with ``verify_checksums`` each file's md5 against torchvision's
+    list of the official files.
+
+    Raises:
+        DataError: naming the missing file, or the file whose md5 differs, and the fix.
+    """
+    folder = root / CIFAR_FOLDER
+    missing = [n for n in CIFAR_FILES if not (folder / n).is_file()]
+    if missing:
+        raise DataError(
+            f"CIFAR-10 not found under data root {root}: expected the python-version batch files "
+            f"{', '.join(CIFAR_FILES)} in {folder} (missing: {', '.join(missing)}). Point the root at "
+            "a folder that holds cifar-10-batches-py/ with data.root=PATH or BNEXP_DATA_ROOT, or add "
+            "data.download=true to fetch it (needs internet)."
+        )
+    if verify_checksums:
+        from torchvision.datasets.utils import check_integrity
+
+        for name, md5 in _cifar_md5s().items():
+            if not check_integrity(str(folder / name), md5):
+                raise DataError(
+                    f"CIFAR-10 file {folder / name} does not match the md5 of the official file "
+                    f"({md5}), so the copy is corrupt or not the canonical one. If it is a known "
+                    "non-canonical copy of the standard layout (for example the re-encoded copy in "
+                    "../shared/data), load it anyway with data.verify_checksums=false; otherwise replace "
+                    "it, or delete it and run with data.download=true."
+                )
+
+
+def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR-10 python batch: images (n, 3, 32, 32) uint8 and labels (n,) int64.
+
+    Raises:
+        DataError: the pickle is unreadable or has the wrong structure or sizes.
+    """
+    import pickle
+
+    import numpy as np
+
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+        data = np.asarray(entry["data"], dtype=np.uint8)
+        labels = np.asarray(entry["labels"], dtype=np.int64)
+    except Exception as exc:  # truncated or foreign pickles raise many exception types
+        raise DataError(
+            f"CIFAR-10 file {path} is unreadable ({type(exc).__name__}: {exc}): the copy is truncated "
+            "or corrupt. Replace it with the official file, or delete it and run with data.download=true."
+        ) from None
+    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data) or len(data) != 10000:
+        raise DataError(
+            f"CIFAR-10 file {path} holds data of shape {data.shape} with {len(labels)} labels; expected "
+            "(10000, 3072) and 10000 labels. Replace the file with a correct copy."
+        )
+    if labels.min() < 0 or labels.max() > 9:
+        raise DataError(f"CIFAR-10 file {path} has labels outside 0..9: the copy is corrupt.")
+    return torch.from_numpy(data.reshape(-1, 3, 32, 32)), torch.from_numpy(labels)
+
+
+def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorData:
+    """Load CIFAR-10 (python version, torchvision's layout) as tensors (unscaled, 0..255).
+
+    With ``verify_checksums`` (default) every file must match the official md5s and
+    ``torchvision.datasets.CIFAR10`` loads it. With ``verify_checksums=false`` a
+    non-canonical copy of the same layout (same structure, other bytes) is read
+    directly, with a warning.
+
+    Raises:
+        DataError: files missing, unreadable, of the wrong shape, or failing the md5 check.
+    """
+    folder = root / CIFAR_FOLDER
+    if download and not all((folder / n).is_file() for n in CIFAR_FILES):
+        from torchvision.datasets import CIFAR10
+
+        try:
+            CIFAR10(str(root), train=True, download=True)
+        except Exception as exc:
+            raise DataError(
+                f"could not download CIFAR-10 into {root} ({type(exc).__name__}: {exc}). Without internet, "
+                "copy cifar-10-batches-py/ under a folder and point data.root (or BNEXP_DATA_ROOT) at it."
+            ) from None
+    check_cifar10_files(root, verify_checksums)
+    if verify_checksums:
+        from torchvision.datasets import CIFAR10
+
+        train, test = CIFAR10(str(root), train=True), CIFAR10(str(root), train=False)
+        train_x = torch.from_numpy(train.data).permute(0, 3, 1, 2).contiguous()
+        test_x = torch.from_numpy(test.data).permute(0, 3, 1, 2).contiguous()
+        train_y, test_y = torch.tensor(train.targets), torch.tensor(test.targets)
+    else:
+        msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
+               "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
+               "differ a little from published figures.")
+        log.warning(msg)
+        import warnings
+
+        warnings.warn(msg, stacklevel=2)
+        parts = [_read_cifar_batch(folder / n) for n in CIFAR_TRAIN]
+        train_x = torch.cat([p[0] for p in parts])
+        train_y = torch.cat([p[1] for p in parts])
+        test_x, test_y = _read_cifar_batch(folder / "test_batch")
+    return TensorData(train_x.float(), train_y.long(), test_x.float(), test_y.long(), 10, "cifar10")
+
+
 def scale(data: TensorData, scaling: str) -> TensorData:
     """Scale 0..255 pixels: ``unit`` divides by 255; ``standardize`` z-scores each channel
     with the training set's per-channel mean and std. Shapes are unchanged."""
@@ -163,8 +283,10 @@ def load_data(cfg, device: torch.device) -> TensorData:
     root = resolve_root(cfg.root)
     if cfg.name == "mnist":
         data = load_mnist(root, cfg.download)
+    elif cfg.name == "cifar10":
+        data = load_cifar10(root, cfg.download, cfg.verify_checksums)
     else:
-        raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist.")
+        raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist, cifar10.")
     data = scale(data, cfg.scaling)
     log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
              len(data.train_y), len(data.test_y), tuple(data.input_shape))

@@ -220,13 +220,17 @@ def config_key(config: dict, exclude: Iterable[str] = ()) -> str:
 
 
 def _read_config(run_dir: Path) -> dict | None:
-    """The run's .hydra/config.yaml as a dict, or None when missing or unreadable."""
-    p = run_dir / ".hydra" / "config.yaml"
-    try:
-        cfg = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-    return cfg if isinstance(cfg, dict) else None
+    """The run's config as a dict: ``config.yaml`` (the resolved config bnexp writes, with
+    preset interpolations such as ``${bnexp_mul:5,...}`` turned into values), else
+    ``.hydra/config.yaml``; None when missing or unreadable."""
+    for p in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml"):
+        try:
+            cfg = yaml.safe_load(p.read_text())
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        if isinstance(cfg, dict):
+            return cfg
+    return None
 
 
 def _read_records(path: Path, required: tuple[str, ...]) -> list[dict]:

@@ -74,7 +74,7 @@ def lr_lambda(schedule: str, decay_rate: float, decay_steps: int):
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 5000) -> tuple[float, float]:
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 500) -> tuple[float, float]:
     """Mean cross-entropy loss and accuracy of ``model`` in eval mode on (x, y).
 
     Args:
@@ -388,6 +388,7 @@ class Trainer:
                  self.device)
         summary = self._base_summary()
         rundir.write_json(self.run_dir / "summary.json", summary)
+        rundir.atomic_write_bytes(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True).encode())
 
         # Plain Python ints: reading a DictConfig attribute inside the step loop costs microseconds.
         max_steps, batch_size = int(tcfg.max_steps), int(tcfg.batch_size)
