@@ -63,6 +63,14 @@ class BNConfig:
     momentum: float = 0.1  # running-average momentum for population_stats=ema
     eps: float = 1e-5  # epsilon of Alg. 1
     impl: str = "torch"  # torch: nn.BatchNorm1d/2d (fast); reference: bnexp.bn.ReferenceBatchNorm
+    # "noisy BN" (Santurkar et al. 2018, Sec. 2.1): after each BN layer, in training only,
+    # y <- s*y + m with mu_t ~ U(-a, a), sigma_t ~ U(1, b) per unit and step,
+    # m ~ U(mu_t - c, mu_t + c), s ~ N(sigma_t, d^2) per activation.
+    noise: bool = False
+    noise_a: float = 0.5
+    noise_b: float = 1.25
+    noise_c: float = 0.1
+    noise_d: float = 0.1
 
 
 @dataclass
@@ -147,6 +155,20 @@ class MonitorConfig:
     unit: int = 0  # the fixed "typical" unit (channel for conv) of the last hidden layer
     histograms: bool = True
     max_values: int = 200_000  # cap on values per layer used for percentiles/histograms
+    # Distribution-shift metrics at every monitor step (cheap): Wasserstein-1 between the
+    # layer's pooled values now and at the previous / first record, per-unit |delta mean|/std
+    # and |log std ratio| (bnexp.ics.DistributionShiftTracker).
+    shift_metrics: bool = True
+    # Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every grad_ics_every steps
+    # (cost: about one training step per hidden layer, on copies of the model).
+    grad_ics: bool = False
+    grad_ics_every: int = 1000
+    # Loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1) every landscape_every
+    # steps: move along the gradient by these multiples of the current learning rate
+    # (cost: one forward/backward per step size, on a copy of the model).
+    landscape: bool = False
+    landscape_every: int = 1000
+    landscape_step_sizes: List[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
 
 
 @dataclass
@@ -268,6 +290,12 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError("monitor.percentiles", list(cfg.monitor.percentiles), "each must lie in (0, 100)")
     if cfg.monitor.unit < 0:
         raise ConfigError("monitor.unit", cfg.monitor.unit, "must be >= 0")
+    for key in ("grad_ics_every", "landscape_every"):
+        if cfg.monitor[key] < 1:
+            raise ConfigError(f"monitor.{key}", cfg.monitor[key], "must be >= 1")
+    if not cfg.monitor.landscape_step_sizes or any(not s > 0 for s in cfg.monitor.landscape_step_sizes):
+        raise ConfigError("monitor.landscape_step_sizes", list(cfg.monitor.landscape_step_sizes),
+                          "a non-empty list of positive multiples of the learning rate")
     if cfg.monitor.max_values < 100:
         raise ConfigError("monitor.max_values", cfg.monitor.max_values, "must be >= 100")
     bn = cfg.bn
@@ -275,6 +303,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("bn.eps", bn.eps, "must be > 0")
     if not 0.0 < bn.momentum <= 1.0:
         raise ConfigError("bn.momentum", bn.momentum, "must lie in (0, 1]")
+    if bn.noise_a < 0 or bn.noise_b < 1 or bn.noise_c < 0 or bn.noise_d < 0:
+        raise ConfigError("bn.noise_a/b/c/d", [bn.noise_a, bn.noise_b, bn.noise_c, bn.noise_d],
+                          "need a >= 0, b >= 1, c >= 0, d >= 0")
     if bn.impl not in ("torch", "reference"):
         raise ConfigError("bn.impl", bn.impl, "use torch or reference")
     if bn.recompute_batches < 1:

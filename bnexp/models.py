@@ -52,9 +52,17 @@ class HiddenLayer(nn.Module):
 
 def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
     if getattr(bn_cfg, "impl", "torch") == "reference":
-        return ReferenceBatchNorm(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
-    cls = nn.BatchNorm2d if conv else nn.BatchNorm1d
-    return cls(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+        bn: nn.Module = ReferenceBatchNorm(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+    else:
+        cls = nn.BatchNorm2d if conv else nn.BatchNorm1d
+        bn = cls(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+    if getattr(bn_cfg, "noise", False):
+        from bnexp.ics import NoisyBatchNorm
+
+        # the noise generator's seed is drawn from torch's (already seeded) global RNG
+        seed = int(torch.randint(0, 2**31 - 1, (1,)))
+        bn = NoisyBatchNorm(bn, bn_cfg.noise_a, bn_cfg.noise_b, bn_cfg.noise_c, bn_cfg.noise_d, seed=seed)
+    return bn
 
 
 def _init_weights(model: nn.Module, init_std: float | None) -> None:

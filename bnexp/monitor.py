@@ -78,12 +78,17 @@ class _ProbeMode:
         self.model = model
 
     def __enter__(self):
+        from bnexp.ics import NoisyBatchNorm
+
         self.was_training = self.model.training
         self.bns = bn_layers(self.model)
+        # noisy BN (Santurkar et al.) injects its noise in the probe too: the distribution
+        # the nonlinearity sees in training is what the monitor is meant to show
+        self.noisy = [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
         self.saved = [{k: v.clone() for k, v in bn.state_dict().items() if "running" in k or "num_batches" in k}
                       for bn in self.bns]
         self.model.eval()
-        for bn in self.bns:
+        for bn in self.bns + self.noisy:
             bn.train()
         return self
 
@@ -114,8 +119,11 @@ class ShiftMonitor:
     """
 
     def __init__(self, model: nn.Module, probe_x: torch.Tensor, percentiles: list[float], unit: int = 0,
-                 histograms: bool = True, max_values: int = 200_000):
+                 histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True):
+        from bnexp.ics import DistributionShiftTracker
+
         self.model = model
+        self.tracker = DistributionShiftTracker(max_values=max_values) if shift_metrics else None
         self.probe_x = probe_x
         self.percentiles = list(percentiles)
         self.unit = unit
@@ -161,6 +169,14 @@ class ShiftMonitor:
                     writer.add_scalar(f"shift/{name}/{k}", v, step)
                 if self.histograms:
                     log_histogram(writer, f"preact/{name}", sub, step)
+        if self.tracker is not None:
+            # Distribution-shift metrics against the previous and the first record (bnexp.ics)
+            metrics = self.tracker.update(captured, step)
+            record["shift_metrics"] = metrics
+            if writer is not None:
+                for name, vals in metrics.items():
+                    for k, v in vals.items():
+                        writer.add_scalar(f"ics/{name}/{k}", v, step)
         last_name = self.layers[-1][0]
         last = captured[last_name]
         unit_values = last[:, self.unit].reshape(-1)
@@ -185,7 +201,15 @@ class ShiftMonitor:
             title = (f"{name}: input to g, {mid} with {lo}-{hi} band" if name != "typical_unit"
                      else f"typical unit {self.unit} of {self.layers[-1][0]}: {mid} with {lo}-{hi} band")
             charts[title] = ["Margin", [f"shift/{name}/{mid}", f"shift/{name}/{lo}", f"shift/{name}/{hi}"]]
-        return {"covariate shift": charts}
+        layout = {"covariate shift": charts}
+        if self.tracker is not None:
+            layout["internal covariate shift (distribution view)"] = {
+                "Wasserstein-1 to the first record, per layer": ["Multiline", [r"ics/layer\d+/w1_first"]],
+                "Wasserstein-1 to the previous record, per layer": ["Multiline", [r"ics/layer\d+/w1_prev"]],
+                "mean over units of |delta mean| / std to the first record": ["Multiline",
+                                                                            [r"ics/layer\d+/mean_shift_first"]],
+            }
+        return layout
 
     def figure(self, title: str = ""):
         """Matplotlib figure of the percentile bands over steps: one panel per layer plus the typical unit."""
@@ -197,12 +221,15 @@ class ShiftMonitor:
             f.write(json.dumps(record) + "\n")
 
     def state_dict(self) -> dict:
-        """The monitor's history (for checkpoints)."""
-        return {"history": self.history}
+        """The monitor's history and shift-tracker snapshots (for checkpoints)."""
+        return {"history": self.history,
+                "tracker": self.tracker.state_dict() if self.tracker is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""
         self.history = list(state["history"])
+        if self.tracker is not None and state.get("tracker") is not None:
+            self.tracker.load_state_dict(state["tracker"])
 
 
 def plot_percentile_bands(history: list[dict], percentiles: list[float], title: str = ""):

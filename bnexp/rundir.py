@@ -104,7 +104,8 @@ def clear_partial_outputs(run_dir: Path, checkpoint: bool = False) -> None:
     """Remove the logs (and with ``checkpoint``, the checkpoint and summary) of an earlier
     incomplete attempt before starting the run from scratch."""
     run_dir = Path(run_dir)
-    paths = list(run_dir.glob("events.out.tfevents.*")) + [run_dir / "metrics.jsonl", run_dir / "shift.jsonl"]
+    paths = list(run_dir.glob("events.out.tfevents.*")) + [run_dir / n for n in ("metrics.jsonl", "shift.jsonl",
+                                                                                  "ics.jsonl")]
     if checkpoint:
         paths += [run_dir / "checkpoint.pt", run_dir / "summary.json"]
     for p in paths:

@@ -36,6 +36,7 @@ from bnexp.bn import bn_layers, recompute_population_statistics
 from bnexp.data import BatchSampler, load_data, make_augmenter
 from bnexp.errors import ConfigError, UserError
 from bnexp.models import build_model
+from bnexp.models import hidden_layers as hidden_layers_of
 from bnexp.monitor import ShiftMonitor
 from bnexp.tblog import flat_hparams, metric_names, write_hparams_end, write_hparams_start
 
@@ -231,7 +232,8 @@ class Trainer:
         self.sampler = BatchSampler(len(self.data.train_y), tcfg.batch_size, cfg.seed, self.device)
         self.augment = make_augmenter(cfg.data, cfg.seed, self.device)
         self.monitor = ShiftMonitor(self.model, self.data.test_x[:tcfg.probe_size], list(cfg.monitor.percentiles),
-                                    cfg.monitor.unit, cfg.monitor.histograms, cfg.monitor.max_values)
+                                    cfg.monitor.unit, cfg.monitor.histograms, cfg.monitor.max_values,
+                                    cfg.monitor.shift_metrics)
         self.targets = sorted(float(t) for t in tcfg.targets)
         self.hp = flat_hparams(cfg)
         # progress of the run (all of it goes into checkpoints)
@@ -243,6 +245,9 @@ class Trainer:
         self.log_losses: list[torch.Tensor] = []
         self.log_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.train_time = 0.0  # seconds in the step loop, summed over resumptions
+        # seconds spent in each measurement (inside train_time), reported separately in summary.json
+        self.probe_time = {"eval": 0.0, "monitor": 0.0, "grad_ics": 0.0, "landscape": 0.0}
+        self.ics_history: list[dict] = []  # gradient-ICS and landscape records (ics.jsonl)
         self.resumed_from: int | None = None
         self.writer = None
 
@@ -263,6 +268,9 @@ class Trainer:
                              "log_losses": [t.cpu() for t in self.log_losses],
                              "log_outputs": [(a.cpu(), b.cpu()) for a, b in self.log_outputs]},
             "train_time": self.train_time,
+            "probe_time": dict(self.probe_time),
+            "ics_history": list(self.ics_history),
+            "noise": [m.noise_state() for m in self._noisy_layers()],
             "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
         }
 
@@ -284,6 +292,15 @@ class Trainer:
         self.log_losses = [t.to(self.device) for t in acc["log_losses"]]
         self.log_outputs = [(a.to(self.device), b.to(self.device)) for a, b in acc["log_outputs"]]
         self.train_time = float(state["train_time"])
+        self.probe_time = dict(state.get("probe_time", self.probe_time))
+        self.ics_history = list(state.get("ics_history", []))
+        for m, ns in zip(self._noisy_layers(), state.get("noise", [])):
+            m.load_noise_state(ns)
+
+    def _noisy_layers(self) -> list:
+        from bnexp.ics import NoisyBatchNorm
+
+        return [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
 
     def save_checkpoint(self) -> None:
         """Write ``checkpoint.pt`` atomically; on failure the previous checkpoint stays.
@@ -326,6 +343,7 @@ class Trainer:
         self.resumed_from = self.step
         rundir.write_jsonl(self.run_dir / "metrics.jsonl", self.history)
         rundir.write_jsonl(self.run_dir / "shift.jsonl", self.monitor.history)
+        rundir.write_jsonl(self.run_dir / "ics.jsonl", self.ics_history)
         log.info("resumed from the checkpoint at step %d of %s", self.step, self.run_dir)
         return True
 
@@ -343,7 +361,9 @@ class Trainer:
             self.writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=self.resumed_from + 1)
 
     def _evaluate(self, train_loss: float | None, train_acc: float | None) -> dict:
+        t0 = time.time()
         test_loss, test_acc = evaluate(self.model, self.data.test_x, self.data.test_y)
+        self.probe_time["eval"] += time.time() - t0
         rec = {"step": self.step, "epoch": self.sampler.epoch, "test_loss": test_loss, "test_accuracy": test_acc,
                "train_loss": train_loss, "train_accuracy": train_acc,
                "lr": self.optimizer.param_groups[0]["lr"], "wall_time_s": time.time() - self.t_start}
@@ -355,8 +375,44 @@ class Trainer:
         return rec
 
     def _record_shift(self) -> None:
+        t0 = time.time()
         rec = self.monitor.record(self.step, self.writer)
         rundir.append_jsonl(self.run_dir / "shift.jsonl", rec)
+        self.probe_time["monitor"] += time.time() - t0
+
+    def _grad_ics(self, x: torch.Tensor, y: torch.Tensor, step: int) -> None:
+        """Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) on this step's mini-batch, before
+        its update; logged as ``grad_ics/<layer>/{l2,cos}`` and an ``ics.jsonl`` record."""
+        from bnexp.ics import gradient_ics, layer_param_groups
+
+        t0 = time.time()
+        groups, weights = layer_param_groups(self.model)
+        res = gradient_ics(self.model, nn.functional.cross_entropy, x, y, self.optimizer, groups, weights)
+        names = [name for name, _ in hidden_layers_of(self.model)] + ["classifier"]
+        layers = {name: r for name, r in zip(names, res)}
+        for name, r in layers.items():
+            self.writer.add_scalar(f"grad_ics/{name}/l2", r["l2"], step)
+            self.writer.add_scalar(f"grad_ics/{name}/cos", r["cos"], step)
+        rec = {"step": step, "kind": "grad_ics", "layers": layers}
+        self.ics_history.append(rec)
+        rundir.append_jsonl(self.run_dir / "ics.jsonl", rec)
+        self.probe_time["grad_ics"] += time.time() - t0
+
+    def _landscape(self, x: torch.Tensor, y: torch.Tensor, step: int) -> None:
+        """Loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1) along the gradient, with
+        step sizes = ``monitor.landscape_step_sizes`` x the current learning rate."""
+        from bnexp.ics import landscape_probe
+
+        t0 = time.time()
+        lr = self.optimizer.param_groups[0]["lr"]
+        res = landscape_probe(self.model, nn.functional.cross_entropy, x, y,
+                              [m * lr for m in self.cfg.monitor.landscape_step_sizes])
+        for k in ("loss_variation", "grad_predictiveness", "beta_smoothness"):
+            self.writer.add_scalar(f"landscape/{k}", res[k], step)
+        rec = {"step": step, "kind": "landscape", **res}
+        self.ics_history.append(rec)
+        rundir.append_jsonl(self.run_dir / "ics.jsonl", rec)
+        self.probe_time["landscape"] += time.time() - t0
 
     def _base_summary(self) -> dict:
         cfg = self.cfg
@@ -367,6 +423,7 @@ class Trainer:
             "model": str(cfg.model.name), "data": str(cfg.data.name), "batch_size": int(cfg.trainer.batch_size),
             "device": str(self.device), "num_parameters": sum(p.numel() for p in self.model.parameters()),
             "resumed_from_step": self.resumed_from,
+            "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
         }
 
     # ----- the loop -----------------------------------------------------------------
@@ -395,6 +452,9 @@ class Trainer:
         log_every, eval_every, hist_every = int(tcfg.log_every), int(tcfg.eval_every), int(tcfg.hist_every)
         ckpt_every = int(tcfg.ckpt_every)
         train_x, train_y, augment = self.data.train_x, self.data.train_y, self.augment
+        mcfg = cfg.monitor
+        grad_ics_every = int(mcfg.grad_ics_every) if mcfg.grad_ics else 0
+        landscape_every = int(mcfg.landscape_every) if mcfg.landscape else 0
         status, diverged_step, interrupted = "finished", None, None
         progress = _Progress(tcfg.progress, max_steps)
         progress.update(self.step)
@@ -412,6 +472,10 @@ class Trainer:
                     x, y = train_x[idx], train_y[idx]
                     if augment is not None:
                         x = augment(x)
+                    if grad_ics_every and (self.step + 1) % grad_ics_every == 0:
+                        self._grad_ics(x, y, self.step + 1)
+                    if landscape_every and (self.step + 1) % landscape_every == 0:
+                        self._landscape(x, y, self.step + 1)
                     logits = model(x)
                     loss = nn.functional.cross_entropy(logits, y)
                     optimizer.zero_grad(set_to_none=True)
@@ -502,6 +566,7 @@ class Trainer:
             "population_stats": pop if cfg.bn.enabled else None, **extra,
             "train_time_s": self.train_time,
             "steps_per_s": self.step / self.train_time if self.train_time > 0 else None,
+            "probe_time_s": {k: round(v, 3) for k, v in self.probe_time.items()},
         })
         if self.monitor.history:
             fig = self.monitor.figure(f"bn={cfg.bn.enabled} act={self.hp['act']} lr={cfg.lr:g} seed={cfg.seed}")
