@@ -35,11 +35,13 @@ Usage:
 
 Config groups:
 {groups}
-Top-level switches: bn=true|false  act=sigmoid|relu  lr=FLOAT  seed=INT
+Top-level switches: bn=true|false|noisy  act=sigmoid|relu  lr=FLOAT  seed=INT
 Examples:
   bnexp train
   bnexp train model=cnn bn=true act=relu lr=0.05
   bnexp train -m bn=true,false seed=0,1,2 trainer.max_steps=5000
+  bnexp train +experiment=bn_x5 scale=cpu data.verify_checksums=false    (CIFAR-10, paper Sec. 4.2)
+Sweep scripts: scripts/reproduce_mnist.sh, scripts/reproduce_cifar.sh, scripts/ics_study.sh
 Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/data); data.download=true fetches.
 Outputs: outputs/runs/... and outputs/sweeps/...; view with: tensorboard --logdir outputs
 """
@@ -252,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnexp`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        groups = "\n".join(f"  {g:8s} {', '.join(opts)}" for g, opts in config_groups().items()
-                           if g != "schema")
+        groups = "\n".join(f"  {g:11s} {('+' if g == 'experiment' else '') + g}={'|'.join(opts)}"
+                           for g, opts in config_groups().items() if g != "schema")
         print(USAGE.format(version=bnexp.__version__, groups=groups))
         return 0 if argv else 2
     if argv[0] in ("--version", "-V"):
