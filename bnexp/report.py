@@ -11,6 +11,15 @@ What it reproduces (Ioffe & Szegedy, 2015):
 * Sec. 4.2 (table of the CIFAR-style presets): the steps each preset needs to reach
   the baseline's best test accuracy, as a multiple of the baseline's steps.
 
+And, when the runs recorded the measurements of :mod:`bnexp.ics`, the section "Does BN
+reduce internal covariate shift?" (:data:`ICS_TITLE`): per configuration the BN paper's
+distribution view (how far each layer's input distribution moved, Wasserstein-1, from
+``shift.jsonl``'s ``shift_metrics``) beside Santurkar et al. 2018's gradient-based ICS
+(Def. 2.1) and loss-landscape smoothness (Sec. 3.1) from ``ics.jsonl``, the probes' cost,
+BN vs no BN and noisy BN vs BN verdicts, and what the sweep supports (see
+:func:`ics_section`). Configurations that differ in bn.enabled / bn.noise are then named
+"BN", "noisy BN" and "no BN" (:func:`variant_label`).
+
 Inputs: every folder below SWEEP_DIR holding ``summary.json`` or
 ``.hydra/config.yaml`` is one run (see :mod:`bnexp.rundir` for the layout). Runs are
 grouped into *configurations*: the flattened ``.hydra/config.yaml`` minus ``seed``
@@ -27,7 +36,8 @@ counts as failed; ``running``/``interrupted`` runs count as incomplete. Failed a
 incomplete runs are left out of every mean. No value is ever made up: a missing
 value is written as "not reached" or "n/a" (an empty cell in the CSV, null in JSON).
 
-Outputs, written into SWEEP_DIR: :data:`REPORT_FILES`.
+Outputs, written into SWEEP_DIR: :data:`REPORT_FILES`, plus :data:`ICS_FILES` for the
+kinds of ICS measurement the runs hold (only then).
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ from bnexp.rundir import COMPLETE_STATUSES, read_jsonl, read_summary, write_json
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")
+# Figures of the ICS section, each written only when some run holds its data.
+ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 DEFAULT_TARGETS = (0.9, 0.95, 0.97, 0.98)
 
 # Config keys that do not change the experiment: where data lives and whether it is
@@ -60,7 +72,8 @@ IGNORED_KEYS = frozenset({
 })
 # summary.json field -> the config key it stands for (used when .hydra/config.yaml is missing).
 SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "data.name", "bn": "bn.enabled",
-                  "act": "act", "lr": "lr", "batch_size": "trainer.batch_size", "max_steps": "trainer.max_steps"}
+                  "act": "act", "lr": "lr", "batch_size": "trainer.batch_size", "max_steps": "trainer.max_steps",
+                  "bn_noise": "bn.noise"}
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
 # Keys named in the label when nothing varies across the sweep.
@@ -68,6 +81,13 @@ SALIENT_KEYS = ("bn.enabled", "act", "lr")
 STD_NOTE = "std is the population standard deviation over seeds (numpy.std, ddof=0)"
 _TOL = 1e-9  # accuracy >= target - _TOL counts as reached (float round-off of means)
 SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
+ICS_TITLE = "Does BN reduce internal covariate shift?"
+# Verdict thresholds of the ICS section. A measure is "lower" with BN only when it is below
+# (1 - ICS_MARGIN) x the no-BN value; cos(G, G') differs only when apart by more than
+# COS_MARGIN; noisy BN is "nearly as fast" as BN when it needs at most NEARLY_AS_FAST x BN's steps.
+ICS_MARGIN = 0.1
+COS_MARGIN = 0.02
+NEARLY_AS_FAST = 1.5
 
 
 class ReportError(Exception):
@@ -91,6 +111,8 @@ class Run:
         status: ``finished``, ``diverged``, ``failed`` or ``incomplete``.
         seed: the run's seed, or None when unknown.
         error: why the run failed (None otherwise).
+        ics: records of ics.jsonl (each has ``step`` and ``kind``: ``grad_ics`` or ``landscape``),
+            by step; [] when the file is absent.
     """
 
     path: Path
@@ -102,6 +124,7 @@ class Run:
     status: str
     seed: int | None
     error: str | None = None
+    ics: list[dict] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -118,12 +141,15 @@ class ConfigGroup:
         config: the reduced, flattened config shared by the runs.
         runs: the runs, sorted by seed.
         label: short label (the keys that vary across the sweep, or the experiment name).
+        variant_label: the label naming the BN variant ("BN", "noisy BN", "no BN") plus the
+            other varying keys, see :func:`variant_label`; used by the ICS section.
     """
 
     key: str
     config: dict
     runs: list[Run] = field(default_factory=list)
     label: str = ""
+    variant_label: str = ""
 
     @property
     def completed(self) -> list[Run]:
@@ -135,6 +161,17 @@ class ConfigGroup:
         """bn.enabled of the configuration (None when unknown)."""
         v = self.config.get("bn.enabled")
         return None if v is None else bool(v)
+
+    @property
+    def noisy(self) -> bool:
+        """True for noisy BN (BN followed by injected time-varying noise, Santurkar et al. 2018):
+        bn.enabled and bn.noise of the config, else the summaries' ``bn_noise``."""
+        if self.bn is not True:
+            return False
+        v = self.config.get("bn.noise")
+        if v is None:
+            return any(r.summary.get("bn_noise") is True for r in self.runs)
+        return bool(v)
 
     @property
     def experiment(self) -> str | None:
@@ -272,6 +309,7 @@ def load_run(run_dir: Path) -> Run:
     raw = _read_config(run_dir)
     metrics = _read_records(run_dir / "metrics.jsonl", ("step", "test_accuracy"))
     shift = _read_records(run_dir / "shift.jsonl", ("step",))
+    ics = _read_records(run_dir / "ics.jsonl", ("step", "kind"))
     status, error = _run_status(summary, metrics)
     s = summary or {}
     if raw is not None:
@@ -285,7 +323,7 @@ def load_run(run_dir: Path) -> Run:
         seed = None if seed is None else int(seed)
     except (TypeError, ValueError):
         seed = None
-    return Run(run_dir, s, config, raw is not None, metrics, shift, status, seed, error)
+    return Run(run_dir, s, config, raw is not None, metrics, shift, status, seed, error, ics)
 
 
 def _seed_order(run: Run) -> tuple:
@@ -353,16 +391,74 @@ def _kv_label(config: dict, keys: Iterable[str]) -> str:
     return " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(config[k])}" for k in keys if k in config)
 
 
+def bn_variant(group: ConfigGroup) -> str | None:
+    """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown)."""
+    if group.bn is None:
+        return None
+    if not group.bn:
+        return "no BN"
+    return "noisy BN" if group.noisy else "BN"
+
+
+def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """A label naming the BN variant plus the other keys that vary across the sweep.
+
+    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "bn_x5: BN", and when its
+    name is shared by several configurations "bn_baseline: noisy BN" plus the other varying
+    keys. Configurations built from summaries only are marked "[no config]"; when
+    bn.enabled is unknown the group's label is returned.
+    """
+    v = bn_variant(group)
+    if v is None:
+        return group.label
+    keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))]
+    kv = _kv_label(group.config, keys)
+    exp = group.experiment
+    if exp:
+        shared = sum(g.experiment == exp for g in groups) > 1
+        label = f"{exp}: {v}" + (f" {kv}" if shared and kv else "")
+    else:
+        label = f"{v} {kv}".strip()
+    if group.key.startswith("summary:"):
+        label += " [no config]"
+    return label
+
+
+def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
+    """True when the report's labels name the BN variants ("BN", "noisy BN", "no BN"): the
+    configurations differ in bn.enabled / bn.noise and the configs know bn.noise (a noisy BN
+    configuration exists, or some config has the key). Older sweeps keep "bn=true" labels."""
+    variants = {bn_variant(g) for g in groups} - {None}
+    return len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
+
+
+def _dedupe(labels: list[str]) -> list[str]:
+    """Append " #2", " #3", ... to repeated labels."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label + (f" #{seen[label]}" if seen[label] > 1 else ""))
+    return out
+
+
 def label_groups(groups: list[ConfigGroup]) -> None:
     """Set each group's label: its experiment name, else the keys that vary across the sweep.
 
     Experiment names shared by several configurations get the other varying keys
-    appended; configurations built from summaries only are marked "[no config]".
+    appended; configurations built from summaries only are marked "[no config]". When
+    :func:`variant_labels_apply`, configurations other than uniquely named presets get
+    their :func:`variant_label` instead ("BN lr=0.12", "noisy BN lr=0.12", "no BN lr=0.12").
+    Also sets every group's ``variant_label``.
     """
     vary = varying_keys(groups)
     other = [k for k in vary if k not in ("experiment", "experiment.name")]
     names = [g.experiment for g in groups]
+    use_variants = variant_labels_apply(groups)
     for g in groups:
+        if use_variants and g.config and bn_variant(g) and not (g.experiment and names.count(g.experiment) == 1):
+            g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
+            continue
         if g.experiment:
             extra = _kv_label(g.config, other) if names.count(g.experiment) > 1 else ""
             label = f"{g.experiment} {extra}".strip()
@@ -378,6 +474,8 @@ def label_groups(groups: list[ConfigGroup]) -> None:
         seen[g.label] = seen.get(g.label, 0) + 1
         if seen[g.label] > 1:
             g.label += f" #{seen[g.label]}"
+    for g, label in zip(groups, _dedupe([variant_label(g, groups) for g in groups])):
+        g.variant_label = label
 
 
 def pair_key(group: ConfigGroup) -> str:
@@ -785,10 +883,13 @@ def accuracy_verdict(ctx: str, bn: dict, nb: dict) -> str | None:
 
 
 def _context(bn_g: ConfigGroup, nb_g: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """Prefix of a pair's verdicts: "At lr=0.5", "baseline vs bn_baseline", or ""."""
+    """Prefix of a pair's verdicts: "At lr=0.5", "baseline vs bn_baseline", "noisy BN vs no BN at
+    lr=0.5" (the side called "BN" in the verdict is then noisy BN), or ""."""
     if bn_g.experiment or nb_g.experiment:
         return f"{bn_g.label} vs {nb_g.label}"
     pl = pair_label(bn_g, groups)
+    if bn_g.noisy:
+        return "noisy BN vs no BN" + (f" at {pl}" if pl else "")
     return f"At {pl}" if pl else ""
 
 

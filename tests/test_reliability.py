@@ -48,13 +48,20 @@ def _final_state(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoint.pt", weights_only=False)
 
 
-def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root):
+@pytest.mark.parametrize("extra", [
+    [],
+    # noisy BN (its own noise generator) and the ICS probes (copies of the model, RNG restored)
+    ["bn=noisy", "monitor.grad_ics=true", "monitor.landscape=true", "monitor.grad_ics_every=700",
+     "monitor.landscape_every=900"],
+], ids=["bn", "noisy_bn_with_probes"])
+def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root, extra):
+    args = [*SHORT, *extra]
     ref = tmp_path / "reference"
-    r = run_bnexp("train", *SHORT, f"hydra.run.dir={ref}")
+    r = run_bnexp("train", *args, f"hydra.run.dir={ref}")
     assert r.returncode == 0, r.stderr
 
     killed = tmp_path / "killed"
-    p = _spawn(data_root, tmp_path, "train", *SHORT, f"hydra.run.dir={killed}")
+    p = _spawn(data_root, tmp_path, "train", *args, f"hydra.run.dir={killed}")
     # kill at an arbitrary step after the first checkpoint (step 1000), before the end
     _wait_for(lambda: (killed / "checkpoint.pt").exists())
     _wait_for(lambda: len(read_jsonl(killed / "metrics.jsonl")) >= 7)  # past step 1500
@@ -64,7 +71,7 @@ def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root):
     assert partial[-1]["step"] < 3000, "the run finished before it could be killed"
     assert json.loads((killed / "summary.json").read_text())["status"] == "running"
 
-    r = run_bnexp("train", *SHORT, f"hydra.run.dir={killed}")  # re-run in the same run directory
+    r = run_bnexp("train", *args, f"hydra.run.dir={killed}")  # re-run in the same run directory
     assert r.returncode == 0, r.stderr
     s = json.loads((killed / "summary.json").read_text())
     assert s["status"] == "finished" and s["resumed_from_step"] == 1000
@@ -75,6 +82,7 @@ def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root):
         assert torch.equal(a["model"][key], b["model"][key]), key  # bit-identical weights and BN buffers
     assert _strip_wall(read_jsonl(ref / "metrics.jsonl")) == _strip_wall(read_jsonl(killed / "metrics.jsonl"))
     assert read_jsonl(ref / "shift.jsonl") == read_jsonl(killed / "shift.jsonl")
+    assert read_jsonl(ref / "ics.jsonl") == read_jsonl(killed / "ics.jsonl")
     s_ref = json.loads((ref / "summary.json").read_text())
     for k in ("final_test_accuracy", "best_test_accuracy", "steps_to_target", "final_test_loss"):
         assert s_ref[k] == s[k], k
