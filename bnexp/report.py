@@ -753,7 +753,8 @@ def summarize_group(group: ConfigGroup, targets: list[float]) -> dict:
     Returns:
         {"label", "config", "bn", "experiment", "max_steps", "runs", "completed",
          "diverged", "failed", "incomplete", "max_test_accuracy", "final_test_accuracy",
-         "steps_to_target": {target: reach_stat}, "stability", "seeds": [per-run records]}.
+         "steps_to_target": {target: reach_stat}, "stability", "ics" (:func:`ics_summary`, None
+         without ICS data), "seeds": [per-run records]}.
     """
     done = group.completed
     seeds = [_run_record(r, targets) for r in group.runs]
@@ -767,6 +768,7 @@ def summarize_group(group: ConfigGroup, targets: list[float]) -> dict:
         "final_test_accuracy": accuracy_stat([final_accuracy(r) for r in done]),
         "steps_to_target": {target_key(t): reach_stat([steps_to_target(r, t) for r in done]) for t in targets},
         "stability": config_stability(group),
+        "ics": ics_summary(group),
         "seeds": seeds,
     }
 
@@ -961,6 +963,498 @@ def _sec42_verdicts(sec42: dict | None) -> list[str]:
     return out
 
 
+# ------------------------------------------------- Does BN reduce internal covariate shift?
+
+
+def _layer_avg(layers: Any, key: str) -> float | None:
+    """Mean over the layers of ``{layer: {key: value}}`` of the finite values of ``key`` (None if none)."""
+    if not isinstance(layers, dict):
+        return None
+    vals = _finite(v.get(key) for v in layers.values() if isinstance(v, dict))
+    return float(np.mean(vals)) if vals else None
+
+
+def value_stat(values: list[float | None]) -> dict:
+    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (None values left out of mean/std)."""
+    m, s = mean_std(values)
+    return {"mean": m, "std": s, "n": len(_finite(values)), "per_seed": list(values)}
+
+
+def _shift_metric_records(run: Run) -> list[dict]:
+    """shift.jsonl records of the run that carry ``shift_metrics`` (by step)."""
+    return [r for r in run.shift if isinstance(r.get("shift_metrics"), dict) and r["shift_metrics"]]
+
+
+def distribution_series(run: Run) -> tuple[list[int], list[float | None]]:
+    """(steps, W1 from the first record averaged over layers) of one run's shift_metrics, for the figure."""
+    recs = _shift_metric_records(run)
+    return [int(r["step"]) for r in recs], [_layer_avg(r["shift_metrics"], "w1_first") for r in recs]
+
+
+def run_distribution_view(run: Run) -> dict | None:
+    """The BN paper's distribution view of one run (Ioffe & Szegedy 2015, Sec. 1-2).
+
+    From ``shift.jsonl``'s ``shift_metrics`` (see :class:`bnexp.ics.DistributionShiftTracker`):
+    how far each layer's pooled input to the nonlinearity, on the fixed probe set, moved.
+
+    Returns:
+        None when no record has shift_metrics; else {"records", "final_step",
+        "w1_prev_mean": mean over the records after the first (step 0, the reference whose
+        values are 0 by definition) of w1_prev averaged over layers,
+        "final_w1_first" / "final_mean_shift_first" / "final_log_std_ratio_first": the last
+        record's values averaged over layers, "final_w1_first_per_layer": {layer: w1_first}};
+        the final values are None when there is no record after the first.
+    """
+    recs = _shift_metric_records(run)
+    if not recs:
+        return None
+    later = [r for r in recs if r["step"] > recs[0]["step"]]
+    last = later[-1]["shift_metrics"] if later else None
+    return {
+        "records": len(recs), "final_step": int(later[-1]["step"]) if later else None,
+        "w1_prev_mean": mean_std([_layer_avg(r["shift_metrics"], "w1_prev") for r in later])[0],
+        "final_w1_first": _layer_avg(last, "w1_first"),
+        "final_mean_shift_first": _layer_avg(last, "mean_shift_first"),
+        "final_log_std_ratio_first": _layer_avg(last, "log_std_ratio_first"),
+        "final_w1_first_per_layer": ({k: v.get("w1_first") for k, v in last.items() if isinstance(v, dict)}
+                                     if last else {}),
+    }
+
+
+def _grad_ics_records(run: Run) -> list[dict]:
+    return [r for r in run.ics if r.get("kind") == "grad_ics" and isinstance(r.get("layers"), dict) and r["layers"]]
+
+
+def _grad_layers(recs: list[dict]) -> tuple[list[str], list[str]]:
+    """(all layer names in order, the hidden layers after the first: layer2..layerK).
+
+    The classifier is not a hidden layer; layer1's gradient-based ICS is 0 (cos 1) by
+    definition, since no layer precedes it (Santurkar et al. 2018, Def. 2.1).
+    """
+    names: list[str] = []
+    for r in recs:
+        names.extend(k for k in r["layers"] if k not in names)
+    hidden = [n for n in names if n != "classifier"]
+    return names, hidden[1:]
+
+
+def _probe_avg(rec: dict, layers: list[str], key: str) -> float | None:
+    return _layer_avg({n: rec["layers"].get(n) for n in layers}, key)
+
+
+def gradient_series(run: Run) -> tuple[list[int], list[float | None], list[float | None]]:
+    """(steps, ||G - G'|| and cos(G, G') averaged over layer2..layerK) of one run's grad_ics probes."""
+    recs = _grad_ics_records(run)
+    _, later = _grad_layers(recs)
+    return ([int(r["step"]) for r in recs], [_probe_avg(r, later, "l2") for r in recs],
+            [_probe_avg(r, later, "cos") for r in recs])
+
+
+def run_gradient_view(run: Run) -> dict | None:
+    """Santurkar et al.'s gradient-based ICS (2018, Def. 2.1) of one run, from ``ics.jsonl``.
+
+    Returns:
+        None without grad_ics records; else {"probes", "layers" (layer2..layerK),
+        "l2" / "cos": mean over probes of ||G_i - G'_i||_2 / cos(G_i, G'_i) averaged over
+        layer2..layerK (None with a single hidden layer; NaN cosines left out),
+        "per_layer": {layer: {"l2", "cos", "g_norm"}: mean over probes} (layer1 and the
+        classifier included)}.
+    """
+    recs = _grad_ics_records(run)
+    if not recs:
+        return None
+    names, later = _grad_layers(recs)
+    per_layer = {n: {k: mean_std([(r["layers"].get(n) or {}).get(k) for r in recs
+                                  if isinstance(r["layers"].get(n), dict)])[0] for k in ("l2", "cos", "g_norm")}
+                 for n in names}
+    return {"probes": len(recs), "layers": later,
+            "l2": mean_std([_probe_avg(r, later, "l2") for r in recs])[0],
+            "cos": mean_std([_probe_avg(r, later, "cos") for r in recs])[0], "per_layer": per_layer}
+
+
+LANDSCAPE_KEYS = ("loss_variation", "grad_predictiveness", "beta_smoothness")
+
+
+def _landscape_records(run: Run) -> list[dict]:
+    return [r for r in run.ics if r.get("kind") == "landscape"]
+
+
+def landscape_series(run: Run) -> tuple[list[int], dict[str, list[float | None]]]:
+    """(steps, {key: values}) of one run's landscape probes, keys :data:`LANDSCAPE_KEYS`."""
+    recs = _landscape_records(run)
+    vals = {k: [(_finite([r.get(k)]) or [None])[0] for r in recs] for k in LANDSCAPE_KEYS}
+    return [int(r["step"]) for r in recs], vals
+
+
+def run_landscape_view(run: Run) -> dict | None:
+    """Loss-landscape smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1) of one run.
+
+    Returns:
+        None without landscape records; else {"probes", "loss_variation",
+        "grad_predictiveness", "beta_smoothness"}: means over the probes (finite values).
+    """
+    recs = _landscape_records(run)
+    if not recs:
+        return None
+    return {"probes": len(recs), **{k: mean_std([r.get(k) for r in recs])[0] for k in LANDSCAPE_KEYS}}
+
+
+PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
+
+
+def ics_summary(group: ConfigGroup) -> dict | None:
+    """The ICS measurements of one configuration: means ± std over its finished seeds.
+
+    Diverged runs are left out (as for the stability numbers: their last record is not the
+    end of training). Each view's values are per seed those of :func:`run_distribution_view`,
+    :func:`run_gradient_view` and :func:`run_landscape_view`; a view is None ("not measured")
+    when no finished seed has its data.
+
+    Returns:
+        None when no finished run has any of the three views; else {"label" (the
+        :func:`variant_label`), "variant", "seeds" (finished runs), "distribution":
+        {"seeds", "w1_prev_mean", "final_w1_first", "final_mean_shift_first",
+        "final_log_std_ratio_first", "final_w1_first_per_layer": {layer: stat}},
+        "gradient": {"seeds", "probes", "layers", "l2", "cos", "per_layer": {layer: {"l2",
+        "cos", "g_norm"}}}, "landscape": {"seeds", "probes", "loss_variation",
+        "grad_predictiveness", "beta_smoothness"}, "probe_time_s": {kind: stat} (seconds per
+        run, summary.json) or None}; every stat is :func:`value_stat`.
+    """
+    runs = [r for r in group.runs if r.status == "finished"]
+    dist = [v for v in map(run_distribution_view, runs) if v]
+    grad = [v for v in map(run_gradient_view, runs) if v]
+    land = [v for v in map(run_landscape_view, runs) if v]
+    if not (dist or grad or land):
+        return None
+    out: dict = {"label": group.variant_label or group.label, "variant": bn_variant(group), "seeds": len(runs),
+                 "distribution": None, "gradient": None, "landscape": None, "probe_time_s": None}
+    if dist:
+        layers: list[str] = []
+        for v in dist:
+            layers.extend(k for k in v["final_w1_first_per_layer"] if k not in layers)
+        out["distribution"] = {
+            "seeds": len(dist),
+            **{k: value_stat([v[k] for v in dist]) for k in ("w1_prev_mean", "final_w1_first",
+                                                             "final_mean_shift_first", "final_log_std_ratio_first")},
+            "final_w1_first_per_layer": {n: value_stat([v["final_w1_first_per_layer"].get(n) for v in dist])
+                                         for n in layers},
+        }
+    if grad:
+        names: list[str] = []
+        later: list[str] = []
+        for v in grad:
+            names.extend(k for k in v["per_layer"] if k not in names)
+            later.extend(k for k in v["layers"] if k not in later)
+        out["gradient"] = {
+            "seeds": len(grad), "probes": [v["probes"] for v in grad], "layers": later,
+            "l2": value_stat([v["l2"] for v in grad]), "cos": value_stat([v["cos"] for v in grad]),
+            "per_layer": {n: {k: value_stat([v["per_layer"].get(n, {}).get(k) for v in grad])
+                              for k in ("l2", "cos", "g_norm")} for n in names},
+        }
+    if land:
+        out["landscape"] = {"seeds": len(land), "probes": [v["probes"] for v in land],
+                            **{k: value_stat([v[k] for v in land]) for k in LANDSCAPE_KEYS}}
+    times = [r.summary.get("probe_time_s") for r in runs if isinstance(r.summary.get("probe_time_s"), dict)]
+    if times:
+        out["probe_time_s"] = {k: value_stat([t.get(k) for t in times]) for k in PROBE_KINDS}
+    return out
+
+
+def format_stat(st: dict | None, missing: str = "n/a") -> str:
+    """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
+    if st is None or st["mean"] is None:
+        return missing
+    return f"{st['mean']:.4g} ± {st['std']:.2g}"
+
+
+def _g(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def _ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _lower(x: float | None, y: float | None) -> bool | None:
+    """x below (1 - ICS_MARGIN) * y; None when either is missing."""
+    if x is None or y is None:
+        return None
+    return x < (1.0 - ICS_MARGIN) * y
+
+
+def ics_comparison_sets(groups: list[ConfigGroup]) -> list[dict[str, ConfigGroup]]:
+    """Matching configurations (same config except bn.* and experiment, :func:`pair_key`) by variant:
+    [{"BN": g, "noisy BN": g, "no BN": g}] (the first of each variant), those with two variants or more."""
+    sets: dict[str, dict[str, ConfigGroup]] = {}
+    for g in groups:
+        v = bn_variant(g)
+        if v is not None:
+            sets.setdefault(pair_key(g), {}).setdefault(v, g)
+    return [s for s in sets.values() if len(s) > 1]
+
+
+def distribution_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
+    """BN vs no BN in the BN paper's distribution view: final W1 from the start, averaged over layers.
+
+    Returns:
+        (sentence, {"bn", "no_bn", "ratio", "reduced"}) -- reduced when BN's W1 is below
+        (1 - ICS_MARGIN) x no BN's; (a "not measured" sentence, None) without the data.
+    """
+    bd, nd = (bn or {}).get("distribution"), (nb or {}).get("distribution")
+    x = bd["final_w1_first"]["mean"] if bd else None
+    y = nd["final_w1_first"]["mean"] if nd else None
+    if x is None or y is None:
+        return f"{pre}distribution view: not measured (shift_metrics missing for BN or no BN).", None
+    ratio = x / y if y > 0 else None
+    reduced = bool(_lower(x, y))
+    line = (f"{pre}distribution view: at the end, the input distributions of BN's layers moved W1 = "
+            f"{format_stat(bd['final_w1_first'])} from their start, no BN's {format_stat(nd['final_w1_first'])}: "
+            f"BN {'reduces' if reduced else 'does not reduce'} this measure of covariate shift "
+            f"(ratio {_ratio(ratio)}; step-to-step W1 BN "
+            f"{_g(bd['w1_prev_mean']['mean'])} vs no BN {_g(nd['w1_prev_mean']['mean'])}).")
+    return line, {"bn": x, "no_bn": y, "ratio": ratio, "reduced": reduced}
+
+
+def gradient_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
+    """BN vs no BN in Santurkar et al.'s gradient view (Def. 2.1), layers 2..K averaged.
+
+    "less" when BN's ||G - G'|| is below (1 - ICS_MARGIN) x no BN's and its cos(G, G') is not
+    lower by more than COS_MARGIN; "as much or more" when ||G - G'|| is not lower and cos
+    not higher by more than COS_MARGIN; otherwise "mixed" (the two measures disagree).
+
+    Returns:
+        (sentence, {"bn_l2", "no_bn_l2", "bn_cos", "no_bn_cos", "result"}), or
+        (a "not measured" sentence, None).
+    """
+    bg, ng = (bn or {}).get("gradient"), (nb or {}).get("gradient")
+    x = bg["l2"]["mean"] if bg else None
+    y = ng["l2"]["mean"] if ng else None
+    if x is None or y is None:
+        return (f"{pre}gradient view (Santurkar Def. 2.1): not measured (no grad_ics probes of layers 2..K "
+                "for BN or no BN)."), None
+    a, b = bg["cos"]["mean"], ng["cos"]["mean"]
+    l2_less = bool(_lower(x, y))
+    cos_worse = a is not None and b is not None and a < b - COS_MARGIN
+    cos_better = a is not None and b is not None and a > b + COS_MARGIN
+    if l2_less and not cos_worse:
+        result = "less"
+    elif not l2_less and not cos_better:
+        result = "as much or more"
+    else:
+        result = "mixed"
+    tail = {"less": "BN shows less gradient-based ICS",
+            "as much or more": "BN shows as much or more gradient-based ICS",
+            "mixed": ("the two measures disagree: BN's ||G - G'|| is " + ("lower" if l2_less else "not lower")
+                      + " but its cos(G, G') is " + ("lower" if cos_worse else "higher")
+                      + ", so BN's gradient-based ICS is neither clearly less nor more")}[result]
+    line = (f"{pre}gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN {format_stat(bg['l2'])} vs no BN "
+            f"{format_stat(ng['l2'])}, cos BN {_g(a)} vs no BN {_g(b)}: {tail}.")
+    return line, {"bn_l2": x, "no_bn_l2": y, "bn_cos": a, "no_bn_cos": b, "result": result}
+
+
+def landscape_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
+    """BN vs no BN loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1): smoother when BN's
+    beta-smoothness is below (1 - ICS_MARGIN) x no BN's.
+
+    Returns:
+        (sentence, {"bn": {key: mean}, "no_bn": {key: mean}, "smoother"}), or (a "not measured" sentence, None).
+    """
+    bl, nl = (bn or {}).get("landscape"), (nb or {}).get("landscape")
+    x = bl["beta_smoothness"]["mean"] if bl else None
+    y = nl["beta_smoothness"]["mean"] if nl else None
+    if x is None or y is None:
+        return f"{pre}landscape: not measured (no landscape probes for BN or no BN).", None
+    smoother = bool(_lower(x, y))
+    line = (f"{pre}landscape: beta-smoothness BN {format_stat(bl['beta_smoothness'])} vs no BN "
+            f"{format_stat(nl['beta_smoothness'])}, loss variation BN {_g(bl['loss_variation']['mean'])} vs no BN "
+            f"{_g(nl['loss_variation']['mean'])}, gradient predictiveness BN {_g(bl['grad_predictiveness']['mean'])}"
+            f" vs no BN {_g(nl['grad_predictiveness']['mean'])}: BN's loss landscape is "
+            f"{'smoother' if smoother else 'not smoother'} along the gradient.")
+    return line, {"bn": {k: bl[k]["mean"] for k in LANDSCAPE_KEYS},
+                  "no_bn": {k: nl[k]["mean"] for k in LANDSCAPE_KEYS}, "smoother": smoother}
+
+
+def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targets: list[float],
+                  noisy_max_steps: int | None) -> tuple[str, dict | None]:
+    """Noisy BN vs BN (Santurkar et al. 2018, Sec. 2.1): the steps to the highest target that BN
+    reached in all seeds, and the slowdown factor = mean noisy-BN steps / mean BN steps
+    (a lower bound max_steps / BN steps when noisy BN reached it in no seed).
+
+    Args:
+        pre: the sentence prefix ("At lr=0.5: " or "").
+        noisy, bn, nb: :func:`summarize_group` statistics of noisy BN, BN and no BN (None if absent).
+        targets: the report's targets.
+        noisy_max_steps: noisy BN's trainer.max_steps.
+
+    Returns:
+        (sentence, {"target", "factor", "lower_bound", "nearly_as_fast", "faster_than_no_bn"})
+        (factor None when not measurable), or (sentence, None) without a BN configuration.
+    """
+    if bn is None:
+        return f"{pre}noisy BN: no matching BN configuration, so its slowdown is not measured.", None
+    full = [t for t in targets if bn["steps_to_target"][target_key(t)]["n"] > 0
+            and bn["steps_to_target"][target_key(t)]["reached"] == bn["steps_to_target"][target_key(t)]["n"]]
+    if not full:
+        return (f"{pre}noisy BN: BN reached none of the targets in all its seeds, so the slowdown of noisy BN is "
+                "not measured."), {"target": None, "factor": None, "lower_bound": None, "nearly_as_fast": None,
+                                   "faster_than_no_bn": None}
+    t = max(full)
+    tk = target_key(t)
+    bs, ns = bn["steps_to_target"][tk], noisy["steps_to_target"][tk]
+    sp = compute_speedup(bs, ns, noisy_max_steps)  # "speedup" of BN over noisy BN = slowdown of noisy BN
+    nbs = nb["steps_to_target"][tk] if nb else None
+    and_nb = f" (and no BN {steps_phrase(nbs)})" if nbs else ""
+    bn_txt = f"BN {bs['mean']:,.0f} ± {bs['std']:,.0f}"
+    factor, lb = sp["value"], sp["lower_bound"]
+    if factor is not None and not lb:
+        line = (f"{pre}noisy BN reached {format_target(t)} in {ns['mean']:,.0f} ± {ns['std']:,.0f} steps vs "
+                f"{bn_txt}{and_nb}: ")
+        line += (f"injected distribution shift slows BN training by factor {factor:.2f}." if factor >= 1 else
+                 f"injected distribution shift does not slow BN training (factor {factor:.2f}).")
+    elif factor is not None:
+        within = f" within {noisy_max_steps:,} steps" if noisy_max_steps else ""
+        line = (f"{pre}noisy BN did not reach {format_target(t)}{within} in {ns['n']}/{ns['n']} runs vs "
+                f"{bn_txt}{and_nb}: injected distribution shift slows BN training by a factor of at least "
+                f"{factor:.1f}.")
+    else:
+        line = (f"{pre}noisy BN: {steps_phrase(ns)} to reach {format_target(t)} vs {bn_txt}{and_nb}: the slowdown "
+                "factor is not measured (noisy BN did not reach it in all its seeds, or has no completed runs).")
+    faster = None
+    if ns["n"] and ns["reached"] == ns["n"] and nbs and nbs["n"]:
+        faster = nbs["reached"] < nbs["n"] or nbs["mean"] > ns["mean"]
+    return line, {"target": t, "factor": factor, "lower_bound": lb,
+                  "nearly_as_fast": None if factor is None else (not lb and factor <= NEARLY_AS_FAST),
+                  "faster_than_no_bn": faster}
+
+
+def _ics_accuracy_line(pre: str, sides: list[tuple[str, dict]]) -> str | None:
+    """"final test accuracy: BN 98.10 ± 0.05%, noisy BN ..., no BN ..."."""
+    parts = [f"{name} {format_acc(s['final_test_accuracy'])}%" for name, s in sides
+             if s["final_test_accuracy"]["mean"] is not None]
+    return f"{pre}final test accuracy: {', '.join(parts)}." if len(parts) > 1 else None
+
+
+def supports_paragraph(pre: str, comp: dict) -> str:
+    """The "What this sweep supports" sentence of one set of matching configurations, built only
+    from the booleans of :func:`ics_section`'s comparison (``comp``); absent measures are named
+    "not measured" and never counted."""
+    favour_s: list[str] = []    # for Santurkar et al.'s account / against the ICS account
+    favour_ics: list[str] = []  # for the BN paper's ICS account / against Santurkar et al.'s
+    neutral: list[str] = []
+    missing: list[str] = []
+    d, g, ls, n = comp["distribution"], comp["gradient"], comp["landscape"], comp["noisy"]
+    if d is None:
+        missing.append("the distribution view")
+    elif d["reduced"]:
+        neutral.append(f"BN reduces the distribution shift of its layers' inputs (W1 ratio {_ratio(d['ratio'])}), "
+                       "which both accounts accept")
+    else:
+        favour_s.append(f"BN does not reduce the distribution shift of its layers' inputs (W1 ratio "
+                        f"{_ratio(d['ratio'])})")
+    if "noisy BN" not in comp["labels"]:
+        missing.append("noisy BN")
+    elif n is None or n["factor"] is None:
+        missing.append("the slowdown of noisy BN")
+    elif n["nearly_as_fast"]:
+        faster = ", and still faster than no BN" if n["faster_than_no_bn"] else ""
+        favour_s.append(f"BN's gains coexist with injected covariate shift (noisy BN is nearly as fast as BN: "
+                        f"factor {n['factor']:.2f}{faster})")
+    else:
+        bound = "at least " if n["lower_bound"] else ""
+        favour_ics.append(f"injected covariate shift costs BN much of its speed (noisy BN needs {bound}"
+                          f"{n['factor']:.1f}x BN's steps)")
+    if g is None:
+        missing.append("gradient-based ICS")
+    elif g["result"] == "less":
+        favour_ics.append("BN shows less gradient-based ICS")
+    elif g["result"] == "as much or more":
+        favour_s.append("BN shows as much or more gradient-based ICS")
+    else:
+        neutral.append("BN's gradient-based ICS is mixed (||G - G'|| and cos disagree)")
+    if ls is None:
+        missing.append("the loss landscape")
+    elif ls["smoother"]:
+        favour_s.append("BN's loss landscape is smoother along the gradient")
+    else:
+        favour_ics.append("BN's loss landscape is not smoother along the gradient")
+    observed = neutral + favour_s + favour_ics
+    text = pre + ("; ".join(observed) + ". " if observed else "")
+    if favour_s and not favour_ics:
+        text += ("This supports Santurkar et al.'s account (BN helps by making the optimization landscape "
+                 "smoother) over the reduction of internal covariate shift.")
+    elif favour_ics and not favour_s:
+        text += ("This supports the BN paper's account (BN helps by reducing internal covariate shift) over "
+                 "Santurkar et al.'s.")
+    elif favour_s:
+        text += (f"The evidence is mixed: {len(favour_s)} observation(s) favour Santurkar et al.'s account, "
+                 f"{len(favour_ics)} the reduction of internal covariate shift.")
+    else:
+        text += "Nothing measured here favours either account."
+    if missing:
+        text += f" Not measured: {', '.join(missing)}."
+    return text
+
+
+def ics_section(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float]) -> dict | None:
+    """The section "Does BN reduce internal covariate shift?" (:data:`ICS_TITLE`).
+
+    Sets the BN paper's view (distribution shift of the layers' inputs; steps to a target
+    with injected shift, i.e. noisy BN) beside Santurkar et al. 2018's (gradient-based ICS,
+    Def. 2.1; loss-landscape smoothness, Sec. 3.1) for every set of matching configurations
+    (:func:`ics_comparison_sets`), with verdicts computed from the numbers and the
+    thresholds :data:`ICS_MARGIN`, :data:`COS_MARGIN` and :data:`NEARLY_AS_FAST`.
+
+    Args:
+        groups: the configurations.
+        stats: :func:`summarize_group` of each, by key (with its ``ics`` from :func:`ics_summary`).
+        targets: the report's targets.
+
+    Returns:
+        None when no configuration has ICS data; else {"title", "configurations": [labels of
+        the configurations with data], "comparisons": [{"context", "labels": {variant: label},
+        "distribution", "gradient", "landscape", "noisy", "verdicts", "supports"}],
+        "verdicts": [all sentences], "supports": [paragraphs], "figures": [the ICS_FILES to draw]}.
+    """
+    with_data = [g for g in groups if stats[g.key].get("ics")]
+    if not with_data:
+        return None
+    comparisons = []
+    for s in ics_comparison_sets(groups):
+        ctx = pair_label(next(iter(s.values())), groups)
+        pre = f"At {ctx}: " if ctx else ""
+        ics = {v: stats[g.key].get("ics") for v, g in s.items()}
+        st = {v: stats[g.key] for v, g in s.items()}
+        comp: dict = {"context": ctx, "labels": {v: g.variant_label for v, g in s.items()},
+                      "distribution": None, "gradient": None, "landscape": None, "noisy": None, "verdicts": []}
+        if "BN" in s and "no BN" in s:
+            for key, fn in (("distribution", distribution_verdict), ("gradient", gradient_verdict),
+                            ("landscape", landscape_verdict)):
+                line, comp[key] = fn(pre, ics["BN"], ics["no BN"])
+                comp["verdicts"].append(line)
+        if "noisy BN" in s:
+            line, comp["noisy"] = noisy_verdict(pre, st["noisy BN"], st.get("BN"), st.get("no BN"), targets,
+                                                s["noisy BN"].max_steps)
+            comp["verdicts"].append(line)
+            nd = (ics["noisy BN"] or {}).get("distribution")
+            bd = (ics.get("BN") or {}).get("distribution")
+            if nd and bd and nd["final_w1_first"]["mean"] is not None and bd["final_w1_first"]["mean"] is not None:
+                visible = _lower(bd["final_w1_first"]["mean"], nd["final_w1_first"]["mean"])
+                comp["verdicts"].append(
+                    f"{pre}noisy BN's layer inputs moved W1 = {format_stat(nd['final_w1_first'])} from their start "
+                    f"(BN {format_stat(bd['final_w1_first'])}): the injected shift is "
+                    f"{'visible' if visible else 'not visible'} in the distribution view.")
+        acc = _ics_accuracy_line(pre, [(v, st[v]) for v in ("BN", "noisy BN", "no BN") if v in st])
+        if acc:
+            comp["verdicts"].append(acc)
+        comp["supports"] = supports_paragraph(pre, comp) if ("BN" in s and "no BN" in s) or "noisy BN" in s else ""
+        comparisons.append(comp)
+    figures = [name for name, view in zip(ICS_FILES, ("distribution", "gradient", "landscape"))
+               if any(stats[g.key]["ics"][view] for g in with_data)]
+    return {"title": ICS_TITLE, "configurations": [stats[g.key]["ics"]["label"] for g in with_data],
+            "comparisons": comparisons, "verdicts": [v for c in comparisons for v in c["verdicts"]],
+            "supports": [c["supports"] for c in comparisons if c["supports"]], "figures": figures}
+
+
 # -------------------------------------------------------------------------- build
 
 
@@ -990,7 +1484,8 @@ def default_targets(runs: list[Run]) -> list[float]:
 
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
-    """Read the sweep, group runs, compute every statistic, speedup, verdict and the Sec. 4.2 table.
+    """Read the sweep, group runs, compute every statistic, speedup, verdict, the Sec. 4.2 table and
+    the ICS section (``data["ics"]``, None without ICS data).
 
     Args:
         sweep_dir: the sweep folder.
@@ -1020,10 +1515,12 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
     sec42 = sec42_table(groups)
+    ics = ics_section(groups, stats, targets)
     data = {
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(runs), "sec42": sec42, "configurations": [stats[g.key] for g in groups],
-        "verdicts": verdict_lines(groups, stats, targets, sec42), "files": list(REPORT_FILES),
+        "verdicts": verdict_lines(groups, stats, targets, sec42), "ics": ics,
+        "files": list(REPORT_FILES) + (ics["figures"] if ics else []),
     }
     return Report(sweep_dir, groups, data)
 
@@ -1079,7 +1576,8 @@ def plot_accuracy(report: Report, path: Path) -> None:
         if not steps:
             continue
         c = colors[pair_key(g)]
-        ax.plot(steps, mean, color=c, linestyle="-" if g.bn else "--", label=f"{g.label} (n={len(g.completed)})")
+        style = ("-." if g.noisy else "-") if g.bn else "--"
+        ax.plot(steps, mean, color=c, linestyle=style, label=f"{g.label} (n={len(g.completed)})")
         ax.fill_between(steps, lo, hi, color=c, alpha=0.15, linewidth=0)
         drawn += 1
     sec42 = report.data.get("sec42")
@@ -1090,7 +1588,9 @@ def plot_accuracy(report: Report, path: Path) -> None:
         ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("training step")
     ax.set_ylabel("test accuracy")
-    ax.set_title("Test accuracy vs steps (mean over seeds, min-max band); BN solid, no BN dashed", fontsize=9)
+    noisy = "; noisy BN dash-dot" if any(g.noisy for g in report.groups) else ""
+    ax.set_title(f"Test accuracy vs steps (mean over seeds, min-max band); BN solid, no BN dashed{noisy}",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     if drawn:
         ax.legend(fontsize=7, loc="lower right" if drawn <= 8 else "upper left",
@@ -1218,6 +1718,100 @@ def plot_stability(report: Report, path: Path) -> None:
     plt.close(fig)
 
 
+_VARIANT_STYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--"}
+
+
+def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:
+    """Mean over seeds at every step of per-seed (steps, values) series (finite values only)."""
+    by_step: dict[int, list[float]] = {}
+    for steps, vals in series:
+        for st, v in zip(steps, vals):
+            if v is not None and math.isfinite(v):
+                by_step.setdefault(int(st), []).append(float(v))
+    steps = sorted(by_step)
+    return steps, [float(np.mean(by_step[s])) for s in steps]
+
+
+def _ics_groups(report: Report, view: str) -> list[tuple[ConfigGroup, list[Run]]]:
+    """The configurations with data for ``view`` and their finished runs."""
+    out = []
+    for g, s in zip(report.groups, report.data["configurations"]):
+        if s.get("ics") and s["ics"].get(view):
+            out.append((g, [r for r in g.runs if r.status == "finished"]))
+    return out
+
+
+def _ics_line(ax, i: int, g: ConfigGroup, steps: list[int], vals: list[float], n: int) -> None:
+    plt = _plt()
+    ax.plot(steps, vals, color=plt.get_cmap("tab10")(i % 10), linestyle=_VARIANT_STYLE.get(bn_variant(g) or "", "-"),
+            marker="o" if len(steps) < 3 else None, label=f"{g.variant_label or g.label} (n={n})")
+
+
+def _ics_figure(report: Report, path: Path, view: str, panels: list[tuple[str, str, Any]], title: str,
+                log: bool = False) -> None:
+    """One ICS figure: a panel per (key, y label, per-run series function), one line per configuration.
+
+    Args:
+        log: log y-scale on a panel whose plotted values are all positive.
+    """
+    plt = _plt()
+    confs = _ics_groups(report, view)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
+    for ax, (key, ylabel, fn) in zip(axes[0], panels):
+        drawn = []
+        for i, (g, runs) in enumerate(confs):
+            series = [fn(r) for r in runs]
+            steps, vals = mean_by_step([s for s in series if s[0]])
+            if steps:
+                _ics_line(ax, i, g, steps, vals, sum(1 for s in series if s[0]))
+                drawn.extend(vals)
+        if log and drawn and min(drawn) > 0:
+            ax.set_yscale("log")
+        ax.set_title(ylabel, fontsize=9)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        if not drawn:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        axes[0][-1].legend(handles, labels, fontsize=7)
+    fig.suptitle(title + " (mean over finished seeds; BN solid, noisy BN dash-dot, no BN dashed)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_ics_distribution(report: Report, path: Path) -> None:
+    """ics_distribution.png: the BN paper's view -- Wasserstein-1 distance of each layer's input
+    distribution from its first record (step 0), averaged over layers, vs step."""
+    _ics_figure(report, path, "distribution",
+                [("w1_first", "W1(now, step 0) of the layers' inputs, mean over layers", distribution_series)],
+                "Distribution view (BN paper): how far the input distributions moved from their start")
+
+
+def plot_ics_gradient(report: Report, path: Path) -> None:
+    """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged:
+    ||G - G'||_2 (left) and cos(G, G') (right) vs step."""
+    _ics_figure(report, path, "gradient",
+                [("l2", "||G - G'||_2, layers 2..K", lambda r: gradient_series(r)[:2]),
+                 ("cos", "cos(G, G'), layers 2..K", lambda r: (gradient_series(r)[0], gradient_series(r)[2]))],
+                "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
+
+
+def plot_ics_landscape(report: Report, path: Path) -> None:
+    """ics_landscape.png: loss variation, gradient predictiveness and beta-smoothness along the
+    gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4) vs step; log y-scale where all positive."""
+    panels = [(k, title, (lambda r, k=k: (landscape_series(r)[0], landscape_series(r)[1][k])))
+              for k, title in zip(LANDSCAPE_KEYS, ("loss variation", "gradient predictiveness (l2 change)",
+                                                   "effective beta-smoothness"))]
+    _ics_figure(report, path, "landscape", panels, "Loss landscape along the gradient (Santurkar et al. 2018)",
+                log=True)
+
+
+ICS_PLOTS = {"ics_distribution.png": plot_ics_distribution, "ics_gradient.png": plot_ics_gradient,
+             "ics_landscape.png": plot_ics_landscape}
+
+
 # -------------------------------------------------------------------------- tables
 
 
@@ -1294,9 +1888,88 @@ def _stability_md(report: Report) -> list[str]:
     return head + _md_table(["configuration", "layer", "|median shift|", "spread end/first", "seeds"], rows) + [""]
 
 
+def _ics_rows(report: Report) -> list[tuple[str, dict | None]]:
+    """(section label, ics summary or None) of every configuration, in report order."""
+    out = []
+    for g, s in zip(report.groups, report.data["configurations"]):
+        out.append((s["ics"]["label"] if s.get("ics") else (g.variant_label or g.label), s.get("ics")))
+    return out
+
+
+def _view_cell(ics: dict | None, view: str, key: str) -> str:
+    """A table cell: "mean ± std" of ``ics[view][key]``, "not measured" when the view is absent."""
+    v = (ics or {}).get(view)
+    return format_stat(v[key]) if v else "not measured"
+
+
+def _ics_md(report: Report) -> list[str]:
+    """Markdown of the section "Does BN reduce internal covariate shift?" ([] without ICS data)."""
+    sec = report.data.get("ics")
+    if not sec:
+        return []
+    out = [f"## {ICS_TITLE}", "",
+           "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift "
+           "the change in the distribution of a layer's inputs during training: *W1 step to step* is the "
+           "Wasserstein-1 distance between a layer's pooled inputs to its nonlinearity on the fixed probe set at "
+           "consecutive monitor records (mean over the records after step 0), *W1 from start* the distance "
+           "between the last record and step 0, *|Δmean|/std from start* the mean over units of |mean_end - "
+           "mean_0| / std_0; all averaged over the hidden layers. **Santurkar et al. 2018** (\"How Does Batch "
+           "Normalization Help Optimization?\") measure ICS by how much a layer's gradient changes when the "
+           "layers before it take their update (Def. 2.1: ||G - G'||_2 and cos(G, G'), mean over the probes and "
+           "over layers 2..K; layer 1 is 0 / 1 by definition) and argue that BN helps by making the loss "
+           "landscape smoother (loss variation, gradient predictiveness and effective beta-smoothness along the "
+           "gradient, Sec. 3.1); *noisy BN* is BN followed by injected, time-varying noise (Sec. 2.1), i.e. "
+           "deliberate covariate shift.",
+           "",
+           f"Values are mean ± std over the finished seeds (diverged runs left out); {STD_NOTE}. \"not measured\": "
+           f"no finished run of the configuration recorded it. A measure counts as lower with BN only when it is "
+           f"below {1 - ICS_MARGIN:g} x the no-BN value; cosines differ when more than {COS_MARGIN:g} apart; noisy BN "
+           f"is \"nearly as fast\" when it needs at most {NEARLY_AS_FAST:g}x BN's steps to the highest target BN "
+           "reached in all seeds.", "",
+           "### Distribution view (BN paper)", ""]
+    rows = []
+    for label, ics in _ics_rows(report):
+        d = (ics or {}).get("distribution")
+        per_layer = (", ".join(f"{k} {_g(v['mean'])}" for k, v in d["final_w1_first_per_layer"].items())
+                     if d else "not measured")
+        rows.append([label, str(d["seeds"]) if d else "0", _view_cell(ics, "distribution", "w1_prev_mean"),
+                     _view_cell(ics, "distribution", "final_w1_first"),
+                     _view_cell(ics, "distribution", "final_mean_shift_first"), per_layer])
+    out += _md_table(["configuration", "seeds", "W1 step to step", "W1 from start (end)",
+                      "|Δmean|/std from start (end)", "W1 from start per layer (end)"], rows) + [""]
+    out += ["### Gradient-based ICS and loss landscape (Santurkar et al. 2018)", ""]
+    rows = []
+    for label, ics in _ics_rows(report):
+        g, ls = (ics or {}).get("gradient"), (ics or {}).get("landscape")
+        seeds = "/".join(str(v["seeds"]) for v in (g, ls) if v) or "0"
+        rows.append([label, seeds, _view_cell(ics, "gradient", "l2"), _view_cell(ics, "gradient", "cos")]
+                    + [_view_cell(ics, "landscape", k) for k in LANDSCAPE_KEYS])
+    out += _md_table(["configuration", "seeds", "||G - G'|| (layers 2..K)", "cos(G, G')", "loss variation",
+                      "gradient predictiveness", "beta-smoothness"], rows) + [""]
+    rows = []
+    for label, ics in _ics_rows(report):
+        pt = (ics or {}).get("probe_time_s")
+        rows.append([label] + [format_stat(pt[k]) if pt else "not measured" for k in PROBE_KINDS])
+    out += ["### Cost of the probes (seconds per run, summary.json probe_time_s)", ""]
+    out += _md_table(["configuration", "eval", "monitor", "grad_ics", "landscape"], rows) + [""]
+    out += ["### Verdicts", ""]
+    out += [f"- {v}" for v in sec["verdicts"]] or ["- No matching BN / noisy BN / no BN configurations to compare."]
+    out += ["", "### What this sweep supports", ""]
+    out += [p + "\n" for p in sec["supports"]] or ["Nothing to compare: the sweep has no matching BN / no BN / "
+                                                   "noisy BN configurations.", ""]
+    if sec["figures"]:
+        names = {"ics_distribution.png": "Distribution view: W1 of the layers' inputs from step 0",
+                 "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
+                 "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
+        out += ["### Figures", ""]
+        for f in sec["figures"]:
+            out += [f"![{names[f]}]({f})", ""]
+    return out
+
+
 def render_markdown(report: Report) -> str:
     """The text of report.md: Sec. 4.2 table (if any), verdicts, main table, speedups, figures,
-    stability, failed runs."""
+    stability, the ICS section (if any), failed runs."""
     d = report.data
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
@@ -1314,6 +1987,7 @@ def render_markdown(report: Report) -> str:
             "![Percentiles of a typical last-hidden-layer unit, no BN vs BN (Fig. 1b,c)](percentiles.png)", "",
             "![Per-layer stability of the input distribution](stability.png)", ""]
     out += _stability_md(report)
+    out += _ics_md(report)
     bad = [(s["label"], r) for s in d["configurations"] for r in s["seeds"] if r["status"] in ("failed", "incomplete")]
     if bad:
         out += ["## Failed and incomplete runs", ""]
@@ -1402,10 +2076,26 @@ def print_table(report: Report, console=None) -> None:
         console.print(t)
     for v in report.data["verdicts"]:
         console.print(f"- {v}", highlight=False, markup=False)
+    sec = report.data.get("ics")
+    if sec:
+        t = Table(title=ICS_TITLE)
+        for h in ("configuration", "W1 from start (end)", "||G - G'|| (layers 2..K)", "cos(G, G')",
+                  "beta-smoothness", "probe s (grad_ics / landscape)"):
+            t.add_column(h, justify="left" if h == "configuration" else "right")
+        for label, ics in _ics_rows(report):
+            pt = (ics or {}).get("probe_time_s")
+            t.add_row(label, _view_cell(ics, "distribution", "final_w1_first"), _view_cell(ics, "gradient", "l2"),
+                      _view_cell(ics, "gradient", "cos"), _view_cell(ics, "landscape", "beta_smoothness"),
+                      " / ".join(_g(pt[k]["mean"]) for k in ("grad_ics", "landscape")) if pt else "not measured")
+        console.print(t)
+        for v in sec["verdicts"]:
+            console.print(f"- {v}", highlight=False, markup=False)
+        for p in sec["supports"]:
+            console.print(f"What this sweep supports: {p}", highlight=False, markup=False)
 
 
 def write_report(report: Report) -> list[Path]:
-    """Write :data:`REPORT_FILES` into the sweep folder.
+    """Write :data:`REPORT_FILES` into the sweep folder, and the :data:`ICS_FILES` the ICS section draws.
 
     Returns:
         the written paths.
@@ -1420,7 +2110,10 @@ def write_report(report: Report) -> list[Path]:
     plot_accuracy(report, d / "accuracy_vs_steps.png")
     plot_percentiles(report, d / "percentiles.png")
     plot_stability(report, d / "stability.png")
-    return [d / f for f in REPORT_FILES]
+    ics_figures = (report.data.get("ics") or {}).get("figures", [])
+    for name in ics_figures:
+        ICS_PLOTS[name](report, d / name)
+    return [d / f for f in REPORT_FILES] + [d / f for f in ics_figures]
 
 
 # ----------------------------------------------------------------------------- CLI

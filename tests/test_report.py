@@ -432,3 +432,280 @@ def test_corrupt_files_do_not_crash(tmp_path):
     assert (conf["runs"], conf["completed"], conf["failed"]) == (3, 1, 2)
     assert conf["steps_to_target"]["0.95"]["text"] == "1,000 ± 0"
     assert report_main([str(root)]) == 0
+
+
+# ------------------------------------------- Does BN reduce internal covariate shift?
+
+# Hand-chosen ICS numbers. Two settings: at lr=0.5 the data favour Santurkar et al. (BN has MORE
+# gradient-based ICS, a smoother landscape, noisy BN nearly as fast); at lr=0.12 the opposite
+# (BN has less gradient-based ICS, a rougher landscape, noisy BN much slower).
+# Distribution view: layer i's final W1 from start = W1_BASE * i * (1 + seed), so over layers 1-3 the
+# mean is 2 * W1_BASE * (1 + seed): seeds 0, 1 -> mean 3 * W1_BASE, std W1_BASE.
+W1_BASE = {"BN": 0.1, "noisy BN": 0.5, "no BN": 0.4}
+# Step-to-step W1: k at step 10,000 and 3k at step 20,000 -> mean 2k.
+W1_PREV_K = {"BN": 0.05, "noisy BN": 0.3, "no BN": 0.2}
+MEAN_SHIFT = {"BN": 0.01, "noisy BN": 0.2, "no BN": 0.3}  # layer i: MEAN_SHIFT * i -> mean 2 * MEAN_SHIFT
+# Gradient-based ICS (layer2, layer3) at the two probes: "high" -> per-probe means 0.5, 0.9 -> 0.7, cos 0.8;
+# "low" -> 0.25, 0.45 -> 0.35, cos 0.9. The classifier's l2 = 5 must not enter the average.
+GRAD = {"high": {"l2": [(0.4, 0.6), (0.8, 1.0)], "cos": (0.9, 0.7)},
+        "low": {"l2": [(0.2, 0.3), (0.4, 0.5)], "cos": (0.95, 0.85)}}
+# Landscape at the two probes: "smooth" -> beta 3, loss variation 0.2, grad predictiveness 2; "rough" -> 15, 0.6, 6.
+LAND = {"smooth": {"beta_smoothness": (2.0, 4.0), "loss_variation": (0.1, 0.3), "grad_predictiveness": (1.0, 3.0)},
+        "rough": {"beta_smoothness": (10.0, 20.0), "loss_variation": (0.5, 0.7), "grad_predictiveness": (5.0, 7.0)}}
+ICS_SETTINGS = {  # lr -> variant -> (gradient kind, landscape kind)
+    0.5: {"BN": ("high", "smooth"), "noisy BN": ("high", "smooth"), "no BN": ("low", "rough")},
+    0.12: {"BN": ("low", "rough"), "noisy BN": ("low", "rough"), "no BN": ("high", "smooth")},
+}
+NOISY_KNOTS = {  # 98% at 2,400 / 2,600 (lr=0.5, factor 2500 / 2250) or 9,000 / 11,000 (lr=0.12, factor 10000 / 2250)
+    0.5: {0: [(0, 0.1), (1100, 0.95), (1700, 0.97), (2400, 0.98), (6000, 0.984)],
+          1: [(0, 0.1), (1300, 0.95), (1900, 0.97), (2600, 0.98), (6000, 0.985)]},
+    0.12: {0: [(0, 0.1), (3000, 0.95), (6000, 0.97), (9000, 0.98)],
+           1: [(0, 0.1), (4000, 0.95), (7000, 0.97), (11000, 0.98)]},
+}
+
+
+def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool = True, land: bool = True) -> Path:
+    """A run of the ICS study: config with bn.noise, shift.jsonl with shift_metrics (steps 0, 10,000,
+    20,000), ics.jsonl with grad_ics and landscape probes at steps 1,000 and 2,000, and summary.json
+    with bn_noise and probe_time_s."""
+    bn = variant != "no BN"
+    knots = {"BN": BN_05[seed], "no BN": NOBN_05[seed], "noisy BN": NOISY_KNOTS[lr][seed]}[variant]
+    d = make_run(root, f"{variant.replace(' ', '_')},lr={lr},seed={seed}", bn=bn, lr=lr, seed=seed, knots=knots)
+    cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
+    cfg["bn"].update({"noise": variant == "noisy BN", "noise_a": 0.5, "noise_b": 1.25})
+    (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    shift = [r for r in _shift(bn, seed, MAX_STEPS) if r["step"] in (0, 10000, 20000)]
+    k, base, ms = W1_PREV_K[variant], W1_BASE[variant], MEAN_SHIFT[variant]
+    for r in shift:
+        sm = {}
+        for i in (1, 2, 3):
+            if r["step"] == 0:
+                vals = dict.fromkeys(("w1_prev", "w1_first", "mean_shift_prev", "mean_shift_first",
+                                      "log_std_ratio_prev", "log_std_ratio_first"), 0.0)
+            elif r["step"] == 10000:
+                vals = {"w1_prev": k, "w1_first": k, "mean_shift_prev": 0.0, "mean_shift_first": 0.0,
+                        "log_std_ratio_prev": 0.0, "log_std_ratio_first": 0.0}
+            else:
+                vals = {"w1_prev": 3 * k, "w1_first": base * i * (1 + seed), "mean_shift_prev": 0.0,
+                        "mean_shift_first": ms * i, "log_std_ratio_prev": 0.0, "log_std_ratio_first": 0.1}
+            sm[f"layer{i}"] = vals
+        r["shift_metrics"] = sm
+    _write_jsonl(d / "shift.jsonl", shift)
+    gk, lk = ICS_SETTINGS[lr][variant]
+    ics = []
+    for p, step in enumerate((1000, 2000)):
+        if grad:
+            l2, cos = GRAD[gk]["l2"][p], GRAD[gk]["cos"]
+            ics.append({"step": step, "kind": "grad_ics", "layers": {
+                "layer1": {"l2": 0.0, "cos": 1.0, "g_norm": 1.0},
+                "layer2": {"l2": l2[0], "cos": cos[0], "g_norm": 1.0},
+                "layer3": {"l2": l2[1], "cos": cos[1], "g_norm": 1.0},
+                "classifier": {"l2": 5.0, "cos": 0.1, "g_norm": 1.0}}})
+        if land:
+            ics.append({"step": step, "kind": "landscape", **{key: v[p] for key, v in LAND[lk].items()},
+                        "loss": 1.0, "grad_norm": 1.0, "step_sizes": [0.0, 0.1], "losses": [1.0, 0.9]})
+    if ics:
+        _write_jsonl(d / "ics.jsonl", ics)
+    summary = json.loads((d / "summary.json").read_text())
+    summary.update({"bn_noise": variant == "noisy BN",
+                    "probe_time_s": {"eval": 1.0, "monitor": 2.0, "grad_ics": 3.0 + seed, "landscape": 4.0}})
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+@pytest.fixture
+def ics_sweep(tmp_path) -> Path:
+    """BN, noisy BN and no BN x lr = 0.5, 0.12 x seeds 0, 1, with every ICS measurement."""
+    root = tmp_path / "ics"
+    for lr in ICS_SETTINGS:
+        for variant in ("BN", "noisy BN", "no BN"):
+            for seed in (0, 1):
+                make_ics_run(root, variant, lr, seed)
+    return root
+
+
+def _ics(report, label: str) -> dict:
+    return _conf(report, label)["ics"]
+
+
+def test_ics_labels_name_the_bn_variants(ics_sweep):
+    report = build_report(ics_sweep)
+    labels = [c["label"] for c in report.data["configurations"]]
+    assert labels == ["BN lr=0.12", "noisy BN lr=0.12", "no BN lr=0.12",
+                      "BN lr=0.5", "noisy BN lr=0.5", "no BN lr=0.5"]
+    assert [c["ics"]["label"] for c in report.data["configurations"]] == labels
+    assert _ics(report, "noisy BN lr=0.5")["variant"] == "noisy BN"
+    # The noisy-BN pair of the Sec. 4.1 verdicts says which BN it is.
+    assert any(v.startswith("noisy BN vs no BN at lr=0.5: BN reached 95%") for v in report.data["verdicts"])
+    assert _conf(report, "BN lr=0.5")["no_bn_match"] == "no BN lr=0.5"
+
+
+def test_ics_labels_of_presets_and_older_sweeps():
+    mk = rep.ConfigGroup
+    groups = [mk("a", {"experiment": "bn_baseline", "bn.enabled": True, "bn.noise": False, "lr": 0.1}),
+              mk("b", {"experiment": "bn_baseline", "bn.enabled": True, "bn.noise": True, "lr": 0.1}),
+              mk("c", {"experiment": "bn_baseline", "bn.enabled": False, "bn.noise": False, "lr": 0.1})]
+    rep.label_groups(groups)
+    assert [g.label for g in groups] == ["bn_baseline: BN", "bn_baseline: noisy BN", "bn_baseline: no BN"]
+    presets = [mk("a", {"experiment": "baseline", "bn.enabled": False, "bn.noise": False}),
+               mk("b", {"experiment": "bn_x5", "bn.enabled": True, "bn.noise": False})]
+    rep.label_groups(presets)
+    assert [g.label for g in presets] == ["baseline", "bn_x5"]  # unique preset names stay
+    assert [g.variant_label for g in presets] == ["baseline: no BN", "bn_x5: BN"]
+    old = [mk("a", {"bn.enabled": True, "lr": 0.5}), mk("b", {"bn.enabled": False, "lr": 0.5})]
+    rep.label_groups(old)  # configs without bn.noise keep the bn=true / bn=false labels
+    assert [g.label for g in old] == ["bn=true", "bn=false"]
+    assert [g.variant_label for g in old] == ["BN", "no BN"]
+
+
+def test_ics_means_over_seeds(ics_sweep):
+    report = build_report(ics_sweep)
+    bn, nb = _ics(report, "BN lr=0.5"), _ics(report, "no BN lr=0.5")
+    d = bn["distribution"]
+    assert d["seeds"] == 2
+    assert d["w1_prev_mean"]["mean"] == pytest.approx(0.1)  # mean of 0.05 and 0.15 (step 0 excluded)
+    assert d["final_w1_first"]["mean"] == pytest.approx(0.3)  # layers avg 0.2 (seed 0), 0.4 (seed 1)
+    assert d["final_w1_first"]["std"] == pytest.approx(0.1)
+    assert d["final_w1_first"]["per_seed"] == pytest.approx([0.2, 0.4])
+    assert d["final_mean_shift_first"]["mean"] == pytest.approx(0.02)
+    assert d["final_w1_first_per_layer"]["layer3"]["mean"] == pytest.approx(0.45)  # 0.3 and 0.6
+    assert nb["distribution"]["final_w1_first"]["mean"] == pytest.approx(1.2)
+    assert nb["distribution"]["w1_prev_mean"]["mean"] == pytest.approx(0.4)
+    g = bn["gradient"]
+    assert g["layers"] == ["layer2", "layer3"]  # layer1 (0 by definition) and the classifier left out
+    assert g["l2"]["mean"] == pytest.approx(0.7) and g["l2"]["std"] == pytest.approx(0.0)
+    assert g["cos"]["mean"] == pytest.approx(0.8)
+    assert g["per_layer"]["layer2"]["l2"]["mean"] == pytest.approx(0.6)
+    assert g["per_layer"]["classifier"]["l2"]["mean"] == pytest.approx(5.0)
+    assert g["per_layer"]["layer1"]["cos"]["mean"] == pytest.approx(1.0)
+    assert nb["gradient"]["l2"]["mean"] == pytest.approx(0.35) and nb["gradient"]["cos"]["mean"] == pytest.approx(0.9)
+    ls = bn["landscape"]
+    assert (ls["beta_smoothness"]["mean"], ls["loss_variation"]["mean"], ls["grad_predictiveness"]["mean"]) == \
+        pytest.approx((3.0, 0.2, 2.0))
+    assert nb["landscape"]["beta_smoothness"]["mean"] == pytest.approx(15.0)
+    pt = bn["probe_time_s"]
+    assert pt["grad_ics"]["mean"] == pytest.approx(3.5) and pt["grad_ics"]["std"] == pytest.approx(0.5)
+    assert pt["landscape"]["mean"] == pytest.approx(4.0)
+
+
+def test_ics_verdicts_favouring_santurkar(ics_sweep):
+    sec = build_report(ics_sweep).data["ics"]
+    comp = next(c for c in sec["comparisons"] if c["context"] == "lr=0.5")
+    assert comp["labels"] == {"BN": "BN lr=0.5", "noisy BN": "noisy BN lr=0.5", "no BN": "no BN lr=0.5"}
+    assert comp["distribution"]["reduced"] is True and comp["distribution"]["ratio"] == pytest.approx(0.25)
+    assert comp["gradient"]["result"] == "as much or more"
+    assert comp["landscape"]["smoother"] is True
+    assert comp["noisy"]["target"] == 0.98 and comp["noisy"]["factor"] == pytest.approx(2500 / 2250)
+    assert comp["noisy"]["nearly_as_fast"] is True and comp["noisy"]["faster_than_no_bn"] is True
+    v = sec["verdicts"]
+    assert ("At lr=0.5: distribution view: at the end, the input distributions of BN's layers moved W1 = 0.3 ± 0.1 "
+            "from their start, no BN's 1.2 ± 0.4: BN reduces this measure of covariate shift (ratio 0.25; "
+            "step-to-step W1 BN 0.1 vs no BN 0.4)." in v)
+    assert ("At lr=0.5: gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN 0.7 ± 0 vs no BN 0.35 ± 0, cos BN 0.8 "
+            "vs no BN 0.9: BN shows as much or more gradient-based ICS." in v)
+    assert ("At lr=0.5: landscape: beta-smoothness BN 3 ± 0 vs no BN 15 ± 0, loss variation BN 0.2 vs no BN 0.6, "
+            "gradient predictiveness BN 2 vs no BN 6: BN's loss landscape is smoother along the gradient." in v)
+    assert ("At lr=0.5: noisy BN reached 98% in 2,500 ± 100 steps vs BN 2,250 ± 250 (and no BN not reached in 2/2 "
+            "runs): injected distribution shift slows BN training by factor 1.11." in v)
+    assert any(line.startswith("At lr=0.5: noisy BN's layer inputs moved W1 = 1.5 ± 0.5") and "visible" in line
+               for line in v)
+    assert any(line.startswith("At lr=0.5: final test accuracy: BN 98.55 ± 0.05%, noisy BN") for line in v)
+    sup = comp["supports"]
+    assert "BN's gains coexist with injected covariate shift (noisy BN is nearly as fast as BN: factor 1.11" in sup
+    assert "BN shows as much or more gradient-based ICS" in sup and "smoother along the gradient" in sup
+    assert sup.endswith("This supports Santurkar et al.'s account (BN helps by making the optimization landscape "
+                        "smoother) over the reduction of internal covariate shift.")
+    assert "Not measured" not in sup and "BN paper's account" not in sup
+
+
+def test_ics_verdicts_favouring_the_bn_paper(ics_sweep):
+    sec = build_report(ics_sweep).data["ics"]
+    comp = next(c for c in sec["comparisons"] if c["context"] == "lr=0.12")
+    assert comp["gradient"]["result"] == "less"
+    assert comp["landscape"]["smoother"] is False
+    assert comp["noisy"]["factor"] == pytest.approx(10000 / 2250) and comp["noisy"]["nearly_as_fast"] is False
+    v = sec["verdicts"]
+    assert ("At lr=0.12: gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN 0.35 ± 0 vs no BN 0.7 ± 0, cos BN "
+            "0.9 vs no BN 0.8: BN shows less gradient-based ICS." in v)
+    assert any(line.startswith("At lr=0.12: landscape: beta-smoothness BN 15 ± 0 vs no BN 3 ± 0")
+               and line.endswith("BN's loss landscape is not smoother along the gradient.") for line in v)
+    assert ("At lr=0.12: noisy BN reached 98% in 10,000 ± 1,000 steps vs BN 2,250 ± 250 (and no BN not reached in "
+            "2/2 runs): injected distribution shift slows BN training by factor 4.44." in v)
+    sup = comp["supports"]
+    assert "injected covariate shift costs BN much of its speed (noisy BN needs 4.4x BN's steps)" in sup
+    assert "This supports the BN paper's account (BN helps by reducing internal covariate shift)" in sup
+    assert "Santurkar et al.'s account (BN helps" not in sup
+
+
+def test_ics_verdict_functions_both_directions():
+    def st(mean):
+        return {"mean": mean, "std": 0.0, "n": 1, "per_seed": [mean]}
+
+    def dist(w1):
+        return {"distribution": {"final_w1_first": st(w1), "w1_prev_mean": st(w1 / 2)}}
+
+    line, res = rep.distribution_verdict("", dist(0.95), dist(1.0))  # within the 10% margin
+    assert res["reduced"] is False and "BN does not reduce this measure of covariate shift (ratio 0.95" in line
+    line, res = rep.distribution_verdict("", dist(0.5), dist(1.0))
+    assert res["reduced"] is True and "BN reduces this measure" in line
+    assert rep.distribution_verdict("", None, dist(1.0))[1] is None
+    assert "not measured" in rep.distribution_verdict("", None, dist(1.0))[0]
+
+    def grad(l2, cos):
+        return {"gradient": {"l2": st(l2), "cos": st(cos)}}
+
+    assert rep.gradient_verdict("", grad(0.5, 0.9), grad(1.0, 0.9))[1]["result"] == "less"
+    assert rep.gradient_verdict("", grad(1.0, 0.8), grad(1.0, 0.9))[1]["result"] == "as much or more"
+    line, res = rep.gradient_verdict("", grad(0.5, 0.5), grad(1.0, 0.9))  # lower l2 but much lower cos
+    assert res["result"] == "mixed" and "disagree" in line
+    comp = {"labels": {"BN": "BN", "no BN": "no BN"}, "distribution": {"reduced": False, "ratio": 0.95},
+            "gradient": {"result": "less"}, "landscape": None, "noisy": None}
+    sup = rep.supports_paragraph("", comp)
+    assert "BN does not reduce the distribution shift of its layers' inputs (W1 ratio 0.95)" in sup
+    assert "The evidence is mixed" in sup and "Not measured: noisy BN, the loss landscape." in sup
+
+
+def test_ics_report_files(ics_sweep, capsys):
+    assert report_main([str(ics_sweep)]) == 0
+    for name in rep.ICS_FILES:
+        assert (ics_sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    md = (ics_sweep / "report.md").read_text(encoding="utf-8")
+    assert "## Does BN reduce internal covariate shift?" in md and "### What this sweep supports" in md
+    assert "| BN lr=0.5 | 2 | 0.1 ± 0 | 0.3 ± 0.1 | 0.02 ± 0 |" in md
+    assert "| no BN lr=0.5 | 2/2 | 0.35 ± 0 | 0.9 ± 0 | 0.6 ± 0 | 6 ± 0 | 15 ± 0 |" in md
+    assert "| BN lr=0.5 | 1 ± 0 | 2 ± 0 | 3.5 ± 0.5 | 4 ± 0 |" in md
+    for name in rep.ICS_FILES:
+        assert f"]({name})" in md
+    data = json.loads((ics_sweep / "report.json").read_text())
+    assert data["ics"]["title"] == rep.ICS_TITLE and len(data["ics"]["supports"]) == 2
+    assert set(rep.ICS_FILES) <= set(data["files"])
+    conf = next(c for c in data["configurations"] if c["label"] == "BN lr=0.5")
+    assert conf["ics"]["distribution"]["final_w1_first_per_layer"]["layer1"]["mean"] == pytest.approx(0.15)
+    out = capsys.readouterr().out
+    assert rep.ICS_TITLE in out and "What this sweep supports" in out
+
+
+def test_ics_partly_measured_and_absent(tmp_path, sweep):
+    # Only the distribution view (no ics.jsonl): the other views are "not measured", one figure only.
+    root = tmp_path / "partial"
+    for variant in ("BN", "no BN"):
+        make_ics_run(root, variant, 0.5, 0, grad=False, land=False)
+    report = build_report(root)
+    assert report.data["ics"]["figures"] == ["ics_distribution.png"]
+    assert _ics(report, "BN")["gradient"] is None
+    sup = report.data["ics"]["supports"][0]
+    assert "Not measured: noisy BN, gradient-based ICS, the loss landscape." in sup
+    assert "Nothing measured here favours either account." in sup
+    assert report_main([str(root)]) == 0
+    assert (root / "ics_distribution.png").is_file()
+    assert not (root / "ics_gradient.png").exists() and not (root / "ics_landscape.png").exists()
+    assert "| BN | 1/1 | not measured | not measured |" not in (root / "report.md").read_text()
+    assert "| BN | 0 | not measured | not measured |" in (root / "report.md").read_text()
+    # A sweep without any of these data: no section, no ics_*.png, labels as before.
+    report = build_report(sweep)
+    assert report.data["ics"] is None
+    assert all(c["ics"] is None for c in report.data["configurations"])
+    assert report_main([str(sweep)]) == 0
+    assert rep.ICS_TITLE not in (sweep / "report.md").read_text(encoding="utf-8")
+    assert not list(sweep.glob("ics_*.png"))
+    assert json.loads((sweep / "report.json").read_text())["files"] == list(rep.REPORT_FILES)
