@@ -14,14 +14,7 @@ cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
 MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist}"
 CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar}"
-if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data ]]; then
-  export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"
-fi
-VERIFY="${VERIFY_CHECKSUMS:-true}"
-if [[ -z "${VERIFY_CHECKSUMS:-}" && -n "${BNEXP_DATA_ROOT:-}" && -d ../shared/data ]] \
-   && [[ "$(cd "${BNEXP_DATA_ROOT}" && pwd -P)" == "$(cd ../shared/data && pwd -P)" ]]; then
-  VERIFY=false  # the known re-encoded CIFAR-10 copy in ../shared/data (see ../shared/README.md)
-fi
+source scripts/_data_env.sh
 PROBES=(monitor.grad_ics=true monitor.landscape=true monitor.grad_ics_every=1000 monitor.landscape_every=1000)
 start=$(date +%s)
 bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${MNIST_DIR}" \

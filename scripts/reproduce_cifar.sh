@@ -18,15 +18,7 @@ cd "$(dirname "$0")/.."
 SCALE="${SCALE:-cpu}"
 JOBS="${JOBS:-$(nproc)}"
 SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/cifar_${SCALE}}"
-if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data/cifar-10-batches-py ]]; then
-  export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"
-fi
-VERIFY="${VERIFY_CHECKSUMS:-true}"
-if [[ -z "${VERIFY_CHECKSUMS:-}" && -n "${BNEXP_DATA_ROOT:-}" && -d ../shared/data ]] \
-   && [[ "$(cd "${BNEXP_DATA_ROOT}" && pwd -P)" == "$(cd ../shared/data && pwd -P)" ]]; then
-  VERIFY=false  # the known re-encoded copy in ../shared/data (see ../shared/README.md)
-  echo "note: using the non-canonical CIFAR-10 copy in ../shared/data (data.verify_checksums=false)"
-fi
+source scripts/_data_env.sh
 THREADS=1
 if [[ "${SCALE}" == "gpu" ]]; then THREADS=0; fi
 start=$(date +%s)
