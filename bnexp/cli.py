@@ -14,7 +14,6 @@ traceback; 1 an internal error, with its traceback.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import traceback
 from pathlib import Path

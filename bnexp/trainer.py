@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bnexp import rundir
-from bnexp.bn import bn_layers, recompute_population_statistics
+from bnexp.bn import recompute_population_statistics
 from bnexp.data import BatchSampler, load_data, make_augmenter
 from bnexp.errors import ConfigError, UserError
 from bnexp.models import build_model

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 import warnings
 from pathlib import Path
 
