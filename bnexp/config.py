@@ -159,6 +159,7 @@ class MonitorConfig:
     # layer's pooled values now and at the previous / first record, per-unit |delta mean|/std
     # and |log std ratio| (bnexp.ics.DistributionShiftTracker).
     shift_metrics: bool = True
+    shift_max_values: int = 20_000  # cap on the values per layer kept for the Wasserstein-1 distances
     # Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every grad_ics_every steps
     # (cost: about one training step per hidden layer, on copies of the model).
     grad_ics: bool = False
@@ -296,6 +297,8 @@ def validate(cfg: DictConfig) -> None:
     if not cfg.monitor.landscape_step_sizes or any(not s > 0 for s in cfg.monitor.landscape_step_sizes):
         raise ConfigError("monitor.landscape_step_sizes", list(cfg.monitor.landscape_step_sizes),
                           "a non-empty list of positive multiples of the learning rate")
+    if cfg.monitor.shift_max_values < 100:
+        raise ConfigError("monitor.shift_max_values", cfg.monitor.shift_max_values, "must be >= 100")
     if cfg.monitor.max_values < 100:
         raise ConfigError("monitor.max_values", cfg.monitor.max_values, "must be >= 100")
     bn = cfg.bn

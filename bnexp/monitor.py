@@ -110,6 +110,9 @@ class ShiftMonitor:
         unit: index of the "typical" unit (channel for conv layers) of the last hidden layer.
         histograms: also log TensorBoard histograms.
         max_values: cap on the values per layer used for percentiles and histograms.
+        shift_metrics: also compute the distribution-shift metrics of :mod:`bnexp.ics`.
+        shift_max_values: cap on the values per layer those metrics keep (sorting them is
+            the monitor's main cost).
 
     Attributes:
         history: one record per call of :meth:`record`, as written to ``shift.jsonl``::
@@ -119,11 +122,12 @@ class ShiftMonitor:
     """
 
     def __init__(self, model: nn.Module, probe_x: torch.Tensor, percentiles: list[float], unit: int = 0,
-                 histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True):
+                 histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True,
+                 shift_max_values: int = 20_000):
         from bnexp.ics import DistributionShiftTracker
 
         self.model = model
-        self.tracker = DistributionShiftTracker(max_values=max_values) if shift_metrics else None
+        self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.probe_x = probe_x
         self.percentiles = list(percentiles)
         self.unit = unit

@@ -15,7 +15,9 @@ JOBS="${JOBS:-$(nproc)}"
 MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist}"
 CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar}"
 source scripts/_data_env.sh
-PROBES=(monitor.grad_ics=true monitor.landscape=true monitor.grad_ics_every=1000 monitor.landscape_every=1000)
+# every probe value is kept for the Wasserstein distances (the default keeps 20,000 per layer, for speed)
+PROBES=(monitor.grad_ics=true monitor.landscape=true monitor.grad_ics_every=1000 monitor.landscape_every=1000
+        monitor.shift_max_values=200000)
 start=$(date +%s)
 bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${MNIST_DIR}" \
   trainer.num_threads=1 trainer.progress=false trainer.eval_every=500 trainer.hist_every=500 \

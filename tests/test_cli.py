@@ -153,7 +153,7 @@ def test_help_lists_groups_and_options(run_bnexp):
         assert text in r.stdout
     r = run_bnexp("train", "--help")
     assert r.returncode == 0
-    for text in ("Config groups", "model: cnn, mlp", "bn: false, true", "max_steps", "batch_size", "probe_size",
+    for text in ("Config groups", "model: cnn, mlp", "bn: false, noisy, true", "max_steps", "batch_size", "probe_size",
                  "targets", "population_stats"):
         assert text in r.stdout, text
 
