@@ -189,10 +189,24 @@ class Config:
     scale: Any = None  # CPU/GPU scale of the experiment presets (conf/scale/), set with scale=cpu|gpu
 
 
+MAX_DIRNAME = 150
+
+
 def _safe_dirname(text: str) -> str:
-    """Turn Hydra's override_dirname into a portable folder name (no quotes or slashes)."""
+    """Turn Hydra's override_dirname into a portable folder name (no quotes or slashes).
+
+    Names longer than ``MAX_DIRNAME`` characters (file systems allow 255 bytes) are cut
+    and end in a hash of the full name, so they stay unique and deterministic (a re-run
+    of the same sweep finds the same folders).
+    """
     text = text.replace("'", "").replace('"', "").replace("/", "-")
-    return re.sub(r"[^A-Za-z0-9_.,=+\-]", "_", text) or "default"
+    text = re.sub(r"[^A-Za-z0-9_.,=+\-]", "_", text) or "default"
+    if len(text) > MAX_DIRNAME:
+        import hashlib
+
+        digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+        text = f"{text[:MAX_DIRNAME - 11]}_{digest}"
+    return text
 
 
 def register_configs() -> None:

@@ -190,3 +190,15 @@ def test_missing_dataset_names_files_and_fix(run_bnexp, tmp_path):
 def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):
     r = run_bnexp("trian")
     assert r.returncode == 2 and "unknown command" in r.stderr
+
+
+def test_long_override_sets_get_short_unique_folder_names():
+    from bnexp.config import MAX_DIRNAME, _safe_dirname
+
+    a = "+experiment=bn_baseline,bn='true'," + ",".join(f"monitor.option_{i}=value_{i}" for i in range(20))
+    b = a.replace("value_19", "value_X")
+    na, nb = _safe_dirname(a), _safe_dirname(b)
+    assert len(na) == MAX_DIRNAME and len(nb) == MAX_DIRNAME and na != nb
+    assert na == _safe_dirname(a)  # deterministic: a re-run of the sweep finds the same folder
+    assert "'" not in na and "/" not in _safe_dirname("data.root=/x/y")
+    assert _safe_dirname("bn=true,lr=0.1") == "bn=true,lr=0.1"
