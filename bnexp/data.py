@@ -68,6 +68,18 @@ def resolve_root(root: str | None) -> Path:
     return (Path(root).expanduser() if root else default_data_root()).resolve()
 
 
+def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: list[str]) -> None:
+    """Raise DataError naming the expected files and the fix when any of ``names`` is missing."""
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise DataError(
+            f"{dataset} not found under data root {root}: expected the {kind} {', '.join(names)} in "
+            f"{folder} (missing: {', '.join(missing)}). Point the root at a folder that holds "
+            f"{folder.relative_to(root)}/ with data.root=PATH or the BNEXP_DATA_ROOT environment variable, "
+            "or add data.download=true to fetch it (needs internet)."
+        )
+
+
 def check_mnist_files(root: Path) -> None:
     """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header.
 
@@ -75,14 +87,7 @@ def check_mnist_files(root: Path) -> None:
         DataError: naming the missing or corrupt file and how to fix it.
     """
     raw = root / "MNIST" / "raw"
-    missing = [name for name in MNIST_FILES if not (raw / name).is_file()]
-    if missing:
-        raise DataError(
-            f"MNIST not found under data root {root}: expected the uncompressed IDX files "
-            f"{', '.join(MNIST_FILES)} in {raw} (missing: {', '.join(missing)}). Point the root at a "
-            "folder that holds MNIST/raw/ with data.root=PATH or the BNEXP_DATA_ROOT environment "
-            "variable, or add data.download=true to fetch it (needs internet)."
-        )
+    _require_files("MNIST", "uncompressed IDX files", root, raw, list(MNIST_FILES))
     for name, (magic, count, item_bytes) in MNIST_FILES.items():
         path = raw / name
         header_len = 16 if magic == 2051 else 8
@@ -160,14 +165,7 @@ def check_cifar10_files(root: Path, verify_checksums: bool) -> None:
         DataError: naming the missing file, or the file whose md5 differs, and the fix.
     """
     folder = root / CIFAR_FOLDER
-    missing = [n for n in CIFAR_FILES if not (folder / n).is_file()]
-    if missing:
-        raise DataError(
-            f"CIFAR-10 not found under data root {root}: expected the python-version batch files "
-            f"{', '.join(CIFAR_FILES)} in {folder} (missing: {', '.join(missing)}). Point the root at "
-            "a folder that holds cifar-10-batches-py/ with data.root=PATH or BNEXP_DATA_ROOT, or add "
-            "data.download=true to fetch it (needs internet)."
-        )
+    _require_files("CIFAR-10", "python-version batch files", root, folder, CIFAR_FILES)
     if verify_checksums:
         from torchvision.datasets.utils import check_integrity
 

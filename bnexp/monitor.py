@@ -15,8 +15,6 @@ training.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -218,11 +216,6 @@ class ShiftMonitor:
     def figure(self, title: str = ""):
         """Matplotlib figure of the percentile bands over steps: one panel per layer plus the typical unit."""
         return plot_percentile_bands(self.history, self.percentiles, title)
-
-    def write_jsonl(self, path: Path, record: dict) -> None:
-        """Append one record as a JSON line."""
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
 
     def state_dict(self) -> dict:
         """The monitor's history and shift-tracker snapshots (for checkpoints)."""

@@ -54,7 +54,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
-from bnexp.rundir import COMPLETE_STATUSES, read_jsonl, read_summary, write_json
+from bnexp.rundir import COMPLETE_STATUSES, first_reached, read_jsonl, read_summary, write_json
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")
@@ -79,7 +79,6 @@ KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "
 # Keys named in the label when nothing varies across the sweep.
 SALIENT_KEYS = ("bn.enabled", "act", "lr")
 STD_NOTE = "std is the population standard deviation over seeds (numpy.std, ddof=0)"
-_TOL = 1e-9  # accuracy >= target - _TOL counts as reached (float round-off of means)
 SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
 ICS_TITLE = "Does BN reduce internal covariate shift?"
 # Verdict thresholds of the ICS section. A measure is "lower" with BN only when it is below
@@ -525,20 +524,6 @@ def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | 
 
 
 # ------------------------------------------------------------------------ statistics
-
-
-def first_reached(metrics: list[dict], target: float) -> int | None:
-    """First evaluated step whose test accuracy is >= ``target`` (1e-9 tolerance), else None.
-
-    Args:
-        metrics: metrics.jsonl records sorted by step.
-        target: test accuracy in [0, 1].
-    """
-    for rec in metrics:
-        acc = rec.get("test_accuracy")
-        if isinstance(acc, (int, float)) and math.isfinite(acc) and acc >= target - _TOL:
-            return int(rec["step"])
-    return None
 
 
 def target_key(target: float) -> str:

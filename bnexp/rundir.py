@@ -18,6 +18,7 @@ never sees half a summary.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -83,6 +84,23 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             break
     return out
+
+
+REACHED_TOL = 1e-9  # accuracy >= target - REACHED_TOL counts as reached (float round-off of means)
+
+
+def first_reached(metrics: list[dict], target: float) -> int | None:
+    """First evaluated step whose test accuracy is >= ``target`` (1e-9 tolerance), else None.
+
+    Args:
+        metrics: metrics.jsonl records sorted by step.
+        target: test accuracy in [0, 1].
+    """
+    for rec in metrics:
+        acc = rec.get("test_accuracy")
+        if isinstance(acc, (int, float)) and math.isfinite(acc) and acc >= target - REACHED_TOL:
+            return int(rec["step"])
+    return None
 
 
 def read_summary(run_dir: Path) -> dict | None:

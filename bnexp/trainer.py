@@ -131,13 +131,6 @@ class _Progress:
             self.progress.stop()
 
 
-def _first_reached(history: list[dict], target: float) -> int | None:
-    for rec in history:
-        if rec["test_accuracy"] >= target:
-            return rec["step"]
-    return None
-
-
 class Interrupted(Exception):
     """Raised inside the step loop by SIGINT/SIGTERM; carries the signal number."""
 
@@ -187,14 +180,6 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def experiment_name(cfg) -> str | None:
-    """The experiment preset's name (``+experiment=NAME``), or None."""
-    exp = cfg.get("experiment") if hasattr(cfg, "get") else None
-    if exp is None:
-        return None
-    return str(exp.get("name")) if hasattr(exp, "get") and exp.get("name") else str(exp)
 
 
 class Trainer:
@@ -418,7 +403,7 @@ class Trainer:
         cfg = self.cfg
         return {
             "status": "running", "step": self.step, "max_steps": int(cfg.trainer.max_steps),
-            "run_dir": str(self.run_dir), "experiment": experiment_name(cfg),
+            "run_dir": str(self.run_dir), "experiment": cfg.experiment,
             "bn": bool(cfg.bn.enabled), "act": self.hp["act"], "lr": float(cfg.lr), "seed": int(cfg.seed),
             "model": str(cfg.model.name), "data": str(cfg.data.name), "batch_size": int(cfg.trainer.batch_size),
             "device": str(self.device), "num_parameters": sum(p.numel() for p in self.model.parameters()),
@@ -557,7 +542,7 @@ class Trainer:
                      k, final_acc, extra["final_test_accuracy_ema"])
 
         best = max(self.history, key=lambda r: r["test_accuracy"])
-        steps_to_target = {f"{t:g}": _first_reached(self.history, t) for t in self.targets}
+        steps_to_target = {f"{t:g}": rundir.first_reached(self.history, t) for t in self.targets}
         summary.update({
             "status": status, "step": self.step, "diverged_step": diverged_step,
             "final_test_accuracy": final_acc, "final_test_loss": final_loss,
