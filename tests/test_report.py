@@ -298,7 +298,7 @@ def test_percentile_figure_uses_the_lowest_seed(sweep):
     pairs = rep.figure_pairs(report.groups)
     assert [(nb.label if nb else None, bn.label if bn else None) for nb, bn in pairs] == [
         ("bn=false lr=0.5", "bn=true lr=0.5"), ("bn=false lr=5", "bn=true lr=5")]
-    assert rep._lowest_seed_shift(pairs[0][1]).seed == 0
+    assert rep.figures.lowest_seed_shift(pairs[0][1]).seed == 0
 
 
 def test_targets_override_recomputes_from_metrics(sweep):
