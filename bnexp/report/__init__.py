@@ -37,7 +37,10 @@ incomplete runs are left out of every mean. No value is ever made up: a missing
 value is written as "not reached" or "n/a" (an empty cell in the CSV, null in JSON).
 
 Outputs, written into SWEEP_DIR: :data:`REPORT_FILES`, plus :data:`ICS_FILES` for the
-kinds of ICS measurement the runs hold (only then).
+kinds of ICS measurement the runs hold (only then). Given a single run directory (one that
+holds summary.json or .hydra/config.yaml itself), the report goes into its subfolder
+``report/`` instead, so the run's own files (e.g. its percentiles.png) are never overwritten.
+Every file is written atomically (temporary file, then ``os.replace``).
 
 The package, by stage (each module imports only those above it):
 
@@ -53,7 +56,8 @@ The package, by stage (each module imports only those above it):
 * :mod:`.cli` -- :func:`report_main`, the ``bnexp report`` command.
 """
 
-from bnexp.report.build import DEFAULT_TARGETS, REPORT_FILES, STD_NOTE, Report, build_report, summarize_group
+from bnexp.report.build import (DEFAULT_TARGETS, REPORT_FILES, RUN_REPORT_SUBDIR, STD_NOTE, Report, build_report,
+                                summarize_group)
 from bnexp.report.cli import print_table, report_main, write_report
 from bnexp.report.figures import figure_pairs, plot_accuracy, plot_percentiles, plot_stability
 from bnexp.report.figures_ics import ICS_PLOTS
@@ -63,17 +67,17 @@ from bnexp.report.ics_stats import ics_summary
 from bnexp.report.ics_verdicts import (COS_MARGIN, ICS_FILES, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST,
                                        distribution_verdict, gradient_verdict, ics_section, landscape_verdict,
                                        noisy_verdict, supports_paragraph)
-from bnexp.report.load import IGNORED_KEYS, SUMMARY_FIELDS, ReportError, Run, find_run_dirs, load_run
+from bnexp.report.load import IGNORED_KEYS, SUMMARY_FIELDS, ReportError, Run, find_run_dirs, is_run_dir, load_run
 from bnexp.report.render import render_markdown, write_csv
 from bnexp.report.stats import compute_speedup, reach_stat, sec42_table, steps_to_target
 
 __all__ = [
     "COS_MARGIN", "DEFAULT_TARGETS", "ICS_FILES", "ICS_MARGIN", "ICS_PLOTS", "ICS_TITLE", "IGNORED_KEYS",
-    "NEARLY_AS_FAST", "REPORT_FILES", "STD_NOTE", "SUMMARY_FIELDS", "ConfigGroup", "Report", "ReportError", "Run",
-    "bn_variant", "build_report", "compute_speedup", "distribution_verdict", "figure_pairs", "find_run_dirs",
-    "format_acc", "format_multiple", "format_stat", "format_steps", "format_target", "gradient_verdict",
-    "group_runs", "ics_section", "ics_summary", "label_groups", "landscape_verdict", "load_run", "match_no_bn",
-    "noisy_verdict", "plot_accuracy", "plot_percentiles", "plot_stability", "print_table", "reach_stat",
-    "render_markdown", "report_main", "sec42_table", "steps_to_target", "summarize_group", "supports_paragraph",
-    "variant_label", "write_csv", "write_report",
+    "NEARLY_AS_FAST", "REPORT_FILES", "RUN_REPORT_SUBDIR", "STD_NOTE", "SUMMARY_FIELDS", "ConfigGroup", "Report",
+    "ReportError", "Run", "bn_variant", "build_report", "compute_speedup", "distribution_verdict", "figure_pairs",
+    "find_run_dirs", "format_acc", "format_multiple", "format_stat", "format_steps", "format_target",
+    "gradient_verdict", "group_runs", "ics_section", "ics_summary", "is_run_dir", "label_groups",
+    "landscape_verdict", "load_run", "match_no_bn", "noisy_verdict", "plot_accuracy", "plot_percentiles",
+    "plot_stability", "print_table", "reach_stat", "render_markdown", "report_main", "sec42_table",
+    "steps_to_target", "summarize_group", "supports_paragraph", "variant_label", "write_csv", "write_report",
 ]

@@ -8,13 +8,16 @@ from pathlib import Path
 from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys
 from bnexp.report.ics_stats import ics_summary
 from bnexp.report.ics_verdicts import ics_section
-from bnexp.report.load import ReportError, Run, find_run_dirs, load_run
+from bnexp.report.load import ReportError, Run, find_run_dirs, is_run_dir, load_run
 from bnexp.report.stats import (compute_speedup, config_stability, final_accuracy, layer_stability, max_accuracy,
                                 reach_stat, sec42_table, steps_to_target, target_key, value_stat)
 from bnexp.report.verdicts import verdict_lines
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")
+# The subfolder of a single run directory that receives that run's report: the report never
+# writes among a run's own files (the trainer's percentiles.png has the name of a report figure).
+RUN_REPORT_SUBDIR = "report"
 DEFAULT_TARGETS = (0.9, 0.95, 0.97, 0.98)
 STD_NOTE = "std is the population standard deviation over seeds (numpy.std, ddof=0)"
 
@@ -24,14 +27,17 @@ class Report:
     """Everything ``bnexp report`` computes.
 
     Attributes:
-        sweep_dir: the sweep folder.
+        sweep_dir: the sweep folder (or the single run directory) the report is about.
         groups: the configurations (for the figures).
         data: the structured report written to report.json.
+        out_dir: where the report's files go: ``sweep_dir``, or ``sweep_dir/report/`` when
+            ``sweep_dir`` is itself a run directory (:data:`RUN_REPORT_SUBDIR`).
     """
 
     sweep_dir: Path
     groups: list[ConfigGroup]
     data: dict
+    out_dir: Path
 
 
 def default_targets(runs: list[Run]) -> list[float]:
@@ -89,7 +95,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     the ICS section (``data["ics"]``, None without ICS data).
 
     Args:
-        sweep_dir: the sweep folder.
+        sweep_dir: the sweep folder, or a single run directory (its report then goes to
+            ``sweep_dir/report/``, see :class:`Report`).
         targets: test accuracies in (0, 1]; None: the summaries' targets.
 
     Raises:
@@ -123,4 +130,5 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "verdicts": verdict_lines(groups, stats, targets, sec42), "ics": ics,
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []),
     }
-    return Report(sweep_dir, groups, data)
+    out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir
+    return Report(sweep_dir, groups, data, out_dir)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bnexp.report.build import REPORT_FILES, Report, build_report
+from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figures import plot_accuracy, plot_percentiles, plot_stability
 from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.fmt import format_acc, format_g
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
 from bnexp.report.render import SEC42_TITLE, ics_rows, json_safe, main_table, render_markdown, view_cell, write_csv
-from bnexp.rundir import write_json
+from bnexp.rundir import atomic_write_bytes, write_json
 
 
 def print_table(report: Report, console=None) -> None:
@@ -61,16 +61,20 @@ def print_table(report: Report, console=None) -> None:
 
 
 def write_report(report: Report) -> list[Path]:
-    """Write :data:`REPORT_FILES` into the sweep folder, and the :data:`ICS_FILES` the ICS section draws.
+    """Write :data:`REPORT_FILES`, and the :data:`ICS_FILES` the ICS section draws, into
+    ``report.out_dir``: the sweep folder, or ``RUN_DIR/report/`` (created) for a single run, so
+    that a run's own files are never overwritten. Every file is written atomically (temporary
+    file in the same folder, then ``os.replace``).
 
     Returns:
         the written paths.
 
     Raises:
-        OSError: when the sweep folder is not writable.
+        OSError: when the folder is not writable; files already there are then left as they were.
     """
-    d = report.sweep_dir
-    (d / "report.md").write_text(render_markdown(report) + "\n", encoding="utf-8")
+    d = report.out_dir
+    d.mkdir(exist_ok=True)
+    atomic_write_bytes(d / "report.md", (render_markdown(report) + "\n").encode("utf-8"))
     write_csv(report, d / "report.csv")
     write_json(d / "report.json", json_safe(report.data))
     plot_accuracy(report, d / "accuracy_vs_steps.png")
@@ -111,9 +115,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bnexp report",
         description="Tables, verdicts and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
-                    f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR.")
+                    f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR; given a single run "
+                    f"directory, into RUN_DIR/{RUN_REPORT_SUBDIR}/ (never over the run's own files).")
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="?",
-                   help="folder holding the run directories (searched recursively)")
+                   help="folder holding the run directories (searched recursively), or one run directory")
     p.add_argument("--targets", nargs="+", metavar="ACC",
                    help="test accuracies in (0, 1] to report steps for (default: the runs' trainer.targets)")
     return p
@@ -150,7 +155,7 @@ def report_main(args: list[str]) -> int:
     try:
         paths = write_report(report)
     except OSError as exc:
-        _error(f"cannot write the report into {report.sweep_dir} ({exc.strerror or exc}).")
+        _error(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}).")
         return 2
     print_table(report)
     from rich.console import Console

@@ -3,6 +3,7 @@ over training (no BN | BN), and per-layer stability of the input distribution.""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from bnexp.report.build import Report
 from bnexp.report.groups import ConfigGroup, match_no_bn, pair_key
 from bnexp.report.load import Run, ordered_keys, seed_order
 from bnexp.report.stats import band_keys
+from bnexp.rundir import atomic_write_bytes
 
 
 def pyplot():
@@ -37,15 +39,21 @@ def _colors(groups: list[ConfigGroup]) -> dict[str, Any]:
 
 
 def save_figure(fig, path: Path, dpi: int) -> None:
-    """Write ``fig`` as PNG to ``path`` at ``dpi`` and close it.
+    """Write ``fig`` as PNG to ``path`` at ``dpi``, atomically, and close it.
+
+    The PNG is drawn in memory and then written to a temporary file in the same folder that
+    replaces ``path`` (``os.replace``, :func:`bnexp.rundir.atomic_write_bytes`): a reader or an
+    interrupted report never sees half a figure, and a failure leaves the previous file as it was.
 
     Raises:
-        OSError: when ``path`` cannot be written.
+        OSError: when ``path`` cannot be written (``path`` is then unchanged).
     """
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(buf, format="png", dpi=dpi)
     finally:
         pyplot().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def accuracy_curve(group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:

@@ -74,6 +74,12 @@ class Run:
         return self.status in COMPLETE_STATUSES
 
 
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` is a run directory: it holds summary.json or .hydra/config.yaml."""
+    path = Path(path)
+    return (path / "summary.json").is_file() or (path / ".hydra" / "config.yaml").is_file()
+
+
 def find_run_dirs(sweep_dir: Path) -> list[Path]:
     """Run directories under ``sweep_dir``: folders with summary.json or .hydra/config.yaml.
 
@@ -84,9 +90,9 @@ def find_run_dirs(sweep_dir: Path) -> list[Path]:
         sorted paths; [] when there are none.
     """
     found = []
-    for root, dirs, files in os.walk(sweep_dir):
+    for root, dirs, _ in os.walk(sweep_dir):
         root_p = Path(root)
-        if "summary.json" in files or (root_p / ".hydra" / "config.yaml").is_file():
+        if is_run_dir(root_p):
             found.append(root_p)
             dirs[:] = []
             continue

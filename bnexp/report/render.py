@@ -4,6 +4,7 @@ form of report.json's data."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from bnexp.report.ics_stats import LANDSCAPE_KEYS, PROBE_KINDS
 from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST
 from bnexp.report.load import ordered_keys
 from bnexp.report.stats import finite, target_key
+from bnexp.rundir import atomic_write_bytes
 
 SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
 
@@ -206,7 +208,12 @@ def _num(v: Any) -> Any:
 
 
 def write_csv(report: Report, path: Path) -> None:
-    """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a."""
+    """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a.
+    Written atomically (temporary file, ``os.replace``).
+
+    Raises:
+        OSError: when ``path`` cannot be written (it is then unchanged).
+    """
     d = report.data
     layers = ordered_keys(s["stability"] for s in d["configurations"])
     vary = d["varying_keys"]
@@ -219,23 +226,24 @@ def write_csv(report: Report, path: Path) -> None:
                    f"speedup_{tk}", f"speedup_{tk}_is_lower_bound"]
     for layer in layers:
         header += [f"{layer}_median_shift", f"{layer}_spread_ratio"]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for s in d["configurations"]:
-            row = [s["label"]] + [format_value(s["config"][k]) if k in s["config"] else "" for k in vary]
-            row += [_num(None if s["bn"] is None else int(s["bn"])), s["experiment"] or "", s["runs"],
-                    s["completed"], s["diverged"], s["failed"], s["incomplete"]]
-            for key in ("max_test_accuracy", "final_test_accuracy"):
-                row += [_num(s[key]["mean"]), _num(s[key]["std"])]
-            for t in d["targets"]:
-                st, sp = s["steps_to_target"][target_key(t)], s["speedup"][target_key(t)]
-                row += [_num(st["mean"]), _num(st["std"]), st["reached"], st["n"], _num(sp["value"]),
-                        _num(None if sp["lower_bound"] is None else int(sp["lower_bound"]))]
-            for layer in layers:
-                v = s["stability"].get(layer, {})
-                row += [_num(v.get("median_shift")), _num(v.get("spread_ratio"))]
-            w.writerow(row)
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(header)
+    for s in d["configurations"]:
+        row = [s["label"]] + [format_value(s["config"][k]) if k in s["config"] else "" for k in vary]
+        row += [_num(None if s["bn"] is None else int(s["bn"])), s["experiment"] or "", s["runs"],
+                s["completed"], s["diverged"], s["failed"], s["incomplete"]]
+        for key in ("max_test_accuracy", "final_test_accuracy"):
+            row += [_num(s[key]["mean"]), _num(s[key]["std"])]
+        for t in d["targets"]:
+            st, sp = s["steps_to_target"][target_key(t)], s["speedup"][target_key(t)]
+            row += [_num(st["mean"]), _num(st["std"]), st["reached"], st["n"], _num(sp["value"]),
+                    _num(None if sp["lower_bound"] is None else int(sp["lower_bound"]))]
+        for layer in layers:
+            v = s["stability"].get(layer, {})
+            row += [_num(v.get("median_shift")), _num(v.get("spread_ratio"))]
+        w.writerow(row)
+    atomic_write_bytes(path, f.getvalue().encode("utf-8"))
 
 
 def json_safe(obj: Any) -> Any:
