@@ -279,6 +279,63 @@ def test_report_main_writes_all_files(sweep, capsys):
     assert [s["steps_to_target"]["0.95"] for s in conf["seeds"]] == [1000, 1200, 1400]
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (relative path -> bytes)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_single_run_report_goes_to_report_subfolder(tmp_path, capsys):
+    # `bnexp report RUN_DIR` on one run: the run's own files (the trainer writes percentiles.png
+    # there) stay byte for byte; the report goes to RUN_DIR/report/, also when run again.
+    run = make_run(tmp_path, "run", bn=True, lr=0.5, seed=0, knots=BN_05[0])
+    (run / "percentiles.png").write_bytes(b"\x89PNG\r\n\x1a\n the trainer's own figure")
+    before = _files(run)
+    for _ in range(2):
+        assert report_main([str(run)]) == 0
+        after = _files(run)
+        assert {k: after[k] for k in before} == before
+        assert {p.name for p in run.iterdir()} == {p.split("/")[0] for p in before} | {"report"}
+        out = run / "report"
+        assert sorted(p.name for p in out.iterdir()) == sorted(rep.REPORT_FILES)
+        assert (out / "percentiles.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / "percentiles.png").read_bytes() != before["percentiles.png"]
+        data = json.loads((out / "report.json").read_text())
+        assert data["runs"] == 1 and data["sweep_dir"] == str(run)  # report/ is not read as a run
+        assert data["configurations"][0]["steps_to_target"]["0.95"]["mean"] == 1000
+    assert str(out / "report.md") in capsys.readouterr().out.replace("\n", "")
+    # A sweep folder still gets its report at its top level, and no report/ subfolder.
+    assert report_main([str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").is_file() and not (tmp_path / "report").exists()
+
+
+def test_figures_are_written_atomically(tmp_path, monkeypatch, capsys):
+    # A figure write that fails half-way (disk full) leaves the previous figures whole and no
+    # temporary file behind, and the command says why with exit code 2.
+    from matplotlib.figure import Figure
+
+    out = tmp_path / "sweep"
+    make_run(out, "run", bn=True, lr=0.5, seed=0, knots=BN_05[0])
+    assert report_main([str(out)]) == 0
+    pngs = {p.name: p.read_bytes() for p in out.glob("*.png")}
+    assert set(pngs) == {"accuracy_vs_steps.png", "percentiles.png", "stability.png"}
+
+    def savefig_fails_half_way(self, fname, *args, **kwargs):
+        partial = b"\x89PNG\r\n\x1a\n truncated"
+        if hasattr(fname, "write"):
+            fname.write(partial)
+        else:
+            Path(fname).write_bytes(partial)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", savefig_fails_half_way)
+    capsys.readouterr()
+    assert report_main([str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the report into" in err and "No space left on device" in err
+    assert {p.name: p.read_bytes() for p in out.glob("*.png")} == pngs
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_stability_numbers(sweep):
     report = build_report(sweep)
     bn, nobn = _conf(report, "bn=true lr=0.5"), _conf(report, "bn=false lr=0.5")
@@ -298,7 +355,7 @@ def test_percentile_figure_uses_the_lowest_seed(sweep):
     pairs = rep.figure_pairs(report.groups)
     assert [(nb.label if nb else None, bn.label if bn else None) for nb, bn in pairs] == [
         ("bn=false lr=0.5", "bn=true lr=0.5"), ("bn=false lr=5", "bn=true lr=5")]
-    assert rep._lowest_seed_shift(pairs[0][1]).seed == 0
+    assert rep.figures.lowest_seed_shift(pairs[0][1]).seed == 0
 
 
 def test_targets_override_recomputes_from_metrics(sweep):

@@ -1,0 +1,67 @@
+"""How the report writes numbers: steps, accuracies, targets, multiples and other measurements."""
+
+from __future__ import annotations
+
+
+def format_steps(st: dict) -> str:
+    """Cell text of a :func:`reach_stat`: "1,200 ± 163", "2,200 ± 200; not reached (1/3)",
+    "not reached", or "n/a" when there are no completed runs."""
+    if st["n"] == 0:
+        return "n/a"
+    if st["reached"] == 0:
+        return "not reached"
+    text = f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    if st["not_reached"]:
+        text += f"; not reached ({st['not_reached']}/{st['n']})"
+    return text
+
+
+def steps_phrase(st: dict) -> str:
+    """A :func:`reach_stat` in a sentence: "5,000 ± 816 steps", or with the seeds that did not
+    reach the target: "2,500 ± 500 steps in 2/3 runs (not reached in 1/3)"."""
+    if st["reached"] == 0:
+        return f"not reached in {st['n']}/{st['n']} runs" if st["n"] else "n/a"
+    text = f"{st['mean']:,.0f} ± {st['std']:,.0f} steps"
+    if st["not_reached"]:
+        text += f" in {st['reached']}/{st['n']} runs (not reached in {st['not_reached']}/{st['n']})"
+    return text
+
+
+def format_acc(st: dict) -> str:
+    """Accuracy statistic in percent: "97.12 ± 0.05" ("n/a" when missing)."""
+    if st["mean"] is None:
+        return "n/a"
+    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
+
+
+def format_target(t: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * t:g}%"
+
+
+def format_multiple(m: float | None) -> str:
+    """Steps as a multiple of the baseline's: 0.21 -> "0.21x (4.8x fewer)", 2.5 -> "2.50x (2.5x more)"."""
+    if m is None:
+        return "n/a"
+    if abs(m - 1.0) < 1e-9:
+        return "1.00x"
+    if m < 1.0:
+        return f"{m:.2f}x ({1 / m:.1f}x fewer)" if m > 0 else f"{m:.2f}x"
+    return f"{m:.2f}x ({m:.1f}x more)"
+
+
+def format_stat(st: dict | None, missing: str = "n/a") -> str:
+    """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
+    if st is None or st["mean"] is None:
+        return missing
+    return f"{st['mean']:.4g} ± {st['std']:.2g}"
+
+
+def format_g(v: float | None) -> str:
+    """A measurement with 4 significant digits: 0.123456 -> "0.1235" ("n/a" for None)."""
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def format_ratio(v: float | None) -> str:
+    """A ratio with 2 decimals: 0.5 -> "0.50" ("n/a" for None)."""
+    return "n/a" if v is None else f"{v:.2f}"

@@ -1,0 +1,265 @@
+"""Grouping runs into configurations, and naming them.
+
+A *configuration* is the set of runs (seeds) sharing a reduced config (:mod:`.load`);
+its label names the keys that vary across the sweep, or its experiment (preset) name, or
+its BN variant ("BN", "noisy BN", "no BN") when the sweep compares those. BN and no-BN
+configurations of one setting are paired for the speedup of Sec. 4.1 (:func:`match_no_bn`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from bnexp.report.load import Run, canon, config_key, experiment_name, ordered_keys, seed_order
+
+# Short names of config keys in configuration labels.
+KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
+# Keys named in the label when nothing varies across the sweep.
+SALIENT_KEYS = ("bn.enabled", "act", "lr")
+
+
+@dataclass
+class ConfigGroup:
+    """The runs (seeds) of one configuration.
+
+    Attributes:
+        key: canonical JSON of ``config`` (the grouping key).
+        config: the reduced, flattened config shared by the runs.
+        runs: the runs, sorted by seed.
+        label: short label (the keys that vary across the sweep, or the experiment name).
+        variant_label: the label naming the BN variant ("BN", "noisy BN", "no BN") plus the
+            other varying keys, see :func:`variant_label`; used by the ICS section.
+    """
+
+    key: str
+    config: dict
+    runs: list[Run] = field(default_factory=list)
+    label: str = ""
+    variant_label: str = ""
+
+    @property
+    def completed(self) -> list[Run]:
+        """The finished and diverged runs."""
+        return [r for r in self.runs if r.completed]
+
+    @property
+    def bn(self) -> bool | None:
+        """bn.enabled of the configuration (None when unknown)."""
+        v = self.config.get("bn.enabled")
+        return None if v is None else bool(v)
+
+    @property
+    def noisy(self) -> bool:
+        """True for noisy BN (BN followed by injected time-varying noise, Santurkar et al. 2018):
+        bn.enabled and bn.noise of the config, else the summaries' ``bn_noise``."""
+        if self.bn is not True:
+            return False
+        v = self.config.get("bn.noise")
+        if v is None:
+            return any(r.summary.get("bn_noise") is True for r in self.runs)
+        return bool(v)
+
+    @property
+    def experiment(self) -> str | None:
+        """The experiment (preset) name, or None."""
+        return experiment_name(self.config)
+
+    @property
+    def max_steps(self) -> int | None:
+        """trainer.max_steps of the configuration, else the largest summary ``max_steps``."""
+        v = self.config.get("trainer.max_steps")
+        if v is None:
+            vals = [r.summary.get("max_steps") for r in self.runs if r.summary.get("max_steps") is not None]
+            v = max(vals) if vals else None
+        return None if v is None else int(v)
+
+
+def group_runs(runs: list[Run]) -> list[ConfigGroup]:
+    """Group runs by configuration (the reduced config; ``seed`` is not part of it).
+
+    A run without .hydra/config.yaml joins the one config-backed configuration whose
+    keys agree with all its summary fields; otherwise it forms its own configuration.
+
+    Returns:
+        the configurations, runs sorted by seed, in :func:`_group_order`; labels set.
+    """
+    groups: dict[str, ConfigGroup] = {}
+    for run in (r for r in runs if r.has_config):
+        key = config_key(run.config)
+        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    backed = list(groups.values())
+    for run in (r for r in runs if not r.has_config):
+        matches = [g for g in backed if run.config and all(
+            k in g.config and canon(g.config[k]) == canon(v) for k, v in run.config.items())]
+        if len(matches) == 1:
+            matches[0].runs.append(run)
+            continue
+        key = "summary:" + config_key(run.config)
+        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    out = list(groups.values())
+    for g in out:
+        g.runs.sort(key=seed_order)
+    label_groups(out)
+    out.sort(key=_group_order)
+    return out
+
+
+def varying_keys(groups: list[ConfigGroup]) -> list[str]:
+    """Config keys with more than one value across the configurations (missing keys ignored).
+
+    Order: ``experiment`` and ``bn.enabled`` first, then as in the first config.
+    """
+    order = ordered_keys(g.config for g in groups)
+    out = [k for k in order
+           if len({json.dumps(canon(g.config[k]), sort_keys=True) for g in groups if k in g.config}) > 1]
+    front = [k for k in ("experiment", "bn.enabled") if k in out]
+    return front + [k for k in out if k not in front]
+
+
+def format_value(v: Any) -> str:
+    """A config value as written in labels: true/false, 0.5, [32,64], null."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(format_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _kv_label(config: dict, keys: Iterable[str]) -> str:
+    return " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(config[k])}" for k in keys if k in config)
+
+
+def bn_variant(group: ConfigGroup) -> str | None:
+    """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown)."""
+    if group.bn is None:
+        return None
+    if not group.bn:
+        return "no BN"
+    return "noisy BN" if group.noisy else "BN"
+
+
+def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """A label naming the BN variant plus the other keys that vary across the sweep.
+
+    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "bn_x5: BN", and when its
+    name is shared by several configurations "bn_baseline: noisy BN" plus the other varying
+    keys. Configurations built from summaries only are marked "[no config]"; when
+    bn.enabled is unknown the group's label is returned.
+    """
+    v = bn_variant(group)
+    if v is None:
+        return group.label
+    kv = pair_label(group, groups)
+    exp = group.experiment
+    if exp:
+        shared = sum(g.experiment == exp for g in groups) > 1
+        label = f"{exp}: {v}" + (f" {kv}" if shared and kv else "")
+    else:
+        label = f"{v} {kv}".strip()
+    if group.key.startswith("summary:"):
+        label += " [no config]"
+    return label
+
+
+def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
+    """True when the report's labels name the BN variants ("BN", "noisy BN", "no BN"): the
+    configurations differ in bn.enabled / bn.noise and the configs know bn.noise (a noisy BN
+    configuration exists, or some config has the key). Older sweeps keep "bn=true" labels."""
+    variants = {bn_variant(g) for g in groups} - {None}
+    return len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
+
+
+def _dedupe(labels: list[str]) -> list[str]:
+    """Append " #2", " #3", ... to repeated labels."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label + (f" #{seen[label]}" if seen[label] > 1 else ""))
+    return out
+
+
+def label_groups(groups: list[ConfigGroup]) -> None:
+    """Set each group's label: its experiment name, else the keys that vary across the sweep.
+
+    Experiment names shared by several configurations get the other varying keys
+    appended; configurations built from summaries only are marked "[no config]". When
+    :func:`variant_labels_apply`, configurations other than uniquely named presets get
+    their :func:`variant_label` instead ("BN lr=0.12", "noisy BN lr=0.12", "no BN lr=0.12").
+    Also sets every group's ``variant_label``.
+    """
+    vary = varying_keys(groups)
+    other = [k for k in vary if k not in ("experiment", "experiment.name")]
+    names = [g.experiment for g in groups]
+    use_variants = variant_labels_apply(groups)
+    for g in groups:
+        if use_variants and g.config and bn_variant(g) and not (g.experiment and names.count(g.experiment) == 1):
+            g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
+            continue
+        if g.experiment:
+            extra = _kv_label(g.config, other) if names.count(g.experiment) > 1 else ""
+            label = f"{g.experiment} {extra}".strip()
+        else:
+            label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
+        if not g.config:
+            label = "unknown configuration"
+        if g.key.startswith("summary:"):
+            label += " [no config]"
+        g.label = label
+    for g, label in zip(groups, _dedupe([g.label for g in groups])):
+        g.label = label
+    for g, label in zip(groups, _dedupe([variant_label(g, groups) for g in groups])):
+        g.variant_label = label
+
+
+def pair_key(group: ConfigGroup) -> str:
+    """The configuration without its ``bn.*`` keys and experiment name: BN and no BN of one setting share it."""
+    return ("summary:" if group.key.startswith("summary:") else "") + config_key(
+        group.config, ("bn", "experiment"))
+
+
+def pair_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """The varying keys of ``group`` other than bn.* and experiment, e.g. "lr=0.5" ("" if none)."""
+    keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))]
+    return _kv_label(group.config, keys)
+
+
+def _sort_value(v: Any) -> tuple:
+    """Sort key of a config value: booleans, then numbers by value, then text."""
+    if isinstance(v, bool):
+        return (0, int(v), "")
+    if isinstance(v, (int, float)):
+        return (1, float(v) if math.isfinite(v) else math.inf, "")
+    if isinstance(v, str):
+        return (2, 0.0, v)
+    return (3, 0.0, json.dumps(canon(v), sort_keys=True, default=str))
+
+
+def _group_order(g: ConfigGroup) -> tuple:
+    """Sort key: the baseline preset first, then presets by name, then by setting with BN first."""
+    exp = g.experiment
+    vals = tuple((k, _sort_value(v)) for k, v in sorted(g.config.items())
+                 if not k.startswith("bn.") and k != "experiment")
+    return (exp != "baseline", exp is None, exp or "", vals, g.bn is not True, g.label)
+
+
+def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:
+    """The no-BN configuration matching a BN one: same config except bn.* and experiment, bn.enabled false.
+
+    Returns:
+        the first such configuration, or None (also when ``group`` is not a BN configuration).
+    """
+    if group.bn is not True:
+        return None
+    pk = pair_key(group)
+    for g in groups:
+        if g.bn is False and pair_key(g) == pk:
+            return g
+    return None

@@ -1,0 +1,130 @@
+"""The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged
+and failed runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's)."""
+
+from __future__ import annotations
+
+from bnexp.report.fmt import format_acc, format_target, steps_phrase
+from bnexp.report.groups import ConfigGroup, match_no_bn, pair_label
+from bnexp.report.stats import target_key
+
+
+def _side_phrase(side: str, t: float, st: dict, max_steps: int | None, diverged: int) -> str:
+    """One side of a comparison: "BN reached 95% in 1,200 ± 163 steps", "no BN did not reach ..."."""
+    within = f" within {max_steps:,} steps" if max_steps else ""
+    div = f" ({diverged} diverged)" if diverged else ""
+    if st["n"] == 0:
+        return f"{side} has no completed runs"
+    if st["reached"] == st["n"]:
+        return f"{side} reached {format_target(t)} in {st['mean']:,.0f} ± {st['std']:,.0f} steps"
+    if st["reached"] == 0:
+        return f"{side} did not reach {format_target(t)}{within} in {st['n']}/{st['n']} runs{div}"
+    return (f"{side} reached {format_target(t)} in {st['reached']}/{st['n']} runs "
+            f"({st['mean']:,.0f} ± {st['std']:,.0f} steps over those) and did not{within} in "
+            f"{st['not_reached']}/{st['n']}{div}")
+
+
+def _fewer(v: float) -> str:
+    return f"{v:.1f}x fewer steps" if v >= 1 else f"{1 / v:.1f}x more steps"
+
+
+def target_verdict(ctx: str, t: float, bn: dict, nb: dict, sp: dict, nb_max: int | None,
+                   nb_div: int, bn_max: int | None, bn_div: int) -> str:
+    """The verdict line of one BN/no-BN pair at one target, e.g.
+    "At lr=0.5: BN reached 95% in 3,100 ± 200 steps, no BN in 48,000 ± 1,500: 15.5x fewer steps."."""
+    pre = f"{ctx}: " if ctx else ""
+    if sp["value"] is not None and not sp["lower_bound"]:
+        return (f"{pre}BN reached {format_target(t)} in {bn['mean']:,.0f} ± {bn['std']:,.0f} steps, "
+                f"no BN in {nb['mean']:,.0f} ± {nb['std']:,.0f}: {_fewer(sp['value'])}.")
+    line = f"{pre}{_side_phrase('BN', t, bn, bn_max, bn_div)}; {_side_phrase('no BN', t, nb, nb_max, nb_div)}"
+    if sp["lower_bound"]:
+        line += f": at least {sp['value']:.1f}x fewer steps (lower bound: max_steps / BN steps)"
+    return line + "."
+
+
+def accuracy_verdict(ctx: str, bn: dict, nb: dict) -> str | None:
+    """Final (and max) test accuracy of BN vs no BN, e.g.
+    "At lr=0.5: final test accuracy BN 98.10 ± 0.05%, no BN 96.00 ± 0.10%: BN higher by 2.10 points."."""
+    fb, fn = bn["final_test_accuracy"], nb["final_test_accuracy"]
+    if fb["mean"] is None or fn["mean"] is None:
+        return None
+    pre = f"{ctx}: " if ctx else ""
+    d = 100 * (fb["mean"] - fn["mean"])
+    cmp = "equal" if abs(d) < 0.005 else (f"BN higher by {d:.2f} points" if d > 0 else
+                                          f"BN lower by {-d:.2f} points")
+    line = f"{pre}final test accuracy BN {format_acc(fb)}%, no BN {format_acc(fn)}%: {cmp}"
+    mb, mn = bn["max_test_accuracy"], nb["max_test_accuracy"]
+    if mb["mean"] is not None and mn["mean"] is not None:
+        line += f" (max {format_acc(mb)}% vs {format_acc(mn)}%)"
+    div = [f"{side} {s['diverged']}/{s['completed']} diverged" for side, s in (("BN", bn), ("no BN", nb))
+           if s["diverged"]]
+    if div:
+        line += f" [{', '.join(div)}: their final value is the last evaluation before divergence]"
+    return line + "."
+
+
+def _context(bn_g: ConfigGroup, nb_g: ConfigGroup, groups: list[ConfigGroup]) -> str:
+    """Prefix of a pair's verdicts: "At lr=0.5", "baseline vs bn_baseline", "noisy BN vs no BN at
+    lr=0.5" (the side called "BN" in the verdict is then noisy BN), or ""."""
+    if bn_g.experiment or nb_g.experiment:
+        return f"{bn_g.label} vs {nb_g.label}"
+    pl = pair_label(bn_g, groups)
+    if bn_g.noisy:
+        return "noisy BN vs no BN" + (f" at {pl}" if pl else "")
+    return f"At {pl}" if pl else ""
+
+
+def verdict_lines(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float],
+                  sec42: dict | None) -> list[str]:
+    """Verdict sentences computed from the statistics: per BN/no-BN pair and target (Sec. 4.1),
+    final accuracy, diverged and failed runs, and the Sec. 4.2 multiples."""
+    lines: list[str] = []
+    for g in groups:
+        nb_g = match_no_bn(g, groups)
+        s = stats[g.key]
+        if nb_g is None:
+            if g.bn and not g.experiment:
+                lines.append(f"{g.label}: no matching no-BN configuration in this sweep; no speedup computed.")
+            continue
+        n = stats[nb_g.key]
+        ctx = _context(g, nb_g, groups)
+        for t in targets:
+            tk = target_key(t)
+            sp = s["speedup"][tk]
+            lines.append(target_verdict(ctx, t, s["steps_to_target"][tk], n["steps_to_target"][tk], sp,
+                                        nb_g.max_steps, n["diverged"], g.max_steps, s["diverged"]))
+        acc = accuracy_verdict(ctx, s, n)
+        if acc:
+            lines.append(acc)
+    for g in groups:
+        s = stats[g.key]
+        if s["diverged"]:
+            at = [r.summary.get("diverged_step") for r in g.runs if r.status == "diverged"]
+            at_txt = ", ".join(f"{a:,}" for a in at if isinstance(a, int))
+            lines.append(f"{g.label}: {s['diverged']}/{s['completed']} completed runs diverged"
+                         + (f" (at steps {at_txt})." if at_txt else "."))
+        if s["failed"]:
+            errs = sorted({r.error or "unknown error" for r in g.runs if r.status == "failed"})
+            lines.append(f"{g.label}: {s['failed']}/{s['runs']} runs failed ({'; '.join(errs)}).")
+        if s["incomplete"]:
+            lines.append(f"{g.label}: {s['incomplete']}/{s['runs']} runs are incomplete (running or "
+                         "interrupted) and are left out.")
+    lines.extend(_sec42_verdicts(sec42))
+    return lines
+
+
+def _sec42_verdicts(sec42: dict | None) -> list[str]:
+    """One line per preset of the Sec. 4.2 table."""
+    if not sec42 or sec42["target"] is None:
+        return []
+    tgt = f"{100 * sec42['target']:.2f}%"
+    base = steps_phrase(sec42["rows"][0]["steps"])
+    out = []
+    for row in sec42["rows"][1:]:
+        st = row["steps"]
+        if st["reached"] == 0:
+            out.append(f"{row['label']} did not reach the baseline's best accuracy ({tgt}) in "
+                       f"{st['n']}/{st['n']} runs.")
+            continue
+        out.append(f"{row['label']} reached the baseline's best accuracy ({tgt}) in {steps_phrase(st)}, "
+                   f"the baseline in {base}: {row['multiple_text']}.")
+    return out
