@@ -22,6 +22,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bnexp.errors import ConfigError
+from bnexp.runnames import MAX_DIRNAME, sweep_subdir  # noqa: F401  (MAX_DIRNAME: for callers)
+from bnexp.runnames import safe_dirname as _safe_dirname
 
 
 class Activation(str, Enum):
@@ -189,26 +191,6 @@ class Config:
     scale: Any = None  # CPU/GPU scale of the experiment presets (conf/scale/), set with scale=cpu|gpu
 
 
-MAX_DIRNAME = 150
-
-
-def _safe_dirname(text: str) -> str:
-    """Turn Hydra's override_dirname into a portable folder name (no quotes or slashes).
-
-    Names longer than ``MAX_DIRNAME`` characters (file systems allow 255 bytes) are cut
-    and end in a hash of the full name, so they stay unique and deterministic (a re-run
-    of the same sweep finds the same folders).
-    """
-    text = text.replace("'", "").replace('"', "").replace("/", "-")
-    text = re.sub(r"[^A-Za-z0-9_.,=+\-]", "_", text) or "default"
-    if len(text) > MAX_DIRNAME:
-        import hashlib
-
-        digest = hashlib.sha1(text.encode()).hexdigest()[:10]
-        text = f"{text[:MAX_DIRNAME - 11]}_{digest}"
-    return text
-
-
 def register_configs() -> None:
     """Register the schemas in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
@@ -217,6 +199,9 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="cnn", node=CNNConfig)
     if not OmegaConf.has_resolver("bnexp_dirname"):
         OmegaConf.register_new_resolver("bnexp_dirname", _safe_dirname)
+    if not OmegaConf.has_resolver("bnexp_sweep_subdir"):
+        # sweep jobs are named by the swept keys only (bnexp.runnames)
+        OmegaConf.register_new_resolver("bnexp_sweep_subdir", sweep_subdir)
     if not OmegaConf.has_resolver("bnexp_mul"):
         # ${bnexp_mul:a,b} = a * b (presets: 5x the base rate, weight decay / 5)
         OmegaConf.register_new_resolver("bnexp_mul", lambda a, b: float(a) * float(b))
