@@ -15,6 +15,7 @@ training.
 
 from __future__ import annotations
 
+import re
 
 import torch
 from torch import nn
@@ -154,8 +155,9 @@ class ShiftMonitor:
     def record(self, step: int, writer=None) -> dict:
         """Capture and summarize the pre-activations at ``step``; log to ``writer`` if given.
 
-        TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``
-        and histograms ``preact/<layer>``.
+        TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``,
+        the same percentiles relative to the first record (``shift_rel/...``, see
+        :func:`relative_bands`) and histograms ``preact/<layer>``.
 
         Returns:
             the new history record.
@@ -188,29 +190,78 @@ class ShiftMonitor:
             for k, v in unit_stats.items():
                 writer.add_scalar(f"shift/typical_unit/{k}", v, step)
         self.history.append(record)
+        log_relative_bands(writer, self.history, step)
         return record
 
     def layer_names(self) -> list[str]:
         """Names of the monitored layers, input to output."""
         return [name for name, _ in self.layers]
 
-    def custom_scalars_layout(self) -> dict:
-        """TensorBoard custom-scalars layout: one margin chart (median with the 15-85 band) per layer."""
+    def custom_scalars_layout(self, grad_ics: bool = False, bn_input: bool | None = None) -> dict:
+        """TensorBoard Custom Scalars layout, categories in reading order.
+
+        1. ``training``: test accuracy, train loss, test loss, train accuracy.
+        2. one category per hidden layer, input to output (``layer1``, ``layer2``, ...), then
+           the typical unit, each with margin charts (median line, 15-85 band) of the input
+           to g: relative to its initial spread (:func:`relative_bands`: every run on a
+           common, unitless scale, so a plain network's drift and BN's stability show side
+           by side), raw values, and with ``bn_input`` the BN input Wu (tags
+           ``bn_input/<layer>/<pNN>``, written by the monitor's BN-input records).
+           One category per layer because TensorBoard keeps the order of categories but
+           not always that of margin charts within one.
+        3. ``internal covariate shift (unitless)`` (with shift metrics): per layer the mean
+           over units of |log(std / first std)|; with ``grad_ics`` the relative gradient
+           change ``grad_ics/<layer>/l2_rel`` of layers 2..K (layer 1's is zero by
+           definition, Santurkar et al. 2018 Def. 2.1). |delta mean| / first std is left
+           out: for a network started with tiny weights it reaches 1e4 and flattens
+           everything else (it stays in the Scalars tab, ``ics/<layer>/mean_shift_first``).
+
+        Args:
+            grad_ics: the run records gradient-based ICS.
+            bn_input: add the BN-input charts; None: when the network has BN layers and the
+                monitor records BN inputs (attribute ``records_bn_input``).
+
+        Returns:
+            {category: {chart title: ["Margin", [value, lower, upper]] | ["Multiline", [regex, ...]]}}
+            for ``SummaryWriter.add_custom_scalars``.
+        """
         lo, mid, hi = (pkey(p) for p in (self.percentiles[0], self.percentiles[len(self.percentiles) // 2],
                                          self.percentiles[-1]))
-        charts = {}
-        for name in self.layer_names() + ["typical_unit"]:
-            title = (f"{name}: input to g, {mid} with {lo}-{hi} band" if name != "typical_unit"
-                     else f"typical unit {self.unit} of {self.layers[-1][0]}: {mid} with {lo}-{hi} band")
-            charts[title] = ["Margin", [f"shift/{name}/{mid}", f"shift/{name}/{lo}", f"shift/{name}/{hi}"]]
-        layout = {"covariate shift": charts}
-        if self.tracker is not None:
-            layout["internal covariate shift (distribution view)"] = {
-                "Wasserstein-1 to the first record, per layer": ["Multiline", [r"ics/layer\d+/w1_first"]],
-                "Wasserstein-1 to the previous record, per layer": ["Multiline", [r"ics/layer\d+/w1_prev"]],
-                "mean over units of |delta mean| / std to the first record": ["Multiline",
-                                                                            [r"ics/layer\d+/mean_shift_first"]],
+        if bn_input is None:
+            bn_input = bool(getattr(self, "records_bn_input", False)) and bool(bn_layers(self.model))
+        names = self.layer_names()
+        layout: dict = {"training": {
+            "test accuracy": ["Multiline", ["^test/accuracy$"]],
+            "train loss (mean over the last log_every mini-batches)": ["Multiline", ["^train/loss$"]],
+            "test loss": ["Multiline", ["^test/loss$"]],
+            "train accuracy (mean over the last log_every mini-batches)": ["Multiline", ["^train/accuracy$"]],
+        }}
+
+        def margin(prefix, name):
+            return ["Margin", [f"{prefix}/{name}/{mid}", f"{prefix}/{name}/{lo}", f"{prefix}/{name}/{hi}"]]
+
+        for name in names + ["typical_unit"]:
+            label = f"typical unit {self.unit} of {names[-1]}" if name == "typical_unit" else name
+            charts = {
+                f"{label}: input to g relative to its start, ({mid} - initial {mid}) / initial {lo}-{hi} "
+                f"spread": margin("shift_rel", name),
+                f"{label}: input to g (pre-activation), {mid} with {lo}-{hi} band": margin("shift", name),
             }
+            if bn_input:
+                charts[f"{label}: BN input Wu (before normalization), {mid} with {lo}-{hi} band"] = margin(
+                    "bn_input", name)
+            layout[f"{label}: input to the nonlinearity g"] = charts
+        ics: dict = {}
+        if self.tracker is not None:
+            for name in names:
+                ics[f"{name}: |log(std / first std)|, mean over units"] = [
+                    "Multiline", [rf"^ics/{re.escape(name)}/log_std_ratio_first$"]]
+        if grad_ics:
+            for name in names[1:]:
+                ics[f"{name}: gradient ICS ||G - G'|| / ||G||"] = [
+                    "Multiline", [rf"^grad_ics/{re.escape(name)}/l2_rel$"]]
+        if ics:
+            layout["internal covariate shift (unitless)"] = ics
         return layout
 
     def figure(self, title: str = ""):
@@ -229,16 +280,81 @@ class ShiftMonitor:
             self.tracker.load_state_dict(state["tracker"])
 
 
-def plot_percentile_bands(history: list[dict], percentiles: list[float], title: str = ""):
-    """Panels of percentile bands over training steps, from monitor records.
+def _pkeys(stats: dict) -> list[str]:
+    """The percentile keys of a stats record, in increasing order ('p15', 'p50', 'p85')."""
+    return sorted((k for k in stats if k.startswith("p")), key=lambda k: float(k[1:]))
+
+
+def _spread(stats: dict) -> float:
+    """The outermost-percentile range of a stats record (p85 - p15 by default)."""
+    keys = _pkeys(stats)
+    return stats[keys[-1]] - stats[keys[0]]
+
+
+def relative_bands(first: dict, now: dict, spread: float | None = None) -> dict[str, float] | None:
+    """Percentiles relative to the first record: (p - first median) / first spread.
+
+    The spread is the first record's outermost-percentile range (p85 - p15 by default), so
+    at the first record the band runs from about -0.5 to 0.5 around 0 for every layer of
+    every run, whatever the raw scale; a value of 3 later means "3 initial spreads away".
 
     Args:
-        history: records as in :attr:`ShiftMonitor.history`.
+        first: the first record's stats of one layer ({"p15", "p50", "p85", ...}).
+        now: the same layer's stats now.
+        spread: the scale to divide by instead of ``first``'s own spread.
+
+    Returns:
+        {"p15": ..., "p50": ..., "p85": ...} (dimensionless), or None when the spread is
+        not > 0 (a constant input: nothing to scale by).
+    """
+    keys = _pkeys(first)
+    if not keys:
+        return None
+    scale = _spread(first) if spread is None else spread
+    if not scale > 0:
+        return None
+    mid = first[keys[len(keys) // 2]]
+    return {k: (now[k] - mid) / scale for k in keys}
+
+
+def log_relative_bands(writer, history: list[dict], step: int) -> None:
+    """Write ``shift_rel/<layer>/<pNN>`` and ``shift_rel/typical_unit/<pNN>`` (see
+    :func:`relative_bands`) for the last record of ``history``; nothing without a writer."""
+    if writer is None or not history:
+        return
+    first, last = history[0], history[-1]
+    pairs = [(n, first["layers"].get(n), v) for n, v in last["layers"].items()]
+    spread = {n: None for n, _, _ in pairs}
+    unit0 = first.get("unit") or {}
+    if unit0.get("layer") in first["layers"] and last.get("unit"):
+        # the unit is scaled by its layer's initial spread: one unit of a network started with
+        # tiny weights barely varies over the probe, and its own spread would blow its band up
+        spread["typical_unit"] = _spread(first["layers"][unit0["layer"]])
+        pairs.append(("typical_unit", unit0, last["unit"]))
+    for name, a, b in pairs:
+        rel = relative_bands(a, b, spread.get(name)) if a else None
+        for k, v in (rel or {}).items():
+            writer.add_scalar(f"shift_rel/{name}/{k}", v, step)
+
+
+def plot_percentile_bands(history: list[dict], percentiles: list[float], title: str = ""):
+    """Percentile bands over training steps, one row per layer (input to output), then the typical unit.
+
+    Paper Fig. 1(b, c): the median (line) and the outer percentiles (band, 15-85 by default)
+    of the input to the nonlinearity g. When the records hold the BN input Wu
+    (``bn_input`` / ``bn_input_unit``), a second column shows it for the same layer.
+
+    Args:
+        history: records as in :attr:`ShiftMonitor.history` (non-empty).
         percentiles: the recorded percentiles; the band is first..last, the line the middle one.
         title: figure title.
 
     Returns:
-        a matplotlib Figure (Agg backend).
+        a matplotlib Figure (Agg backend), 640 pixels wide at dpi 100 with one row per layer,
+        so that it stays readable in TensorBoard's Images tab; every panel has labelled axes.
+
+    Raises:
+        ValueError: when ``history`` is empty.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -248,20 +364,35 @@ def plot_percentile_bands(history: list[dict], percentiles: list[float], title: 
         raise ValueError("no monitor records to plot")
     lo, mid, hi = (pkey(p) for p in (percentiles[0], percentiles[len(percentiles) // 2], percentiles[-1]))
     names = list(history[0]["layers"]) + ["unit"]
+    with_bn = bool(history[0].get("bn_input"))
+    cols = [("layers", "unit", "input to g", "pre-activation")] + (
+        [("bn_input", "bn_input_unit", "BN input Wu", "Wu")] if with_bn else [])
     steps = [r["step"] for r in history]
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        rows = [r["unit"] if name == "unit" else r["layers"][name] for r in history]
-        ax.fill_between(steps, [r[lo] for r in rows], [r[hi] for r in rows], alpha=0.3, label=f"{lo}-{hi}")
-        ax.plot(steps, [r[mid] for r in rows], label=mid)
-        label = (f"unit {history[0]['unit']['index']} of {history[0]['unit']['layer']}" if name == "unit"
-                 else f"{name} (all units)")
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("input to nonlinearity")
-    axes[0][0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    height = 1.7 * len(names) + 0.7
+    fig, axes = plt.subplots(len(names), len(cols), figsize=(6.4 * len(cols) ** 0.5, height), squeeze=False,
+                             sharex=True)
+    for i, name in enumerate(names):
+        for j, (layers_key, unit_key, what, ylabel) in enumerate(cols):
+            ax = axes[i][j]
+            rows = [r.get(unit_key) if name == "unit" else r.get(layers_key, {}).get(name) for r in history]
+            pts = [(s, r) for s, r in zip(steps, rows) if r]
+            if not pts:
+                ax.set_axis_off()
+                continue
+            xs = [s for s, _ in pts]
+            ax.fill_between(xs, [r[lo] for _, r in pts], [r[hi] for _, r in pts], alpha=0.3,
+                            label=f"{lo}-{hi} band")
+            ax.plot(xs, [r[mid] for _, r in pts], label=f"{mid} (median)")
+            unit = history[0].get(unit_key) or {}
+            where = (f"unit {unit.get('index')} of {unit.get('layer')}" if name == "unit" else f"{name}, all units")
+            ax.set_title(f"{what}: {where}", fontsize=10)
+            ax.set_ylabel(ylabel, fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+    for j in range(len(cols)):
+        axes[-1][j].set_xlabel("training step")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", fontsize=8, ncol=2, frameon=False)
+    fig.suptitle(title or "input to the nonlinearity g on the probe set", fontsize=10, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / height))
     return fig

@@ -38,7 +38,7 @@ from bnexp.errors import ConfigError, UserError
 from bnexp.models import build_model
 from bnexp.models import hidden_layers as hidden_layers_of
 from bnexp.monitor import ShiftMonitor
-from bnexp.tblog import flat_hparams, metric_names, write_hparams_end, write_hparams_start
+from bnexp.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
 
 log = logging.getLogger("bnexp")
 
@@ -560,7 +560,7 @@ class Trainer:
         write_hparams_end(self.writer, {
             "hparams/final_test_accuracy": final_acc, "hparams/best_test_accuracy": best["test_accuracy"],
             **{f"hparams/steps_to_{t:g}": steps_to_target[f"{t:g}"] for t in self.targets},
-        }, self.step)
+        }, self.step, not_reached=not_reached_value(tcfg.max_steps))
         self.writer.close()
         if tcfg.save_checkpoint and status == "finished":
             self.save_checkpoint()
