@@ -15,11 +15,11 @@ training.
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
-from bnexp.bn import bn_layers
+from bnexp.bn import NoisyBatchNorm, bn_layers
+from bnexp.ics import DistributionShiftTracker
 from bnexp.models import hidden_layers
 
 
@@ -76,8 +76,6 @@ class _ProbeMode:
         self.model = model
 
     def __enter__(self):
-        from bnexp.ics import NoisyBatchNorm
-
         self.was_training = self.model.training
         self.bns = bn_layers(self.model)
         # noisy BN (Santurkar et al.) injects its noise in the probe too: the distribution
@@ -122,8 +120,6 @@ class ShiftMonitor:
     def __init__(self, model: nn.Module, probe_x: torch.Tensor, percentiles: list[float], unit: int = 0,
                  histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True,
                  shift_max_values: int = 20_000):
-        from bnexp.ics import DistributionShiftTracker
-
         self.model = model
         self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.probe_x = probe_x

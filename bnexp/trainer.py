@@ -283,7 +283,7 @@ class Trainer:
             m.load_noise_state(ns)
 
     def _noisy_layers(self) -> list:
-        from bnexp.ics import NoisyBatchNorm
+        from bnexp.bn import NoisyBatchNorm
 
         return [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
 
