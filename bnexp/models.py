@@ -14,7 +14,7 @@ import math
 import torch
 from torch import nn
 
-from bnexp.bn import ReferenceBatchNorm
+from bnexp.bn import NoisyBatchNorm, ReferenceBatchNorm
 
 
 def make_activation(name: str) -> nn.Module:
@@ -57,8 +57,6 @@ def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
         cls = nn.BatchNorm2d if conv else nn.BatchNorm1d
         bn = cls(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
     if getattr(bn_cfg, "noise", False):
-        from bnexp.ics import NoisyBatchNorm
-
         # the noise generator's seed is drawn from torch's (already seeded) global RNG
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
         bn = NoisyBatchNorm(bn, bn_cfg.noise_a, bn_cfg.noise_b, bn_cfg.noise_c, bn_cfg.noise_d, seed=seed)

@@ -20,7 +20,8 @@ import re
 import torch
 from torch import nn
 
-from bnexp.bn import bn_layers
+from bnexp.bn import NoisyBatchNorm, bn_layers
+from bnexp.ics import DistributionShiftTracker
 from bnexp.models import hidden_layers
 
 
@@ -77,8 +78,6 @@ class _ProbeMode:
         self.model = model
 
     def __enter__(self):
-        from bnexp.ics import NoisyBatchNorm
-
         self.was_training = self.model.training
         self.bns = bn_layers(self.model)
         # noisy BN (Santurkar et al.) injects its noise in the probe too: the distribution
@@ -123,8 +122,6 @@ class ShiftMonitor:
     def __init__(self, model: nn.Module, probe_x: torch.Tensor, percentiles: list[float], unit: int = 0,
                  histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True,
                  shift_max_values: int = 20_000):
-        from bnexp.ics import DistributionShiftTracker
-
         self.model = model
         self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.probe_x = probe_x

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from bnexp.ics import (DistributionShiftTracker, NoisyBatchNorm, gradient_ics, landscape_probe,
-                       layer_param_groups, per_unit_shift, sample_noise, unit_moments, wasserstein1)
+from bnexp.ics import (DistributionShiftTracker, gradient_ics, landscape_probe, layer_param_groups,
+                       per_unit_shift, unit_moments, wasserstein1)
 from bnexp.models import MLP, CNN
 
 torch.set_num_threads(1)
@@ -392,97 +392,3 @@ def test_landscape_errors():
         landscape_probe(model, _quad_loss, None, A, [])
     with pytest.raises(ValueError):
         landscape_probe(model, _quad_loss, None, A, [-0.1])
-
-
-# ---------------------------------------------------------------------------- noisy BN
-
-def test_sample_noise_distribution():
-    a, b, c, d = 0.5, 1.25, 0.1, 0.1
-    gen = torch.Generator().manual_seed(10)
-    mus, sigmas = [], []
-    for _ in range(200):
-        s, m, mu, sigma = sample_noise((400, 5), 1, gen, a, b, c, d)
-        assert s.shape == m.shape == (400, 5) and mu.shape == sigma.shape == (5,)
-        # per activation: m within [mu - c, mu + c], s ~ N(sigma, d)
-        assert bool(((m - mu).abs() <= c + 1e-6).all())
-        assert torch.allclose(m.mean(0), mu, atol=4 * c / math.sqrt(3 * 400))
-        assert torch.allclose(s.mean(0), sigma, atol=4 * d / math.sqrt(400))
-        mus.append(mu)
-        sigmas.append(sigma)
-    mus, sigmas = torch.cat(mus), torch.cat(sigmas)   # 1000 draws each
-    assert mus.min() >= -a and mus.max() <= a and mus.min() < -0.95 * a and mus.max() > 0.95 * a
-    assert mus.mean().item() == pytest.approx(0.0, abs=0.05)
-    assert mus.var().item() == pytest.approx(a * a / 3, rel=0.15)
-    assert sigmas.min() >= 1 and sigmas.max() <= b
-    assert sigmas.mean().item() == pytest.approx((1 + b) / 2, abs=0.02)
-    # within-step spread: uniform half-width c, normal std d
-    s, m, mu, sigma = sample_noise((20000, 2), 1, gen, a, b, c, d)
-    assert (m - mu).std().item() == pytest.approx(c / math.sqrt(3), rel=0.05)
-    assert (s - sigma).std().item() == pytest.approx(d, rel=0.05)
-    # 4-D: mu per channel (dim 1), shared over N, H, W
-    s, m, mu, sigma = sample_noise((3, 4, 5, 6), 1, gen, a, b, c=0.0, d=0.0)
-    assert torch.equal(m, mu.view(1, 4, 1, 1).expand(3, 4, 5, 6))
-    assert torch.equal(s, sigma.view(1, 4, 1, 1).expand(3, 4, 5, 6))
-    with pytest.raises(ValueError):
-        sample_noise((2, 2), 1, gen, b=0.5)
-
-
-def test_noisy_bn_training_noise_matches_helper_and_changes():
-    bn = nn.BatchNorm2d(3)
-    noisy = NoisyBatchNorm(bn, seed=11)
-    x = torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(12))
-    ref_gen = torch.Generator().manual_seed(11)
-    ref_bn = copy.deepcopy(bn)
-    outs = []
-    for _ in range(2):
-        y = noisy(x)
-        s, m, mu, sigma = sample_noise(x.shape, 1, ref_gen)
-        assert torch.equal(y, s * ref_bn(x) + m)
-        assert torch.equal(noisy.last_mu, mu) and torch.equal(noisy.last_sigma, sigma)
-        outs.append((y, noisy.last_mu.clone()))
-    assert not torch.equal(outs[0][0], outs[1][0]) and not torch.equal(outs[0][1], outs[1][1])
-    # gamma = 0, beta = 0 -> bn(x) = 0, so the output is exactly the additive noise m
-    zero = NoisyBatchNorm(nn.BatchNorm1d(4), seed=0)
-    nn.init.zeros_(zero.bn.weight)
-    y = zero(torch.randn(1000, 4))
-    assert bool(((y - zero.last_mu).abs() <= 0.1 + 1e-6).all())
-    assert bool((zero.last_mu.abs() <= 0.5).all())
-
-
-def test_noisy_bn_eval_is_plain_bn_and_state_dict():
-    bn = nn.BatchNorm1d(4)
-    noisy = NoisyBatchNorm(bn, seed=3)
-    gen = torch.Generator().manual_seed(13)
-    for _ in range(3):
-        noisy(torch.randn(8, 4, generator=gen) * 2 + 1)  # update running stats
-    noisy.eval()
-    x = torch.randn(5, 4, generator=gen)
-    assert torch.equal(noisy(x), bn(x))
-    assert torch.equal(noisy(x), noisy(x))  # no noise in eval
-    plain = nn.BatchNorm1d(4)
-    assert set(noisy.state_dict()) == {f"bn.{k}" for k in plain.state_dict()}
-    fresh = NoisyBatchNorm(nn.BatchNorm1d(4))
-    fresh.load_state_dict({f"bn.{k}": v for k, v in bn.state_dict().items()})
-    fresh.eval()
-    assert torch.equal(fresh(x), bn(x))
-
-
-def test_noisy_bn_seeded_reproducibility_and_noise_state():
-    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(14))
-    n1 = NoisyBatchNorm(nn.BatchNorm1d(3), seed=5)
-    n2 = NoisyBatchNorm(nn.BatchNorm1d(3), seed=5)
-    n3 = NoisyBatchNorm(nn.BatchNorm1d(3), seed=6)
-    y1, y2, y3 = n1(x), n2(x), n3(x)
-    assert torch.equal(y1, y2) and not torch.equal(y1, y3)
-    rng = torch.get_rng_state()
-    state = n1.noise_state()
-    a = n1(x)
-    n4 = NoisyBatchNorm(nn.BatchNorm1d(3), seed=0)
-    n4.load_state_dict(n1.state_dict())
-    n4.load_noise_state(state)
-    n4.bn.load_state_dict(n2.bn.state_dict())  # BN state as of before the second step
-    assert torch.equal(n4(x), a)
-    assert torch.equal(torch.get_rng_state(), rng)  # global RNG untouched
-    assert NoisyBatchNorm(nn.BatchNorm1d(3)).noise_state()["state"] is None
-    with pytest.raises(ValueError):
-        NoisyBatchNorm(nn.BatchNorm1d(3), b=0.9)

@@ -7,7 +7,7 @@ import json
 import torch
 
 from bnexp.config import compose_config
-from bnexp.ics import NoisyBatchNorm
+from bnexp.bn import NoisyBatchNorm
 from bnexp.models import build_model
 from bnexp.rundir import read_jsonl
 

@@ -1,0 +1,37 @@
+"""All Batch Normalization variants and their math, in one place (paper Sec. 3, Algorithms 1 and 2).
+
+* :mod:`bnexp.bn.functional` -- the Alg. 1 mini-batch transform, the Sec. 3 backward
+  formulas and the Alg. 2 inference map, as plain tensor functions.
+* :mod:`bnexp.bn.reference` -- :class:`ReferenceBatchNorm`, a layer built on them
+  (``bn.impl=reference``); training otherwise uses torch's ``nn.BatchNorm1d/2d``.
+* :mod:`bnexp.bn.noisy` -- :class:`NoisyBatchNorm` and :func:`sample_noise`, the "noisy BN"
+  of Santurkar et al. 2018, Sec. 2.1 (``bn=noisy``).
+* :mod:`bnexp.bn.population` -- finding a network's BN layers and the Alg. 2 recomputation
+  of population statistics (``bn.population_stats=recompute``).
+
+Shapes: a fully-connected activation is (m, d) -- statistics per feature over the m
+examples of the mini-batch; a convolutional activation is (N, C, H, W) -- statistics per
+channel over (N, H, W), i.e. over m = N*H*W values (Sec. 3.2).
+
+The modules depend only on torch and on each other (functional <- reference <- population;
+noisy stands alone), never on the rest of bnexp, so every other module can import them.
+"""
+
+from bnexp.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
+                                 batch_statistics)
+from bnexp.bn.noisy import NoisyBatchNorm, sample_noise
+from bnexp.bn.population import BN_TYPES, bn_layers, recompute_population_statistics
+from bnexp.bn.reference import ReferenceBatchNorm
+
+__all__ = [
+    "batch_statistics",
+    "batch_norm_train",
+    "batch_norm_backward",
+    "batch_norm_inference",
+    "ReferenceBatchNorm",
+    "NoisyBatchNorm",
+    "sample_noise",
+    "BN_TYPES",
+    "bn_layers",
+    "recompute_population_statistics",
+]

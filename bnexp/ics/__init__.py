@@ -1,0 +1,47 @@
+"""Measurements of internal covariate shift (ICS), from two views.
+
+The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view in
+:mod:`bnexp.ics.gradient`; this package re-exports their public names.
+
+1. The distribution view of the BN paper (Ioffe & Szegedy 2015, Sec. 1-2): ICS is
+   "the change in the distribution of network activations due to the change in
+   network parameters during training". :func:`wasserstein1`, :func:`per_unit_shift`
+   and :class:`DistributionShiftTracker` quantify how far the distribution of a
+   layer's values (e.g. the input to its nonlinearity, as captured by
+   :meth:`bnexp.monitor.ShiftMonitor.capture` on a fixed probe set) moved since the
+   previous and since the first snapshot. Cheap: one sort of at most ``max_values``
+   values and one pass over the activations per layer.
+
+2. The optimization view of Santurkar, Tsipras, Ilyas & Madry, "How Does Batch
+   Normalization Help Optimization?" (NeurIPS 2018):
+
+   * :func:`gradient_ics` -- their Def. 2.1 (Sec. 2.2, Fig. 3): how much the gradient
+     of a layer's weights changes when the layers before it take their update.
+   * :func:`landscape_probe` -- the loss-landscape smoothness of Sec. 3.1, Fig. 4:
+     loss variation, gradient predictiveness and "effective" beta-smoothness along
+     the gradient direction.
+   (The "noisy BN" of their Sec. 2.1, Fig. 2 -- BN with deliberately injected
+   distributional instability -- is a BN variant and lives in :mod:`bnexp.bn.noisy`.)
+
+The gradient-based measurements work on ``copy.deepcopy`` copies of the model in
+training mode (BN with batch statistics, dropout active) and leave the model, its
+gradients, its BN running buffers, the optimizer and torch's global RNG state as
+they found them.
+
+Shapes: a fully-connected activation is (P, d) -- the units are the d features; a
+convolutional activation is (P, C, H, W) -- the units are the C channels, each
+pooled over (P, H, W), as BN normalizes them (BN paper Sec. 3.2).
+"""
+
+from bnexp.ics.distribution import DistributionShiftTracker, per_unit_shift, unit_moments, wasserstein1
+from bnexp.ics.gradient import gradient_ics, landscape_probe, layer_param_groups
+
+__all__ = [
+    "wasserstein1",
+    "unit_moments",
+    "per_unit_shift",
+    "DistributionShiftTracker",
+    "gradient_ics",
+    "layer_param_groups",
+    "landscape_probe",
+]

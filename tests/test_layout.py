@@ -1,0 +1,125 @@
+"""Package layout: no import cycle between bnexp's modules, and no module over 600 lines.
+
+The import graph is built from the ``import`` statements of the source files (all of
+them, including imports inside functions), so a cycle hidden behind a lazy import is
+found too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "bnexp"
+MAX_LINES = 600
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The bnexp module a dotted name refers to (``bnexp.bn.NoisyBatchNorm`` -> ``bnexp.bn``)."""
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """{module: set of bnexp modules it imports}. A package's ``__init__`` counts as the package."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        package = name if is_pkg else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            for t in targets:
+                dep = _resolve(t, modules)
+                if dep is not None and dep != name:
+                    deps.add(dep)
+        graph[name] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth-first search with colours)."""
+    colour = {n: 0 for n in graph}  # 0 new, 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        colour[n] = 1
+        stack.append(n)
+        for d in sorted(graph[n]):
+            if colour[d] == 1:
+                return stack[stack.index(d):] + [d]
+            if colour[d] == 0:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        colour[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if colour[n] == 0:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_import_graph_sees_lazy_and_from_imports():
+    graph = import_graph(_modules())
+    # a package import counts as the package's __init__ ...
+    assert "bnexp.bn" in graph["bnexp.models"]
+    # ... and the bn package's __init__ imports its submodules
+    assert {"bnexp.bn.functional", "bnexp.bn.noisy", "bnexp.bn.population",
+            "bnexp.bn.reference"} <= graph["bnexp.bn"]
+
+
+def test_no_import_cycle_in_bnexp():
+    cycle = find_cycle(import_graph(_modules()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_bn_math_depends_on_nothing_else_in_bnexp():
+    graph = import_graph(_modules())
+    for name, deps in graph.items():
+        if name == "bnexp.bn" or name.startswith("bnexp.bn."):
+            outside = {d for d in deps if not (d == "bnexp.bn" or d.startswith("bnexp.bn."))}
+            assert not outside, f"{name} imports {sorted(outside)}"
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_module_size(name):
+    lines = len(_modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (max {MAX_LINES})"
