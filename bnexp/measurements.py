@@ -310,8 +310,10 @@ class ShiftRecord(Measurement):
 
 class GradientICS(Measurement):
     """Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every ``monitor.grad_ics_every``
-    steps, on that step's mini-batch before its update: ``grad_ics/<layer>/{l2,cos}`` scalars
-    and an ``ics.jsonl`` record ``{"step", "kind": "grad_ics", "layers": {...}}``."""
+    steps, on that step's mini-batch before its update: ``grad_ics/<layer>/{l2,l2_rel,cos}``
+    scalars for layers 2..K (l2_rel = ||G - G'|| / ||G||, unitless) and an ``ics.jsonl`` record
+    ``{"step", "kind": "grad_ics", "layers": {...}}`` with every layer; layer 1's entry, zero
+    by definition, is marked ``"trivial": true`` and gets no scalars."""
 
     name = "grad_ics"
     phase = "before"
@@ -327,8 +329,14 @@ class GradientICS(Measurement):
         res = gradient_ics(tr.model, nn.functional.cross_entropy, x, y, tr.optimizer, groups, weights)
         names = [name for name, _ in hidden_layers(tr.model)] + ["classifier"]
         layers = {name: r for name, r in zip(names, res)}
-        for name, r in layers.items():
+        for i, (name, r) in enumerate(layers.items()):
+            if i == 0:
+                # layer 1: G'_1 = G_1 by definition (l2 = 0, cos = 1), a constant chart; ics.jsonl only
+                r["trivial"] = True
+                continue
             tr.writer.add_scalar(f"grad_ics/{name}/l2", r["l2"], step)
+            tr.writer.add_scalar(f"grad_ics/{name}/l2_rel", r["l2"] / r["g_norm"] if r["g_norm"] > 0 else math.nan,
+                                 step)
             tr.writer.add_scalar(f"grad_ics/{name}/cos", r["cos"], step)
         self.ics.append({"step": step, "kind": "grad_ics", "layers": layers})
 

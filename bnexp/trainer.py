@@ -206,7 +206,7 @@ class Trainer:
         if self.resumed_from is None:
             self.writer = SummaryWriter(log_dir=str(self.run_dir))
             write_hparams_start(self.writer, self.hp, metric_names(self.targets))
-            self.writer.add_custom_scalars(self.monitor.custom_scalars_layout())
+            self.writer.add_custom_scalars(self.monitor.custom_scalars_layout(grad_ics=bool(self.cfg.monitor.grad_ics)))
             self.writer.add_text("config", "```\n" + OmegaConf.to_yaml(self.cfg) + "\n```", 0)
         else:
             # TensorBoard drops the events after the checkpoint from the earlier event files.

@@ -39,7 +39,8 @@ def sweep(tmp_path_factory, data_root):
     exe = Path(sys.executable).with_name("bnexp")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "bnexp.cli"]
     r = subprocess.run(cmd + ["train", "-m", "bn=true,false", "lr=0.5", *FAST, f"trainer.max_steps={MAX_STEPS}",
-                              "trainer.eval_every=40", "trainer.hist_every=40", f"hydra.sweep.dir={tmp / 's'}"],
+                              "trainer.eval_every=40", "trainer.hist_every=40", "monitor.grad_ics=true",
+                              "monitor.grad_ics_every=40", f"hydra.sweep.dir={tmp / 's'}"],
                        cwd=tmp, env=dict(os.environ, BNEXP_DATA_ROOT=str(data_root)), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -104,6 +105,32 @@ def test_custom_scalars_layout_order_and_relative_bands(sweep):
     for layer in ("layer1", "layer2", "layer3"):
         lo, mid, hi = (ea.Scalars(f"shift_rel/{layer}/{k}")[0].value for k in ("p15", "p50", "p85"))
         assert mid == pytest.approx(0.0, abs=1e-6) and hi - lo == pytest.approx(1.0, rel=1e-5)
+
+
+def test_grad_ics_scalars_leave_out_layer1_and_fill_the_layout(sweep):
+    """Layer 1's gradient ICS is zero by definition: no scalars (no constant chart), but its
+    ics.jsonl entry stays, marked trivial; layers 2..K have l2, l2_rel = l2 / ||G||, cos, and
+    the layout's gradient charts are the ones of those tags."""
+    import json
+
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+    ea = _accumulator(sweep / "bn=false")
+    grad = sorted(t for t in ea.Tags()["scalars"] if t.startswith("grad_ics/"))
+    assert grad == [f"grad_ics/{n}/{k}" for n in ("classifier", "layer2", "layer3") for k in ("cos", "l2", "l2_rel")]
+    recs = [json.loads(line) for line in (sweep / "bn=false" / "ics.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if r["kind"] == "grad_ics"]
+    assert [r["step"] for r in recs] == [40, 80, 120]
+    assert all(r["layers"]["layer1"]["trivial"] is True and r["layers"]["layer1"]["l2"] == 0.0 for r in recs)
+    last = recs[-1]["layers"]["layer2"]
+    rel = [e.value for e in ea.Scalars("grad_ics/layer2/l2_rel")][-1]
+    assert rel == pytest.approx(last["l2"] / last["g_norm"], rel=1e-5)
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(ea.Tensors(metadata.CONFIG_SUMMARY_TAG)[0].tensor_proto.string_val[0])
+    ics = [c for c in layout.category if c.title == "internal covariate shift (unitless)"][0]
+    patterns = [c.multiline.tag[0] for c in ics.chart if "gradient" in c.title]
+    assert [[t for t in grad if re.search(p, t)] for p in patterns] == [["grad_ics/layer2/l2_rel"],
+                                                                         ["grad_ics/layer3/l2_rel"]]
 
 
 def test_relative_bands_by_hand():
