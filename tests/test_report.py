@@ -603,12 +603,13 @@ def test_ics_labels_of_presets_and_older_sweeps():
               mk("b", {"experiment": "bn_baseline", "bn.enabled": True, "bn.noise": True, "lr": 0.1}),
               mk("c", {"experiment": "bn_baseline", "bn.enabled": False, "bn.noise": False, "lr": 0.1})]
     rep.label_groups(groups)
-    assert [g.label for g in groups] == ["bn_baseline: BN", "bn_baseline: noisy BN", "bn_baseline: no BN"]
+    assert [g.label for g in groups] == ["BN (bn_baseline preset)", "noisy BN (bn_baseline preset)",
+                                         "no BN (bn_baseline preset)"]
     presets = [mk("a", {"experiment": "baseline", "bn.enabled": False, "bn.noise": False}),
                mk("b", {"experiment": "bn_x5", "bn.enabled": True, "bn.noise": False})]
     rep.label_groups(presets)
     assert [g.label for g in presets] == ["baseline", "bn_x5"]  # unique preset names stay
-    assert [g.variant_label for g in presets] == ["baseline: no BN", "bn_x5: BN"]
+    assert [g.variant_label for g in presets] == ["no BN (baseline preset)", "BN (bn_x5 preset)"]
     old = [mk("a", {"bn.enabled": True, "lr": 0.5}), mk("b", {"bn.enabled": False, "lr": 0.5})]
     rep.label_groups(old)  # configs without bn.noise keep the bn=true / bn=false labels
     assert [g.label for g in old] == ["bn=true", "bn=false"]

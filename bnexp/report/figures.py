@@ -1,5 +1,11 @@
-"""The figures of Sec. 4.1 (Fig. 1): test accuracy vs steps, percentiles of a typical unit's input
-over training (no BN | BN), and per-layer stability of the input distribution."""
+"""The report's main figures: test accuracy vs steps with a zoomed top (Sec. 4.1 Fig. 1(a); on
+CIFAR-10 the Sec. 4.2 Fig. 2 form), percentiles of a typical unit's input over training per
+setting and BN variant (Fig. 1(b, c)), and per-layer stability of the input distribution.
+
+Each figure has a ``*_figure(report)`` function returning the matplotlib Figure (inspected by
+the tests) and a ``plot_*(report, path)`` that writes it. Colours, line styles and labels
+follow :mod:`bnexp.report.figstyle`; the paper references :mod:`bnexp.report.paper`.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +17,19 @@ from typing import Any
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.groups import ConfigGroup, match_no_bn, pair_key
+from bnexp.report.figstyle import BAR_NOTE, STYLE_NOTE, legend_below, pyplot, styles
+from bnexp.report.groups import ConfigGroup, bn_variant, match_no_bn, pair_key
 from bnexp.report.load import Run, ordered_keys, seed_order
+from bnexp.report.paper import refs
 from bnexp.report.stats import band_keys
 from bnexp.rundir import atomic_write_bytes
 
+__all__ = ["pyplot", "save_figure", "accuracy_curve", "accuracy_figure", "plot_accuracy", "zoom_range",
+           "figure_pairs", "figure_rows", "lowest_seed_shift", "percentiles_figure", "plot_percentiles",
+           "stability_figure", "plot_stability"]
 
-def pyplot():
-    """matplotlib.pyplot with the non-interactive Agg backend (imported on first use: the report's
-    tables need no matplotlib)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _colors(groups: list[ConfigGroup]) -> dict[str, Any]:
-    """One color per BN/no-BN pair (pair_key), shared by the figures."""
-    plt = pyplot()
-    cmap = plt.get_cmap("tab10" if len(groups) <= 20 else "tab20")
-    keys: list[str] = []
-    for g in groups:
-        if pair_key(g) not in keys:
-            keys.append(pair_key(g))
-    return {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
+STEP_LABEL = "training step (SGD updates)"
+MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
 
 
 def save_figure(fig, path: Path, dpi: int) -> None:
@@ -73,39 +67,100 @@ def accuracy_curve(group: ConfigGroup) -> tuple[list[int], list[float], list[flo
             [max(by_step[s]) for s in steps])
 
 
-def plot_accuracy(report: Report, path: Path) -> None:
-    """Fig. 1(a) (Sec. 4.1): test accuracy vs steps, one line per configuration (mean over seeds),
-    min-max band over seeds shaded; BN solid, no BN dashed; the Sec. 4.2 target dotted."""
+def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
+               min_span: float = 1.0) -> tuple[float, float] | None:
+    """The y range (%) of the zoomed accuracy panel: the top of the range, where the curves that
+    end near the best one are told apart.
+
+    Args:
+        curves: per configuration (means, maxima over seeds), test accuracy in %.
+        near: configurations whose final mean is within this many points of the best final
+            mean are inside the zoom; the others (e.g. a plain network still at chance) are not.
+        min_span: the smallest span (percentage points).
+
+    Returns:
+        (low, high) in %, or None without data.
+    """
+    finals = [m[-1] for m, _ in curves if m]
+    if not finals:
+        return None
+    top = max(max(h) for _, h in curves if h)
+    best = max(finals)
+    low = min(f for f in finals if f >= best - near)
+    span = max(min_span, top - low)
+    return low - 0.35 * span, min(100.0, top + 0.15 * span)
+
+
+def accuracy_figure(report: Report):
+    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step.
+
+    Left: the whole range; right: the top of the range (:func:`zoom_range`), where the
+    gaps between well-trained configurations are a point or less. One line per
+    configuration (mean over the completed seeds), min-max band over seeds shaded, styles
+    of :mod:`bnexp.report.figstyle`; the Sec. 4.2 target (baseline's best) dotted. One
+    legend below both panels.
+
+    Returns:
+        the matplotlib Figure (two axes).
+    """
     plt = pyplot()
-    colors = _colors(report.groups)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    drawn = 0
+    st = styles(report.groups)
+    fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
+    curves, zoom_curves = [], []
     for g in report.groups:
         steps, mean, lo, hi = accuracy_curve(g)
         if not steps:
             continue
-        c = colors[pair_key(g)]
-        style = ("-." if g.noisy else "-") if g.bn else "--"
-        ax.plot(steps, mean, color=c, linestyle=style, label=f"{g.label} (n={len(g.completed)})")
-        ax.fill_between(steps, lo, hi, color=c, alpha=0.15, linewidth=0)
-        drawn += 1
+        mean, lo, hi = (100 * np.asarray(v) for v in (mean, lo, hi))
+        s = st[g.key]
+        for a in (ax, zax):
+            a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=1.6,
+                   label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
+            a.fill_between(steps, lo, hi, color=s.color, alpha=0.15, linewidth=0)
+        curves.append((list(mean), list(hi)))
+        zoom_curves.append((steps, mean))
     sec42 = report.data.get("sec42")
     if sec42 and sec42.get("target") is not None:
-        ax.axhline(sec42["target"], color="gray", linestyle=":", linewidth=1,
-                   label=f"baseline best {100 * sec42['target']:.2f}%")
-    if not drawn:
-        ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("test accuracy")
-    noisy = "; noisy BN dash-dot" if any(g.noisy for g in report.groups) else ""
-    ax.set_title(f"Test accuracy vs steps (mean over seeds, min-max band); BN solid, no BN dashed{noisy}",
-                 fontsize=9)
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=7, loc="lower right" if drawn <= 8 else "upper left",
-                  bbox_to_anchor=None if drawn <= 8 else (1.01, 1.0))
-    fig.tight_layout()
-    save_figure(fig, path, 110)
+        for a in (ax, zax):
+            a.axhline(100 * sec42["target"], color="gray", linestyle=":", linewidth=1,
+                      label=f"baseline best {100 * sec42['target']:.2f}%" if a is ax else None)
+    ax.set_title("whole range", fontsize=9)
+    zr = zoom_range(curves)
+    if zr is None:
+        for a in (ax, zax):
+            a.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
+                   transform=a.transAxes, fontsize=8)
+        zax.set_title("top of the range (zoom)", fontsize=9)
+    else:
+        zax.set_ylim(*zr)
+        # x from the last evaluation before a curve enters the zoomed range
+        first = [next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)
+                 for steps, mean in zoom_curves]
+        first = [f for f in first if f is not None]
+        last = max(s[-1] for s, _ in zoom_curves)
+        x0 = min(first) if first and min(first) < last else min(s[0] for s, _ in zoom_curves)
+        if x0 < last:
+            zax.set_xlim(x0 - 0.02 * (last - x0), last + 0.02 * (last - x0))
+        zax.set_title(f"top of the range (zoom): {zr[0]:.1f}-{zr[1]:.1f}%", fontsize=9)
+        from matplotlib.patches import Rectangle
+
+        x_lo, x_hi = zax.get_xlim()
+        ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
+                               linewidth=0.8, linestyle="-", label=None))
+    for a in (ax, zax):
+        a.set_xlabel(STEP_LABEL)
+        a.set_ylabel("test accuracy (%)")
+        a.grid(alpha=0.3)
+    fig.suptitle(f"Test accuracy vs training steps ({refs(report)['accuracy']})", fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    bottom = legend_below(fig, handles, labels, title=f"mean over seeds, band min-max; {STYLE_NOTE}")
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    return fig
+
+
+def plot_accuracy(report: Report, path: Path) -> None:
+    """Write :func:`accuracy_figure` to ``path`` (PNG, 110 dpi; see :func:`save_figure`)."""
+    save_figure(accuracy_figure(report), path, 110)
 
 
 def figure_pairs(groups: list[ConfigGroup]) -> list[tuple[ConfigGroup | None, ConfigGroup | None]]:
@@ -127,75 +182,145 @@ def lowest_seed_shift(group: ConfigGroup) -> Run | None:
     return min(runs, key=seed_order) if runs else None
 
 
-def _short(text: str, width: int = 60) -> str:
-    """``text`` wrapped onto lines of at most ``width`` characters (figure titles)."""
+def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
+    """Rows and columns of the percentile figure: one row per setting (:func:`pair_key`), one
+    column per BN variant present in the sweep, in the order no BN, BN, noisy BN (then
+    configurations whose bn.enabled is unknown). Two configurations of one setting and
+    variant (e.g. two BN presets) go to separate rows.
+
+    Returns:
+        (column names, rows as {column: configuration}).
+    """
+    order = ["no BN", "BN", "noisy BN", "configuration"]
+    present = {bn_variant(g) or "configuration" for g in groups}
+    columns = [c for c in order if c in present]
+    rows: list[dict[str, ConfigGroup]] = []
+    row_of: dict[str, list[int]] = {}
+    for g in groups:
+        col, pk = bn_variant(g) or "configuration", pair_key(g)
+        idx = next((i for i in row_of.get(pk, []) if col not in rows[i]), None)
+        if idx is None:
+            rows.append({})
+            idx = len(rows) - 1
+            row_of.setdefault(pk, []).append(idx)
+        rows[idx][col] = g
+    return columns, rows
+
+
+def _percentile_panel(ax, group: ConfigGroup, label: str) -> bool:
+    """One panel of Fig. 1(b, c): the typical unit's median line and 15-85 band over steps.
+
+    Args:
+        ax: the matplotlib axes.
+        group: the configuration (its lowest seed with shift.jsonl records is shown).
+        label: the configuration's legend label (first line of the title).
+
+    Returns:
+        False when the configuration has no shift.jsonl records (the panel then says so).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    run = lowest_seed_shift(group)
+    recs = [r for r in run.shift if isinstance(r.get("unit"), dict) and band_keys(r["unit"])] if run else []
+    if not recs:
+        ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
+        return False
+    lo, mid, hi = band_keys(recs[0]["unit"])
+    steps = [r["step"] for r in recs]
+    ax.fill_between(steps, [r["unit"].get(lo, np.nan) for r in recs], [r["unit"].get(hi, np.nan) for r in recs],
+                    alpha=0.3, color="C0", linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
+    ax.plot(steps, [r["unit"].get(mid, np.nan) for r in recs], color="C0", label=f"median ({mid[1:]}th)",
+            marker="o" if len(recs) < 3 else None)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    u = recs[0]["unit"]
+    ax.set_title(f"{label}\nseed {run.seed}, unit {u.get('index')} of {u.get('layer')}", fontsize=8)
+    return True
+
+
+def percentiles_figure(report: Report):
+    """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
+    training. One row per setting, one column per BN variant (:func:`figure_rows`), y axis
+    shared within a row; the run shown is the configuration's lowest seed. A setting
+    without some variant has no panel there (its title says which are missing); the
+    legend is below the panels.
+
+    Returns:
+        the matplotlib Figure.
+    """
+    plt = pyplot()
+    st = styles(report.groups)
+    columns, rows = figure_rows(report.groups)
+    if not rows:
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.text(0.5, 0.5, "no configurations", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    ncol = len(columns)
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(max(4.6 * ncol, 6.5), 2.9 * len(rows) + 1.3),
+                             squeeze=False)
+    handles: list = []
+    labels: list[str] = []
+    for row, ax_row in zip(rows, axes):
+        missing = [c for c in columns if c not in row]
+        for col, ax in zip(columns, ax_row):
+            g = row.get(col)
+            if g is None:
+                ax.set_visible(False)
+                continue
+            label = st[g.key].label + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
+                                       "settings)" if missing else "")
+            if not _percentile_panel(ax, g, _wrap(label, 58)):
+                ax.set_axis_off()
+                continue
+            if not handles:
+                handles, labels = ax.get_legend_handles_labels()
+            ax.set_xlabel(STEP_LABEL, fontsize=8)
+            ax.set_ylabel("input to the nonlinearity\n(pre-activation, a.u.)", fontsize=8)
+            ax.grid(alpha=0.3)
+        drawn = [a for a in ax_row if a.get_visible() and a.axison]
+        if len(drawn) > 1:  # one y scale per row: no BN and BN of a setting compare directly
+            lims = [a.get_ylim() for a in drawn]
+            for a in drawn:
+                a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
+    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report)['percentiles']})",
+                 fontsize=10)
+    bottom = legend_below(fig, handles, labels)
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    return fig
+
+
+def plot_percentiles(report: Report, path: Path) -> None:
+    """Write :func:`percentiles_figure` to ``path`` (PNG, 100 dpi)."""
+    save_figure(percentiles_figure(report), path, 100)
+
+
+def _wrap(text: str, width: int) -> str:
+    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width)) or text
 
 
-def _percentile_panel(ax, group: ConfigGroup | None, side: str) -> None:
-    """One panel of Fig. 1(b, c): the typical unit's median line and 15-85 band over steps.
+def stability_figure(report: Report):
+    """Per-layer stability bars (Sec. 4.1's Fig. 1(b, c) in numbers): |median_end -
+    median_first| of each hidden layer's input to the nonlinearity (pre-activation units)
+    and its 15-85 spread ratio end / first, mean over finished seeds; one bar per
+    configuration, styles of :mod:`bnexp.report.figstyle`; legend below the panels.
 
-    Args:
-        ax: the matplotlib axes.
-        group: the configuration (None: the sweep has none for this side).
-        side: "no BN" or "BN" (used in the title).
+    Returns:
+        the matplotlib Figure (two axes).
     """
-    from matplotlib.ticker import MaxNLocator
-
-    run = lowest_seed_shift(group) if group else None
-    if run is None:
-        why = ({"no BN": "no run without BN", "BN": "no run with BN"}.get(side, f"no {side} run")
-               + " with these settings" if group is None else "no shift.jsonl records")
-        ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=8)
-        ax.set_title(_short(f"{side}: {group.label}") if group else side, fontsize=8)
-        ax.set_xticks([])
-        return
-    recs = [r for r in run.shift if isinstance(r.get("unit"), dict) and band_keys(r["unit"])]
-    lo, mid, hi = band_keys(recs[0]["unit"])
-    steps = [r["step"] for r in recs]
-    ax.fill_between(steps, [r["unit"].get(lo, np.nan) for r in recs], [r["unit"].get(hi, np.nan) for r in recs],
-                    alpha=0.3, label=f"{lo}-{hi}")
-    ax.plot(steps, [r["unit"].get(mid, np.nan) for r in recs], label=mid, marker="o" if len(recs) < 3 else None)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
-    u = recs[0]["unit"]
-    ax.set_title(_short(f"{side}: {group.label}") + f"\nseed {run.seed}, unit {u.get('index')} of {u.get('layer')}",
-                 fontsize=8)
-    ax.set_xlabel("step")
-    ax.legend(fontsize=7)
-
-
-def plot_percentiles(report: Report, path: Path) -> None:
-    """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
-    training; per row one setting, no BN (left) beside BN (right) with a shared y axis; the run
-    shown is the configuration's lowest seed."""
     plt = pyplot()
-    rows = figure_pairs(report.groups) or [(None, None)]
-    fig, axes = plt.subplots(len(rows), 2, figsize=(9, 3.1 * len(rows)), sharey="row", squeeze=False)
-    for (nb, bn), (ax0, ax1) in zip(rows, axes):
-        _percentile_panel(ax0, nb, "no BN")
-        _percentile_panel(ax1, bn, "BN")
-        ax0.set_ylabel("input to nonlinearity")
-        for ax in (ax0, ax1):
-            ax.grid(alpha=0.3)
-    fig.suptitle("Typical unit of the last hidden layer: median and 15-85 percentile band (no BN | BN)",
-                 fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path, 100)
-
-
-def plot_stability(report: Report, path: Path) -> None:
-    """Per-layer bars (Sec. 4.1): |median_end - median_first| and the 15-85 spread ratio end/first,
-    mean over finished seeds, one bar per configuration (BN solid, no BN hatched)."""
-    plt = pyplot()
-    colors = _colors(report.groups)
+    st = styles(report.groups)
     confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"]]
     layers = ordered_keys(s["stability"] for _, s in confs)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.0 + 0.25 * len(confs)), squeeze=False)
-    metrics = (("median_shift", "|median end - median first|"), ("spread_ratio", "15-85 spread: end / first"))
-    for ax, (key, title) in zip(axes[0], metrics):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
+    metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
+               ("spread_ratio", "how the 15-85 spread changed", "15-85 spread, end / first\n(ratio; 1 = unchanged)"))
+    for ax, (key, title, ylabel) in zip(axes[0], metrics):
         ax.set_title(title, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_xlabel("hidden layer (input to output)", fontsize=8)
         ax.grid(alpha=0.3, axis="y")
         if not confs:
             ax.text(0.5, 0.5, "no shift.jsonl records", ha="center", va="center", transform=ax.transAxes)
@@ -204,19 +329,20 @@ def plot_stability(report: Report, path: Path) -> None:
         for i, (g, s) in enumerate(confs):
             vals = [s["stability"].get(layer, {}).get(key) for layer in layers]
             xs = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))]
-            ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=colors[pair_key(g)],
-                   hatch=None if g.bn else "//", edgecolor="black", linewidth=0.4, label=g.label)
+            sty = st[g.key]
+            ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
+                   edgecolor="black", linewidth=0.4, label=sty.label)
         ax.set_xticks(range(len(layers)), layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-    fig.suptitle("How far each layer's input distribution moved between the first and last monitor step "
-                 "(BN solid, no BN hatched)", fontsize=9)
-    bottom = 0.0
-    if confs:
-        ncol = min(3, len(confs))
-        nrows = -(-len(confs) // ncol)
-        bottom = min(0.5, 0.06 + 0.05 * nrows)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    save_figure(fig, path, 100)
+    fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
+                 f"({refs(report)['stability']})", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    bottom = legend_below(fig, handles, labels, title=f"mean over finished seeds; {BAR_NOTE}")
+    fig.tight_layout(rect=(0, bottom, 1, 0.96))
+    return fig
+
+
+def plot_stability(report: Report, path: Path) -> None:
+    """Write :func:`stability_figure` to ``path`` (PNG, 100 dpi)."""
+    save_figure(stability_figure(report), path, 100)

@@ -10,12 +10,38 @@ from typing import Any
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figures import pyplot, save_figure
-from bnexp.report.groups import ConfigGroup, bn_variant
+from bnexp.report.figstyle import STYLE_NOTE, Style, legend_below, styles
+from bnexp.report.figures import STEP_LABEL, pyplot, save_figure
+from bnexp.report.groups import ConfigGroup
 from bnexp.report.ics_stats import LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
 from bnexp.report.load import Run
 
-_VARIANT_STYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--"}
+# Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
+# the inputs to the nonlinearity have the arbitrary units of the pre-activations).
+AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."),
+        "l2": ("||G - G'||_2", "nats per weight unit"), "l2_rel": ("||G - G'|| / ||G||", "unitless"),
+        "cos": ("cos(G, G')", "unitless"),
+        "loss_variation": ("loss variation", "nats"),
+        "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
+        "beta_smoothness": ("effective beta-smoothness", "nats per weight unit squared"),
+        "rel_loss_variation": ("loss variation", "nats"),
+        "rel_grad_predictiveness": ("max ||grad change||_2", "nats per relative step"),
+        "rel_beta_smoothness": ("effective beta-smoothness", "nats per relative step squared")}
+
+
+def axis_label(key: str) -> str:
+    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a
+    ``w1_*`` variant of W1, per unit or pooled, is in pre-activation units).
+
+    Raises:
+        KeyError: an unknown key (a new measure must say its unit here).
+    """
+    if key not in AXES and key.startswith("w1"):
+        return f"W1 ({AXES['w1_first'][1]})"
+    if key not in AXES:
+        raise KeyError(f"no axis label known for the ICS figure panel {key!r}: add it to figures_ics.AXES")
+    name, unit = AXES[key]
+    return f"{name} ({unit})"
 
 
 def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:
@@ -38,43 +64,68 @@ def _ics_groups(report: Report, view: str) -> list[tuple[ConfigGroup, list[Run]]
     return out
 
 
-def _ics_line(ax, i: int, g: ConfigGroup, steps: list[int], vals: list[float], n: int) -> None:
+def _ics_line(ax, style: Style, steps: list[int], vals: list[float], n: int) -> None:
+    ax.plot(steps, vals, color=style.color, linestyle=style.linestyle, linewidth=1.6,
+            marker="o" if len(steps) < 3 else None, label=f"{style.label} (n={n})")
+
+
+def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], title: str, log: bool = False):
+    """One ICS figure: a panel per (key, y label, per-run series function) that has data, one
+    line per configuration (mean over finished seeds), styles of :mod:`bnexp.report.figstyle`,
+    y labels of :func:`axis_label`, one legend below the panels.
+
+    Args:
+        log: log y-scale on a panel whose plotted values are all positive.
+
+    Returns:
+        the matplotlib Figure; panels without data are left out (one panel saying "not
+        measured" when none has data).
+    """
     plt = pyplot()
-    ax.plot(steps, vals, color=plt.get_cmap("tab10")(i % 10), linestyle=_VARIANT_STYLE.get(bn_variant(g) or "", "-"),
-            marker="o" if len(steps) < 3 else None, label=f"{g.variant_label or g.label} (n={n})")
+    st = styles(report.groups)
+    confs = _ics_groups(report, view)
+    drawn_panels = []
+    for key, ylabel, fn in panels:
+        lines = []
+        for g, runs in confs:
+            series = [fn(r) for r in runs]
+            steps, vals = mean_by_step([s for s in series if s[0]])
+            if steps:
+                lines.append((g, steps, vals, sum(1 for s in series if s[0])))
+        if lines:
+            drawn_panels.append((key, ylabel, lines))
+    width = max(8.0, 4.8 * len(drawn_panels) + 0.6)
+    fig, axes = plt.subplots(1, max(1, len(drawn_panels)), figsize=(width, 4.6), squeeze=False)
+    if not drawn_panels:
+        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+        axes[0][0].set_axis_off()
+    for ax, (key, ylabel, lines) in zip(axes[0], drawn_panels):
+        for g, steps, vals, n in lines:
+            _ics_line(ax, st[g.key], steps, vals, n)
+        every = [v for _, _, vals, _ in lines for v in vals]
+        if log and every and min(every) > 0:
+            ax.set_yscale("log")
+        ax.set_title(_wrap(ylabel, int(width / max(1, len(drawn_panels)) * 10)), fontsize=9)
+        ax.set_ylabel(axis_label(key), fontsize=8)
+        ax.set_xlabel(STEP_LABEL, fontsize=8)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    bottom = legend_below(fig, handles, labels, title=f"mean over finished seeds; {STYLE_NOTE}")
+    fig.suptitle(_wrap(title, int(width * 12)), fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def _ics_figure(report: Report, path: Path, view: str, panels: list[tuple[str, str, Any]], title: str,
                 log: bool = False) -> None:
-    """One ICS figure: a panel per (key, y label, per-run series function), one line per configuration.
-
-    Args:
-        log: log y-scale on a panel whose plotted values are all positive.
-    """
-    plt = pyplot()
-    confs = _ics_groups(report, view)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
-    for ax, (key, ylabel, fn) in zip(axes[0], panels):
-        drawn = []
-        for i, (g, runs) in enumerate(confs):
-            series = [fn(r) for r in runs]
-            steps, vals = mean_by_step([s for s in series if s[0]])
-            if steps:
-                _ics_line(ax, i, g, steps, vals, sum(1 for s in series if s[0]))
-                drawn.extend(vals)
-        if log and drawn and min(drawn) > 0:
-            ax.set_yscale("log")
-        ax.set_title(ylabel, fontsize=9)
-        ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-        if not drawn:
-            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        axes[0][-1].legend(handles, labels, fontsize=7)
-    fig.suptitle(title + " (mean over finished seeds; BN solid, noisy BN dash-dot, no BN dashed)", fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path, 100)
+    """Write :func:`ics_figure` to ``path`` (PNG, 100 dpi)."""
+    save_figure(ics_figure(report, view, panels, title, log), path, 100)
 
 
 def plot_ics_distribution(report: Report, path: Path) -> None:

@@ -148,9 +148,11 @@ def bn_variant(group: ConfigGroup) -> str | None:
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     """A label naming the BN variant plus the other keys that vary across the sweep.
 
-    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "bn_x5: BN", and when its
-    name is shared by several configurations "bn_baseline: noisy BN" plus the other varying
-    keys. Configurations built from summaries only are marked "[no config]"; when
+    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "BN (bn_x5 preset)" -- the
+    variant first, so that a preset whose name says BN but that was run without it reads
+    "no BN (bn_baseline preset)", not "bn_baseline: no BN" -- and when its name is shared by
+    several configurations the other varying keys follow ("noisy BN lr=0.1 (bn_baseline
+    preset)"). Configurations built from summaries only are marked "[no config]"; when
     bn.enabled is unknown the group's label is returned.
     """
     v = bn_variant(group)
@@ -160,7 +162,7 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     exp = group.experiment
     if exp:
         shared = sum(g.experiment == exp for g in groups) > 1
-        label = f"{exp}: {v}" + (f" {kv}" if shared and kv else "")
+        label = f"{v}" + (f" {kv}" if shared and kv else "") + f" ({exp} preset)"
     else:
         label = f"{v} {kv}".strip()
     if group.key.startswith("summary:"):

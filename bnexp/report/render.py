@@ -15,6 +15,7 @@ from bnexp.report.groups import format_value
 from bnexp.report.ics_stats import LANDSCAPE_KEYS, PROBE_KINDS
 from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST
 from bnexp.report.load import ordered_keys
+from bnexp.report.paper import refs
 from bnexp.report.stats import finite, target_key
 from bnexp.rundir import atomic_write_bytes
 
@@ -71,7 +72,7 @@ def _speedup_md(report: Report) -> list[str]:
             for s in report.data["configurations"] if s["bn"] and s["no_bn_match"]]
     if not rows:
         return []
-    return (["## Speedup of BN over no BN (Sec. 4.1, Fig. 1a)", "",
+    return ([f"## Speedup of BN over no BN ({refs(report)['speedup']})", "",
              "Speedup = mean steps without BN / mean steps with BN, when both reached the target in all seeds. "
              "\">= X (lower bound)\": BN reached it in all seeds and no BN in none within max_steps, "
              "so X = max_steps / mean BN steps is only a lower bound.", ""]
@@ -85,7 +86,7 @@ def _stability_md(report: Report) -> list[str]:
         for layer, v in s["stability"].items():
             rows.append([s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
                          "n/a" if v["spread_ratio"] is None else f"{v['spread_ratio']:.3f}", str(v["n"])])
-    head = ["## Stability of each layer's input (Sec. 4.1, Fig. 1b,c)", "",
+    head = [f"## Stability of each layer's input ({refs(report)['stability']})", "",
             "|p50_end - p50_first| and (p85-p15)_end / (p85-p15)_first of each hidden layer's input to its "
             "nonlinearity (all units, probe set of shift.jsonl), first vs last monitor step, mean over finished "
             "seeds.", ""]
@@ -189,9 +190,11 @@ def render_markdown(report: Report) -> str:
     out += ["## Results per configuration", ""] + _md_table(header, rows) + [""]
     out += _speedup_md(report)
     out += ["## Figures", "",
-            "![Test accuracy vs steps (Fig. 1a)](accuracy_vs_steps.png)", "",
-            "![Percentiles of a typical last-hidden-layer unit, no BN vs BN (Fig. 1b,c)](percentiles.png)", "",
-            "![Per-layer stability of the input distribution](stability.png)", ""]
+            f"![Test accuracy vs steps, whole range and zoomed top ({refs(report)['accuracy']})]"
+            "(accuracy_vs_steps.png)", "",
+            f"![Percentiles of a typical last-hidden-layer unit, no BN vs BN ({refs(report)['percentiles']})]"
+            "(percentiles.png)", "",
+            f"![Per-layer stability of the input distribution ({refs(report)['stability']})](stability.png)", ""]
     out += _stability_md(report)
     out += _ics_md(report)
     bad = [(s["label"], r) for s in d["configurations"] for r in s["seeds"] if r["status"] in ("failed", "incomplete")]
