@@ -1,0 +1,194 @@
+"""The report's figures, inspected as matplotlib objects (issue 12, item 5).
+
+Synthetic sweeps (the builders of test_report.py): BN, noisy BN and no BN at two learning
+rates, plus a BN setting without a no-BN counterpart, and CIFAR-10 presets. Checked on the
+Figure objects: every axis has an x and a y label with its unit in parentheses, the accuracy
+figure has a zoomed panel on the top of the range, no visible axes is empty, legends lie
+below every axes (outside the data), colours pair BN with its no-BN counterpart and line
+styles tell BN / noisy BN / no BN apart, labels name what they show, and titles cite the
+right part of the paper (MNIST: Sec. 4.1, Fig. 1; CIFAR-10: Sec. 4.2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from test_report import BN_05, NOBN_05, make_ics_run, make_run
+
+from bnexp.report import build_report
+from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure, zoom_range
+from bnexp.report.figures_ics import ICS_PLOTS, axis_label, ics_figure
+from bnexp.report.figstyle import legend_label
+
+pytest.importorskip("matplotlib")
+
+UNIT = re.compile(r"\([^()]+\)\s*$")  # a label ending with its unit in parentheses
+
+
+@pytest.fixture
+def mnist(tmp_path) -> Path:
+    """BN, noisy BN, no BN at lr 0.5 and 0.12 (seeds 0, 1; every ICS measurement), and BN at
+    lr=5 alone (no no-BN run with its settings)."""
+    root = tmp_path / "mnist"
+    for lr in (0.5, 0.12):
+        for variant in ("BN", "noisy BN", "no BN"):
+            for seed in (0, 1):
+                make_ics_run(root, variant, lr, seed)
+    return root
+
+
+@pytest.fixture
+def cifar(tmp_path) -> Path:
+    """CIFAR-10 presets: baseline (no BN) and bn_baseline, two seeds each."""
+    root = tmp_path / "cifar"
+    kw = dict(max_steps=4000, every=500, model="cnn", data="cifar10", targets=[0.5])
+    for seed in (0, 1):
+        make_run(root, f"baseline,seed={seed}", bn=False, lr=0.02, seed=seed, experiment="baseline",
+                 knots=[(0, 0.1), (2000, 0.45), (4000, 0.5)], **kw)
+        make_run(root, f"bn_baseline,seed={seed}", bn=True, lr=0.02, seed=seed, experiment="bn_baseline",
+                 knots=[(0, 0.1), (1000, 0.5), (3000, 0.55)], **kw)
+    return root
+
+
+def _visible(fig):
+    return [a for a in fig.axes if a.get_visible() and a.axison]
+
+
+def _has_data(ax) -> bool:
+    return bool(ax.get_lines() or ax.collections or ax.patches)
+
+
+def _check_axes_and_legend(fig) -> None:
+    """Every visible axes: labelled x and y with units, some data; the figure's legends lie
+    below every axes (incl. its tick and axis labels) and no axes has a legend of its own."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = _visible(fig)
+    assert axes
+    for ax in axes:
+        assert UNIT.search(ax.get_xlabel()), ax.get_xlabel()
+        assert UNIT.search(ax.get_ylabel()), ax.get_ylabel()
+        assert _has_data(ax), ax.get_title()
+        assert ax.get_legend() is None, ax.get_title()
+    lowest = min(ax.get_tightbbox(renderer).y0 for ax in axes)
+    for leg in fig.legends:
+        assert leg.get_window_extent(renderer).y1 <= lowest + 1  # pixels; below the panels
+    # titles fit: the suptitle inside the figure
+    if fig._suptitle is not None:
+        bb = fig._suptitle.get_window_extent(renderer)
+        assert bb.x0 >= 0 and bb.x1 <= fig.bbox.width
+
+
+def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
+    report = build_report(mnist)
+    fig = accuracy_figure(report)
+    _check_axes_and_legend(fig)
+    full, zoom = _visible(fig)
+    assert full.get_ylabel() == zoom.get_ylabel() == "test accuracy (%)"
+    assert "zoom" in zoom.get_title()
+    # every configuration ends between 96% and 98.7%: the zoom shows all their ends in a few
+    # points, not 10-100%
+    lo, hi = zoom.get_ylim()
+    ends = [ln.get_ydata()[-1] for ln in zoom.get_lines() if len(ln.get_xdata()) > 2]  # not axhline
+    assert len(ends) == 6 and all(96 <= e <= 98.7 for e in ends)
+    assert lo < min(ends) and max(ends) < hi <= 100 and hi - lo < 6
+    assert full.get_ylim()[0] < 15
+    # one legend entry per configuration; BN/no BN of one setting share the hue, styles differ
+    labels = fig.legends[0].texts
+    entries = {t.get_text().rsplit(" (n=", 1)[0] for t in labels}
+    assert entries == {"BN lr=0.5", "noisy BN lr=0.5", "no BN lr=0.5", "BN lr=0.12", "noisy BN lr=0.12",
+                       "no BN lr=0.12"}
+    lines = {ln.get_label().rsplit(" (n=", 1)[0]: ln for ln in full.get_lines() if not ln.get_label().startswith("_")}
+    assert lines["BN lr=0.5"].get_color() == lines["no BN lr=0.5"].get_color()
+    assert lines["BN lr=0.5"].get_color() != lines["BN lr=0.12"].get_color()
+    assert lines["noisy BN lr=0.5"].get_color() != lines["BN lr=0.5"].get_color()  # darker shade
+    styles = {k: lines[k + " lr=0.5"].get_linestyle() for k in ("BN", "noisy BN", "no BN")}
+    assert len(set(styles.values())) == 3 and styles["BN"] == "-" and styles["no BN"] == "--"
+    assert "Sec. 4.1, Fig. 1(a)" in fig._suptitle.get_text()
+
+
+def test_zoom_range_by_hand():
+    # finals 98 and 97 (and 10, far below: left out); top of the bands 98.5 -> span 1.5
+    lo, hi = zoom_range([([50, 98], [51, 98.5]), ([40, 97], [41, 97.2]), ([10, 10], [11, 11])])
+    assert lo == pytest.approx(97 - 0.35 * 1.5) and hi == pytest.approx(98.5 + 0.15 * 1.5)
+    assert zoom_range([([50, 60], [50, 60.2])], min_span=1.0) == pytest.approx((60 - 0.35, 60.2 + 0.15))
+    assert zoom_range([]) is None
+
+
+def test_percentile_figure_one_column_per_variant_no_empty_panel(mnist):
+    root = mnist
+    make_run(root, "bn=true,lr=5,seed=0", bn=True, lr=5.0, seed=0, knots=BN_05[0])  # no no-BN counterpart
+    report = build_report(root)
+    fig = percentiles_figure(report)
+    _check_axes_and_legend(fig)
+    axes = _visible(fig)
+    assert len(axes) == 7  # 3 variants x 2 learning rates + BN lr=5 alone; its missing panels are hidden
+    titles = [a.get_title() for a in axes]
+    first_lines = [t.split("\n")[0] for t in titles]
+    assert first_lines[:3] == ["no BN lr=0.12", "BN lr=0.12", "noisy BN lr=0.12"]
+    lone = [t for t in titles if t.startswith("bn=true lr=5") or "lr=5 " in t or t.startswith("BN lr=5")]
+    assert lone and "no run without BN or with noisy BN with these settings" in lone[0].replace("\n", " ")
+    assert not any(re.search(r"(no BN|BN): \1", t) for t in titles)  # no "no BN: no BN"
+    # one y scale per row: no BN and BN of a setting compare directly
+    assert axes[0].get_ylim() == axes[1].get_ylim() == axes[2].get_ylim()
+
+
+def test_stability_figure_units_hatches_and_legend_outside(mnist):
+    report = build_report(mnist)
+    fig = stability_figure(report)
+    _check_axes_and_legend(fig)
+    ax = _visible(fig)[0]
+    hatch = {c.get_label(): c.patches[0].get_hatch() for c in ax.containers}
+    colour = {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers}
+    assert colour["no BN lr=0.5"] == colour["BN lr=0.5"] != colour["BN lr=0.12"]
+    assert hatch["no BN lr=0.5"] == "//" and hatch["BN lr=0.5"] is None and hatch["noisy BN lr=0.5"] == ".."
+
+
+def test_ics_figures_units_and_legend_outside(mnist, monkeypatch):
+    import bnexp.report.figures_ics as fi
+
+    report = build_report(mnist)
+    assert report.data["ics"]["figures"]
+    captured: list = []
+    monkeypatch.setattr(fi, "save_figure", lambda fig, path, dpi: captured.append(fig))
+    for name in report.data["ics"]["figures"]:
+        ICS_PLOTS[name](report, Path("unused.png"))
+    assert len(captured) == len(report.data["ics"]["figures"])
+    for fig in captured:
+        _check_axes_and_legend(fig)
+
+
+def test_ics_axis_labels_say_their_unit():
+    assert axis_label("l2_rel") == "||G - G'|| / ||G|| (unitless)"
+    assert axis_label("loss_variation") == "loss variation (nats)"
+    assert axis_label("w1_first_unit").endswith("(pre-activation, a.u.)")
+    with pytest.raises(KeyError, match="new_measure"):
+        axis_label("new_measure")
+
+
+def test_ics_figure_without_data_says_not_measured(cifar):
+    report = build_report(cifar)
+    fig = ics_figure(report, "gradient", [("l2", "x", lambda r: ([], []))], "t")
+    assert [t.get_text() for t in fig.axes[0].texts] == ["not measured"] and len(fig.axes) == 1
+
+
+def test_cifar_figures_cite_sec_4_2_and_labels_name_the_variant(cifar):
+    report = build_report(cifar)
+    assert [legend_label(g) for g in report.groups] == ["baseline (no BN)", "bn_baseline (BN)"]
+    for make in (accuracy_figure, percentiles_figure, stability_figure):
+        fig = make(report)
+        _check_axes_and_legend(fig)
+        text = fig._suptitle.get_text()
+        assert "CIFAR-10" in text and "Sec. 4.1, Fig. 1" not in text, text
+    assert "Sec. 4.2" in accuracy_figure(report)._suptitle.get_text()
+    md = (cifar / "report.md")
+    from bnexp.report import render_markdown
+
+    text = render_markdown(report)
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert not any("Sec. 4.1, Fig. 1a" in h or "Sec. 4.1, Fig. 1(a)" in h for h in heads), heads
+    assert any(h.startswith("## Speedup of BN over no BN (Sec. 4.2") for h in heads)
+    assert not md.exists()  # building the report writes nothing
