@@ -70,3 +70,32 @@ def test_shift_metrics_can_be_switched_off(run_bnexp, tmp_path):
     assert r.returncode == 0, r.stderr
     assert all("shift_metrics" not in rec for rec in read_jsonl(run_dir / "shift.jsonl"))
     assert not (run_dir / "ics.jsonl").exists()
+
+
+def test_noisy_bn_run_is_identical_whatever_the_monitoring(tmp_path, data_root, monkeypatch):
+    """The monitor (every bn_stats mode) and the gradient-ICS and landscape probes never draw from
+    the training noise: a noisy-BN run gives the same weights with hist_every=1 and all probes on
+    as with hist_every=max_steps and the probes off."""
+    from bnexp.trainer import Trainer
+
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    base = ["bn=noisy", "bn.noise_scale=3", "trainer.max_steps=24", "trainer.eval_every=12",
+            "trainer.progress=false", "trainer.num_threads=1", "trainer.save_checkpoint=false",
+            "trainer.probe_size=200"]
+    variants = {
+        "quiet": ["trainer.hist_every=24"],
+        "busy": ["trainer.hist_every=1", "monitor.grad_ics=true", "monitor.grad_ics_every=5",
+                 "monitor.landscape=true", "monitor.landscape_every=7"],
+        "population": ["trainer.hist_every=3", "monitor.bn_stats=population"],
+        "probe": ["trainer.hist_every=2", "monitor.bn_stats=probe"],
+    }
+    finals = {}
+    for name, extra in variants.items():
+        trainer = Trainer(compose_config(base + extra), tmp_path / name)
+        summary = trainer.run()
+        assert summary["status"] == "finished"
+        finals[name] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    ref = finals.pop("quiet")
+    for name, state in finals.items():
+        for k in ref:
+            assert torch.equal(ref[k], state[k]), (name, k)
