@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
+from torch import nn
 
 from bnexp.config import compose_config
 from bnexp.bn import NoisyBatchNorm
@@ -99,3 +101,19 @@ def test_noisy_bn_run_is_identical_whatever_the_monitoring(tmp_path, data_root, 
     for name, state in finals.items():
         for k in ref:
             assert torch.equal(ref[k], state[k]), (name, k)
+
+
+def test_noise_scale_multiplies_the_spread():
+    layers = {}
+    for k in (0.0, 1.0, 3.0):
+        cfg = compose_config(["bn=noisy", f"bn.noise_scale={k}"])
+        layers[k] = [m for m in build_model(cfg, (1, 28, 28), 10).modules() if isinstance(m, NoisyBatchNorm)]
+    base = layers[1.0][0]
+    for k in (0.0, 3.0):
+        m = layers[k][0]
+        assert (m.a, m.b - 1, m.c, m.d) == pytest.approx((k * base.a, k * (base.b - 1), k * base.c, k * base.d))
+    # strength 0 is plain BN in training too: s = 1, m = 0 exactly
+    m = layers[0.0][0].train()
+    x = torch.randn(16, m.bn.num_features)
+    assert torch.equal(m(x), nn.functional.batch_norm(x, None, None, m.bn.weight, m.bn.bias, training=True,
+                                                      eps=m.bn.eps))
