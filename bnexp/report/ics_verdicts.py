@@ -364,10 +364,13 @@ def ics_section(groups: list[ConfigGroup], stats: dict[str, dict], targets: list
             bd = (ics.get("BN") or {}).get("distribution")
             if nd and bd and nd["final_w1_first"]["mean"] is not None and bd["final_w1_first"]["mean"] is not None:
                 visible = _lower(bd["final_w1_first"]["mean"], nd["final_w1_first"]["mean"])
-                comp["verdicts"].append(
-                    f"{pre}noisy BN's layer inputs moved a per-unit W1 of {format_stat(nd['final_w1_first'])} from their start "
-                    f"(BN {format_stat(bd['final_w1_first'])}): the injected shift is "
-                    f"{'visible' if visible else 'not visible'} in the distribution view.")
+                gaps = view_gaps("distribution", "final_w1_first", [("noisy BN", ics["noisy BN"], st["noisy BN"]),
+                                                                    ("BN", ics["BN"], st["BN"])])
+                head = (f"{pre}noisy BN's layer inputs moved a per-unit W1 of {format_stat(nd['final_w1_first'])} "
+                        f"from their start (BN {format_stat(bd['final_w1_first'])})")
+                comp["verdicts"].append(head + (insufficient(gaps) if gaps else
+                                                f": the injected shift is {'visible' if visible else 'not visible'} "
+                                                "in the distribution view."))
         acc = _ics_accuracy_line(pre, [(v, st[v]) for v in ("BN", "noisy BN", "no BN") if v in st])
         if acc:
             comp["verdicts"].append(acc)
