@@ -33,6 +33,10 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     assert set(g["layers"]) == {"layer1", "layer2", "layer3", "classifier"}
     assert g["layers"]["layer1"]["l2"] == 0.0  # nothing precedes the first layer (Def. 2.1)
     assert g["layers"]["layer2"]["l2"] > 0.0
+    assert g["layers"]["layer1"]["trivial"] is True and g["layers"]["layer2"]["trivial"] is False
+    assert g["layers"]["layer2"]["l2_rel"] == pytest.approx(g["layers"]["layer2"]["l2"] / g["layers"]["layer2"]["g_norm"])
+    land = next(r for r in recs if r["kind"] == "landscape")
+    assert land["rel_step_sizes"] == [0.0, 0.005, 0.01, 0.02, 0.05, 0.1] and land["rel_beta_smoothness"] > 0
     shift = read_jsonl(run_dir / "shift.jsonl")
     first = shift[0]["shift_metrics"]["layer1"]
     assert first["w1_first"] == 0.0 and first["w1_prev"] == 0.0
@@ -43,7 +47,9 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
-    for tag in ("grad_ics/layer2/l2", "grad_ics/layer2/cos", "landscape/beta_smoothness",
+    assert not any(t.startswith("grad_ics/layer1/") for t in tags)  # trivial by definition: not plotted
+    for tag in ("grad_ics/layer2/l2", "grad_ics/layer2/l2_rel", "grad_ics/layer2/cos", "landscape/beta_smoothness",
+                "landscape_rel/beta_smoothness", "bn_input/layer1/p50", "ics_bn_input/layer1/w1_first",
                 "landscape/loss_variation", "landscape/grad_predictiveness", "ics/layer1/w1_first",
                 "ics/layer3/mean_shift_prev"):
         assert tag in tags, tag
