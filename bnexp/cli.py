@@ -94,7 +94,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
     """
     from bnexp import rundir
-    from bnexp.config import validate
+    from bnexp.config import sparse_record_warnings, validate
     from bnexp.errors import UserError
     from bnexp.trainer import Interrupted, train
 
@@ -130,6 +130,8 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
         validate(cfg)
+        for warning in sparse_record_warnings(cfg):
+            log.warning("%s", warning)
         summary = train(cfg, run_dir, resume=resume is not False)
         print_summary(summary)
         return summary

@@ -73,6 +73,8 @@ class BNConfig:
     noise_b: float = 1.25
     noise_c: float = 0.1
     noise_d: float = 0.1
+    # strength: multiplies the noise's spread around the identity (s = 1, m = 0): a, b - 1, c, d
+    noise_scale: float = 1.0
 
 
 @dataclass
@@ -162,6 +164,10 @@ class MonitorConfig:
     # and |log std ratio| (bnexp.ics.DistributionShiftTracker).
     shift_metrics: bool = True
     shift_max_values: int = 20_000  # cap on the values per layer kept for the Wasserstein-1 distances
+    # Statistics BN normalizes the probe with: batch (mini-batches of trainer.batch_size, as the
+    # nonlinearity sees them in training) | population (running averages, as at inference) |
+    # probe (the whole probe set as one batch). See bnexp.monitor.
+    bn_stats: str = "batch"
     # Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every grad_ics_every steps
     # (cost: about one training step per hidden layer, on copies of the model).
     grad_ics: bool = False
@@ -172,6 +178,10 @@ class MonitorConfig:
     landscape: bool = False
     landscape_every: int = 1000
     landscape_step_sizes: List[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
+    # Scale-invariant probe (the one verdicts use): steps of these lengths measured relative to
+    # each parameter tensor's norm (0.01 = the tensors move by about 1% of their norms; a plain
+    # SGD step of the default MNIST runs is 0.1-1 in these units, mostly in the small tensors)
+    landscape_rel_step_sizes: List[float] = field(default_factory=lambda: [0.005, 0.01, 0.02, 0.05, 0.1])
 
 
 @dataclass
@@ -296,6 +306,13 @@ def validate(cfg: DictConfig) -> None:
     if not cfg.monitor.landscape_step_sizes or any(not s > 0 for s in cfg.monitor.landscape_step_sizes):
         raise ConfigError("monitor.landscape_step_sizes", list(cfg.monitor.landscape_step_sizes),
                           "a non-empty list of positive multiples of the learning rate")
+    if not cfg.monitor.landscape_rel_step_sizes or any(not s > 0 for s in cfg.monitor.landscape_rel_step_sizes):
+        raise ConfigError("monitor.landscape_rel_step_sizes", list(cfg.monitor.landscape_rel_step_sizes),
+                          "a non-empty list of positive relative step lengths")
+    if cfg.monitor.bn_stats not in ("batch", "population", "probe"):
+        raise ConfigError("monitor.bn_stats", cfg.monitor.bn_stats,
+                          "use batch (mini-batch statistics, as in training), population (running "
+                          "averages, as at inference) or probe (the whole probe set's statistics)")
     if cfg.monitor.shift_max_values < 100:
         raise ConfigError("monitor.shift_max_values", cfg.monitor.shift_max_values, "must be >= 100")
     if cfg.monitor.max_values < 100:
@@ -308,6 +325,8 @@ def validate(cfg: DictConfig) -> None:
     if bn.noise_a < 0 or bn.noise_b < 1 or bn.noise_c < 0 or bn.noise_d < 0:
         raise ConfigError("bn.noise_a/b/c/d", [bn.noise_a, bn.noise_b, bn.noise_c, bn.noise_d],
                           "need a >= 0, b >= 1, c >= 0, d >= 0")
+    if not (bn.noise_scale >= 0 and bn.noise_scale < float("inf")):
+        raise ConfigError("bn.noise_scale", bn.noise_scale, "must be a finite number >= 0 (1 = the default noise)")
     if bn.impl not in ("torch", "reference"):
         raise ConfigError("bn.impl", bn.impl, "use torch or reference")
     if bn.recompute_batches < 1:
@@ -344,3 +363,26 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("data.augment", cfg.data.augment, "use false, standard (crops + flips) or light (flips)")
     if cfg.data.scaling not in ("unit", "standardize"):
         raise ConfigError("data.scaling", cfg.data.scaling, "use unit or standardize")
+
+
+MIN_RECORDS = 5
+
+
+def record_count(max_steps: int, every: int) -> int:
+    """Records a run writes for an interval: one at step 0, one every ``every`` steps and one at
+    the last step when it is not a multiple of ``every``."""
+    return 1 + max_steps // every + (1 if max_steps % every else 0)
+
+
+def sparse_record_warnings(cfg: DictConfig) -> list[str]:
+    """Warnings for intervals that leave fewer than ``MIN_RECORDS`` records (too few for
+    ``bnexp report`` to give a verdict from): one message per key, naming it."""
+    t = cfg.trainer
+    out = []
+    for key, what in (("eval_every", "test evaluations"), ("hist_every", "covariate-shift monitor records")):
+        n = record_count(int(t.max_steps), int(t[key]))
+        if n < MIN_RECORDS:
+            out.append(f"trainer.{key}={t[key]} with trainer.max_steps={t.max_steps} gives only {n} {what} "
+                       f"(fewer than {MIN_RECORDS}); bnexp report needs at least {MIN_RECORDS} for a verdict. "
+                       f"Use trainer.{key}<={max(1, int(t.max_steps) // (MIN_RECORDS - 1))}.")
+    return out

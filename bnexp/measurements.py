@@ -311,9 +311,8 @@ class ShiftRecord(Measurement):
 class GradientICS(Measurement):
     """Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every ``monitor.grad_ics_every``
     steps, on that step's mini-batch before its update: ``grad_ics/<layer>/{l2,l2_rel,cos}``
-    scalars for layers 2..K (l2_rel = ||G - G'|| / ||G||, unitless) and an ``ics.jsonl`` record
-    ``{"step", "kind": "grad_ics", "layers": {...}}`` with every layer; layer 1's entry, zero
-    by definition, is marked ``"trivial": true`` and gets no scalars."""
+    scalars (not for layer 1, whose G' = G by definition) and an ``ics.jsonl`` record
+    ``{"step", "kind": "grad_ics", "layers": {...}}`` with every layer (layer 1 ``trivial``)."""
 
     name = "grad_ics"
     phase = "before"
@@ -329,39 +328,42 @@ class GradientICS(Measurement):
         res = gradient_ics(tr.model, nn.functional.cross_entropy, x, y, tr.optimizer, groups, weights)
         names = [name for name, _ in hidden_layers(tr.model)] + ["classifier"]
         layers = {name: r for name, r in zip(names, res)}
-        for i, (name, r) in enumerate(layers.items()):
-            if i == 0:
-                # layer 1: G'_1 = G_1 by definition (l2 = 0, cos = 1), a constant chart; ics.jsonl only
-                r["trivial"] = True
+        for name, r in layers.items():
+            if r.get("trivial"):
                 continue
-            tr.writer.add_scalar(f"grad_ics/{name}/l2", r["l2"], step)
-            tr.writer.add_scalar(f"grad_ics/{name}/l2_rel", r["l2"] / r["g_norm"] if r["g_norm"] > 0 else math.nan,
-                                 step)
-            tr.writer.add_scalar(f"grad_ics/{name}/cos", r["cos"], step)
+            for k in ("l2", "l2_rel", "cos"):
+                tr.writer.add_scalar(f"grad_ics/{name}/{k}", r[k], step)
         self.ics.append({"step": step, "kind": "grad_ics", "layers": layers})
 
 
 class Landscape(Measurement):
     """Loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1, Fig. 4) along the gradient
     every ``monitor.landscape_every`` steps, before that step's update, with step sizes =
-    ``monitor.landscape_step_sizes`` x the current learning rate: ``landscape/*`` scalars and an
-    ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}``."""
+    ``monitor.landscape_step_sizes`` x the current learning rate (raw) and the scale-invariant
+    probe with steps ``monitor.landscape_rel_step_sizes`` relative to each parameter tensor's norm
+    (the one verdicts use): ``landscape/*`` and ``landscape_rel/*`` scalars and an ``ics.jsonl``
+    record ``{"step", "kind": "landscape", ...}``."""
 
     name = "landscape"
     phase = "before"
     timed = True
 
-    def __init__(self, every: int, step_sizes: list[float], ics: RecordLog):
+    def __init__(self, every: int, step_sizes: list[float], ics: RecordLog,
+                 rel_step_sizes: list[float] | None = None):
         super().__init__(every)
         self.step_sizes = [float(s) for s in step_sizes]
+        self.rel_step_sizes = None if rel_step_sizes is None else [float(s) for s in rel_step_sizes]
         self.ics = ics
 
     def before_update(self, tr, x: torch.Tensor, y: torch.Tensor) -> None:
         step = tr.step + 1
         lr = tr.optimizer.param_groups[0]["lr"]
-        res = landscape_probe(tr.model, nn.functional.cross_entropy, x, y, [m * lr for m in self.step_sizes])
+        res = landscape_probe(tr.model, nn.functional.cross_entropy, x, y, [m * lr for m in self.step_sizes],
+                              self.rel_step_sizes)
         for k in ("loss_variation", "grad_predictiveness", "beta_smoothness"):
             tr.writer.add_scalar(f"landscape/{k}", res[k], step)
+            if f"rel_{k}" in res:
+                tr.writer.add_scalar(f"landscape_rel/{k}", res[f"rel_{k}"], step)
         self.ics.append({"step": step, "kind": "landscape", **res})
 
 
@@ -463,7 +465,8 @@ def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.d
     if mcfg.grad_ics:
         out.append(GradientICS(mcfg.grad_ics_every, logs["ics"]))
     if mcfg.landscape:
-        out.append(Landscape(mcfg.landscape_every, list(mcfg.landscape_step_sizes), logs["ics"]))
+        out.append(Landscape(mcfg.landscape_every, list(mcfg.landscape_step_sizes), logs["ics"],
+                             list(mcfg.landscape_rel_step_sizes)))
     out += [train_loss,
             TestEvaluation(tcfg.eval_every, train_loss, logs["metrics"]),
             ShiftRecord(tcfg.hist_every, monitor, logs["shift"]),

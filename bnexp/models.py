@@ -59,7 +59,10 @@ def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
     if getattr(bn_cfg, "noise", False):
         # the noise generator's seed is drawn from torch's (already seeded) global RNG
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
-        bn = NoisyBatchNorm(bn, bn_cfg.noise_a, bn_cfg.noise_b, bn_cfg.noise_c, bn_cfg.noise_d, seed=seed)
+        # bn.noise_scale k multiplies the spread around the identity (s = 1, m = 0): a, b - 1, c, d
+        k = float(getattr(bn_cfg, "noise_scale", 1.0))
+        bn = NoisyBatchNorm(bn, k * bn_cfg.noise_a, 1 + k * (bn_cfg.noise_b - 1), k * bn_cfg.noise_c,
+                            k * bn_cfg.noise_d, seed=seed)
     return bn
 
 

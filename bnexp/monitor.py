@@ -3,14 +3,29 @@
 Every ``trainer.hist_every`` steps the monitor feeds a fixed probe set of test
 images through the network and captures, with forward pre-hooks, the input of
 each hidden layer's nonlinearity g (the pre-activation; with BN on, the BN
-output). It records per layer the configured percentiles (15/50/85 by default),
-mean and std of all values, a histogram, and the percentiles of one fixed unit of
-the last hidden layer -- the paper's Fig. 1(b, c) "typical activation".
+output) and, for BN networks, the input of BN itself (Wu, the affine output
+before normalization, where the underlying shift happens). It records per layer
+the configured percentiles (15/50/85 by default), mean and std of all values, a
+histogram, and the percentiles of one fixed unit of the last hidden layer -- the
+paper's Fig. 1(b, c) "typical activation".
 
-BN layers normalize the probe with the probe's own statistics (as they would a
-training mini-batch), without touching the running averages; everything else is
-in eval mode (no dropout), and no gradients are taken, so monitoring never changes
-training.
+Which statistics BN normalizes the probe with is ``monitor.bn_stats``:
+
+* ``batch`` (default) -- the probe is split into mini-batches of ``trainer.batch_size``
+  (the first floor(P / m) * m images; all P if P < m), each normalized by its own
+  statistics: what the nonlinearity sees in training (Alg. 1).
+* ``population`` -- the running averages, as at inference (Alg. 2); noisy BN adds no
+  noise there.
+* ``probe`` -- the whole probe's statistics (a single mini-batch of P images).
+
+In ``batch`` and ``probe`` modes every BN unit's mean and std over the probe are beta
+and gamma by construction (each mini-batch is normalized to them, so their union is
+too), so these modes show only how gamma, beta and the shape of the distribution
+move; ``population`` mode and the BN input show the shift BN absorbs.
+
+Everything else is in eval mode (no dropout), no gradients are taken, the BN running
+averages are saved and restored, and noisy BN's training noise generator is rewound
+after the probe, so monitoring never changes training.
 """
 
 from __future__ import annotations
@@ -23,6 +38,8 @@ from torch import nn
 from bnexp.bn import NoisyBatchNorm, bn_layers
 from bnexp.ics import DistributionShiftTracker
 from bnexp.models import hidden_layers
+
+BN_STATS_MODES = ("batch", "population", "probe")
 
 
 def pkey(p: float) -> str:
@@ -71,29 +88,36 @@ def log_histogram(writer, tag: str, values: torch.Tensor, step: int, bins: int =
 
 
 class _ProbeMode:
-    """Context: model in eval mode except BN layers, which use batch statistics;
-    BN running averages are saved and restored so the probe leaves no trace."""
+    """Context: the model in eval mode except, for ``bn_stats`` batch/probe, the BN layers (batch
+    statistics, noisy BN's noise); BN running averages and noisy BN's generator states are saved
+    and restored, so the probe leaves no trace on training."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, bn_stats: str):
         self.model = model
+        self.bn_stats = bn_stats
 
     def __enter__(self):
         self.was_training = self.model.training
         self.bns = bn_layers(self.model)
-        # noisy BN (Santurkar et al.) injects its noise in the probe too: the distribution
-        # the nonlinearity sees in training is what the monitor is meant to show
+        # noisy BN (Santurkar et al.) injects its noise in the probe too (batch/probe modes): the
+        # distribution the nonlinearity sees in training is what the monitor is meant to show;
+        # the generator is rewound on exit, so training draws what it would have drawn anyway.
         self.noisy = [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
+        self.noise_states = [m.noise_state() for m in self.noisy]
         self.saved = [{k: v.clone() for k, v in bn.state_dict().items() if "running" in k or "num_batches" in k}
                       for bn in self.bns]
         self.model.eval()
-        for bn in self.bns + self.noisy:
-            bn.train()
+        if self.bn_stats != "population":
+            for bn in self.bns + self.noisy:
+                bn.train()
         return self
 
     def __exit__(self, *exc):
         for bn, state in zip(self.bns, self.saved):
             for k, v in state.items():
                 getattr(bn, k).copy_(v)
+        for m, ns in zip(self.noisy, self.noise_states):
+            m.load_noise_state(ns)
         self.model.train(self.was_training)
         return False
 
@@ -111,19 +135,38 @@ class ShiftMonitor:
         shift_metrics: also compute the distribution-shift metrics of :mod:`bnexp.ics`.
         shift_max_values: cap on the values per layer those metrics keep (sorting them is
             the monitor's main cost).
+        bn_stats: ``batch`` | ``population`` | ``probe``: the statistics BN normalizes the
+            probe with (see the module docstring).
+        batch_size: m, the mini-batch size of ``batch`` mode (``trainer.batch_size``).
+
+    Raises:
+        ValueError: an unknown ``bn_stats``, or batch_size < 1.
 
     Attributes:
         history: one record per call of :meth:`record`, as written to ``shift.jsonl``::
 
-            {"step": int, "layers": {"layer1": {"p15", "p50", "p85", "mean", "std"}, ...},
-             "unit": {"layer": "layer3", "index": 0, "p15", "p50", "p85", "mean", "std"}}
+            {"step": int, "bn_stats": "batch",
+             "layers": {"layer1": {"p15", "p50", "p85", "mean", "std"}, ...},
+             "shift_metrics": {"layer1": {DistributionShiftTracker.KEYS}, ...},
+             "unit": {"layer": "layer3", "index": 0, "p15", "p50", "p85", "mean", "std"},
+             # BN networks only: the same for the BN input Wu
+             "bn_input": {"layer1": {...}, ...}, "bn_input_shift_metrics": {...},
+             "bn_input_unit": {...}}
     """
 
     def __init__(self, model: nn.Module, probe_x: torch.Tensor, percentiles: list[float], unit: int = 0,
                  histograms: bool = True, max_values: int = 200_000, shift_metrics: bool = True,
-                 shift_max_values: int = 20_000):
+                 shift_max_values: int = 20_000, bn_stats: str = "batch", batch_size: int = 60):
+        if bn_stats not in BN_STATS_MODES:
+            raise ValueError(f"bn_stats must be one of {BN_STATS_MODES}, got {bn_stats!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.bn_stats = bn_stats
+        self.batch_size = int(batch_size)
         self.model = model
+        self.records_bn_input = True  # BN networks get bn_input records (read by custom_scalars_layout)
         self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
+        self.bn_tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.probe_x = probe_x
         self.percentiles = list(percentiles)
         self.unit = unit
@@ -132,60 +175,106 @@ class ShiftMonitor:
         self.layers = hidden_layers(model)
         self.history: list[dict] = []
 
+    def _chunks(self) -> list[torch.Tensor]:
+        """The probe as the mini-batches of the ``bn_stats`` mode."""
+        x = self.probe_x
+        if self.bn_stats != "batch" or not any(layer.bn is not None for _, layer in self.layers):
+            return [x]
+        m = self.batch_size
+        if len(x) <= m:
+            return [x]
+        return [x[i:i + m] for i in range(0, (len(x) // m) * m, m)]
+
     @torch.no_grad()
-    def capture(self) -> dict[str, torch.Tensor]:
-        """Pre-activations of every hidden layer on the probe set: {name: (P, d) or (P, C, H, W)}."""
-        captured: dict[str, torch.Tensor] = {}
+    def capture_all(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Inputs of every hidden nonlinearity and of every BN layer on the probe set.
+
+        Returns:
+            (act_inputs, bn_inputs): {name: (P', d) or (P', C, H, W)} each, P' the probe
+            images used (see ``bn_stats``); ``bn_inputs`` holds Wu of the layers with BN (empty
+            without BN).
+        """
+        acts: dict[str, list] = {name: [] for name, _ in self.layers}
+        bn_in: dict[str, list] = {name: [] for name, layer in self.layers if layer.bn is not None}
         handles = []
         for name, layer in self.layers:
-            def hook(module, inputs, name=name):
-                captured[name] = inputs[0].detach()
-            handles.append(layer.act.register_forward_pre_hook(hook))
+            handles.append(layer.act.register_forward_pre_hook(
+                lambda module, inputs, name=name: acts[name].append(inputs[0].detach())))
+            if layer.bn is not None:
+                handles.append(layer.bn.register_forward_pre_hook(
+                    lambda module, inputs, name=name: bn_in[name].append(inputs[0].detach())))
         try:
-            with _ProbeMode(self.model):
-                self.model(self.probe_x)
+            with _ProbeMode(self.model, self.bn_stats):
+                for chunk in self._chunks():
+                    self.model(chunk)
         finally:
             for h in handles:
                 h.remove()
-        return captured
+        return ({k: torch.cat(v) for k, v in acts.items()}, {k: torch.cat(v) for k, v in bn_in.items()})
 
-    def record(self, step: int, writer=None) -> dict:
-        """Capture and summarize the pre-activations at ``step``; log to ``writer`` if given.
+    def capture(self) -> dict[str, torch.Tensor]:
+        """Inputs of every hidden nonlinearity on the probe set: {name: (P', d) or (P', C, H, W)}."""
+        return self.capture_all()[0]
 
-        TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``,
-        the same percentiles relative to the first record (``shift_rel/...``, see
-        :func:`relative_bands`) and histograms ``preact/<layer>``.
-
-        Returns:
-            the new history record.
-        """
-        captured = self.capture()
-        record: dict = {"step": int(step), "layers": {}}
+    def _summarize(self, captured: dict[str, torch.Tensor], step: int, writer, prefix: str, hist_prefix: str,
+                   tracker, ics_prefix: str) -> tuple[dict, dict | None, dict]:
+        layers = {}
         for name, values in captured.items():
             sub = _subsample(values, self.max_values)
             stats = distribution_stats(sub, self.percentiles)
-            record["layers"][name] = stats
+            layers[name] = stats
             if writer is not None:
                 for k, v in stats.items():
-                    writer.add_scalar(f"shift/{name}/{k}", v, step)
+                    writer.add_scalar(f"{prefix}/{name}/{k}", v, step)
                 if self.histograms:
-                    log_histogram(writer, f"preact/{name}", sub, step)
-        if self.tracker is not None:
+                    log_histogram(writer, f"{hist_prefix}/{name}", sub, step)
+        metrics = None
+        if tracker is not None:
             # Distribution-shift metrics against the previous and the first record (bnexp.ics)
-            metrics = self.tracker.update(captured, step)
-            record["shift_metrics"] = metrics
+            metrics = tracker.update(captured, step)
             if writer is not None:
                 for name, vals in metrics.items():
                     for k, v in vals.items():
-                        writer.add_scalar(f"ics/{name}/{k}", v, step)
+                        writer.add_scalar(f"{ics_prefix}/{name}/{k}", v, step)
         last_name = self.layers[-1][0]
-        last = captured[last_name]
-        unit_values = last[:, self.unit].reshape(-1)
-        unit_stats = distribution_stats(_subsample(unit_values, self.max_values), self.percentiles)
-        record["unit"] = {"layer": last_name, "index": self.unit, **unit_stats}
-        if writer is not None:
-            for k, v in unit_stats.items():
-                writer.add_scalar(f"shift/typical_unit/{k}", v, step)
+        unit = {}
+        if last_name in captured:
+            unit_values = captured[last_name][:, self.unit].reshape(-1)
+            unit = {"layer": last_name, "index": self.unit,
+                    **distribution_stats(_subsample(unit_values, self.max_values), self.percentiles)}
+            if writer is not None:
+                for k, v in unit.items():
+                    if k not in ("layer", "index"):
+                        writer.add_scalar(f"{prefix}/typical_unit/{k}", v, step)
+        return layers, metrics, unit
+
+    def record(self, step: int, writer=None) -> dict:
+        """Capture and summarize the pre-activations (and BN inputs) at ``step``; log to ``writer``.
+
+        TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``,
+        the same percentiles relative to the first record (``shift_rel/...``, see
+        :func:`relative_bands`), ``ics/<layer>/<key>``, histograms ``preact/<layer>``; for BN networks also
+        ``bn_input/<layer>/<p15|...>``, ``bn_input/typical_unit/...``, ``ics_bn_input/<layer>/<key>``
+        and histograms ``bn_input/<layer>``.
+
+        Returns:
+            the new history record (see :attr:`history`).
+        """
+        acts, bn_in = self.capture_all()
+        record: dict = {"step": int(step), "bn_stats": self.bn_stats}
+        layers, metrics, unit = self._summarize(acts, step, writer, "shift", "preact", self.tracker, "ics")
+        record["layers"] = layers
+        if metrics is not None:
+            record["shift_metrics"] = metrics
+        record["unit"] = unit
+        if bn_in:
+            layers, metrics, unit = self._summarize(bn_in, step, writer, "bn_input", "bn_input",
+                                                    self.bn_tracker, "ics_bn_input")
+            record["bn_input"] = layers
+            if metrics is not None:
+                record["bn_input_shift_metrics"] = metrics
+            if unit:
+                record["bn_input_unit"] = unit
         self.history.append(record)
         log_relative_bands(writer, self.history, step)
         return record
@@ -268,13 +357,16 @@ class ShiftMonitor:
     def state_dict(self) -> dict:
         """The monitor's history and shift-tracker snapshots (for checkpoints)."""
         return {"history": self.history,
-                "tracker": self.tracker.state_dict() if self.tracker is not None else None}
+                "tracker": self.tracker.state_dict() if self.tracker is not None else None,
+                "bn_tracker": self.bn_tracker.state_dict() if self.bn_tracker is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""
         self.history = list(state["history"])
         if self.tracker is not None and state.get("tracker") is not None:
             self.tracker.load_state_dict(state["tracker"])
+        if self.bn_tracker is not None and state.get("bn_tracker") is not None:
+            self.bn_tracker.load_state_dict(state["bn_tracker"])
 
 
 def _pkeys(stats: dict) -> list[str]:

@@ -81,7 +81,8 @@ class Trainer:
         self.augment = make_augmenter(cfg.data, cfg.seed, self.device)
         self.monitor = ShiftMonitor(self.model, self.data.test_x[:tcfg.probe_size], list(cfg.monitor.percentiles),
                                     cfg.monitor.unit, cfg.monitor.histograms, cfg.monitor.max_values,
-                                    cfg.monitor.shift_metrics, cfg.monitor.shift_max_values)
+                                    cfg.monitor.shift_metrics, cfg.monitor.shift_max_values,
+                                    bn_stats=str(cfg.monitor.bn_stats), batch_size=int(tcfg.batch_size))
         self.targets = sorted(float(t) for t in tcfg.targets)
         self.hp = flat_hparams(cfg)
         self.max_steps = int(tcfg.max_steps)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bnexp.ics import (DistributionShiftTracker, gradient_ics, landscape_probe, layer_param_groups,
-                       per_unit_shift, unit_moments, wasserstein1)
+                       per_unit_shift, per_unit_wasserstein1, unit_moments, wasserstein1)
 from bnexp.models import MLP, CNN
 
 torch.set_num_threads(1)
@@ -118,6 +118,43 @@ def test_per_unit_shift_constant_unit_is_finite_and_errors():
         per_unit_shift(torch.zeros(4, 2, 3), torch.zeros(4, 2, 3))
 
 
+# ---------------------------------------------------------------------------- per-unit W1
+
+def test_per_unit_w1_matches_scipy_per_unit_then_mean():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(40, 5, generator=gen, dtype=torch.float64)
+    b = 1.7 * torch.randn(55, 5, generator=gen, dtype=torch.float64) + torch.arange(5, dtype=torch.float64)
+    expected = sum(scipy_stats.wasserstein_distance(a[:, j].numpy(), b[:, j].numpy()) for j in range(5)) / 5
+    assert per_unit_wasserstein1(a, b) == pytest.approx(expected, rel=1e-12)
+    # equal sizes (the tracker's fast path)
+    b2 = b[:40]
+    expected2 = sum(scipy_stats.wasserstein_distance(a[:, j].numpy(), b2[:, j].numpy()) for j in range(5)) / 5
+    assert per_unit_wasserstein1(a, b2) == pytest.approx(expected2, rel=1e-12)
+    # conv: units are the channels, pooled over (P, H, W)
+    c1 = torch.randn(6, 3, 4, 4, generator=gen, dtype=torch.float64)
+    c2 = torch.randn(6, 3, 4, 4, generator=gen, dtype=torch.float64) * 2
+    expected3 = sum(scipy_stats.wasserstein_distance(c1[:, j].reshape(-1).numpy(), c2[:, j].reshape(-1).numpy())
+                    for j in range(3)) / 3
+    assert per_unit_wasserstein1(c1, c2) == pytest.approx(expected3, rel=1e-12)
+
+
+def test_per_unit_w1_sees_shifts_that_cancel_when_pooled():
+    # two units swap their distributions: pooled W1 = 0, per unit each moved by 3
+    gen = torch.Generator().manual_seed(12)
+    z = torch.randn(200, generator=gen, dtype=torch.float64)
+    before = torch.stack([z, z + 3], dim=1)
+    after = torch.stack([z + 3, z], dim=1)
+    assert wasserstein1(before.reshape(-1), after.reshape(-1)) == pytest.approx(0.0, abs=1e-12)
+    assert per_unit_wasserstein1(before, after) == pytest.approx(3.0, rel=1e-12)
+    tr = DistributionShiftTracker(max_values=10_000)
+    tr.update({"l": before}, step=0)
+    r = tr.update({"l": after}, step=1)["l"]
+    assert r["w1_first"] == pytest.approx(3.0, rel=1e-6) and r["w1_pooled_first"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError):
+        per_unit_wasserstein1(before, torch.zeros(4, 3))
+
+
 # ---------------------------------------------------------------------------- tracker
 
 def test_tracker_prev_first_and_checkpoint():
@@ -144,8 +181,10 @@ def test_tracker_prev_first_and_checkpoint():
     r2 = tr.update({"layer1": x2}, step=20)["layer1"]
     r2b = tr2.update({"layer1": x2}, step=20)["layer1"]
     assert r2 == r2b
-    assert r2["w1_first"] == pytest.approx(wasserstein1(x.reshape(-1), x2.reshape(-1)), abs=1e-5)
-    assert r2["w1_prev"] == pytest.approx(wasserstein1((x + c).reshape(-1), x2.reshape(-1)), abs=1e-5)
+    assert r2["w1_pooled_first"] == pytest.approx(wasserstein1(x.reshape(-1), x2.reshape(-1)), abs=1e-5)
+    assert r2["w1_pooled_prev"] == pytest.approx(wasserstein1((x + c).reshape(-1), x2.reshape(-1)), abs=1e-5)
+    # per unit: x2 = 2x + 2c, so unit j's W1 to the first snapshot is mean_i |x_ij + 2c| (same order)
+    assert r2["w1_first"] == pytest.approx(float((x + 2 * c).abs().mean()), abs=1e-5)
     assert r2["log_std_ratio_prev"] == pytest.approx(math.log(2), abs=1e-5)
     assert r2["log_std_ratio_first"] == pytest.approx(math.log(2), abs=1e-5)
 
@@ -160,8 +199,9 @@ def test_tracker_subsample_cap_and_conv():
     vals = tr.first["l"]["values"]
     assert vals.numel() == 40
     assert torch.equal(vals, x[::10].reshape(-1).sort().values)  # all 4 units represented
+    assert torch.equal(tr.first["l"]["units"], x[::10])  # 10 values per unit, sorted per column
     r = tr.update({"l": x + 3}, step=1)["l"]
-    assert r["w1_prev"] == pytest.approx(3.0)
+    assert r["w1_prev"] == pytest.approx(3.0) and r["w1_pooled_prev"] == pytest.approx(3.0)
     # conv activations, different layers in one call
     tr = DistributionShiftTracker(max_values=1000)
     gen = torch.Generator().manual_seed(4)
@@ -211,6 +251,25 @@ def test_gradient_ics_linear_closed_form_sgd():
     assert out[1]["l2"] > 0
     cos = float((G2 * G2p).sum() / (G2.norm() * G2p.norm()))
     assert out[1]["cos"] == pytest.approx(cos, rel=1e-10)
+    assert out[1]["l2_rel"] == pytest.approx(float((G2 - G2p).norm() / G2.norm()), rel=1e-10)
+    assert out[0]["trivial"] is True and out[1]["trivial"] is False and out[0]["l2_rel"] == 0.0
+
+
+def test_gradient_ics_relative_is_free_of_the_gradient_scale():
+    # A loss k times smaller (a plateau: small gradients) with a k times larger rate takes the
+    # same step, so every gradient is exactly k times smaller: l2 shrinks by k, l2_rel does not.
+    k = 1e-4
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(6, 3, generator=gen, dtype=torch.float64)
+    T = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    groups, weights = [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"]
+    m1, m2 = _linear2(), _linear2()
+    big = gradient_ics(m1, _sse, X, T, torch.optim.SGD(m1.parameters(), lr=0.05), groups, weights)
+    small = gradient_ics(m2, lambda o, t: k * _sse(o, t), X, T, torch.optim.SGD(m2.parameters(), lr=0.05 / k),
+                         groups, weights)
+    assert small[1]["l2"] == pytest.approx(k * big[1]["l2"], rel=1e-8)
+    assert small[1]["l2_rel"] == pytest.approx(big[1]["l2_rel"], rel=1e-8)
+    assert big[1]["l2_rel"] > 0
 
 
 def test_gradient_ics_replicates_momentum_weight_decay():
@@ -385,6 +444,43 @@ def test_landscape_quadratic_top_eigenvector():
     assert out["beta_smoothness"] == pytest.approx(4.0, rel=1e-10)
 
 
+def test_landscape_relative_quadratic_closed_form():
+    eigs = [0.5, 1.0, 2.0, 4.0]
+    A, _ = _spd(eigs)
+    w = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    rhos = [0.01, 0.05]
+    out = landscape_probe(_Quadratic(w), _quad_loss, None, A, [0.1], rel_step_sizes=rhos)
+    g, n = A @ w, float(w.norm())
+    # one tensor: step -rho * n * g / ||g||; grad_q = n * grad, so beta_rel = n^2 ||A g|| / ||g||
+    assert out["rel_beta_smoothness"] == pytest.approx(n ** 2 * float((A @ g).norm() / g.norm()), rel=1e-10)
+    assert out["rel_grad_norm"] == pytest.approx(n * float(g.norm()), rel=1e-12)
+    losses = [float(0.5 * v @ A @ v) for v in [w - r * n * g / g.norm() for r in [0.0] + rhos]]
+    assert out["rel_losses"] == pytest.approx(losses, rel=1e-12)
+    assert out["rel_step_sizes"] == [0.0] + rhos
+
+
+def test_landscape_relative_is_invariant_to_weight_scale_before_bn():
+    # Scaling the weights before a BN layer leaves the loss unchanged (scale invariance); the raw
+    # beta-smoothness changes by about 1/c^2, the relative one does not.
+    torch.manual_seed(0)
+    bn_cfg = SimpleNamespace(enabled=True, eps=1e-12, momentum=0.1, impl="torch", noise=False)
+    model = MLP(8, [6, 5], 3, "sigmoid", bn_cfg, init_std=0.5).double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 8, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (32,), generator=gen)
+    loss = nn.functional.cross_entropy
+    a = landscape_probe(model, loss, x, y, [0.1, 0.5], rel_step_sizes=[0.01, 0.05])
+    scaled = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer in scaled.hidden:
+            layer.affine.weight.mul_(0.1)  # gradients 10x larger, raw curvature 100x
+    b = landscape_probe(scaled, loss, x, y, [0.1, 0.5], rel_step_sizes=[0.01, 0.05])
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-9)
+    for k in ("rel_beta_smoothness", "rel_grad_predictiveness", "rel_loss_variation", "rel_grad_norm"):
+        assert b[k] == pytest.approx(a[k], rel=1e-6), k
+    assert b["beta_smoothness"] > 5 * a["beta_smoothness"]
+
+
 def test_landscape_errors():
     model = _Quadratic(torch.ones(2, dtype=torch.float64))
     A = torch.eye(2, dtype=torch.float64)
@@ -392,3 +488,5 @@ def test_landscape_errors():
         landscape_probe(model, _quad_loss, None, A, [])
     with pytest.raises(ValueError):
         landscape_probe(model, _quad_loss, None, A, [-0.1])
+    with pytest.raises(ValueError):
+        landscape_probe(model, _quad_loss, None, A, [0.1], rel_step_sizes=[])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
+from torch import nn
 
 from bnexp.config import compose_config
 from bnexp.bn import NoisyBatchNorm
@@ -31,6 +33,10 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     assert set(g["layers"]) == {"layer1", "layer2", "layer3", "classifier"}
     assert g["layers"]["layer1"]["l2"] == 0.0  # nothing precedes the first layer (Def. 2.1)
     assert g["layers"]["layer2"]["l2"] > 0.0
+    assert g["layers"]["layer1"]["trivial"] is True and g["layers"]["layer2"]["trivial"] is False
+    assert g["layers"]["layer2"]["l2_rel"] == pytest.approx(g["layers"]["layer2"]["l2"] / g["layers"]["layer2"]["g_norm"])
+    land = next(r for r in recs if r["kind"] == "landscape")
+    assert land["rel_step_sizes"] == [0.0, 0.005, 0.01, 0.02, 0.05, 0.1] and land["rel_beta_smoothness"] > 0
     shift = read_jsonl(run_dir / "shift.jsonl")
     first = shift[0]["shift_metrics"]["layer1"]
     assert first["w1_first"] == 0.0 and first["w1_prev"] == 0.0
@@ -41,7 +47,9 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
-    for tag in ("grad_ics/layer2/l2", "grad_ics/layer2/cos", "landscape/beta_smoothness",
+    assert not any(t.startswith("grad_ics/layer1/") for t in tags)  # trivial by definition: not plotted
+    for tag in ("grad_ics/layer2/l2", "grad_ics/layer2/l2_rel", "grad_ics/layer2/cos", "landscape/beta_smoothness",
+                "landscape_rel/beta_smoothness", "bn_input/layer1/p50", "ics_bn_input/layer1/w1_first",
                 "landscape/loss_variation", "landscape/grad_predictiveness", "ics/layer1/w1_first",
                 "ics/layer3/mean_shift_prev"):
         assert tag in tags, tag
@@ -70,3 +78,48 @@ def test_shift_metrics_can_be_switched_off(run_bnexp, tmp_path):
     assert r.returncode == 0, r.stderr
     assert all("shift_metrics" not in rec for rec in read_jsonl(run_dir / "shift.jsonl"))
     assert not (run_dir / "ics.jsonl").exists()
+
+
+def test_noisy_bn_run_is_identical_whatever_the_monitoring(tmp_path, data_root, monkeypatch):
+    """The monitor (every bn_stats mode) and the gradient-ICS and landscape probes never draw from
+    the training noise: a noisy-BN run gives the same weights with hist_every=1 and all probes on
+    as with hist_every=max_steps and the probes off."""
+    from bnexp.trainer import Trainer
+
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    base = ["bn=noisy", "bn.noise_scale=3", "trainer.max_steps=24", "trainer.eval_every=12",
+            "trainer.progress=false", "trainer.num_threads=1", "trainer.save_checkpoint=false",
+            "trainer.probe_size=200"]
+    variants = {
+        "quiet": ["trainer.hist_every=24"],
+        "busy": ["trainer.hist_every=1", "monitor.grad_ics=true", "monitor.grad_ics_every=5",
+                 "monitor.landscape=true", "monitor.landscape_every=7"],
+        "population": ["trainer.hist_every=3", "monitor.bn_stats=population"],
+        "probe": ["trainer.hist_every=2", "monitor.bn_stats=probe"],
+    }
+    finals = {}
+    for name, extra in variants.items():
+        trainer = Trainer(compose_config(base + extra), tmp_path / name)
+        summary = trainer.run()
+        assert summary["status"] == "finished"
+        finals[name] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    ref = finals.pop("quiet")
+    for name, state in finals.items():
+        for k in ref:
+            assert torch.equal(ref[k], state[k]), (name, k)
+
+
+def test_noise_scale_multiplies_the_spread():
+    layers = {}
+    for k in (0.0, 1.0, 3.0):
+        cfg = compose_config(["bn=noisy", f"bn.noise_scale={k}"])
+        layers[k] = [m for m in build_model(cfg, (1, 28, 28), 10).modules() if isinstance(m, NoisyBatchNorm)]
+    base = layers[1.0][0]
+    for k in (0.0, 3.0):
+        m = layers[k][0]
+        assert (m.a, m.b - 1, m.c, m.d) == pytest.approx((k * base.a, k * (base.b - 1), k * base.c, k * base.d))
+    # strength 0 is plain BN in training too: s = 1, m = 0 exactly
+    m = layers[0.0][0].train()
+    x = torch.randn(16, m.bn.num_features)
+    assert torch.equal(m(x), nn.functional.batch_norm(x, None, None, m.bn.weight, m.bn.bias, training=True,
+                                                      eps=m.bn.eps))

@@ -487,7 +487,7 @@ def test_corrupt_files_do_not_crash(tmp_path):
     report = build_report(root)
     (conf,) = report.data["configurations"]
     assert (conf["runs"], conf["completed"], conf["failed"]) == (3, 1, 2)
-    assert conf["steps_to_target"]["0.95"]["text"] == "1,000 ± 0"
+    assert conf["steps_to_target"]["0.95"]["text"] == "1,000 (1 seed)"  # never "± 0" from one run
     assert report_main([str(root)]) == 0
 
 
@@ -531,7 +531,10 @@ def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool =
     cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
     cfg["bn"].update({"noise": variant == "noisy BN", "noise_a": 0.5, "noise_b": 1.25})
     (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    shift = [r for r in _shift(bn, seed, MAX_STEPS) if r["step"] in (0, 10000, 20000)]
+    # 6 monitor records (the evidence rule needs >= 5): step 0, four intermediate ones whose w1_prev
+    # is 1.75 k each (so the mean over the 5 records after step 0 is (4 * 1.75 k + 3 k) / 5 = 2 k), the end
+    shift = [r for r in _shift(bn, seed, MAX_STEPS) if r["step"] in (0, 20000)]
+    shift[1:1] = [{**shift[0], "step": st} for st in (2000, 4000, 6000, 10000)]
     k, base, ms = W1_PREV_K[variant], W1_BASE[variant], MEAN_SHIFT[variant]
     for r in shift:
         sm = {}
@@ -539,27 +542,32 @@ def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool =
             if r["step"] == 0:
                 vals = dict.fromkeys(("w1_prev", "w1_first", "mean_shift_prev", "mean_shift_first",
                                       "log_std_ratio_prev", "log_std_ratio_first"), 0.0)
-            elif r["step"] == 10000:
-                vals = {"w1_prev": k, "w1_first": k, "mean_shift_prev": 0.0, "mean_shift_first": 0.0,
+            elif r["step"] < 20000:
+                vals = {"w1_prev": 1.75 * k, "w1_first": k, "mean_shift_prev": 0.0, "mean_shift_first": 0.0,
                         "log_std_ratio_prev": 0.0, "log_std_ratio_first": 0.0}
             else:
                 vals = {"w1_prev": 3 * k, "w1_first": base * i * (1 + seed), "mean_shift_prev": 0.0,
                         "mean_shift_first": ms * i, "log_std_ratio_prev": 0.0, "log_std_ratio_first": 0.1}
+            vals["w1_pooled_first"] = vals["w1_first"] / 2  # pooled <= per unit
             sm[f"layer{i}"] = vals
         r["shift_metrics"] = sm
+        if bn:  # BN's own input Wu moves like the plain network's layer inputs
+            r["bn_input_shift_metrics"] = {f"layer{i}": {"w1_first": 4 * vals["w1_first"]} for i in (1, 2, 3)}
     _write_jsonl(d / "shift.jsonl", shift)
     gk, lk = ICS_SETTINGS[lr][variant]
     ics = []
-    for p, step in enumerate((1000, 2000)):
-        if grad:
+    for i, step in enumerate(range(1000, 7000, 1000)):  # 6 probes, alternating the two values
+        p = i % 2
+        if grad:  # ||G|| = 2, so ||G - G'|| / ||G|| = l2 / 2
             l2, cos = GRAD[gk]["l2"][p], GRAD[gk]["cos"]
             ics.append({"step": step, "kind": "grad_ics", "layers": {
-                "layer1": {"l2": 0.0, "cos": 1.0, "g_norm": 1.0},
-                "layer2": {"l2": l2[0], "cos": cos[0], "g_norm": 1.0},
-                "layer3": {"l2": l2[1], "cos": cos[1], "g_norm": 1.0},
-                "classifier": {"l2": 5.0, "cos": 0.1, "g_norm": 1.0}}})
-        if land:
+                "layer1": {"l2": 0.0, "l2_rel": 0.0, "cos": 1.0, "g_norm": 2.0, "trivial": True},
+                "layer2": {"l2": l2[0], "l2_rel": l2[0] / 2, "cos": cos[0], "g_norm": 2.0, "trivial": False},
+                "layer3": {"l2": l2[1], "l2_rel": l2[1] / 2, "cos": cos[1], "g_norm": 2.0, "trivial": False},
+                "classifier": {"l2": 5.0, "l2_rel": 2.5, "cos": 0.1, "g_norm": 2.0, "trivial": False}}})
+        if land:  # the scale-invariant values are 10x the raw ones
             ics.append({"step": step, "kind": "landscape", **{key: v[p] for key, v in LAND[lk].items()},
+                        **{f"rel_{key}": 10 * v[p] for key, v in LAND[lk].items()},
                         "loss": 1.0, "grad_norm": 1.0, "step_sizes": [0.0, 0.1], "losses": [1.0, 0.9]})
     if ics:
         _write_jsonl(d / "ics.jsonl", ics)
@@ -656,16 +664,20 @@ def test_ics_verdicts_favouring_santurkar(ics_sweep):
     assert comp["noisy"]["target"] == 0.98 and comp["noisy"]["factor"] == pytest.approx(2500 / 2250)
     assert comp["noisy"]["nearly_as_fast"] is True and comp["noisy"]["faster_than_no_bn"] is True
     v = sec["verdicts"]
-    assert ("At lr=0.5: distribution view: at the end, the input distributions of BN's layers moved W1 = 0.3 ± 0.1 "
-            "from their start, no BN's 1.2 ± 0.4: BN reduces this measure of covariate shift (ratio 0.25; "
-            "step-to-step W1 BN 0.1 vs no BN 0.4)." in v)
-    assert ("At lr=0.5: gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN 0.7 ± 0 vs no BN 0.35 ± 0, cos BN 0.8 "
-            "vs no BN 0.9: BN shows as much or more gradient-based ICS." in v)
-    assert ("At lr=0.5: landscape: beta-smoothness BN 3 ± 0 vs no BN 15 ± 0, loss variation BN 0.2 vs no BN 0.6, "
-            "gradient predictiveness BN 2 vs no BN 6: BN's loss landscape is smoother along the gradient." in v)
+    assert ("At lr=0.5: distribution view: at the end, the inputs to BN's nonlinearities moved a per-unit W1 of "
+            "0.3 ± 0.1 from their start (BN's own input Wu: 1.8 ± 0.6), no BN's 1.2 ± 0.4: BN reduces this measure "
+            "of covariate shift (ratio 0.25; step-to-step W1 BN 0.1 vs no BN 0.4)." in v)
+    # verdicts use the relative ||G - G'|| / ||G|| (||G|| = 2 in the fixture), the absolute one beside it
+    assert ("At lr=0.5: gradient view (Santurkar Def. 2.1): mean ||G - G'|| / ||G|| BN 0.35 ± 0 vs no BN 0.175 ± 0 "
+            "(absolute ||G - G'|| 0.7 vs 0.35), cos BN 0.8 vs no BN 0.9: BN shows as much or more gradient-based "
+            "ICS." in v)
+    # and the scale-invariant landscape (10x the raw values in the fixture), the raw one beside it
+    assert ("At lr=0.5: landscape (scale-invariant): beta-smoothness BN 30 ± 0 vs no BN 150 ± 0, loss variation BN 2 "
+            "vs no BN 6, gradient predictiveness BN 20 vs no BN 60 (raw beta-smoothness 3 vs 15): BN's loss "
+            "landscape is smoother along the gradient." in v)
     assert ("At lr=0.5: noisy BN reached 98% in 2,500 ± 100 steps vs BN 2,250 ± 250 (and no BN not reached in 2/2 "
             "runs): injected distribution shift slows BN training by factor 1.11." in v)
-    assert any(line.startswith("At lr=0.5: noisy BN's layer inputs moved W1 = 1.5 ± 0.5") and "visible" in line
+    assert any(line.startswith("At lr=0.5: noisy BN's layer inputs moved a per-unit W1 of 1.5 ± 0.5") and "visible" in line
                for line in v)
     assert any(line.startswith("At lr=0.5: final test accuracy: BN 98.55 ± 0.05%, noisy BN") for line in v)
     sup = comp["supports"]
@@ -683,9 +695,9 @@ def test_ics_verdicts_favouring_the_bn_paper(ics_sweep):
     assert comp["landscape"]["smoother"] is False
     assert comp["noisy"]["factor"] == pytest.approx(10000 / 2250) and comp["noisy"]["nearly_as_fast"] is False
     v = sec["verdicts"]
-    assert ("At lr=0.12: gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN 0.35 ± 0 vs no BN 0.7 ± 0, cos BN "
-            "0.9 vs no BN 0.8: BN shows less gradient-based ICS." in v)
-    assert any(line.startswith("At lr=0.12: landscape: beta-smoothness BN 15 ± 0 vs no BN 3 ± 0")
+    assert ("At lr=0.12: gradient view (Santurkar Def. 2.1): mean ||G - G'|| / ||G|| BN 0.175 ± 0 vs no BN 0.35 ± 0 "
+            "(absolute ||G - G'|| 0.35 vs 0.7), cos BN 0.9 vs no BN 0.8: BN shows less gradient-based ICS." in v)
+    assert any(line.startswith("At lr=0.12: landscape (scale-invariant): beta-smoothness BN 150 ± 0 vs no BN 30 ± 0")
                and line.endswith("BN's loss landscape is not smoother along the gradient.") for line in v)
     assert ("At lr=0.12: noisy BN reached 98% in 10,000 ± 1,000 steps vs BN 2,250 ± 250 (and no BN not reached in "
             "2/2 runs): injected distribution shift slows BN training by factor 4.44." in v)
@@ -697,7 +709,7 @@ def test_ics_verdicts_favouring_the_bn_paper(ics_sweep):
 
 def test_ics_verdict_functions_both_directions():
     def st(mean):
-        return {"mean": mean, "std": 0.0, "n": 1, "per_seed": [mean]}
+        return {"mean": mean, "std": 0.0, "n": 2, "per_seed": [mean, mean]}
 
     def dist(w1):
         return {"distribution": {"final_w1_first": st(w1), "w1_prev_mean": st(w1 / 2)}}
@@ -709,17 +721,22 @@ def test_ics_verdict_functions_both_directions():
     assert rep.distribution_verdict("", None, dist(1.0))[1] is None
     assert "not measured" in rep.distribution_verdict("", None, dist(1.0))[0]
 
-    def grad(l2, cos):
-        return {"gradient": {"l2": st(l2), "cos": st(cos)}}
+    def grad(l2_rel, cos):
+        return {"gradient": {"l2": st(10 * l2_rel), "l2_rel": st(l2_rel), "cos": st(cos)}}
 
     assert rep.gradient_verdict("", grad(0.5, 0.9), grad(1.0, 0.9))[1]["result"] == "less"
     assert rep.gradient_verdict("", grad(1.0, 0.8), grad(1.0, 0.9))[1]["result"] == "as much or more"
-    line, res = rep.gradient_verdict("", grad(0.5, 0.5), grad(1.0, 0.9))  # lower l2 but much lower cos
+    line, res = rep.gradient_verdict("", grad(0.5, 0.5), grad(1.0, 0.9))  # lower l2_rel but much lower cos
     assert res["result"] == "mixed" and "disagree" in line
+    # with evidence gaps: the numbers and "insufficient evidence", no result
+    line, res = rep.gradient_verdict("", grad(0.5, 0.9), grad(1.0, 0.9), ["BN has 1 seed (need 2)"])
+    assert res is None and line.endswith(": insufficient evidence (BN has 1 seed (need 2)).")
+    line, res = rep.distribution_verdict("", dist(0.5), dist(1.0), ["no BN has 2 monitor records in a seed (need 5)"])
+    assert res is None and "insufficient evidence" in line and "reduces" not in line
     comp = {"labels": {"BN": "BN", "no BN": "no BN"}, "distribution": {"reduced": False, "ratio": 0.95},
             "gradient": {"result": "less"}, "landscape": None, "noisy": None}
     sup = rep.supports_paragraph("", comp)
-    assert "BN does not reduce the distribution shift of its layers' inputs (W1 ratio 0.95)" in sup
+    assert "BN does not reduce the distribution shift of its layers' inputs (per-unit W1 ratio 0.95)" in sup
     assert "The evidence is mixed" in sup and "Not measured: noisy BN, the loss landscape." in sup
 
 
@@ -729,8 +746,11 @@ def test_ics_report_files(ics_sweep, capsys):
         assert (ics_sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     md = (ics_sweep / "report.md").read_text(encoding="utf-8")
     assert "## Does BN reduce internal covariate shift?" in md and "### What this sweep supports" in md
-    assert "| BN lr=0.5 | 2 | 0.1 ± 0 | 0.3 ± 0.1 | 0.02 ± 0 |" in md
-    assert "| no BN lr=0.5 | 2/2 | 0.35 ± 0 | 0.9 ± 0 | 0.6 ± 0 | 6 ± 0 | 15 ± 0 |" in md
+    # per-unit W1 step to step, from start, pooled, BN input, |dmean|/std
+    assert "| BN lr=0.5 | 2 | 0.1 ± 0 | 0.3 ± 0.1 | 0.15 ± 0.05 | 1.8 ± 0.6 | 0.02 ± 0 |" in md
+    assert "| no BN lr=0.5 | 2 | 0.4 ± 0 | 1.2 ± 0.4 | 0.6 ± 0.2 | no BN input | 0.6 ± 0 |" in md
+    # relative and absolute ||G - G'||, cos, scale-invariant landscape, raw beta
+    assert "| no BN lr=0.5 | 2/2 | 0.175 ± 0 | 0.35 ± 0 | 0.9 ± 0 | 6 ± 0 | 60 ± 0 | 150 ± 0 | 15 ± 0 |" in md
     assert "| BN lr=0.5 | 1 ± 0 | 2 ± 0 | 3.5 ± 0.5 | 4 ± 0 |" in md
     for name in rep.ICS_FILES:
         assert f"]({name})" in md

@@ -57,16 +57,26 @@ def test_reproduce_cifar_all_presets_few_steps(tmp_path, data_root):
         assert (sweep / f).stat().st_size > 0, f
 
 
+def yaml_scale(path) -> float:
+    """bn.noise_scale of a run's resolved config.yaml."""
+    import yaml
+
+    return float(yaml.safe_load(path.read_text())["bn"]["noise_scale"])
+
+
 def test_ics_study_few_steps(tmp_path, data_root):
     mnist, cifar = tmp_path / "ics_mnist", tmp_path / "ics_cifar"
     r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=40", "seed=0", "trainer.eval_every=20",
                 "trainer.hist_every=20", "trainer.log_every=10", "monitor.grad_ics_every=20",
                 "monitor.landscape_every=20", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
-                VERIFY_CHECKSUMS="false")
+                VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3")
     assert r.returncode == 0, r.stderr[-3000:]
     for sweep in (mnist, cifar):
         summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
-        assert sorted((s["bn"], s["bn_noise"]) for s in summaries) == [(False, False), (True, False), (True, True)]
+        assert sorted((s["bn"], s["bn_noise"]) for s in summaries) == [(False, False), (True, False), (True, True),
+                                                                       (True, True)]
+        scales = sorted(yaml_scale(p) for p in sweep.glob("*/config.yaml") if "noise: true" in p.read_text())
+        assert scales == [1.0, 3.0]
         for p in sweep.glob("*/ics.jsonl"):
             kinds = [rec["kind"] for rec in read_jsonl(p)]
             assert kinds.count("grad_ics") == 2 and kinds.count("landscape") == 2

@@ -5,8 +5,9 @@ The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view
 
 1. The distribution view of the BN paper (Ioffe & Szegedy 2015, Sec. 1-2): ICS is
    "the change in the distribution of network activations due to the change in
-   network parameters during training". :func:`wasserstein1`, :func:`per_unit_shift`
-   and :class:`DistributionShiftTracker` quantify how far the distribution of a
+   network parameters during training". :func:`wasserstein1`, :func:`per_unit_wasserstein1`
+   (the primary number), :func:`per_unit_shift` and :class:`DistributionShiftTracker`
+   quantify how far the distribution of a
    layer's values (e.g. the input to its nonlinearity, as captured by
    :meth:`bnexp.monitor.ShiftMonitor.capture` on a fixed probe set) moved since the
    previous and since the first snapshot. Cheap: one sort of at most ``max_values``
@@ -19,7 +20,8 @@ The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view
      of a layer's weights changes when the layers before it take their update.
    * :func:`landscape_probe` -- the loss-landscape smoothness of Sec. 3.1, Fig. 4:
      loss variation, gradient predictiveness and "effective" beta-smoothness along
-     the gradient direction.
+     the gradient direction, raw and in a parametrization BN's scale invariance does
+     not confound (steps relative to each parameter tensor's norm).
    (The "noisy BN" of their Sec. 2.1, Fig. 2 -- BN with deliberately injected
    distributional instability -- is a BN variant and lives in :mod:`bnexp.bn.noisy`.)
 
@@ -33,13 +35,15 @@ convolutional activation is (P, C, H, W) -- the units are the C channels, each
 pooled over (P, H, W), as BN normalizes them (BN paper Sec. 3.2).
 """
 
-from bnexp.ics.distribution import DistributionShiftTracker, per_unit_shift, unit_moments, wasserstein1
+from bnexp.ics.distribution import (DistributionShiftTracker, per_unit_shift, per_unit_wasserstein1, unit_moments,
+                                    wasserstein1)
 from bnexp.ics.gradient import gradient_ics, landscape_probe, layer_param_groups
 
 __all__ = [
     "wasserstein1",
     "unit_moments",
     "per_unit_shift",
+    "per_unit_wasserstein1",
     "DistributionShiftTracker",
     "gradient_ics",
     "layer_param_groups",

@@ -150,6 +150,62 @@ def per_unit_shift(x_ref: torch.Tensor, x_now: torch.Tensor, eps: float = 1e-6) 
     return _shift_from_moments(mr, sr, mn, sn, eps)
 
 
+def _unit_columns(x: torch.Tensor, max_per_unit: int | None = None) -> torch.Tensor:
+    """(P, d) or (P, C, H, W) -> (k, units) float64 matrix, each column one unit's values sorted;
+    at most ``max_per_unit`` rows, taken by a fixed stride over the rows (examples, positions)."""
+    v = _units_last(x.detach())
+    if v.shape[0] == 0:
+        raise ValueError("no values per unit (P = 0)")
+    if max_per_unit is not None and v.shape[0] > max_per_unit:
+        v = v[:: -(-v.shape[0] // max_per_unit)]
+    v = v.to(torch.float64)
+    if not bool(torch.isfinite(v).all()):
+        raise ValueError("a layer's values contain NaN or infinite values")
+    return v.sort(dim=0).values
+
+
+def _w1_columns(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-column W1 of two column-sorted (k, units) and (k', units) matrices: a (units,) tensor."""
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"unit counts differ: reference has {a.shape[1]}, current has {b.shape[1]}")
+    b = b.to(a.device)
+    if a.shape[0] == b.shape[0]:
+        return (a - b).abs().mean(dim=0)
+    return torch.tensor([_w1_sorted(a[:, j].contiguous(), b[:, j].contiguous()) for j in range(a.shape[1])],
+                        dtype=torch.float64)
+
+
+def per_unit_wasserstein1(x_ref: torch.Tensor, x_now: torch.Tensor) -> float:
+    """Per-unit Wasserstein-1 distance, averaged over the units (the primary distribution shift).
+
+    For every unit j (feature of a (P, d) activation; channel of a (P, C, H, W) one, its
+    values pooled over P, H, W as BN pools them, BN paper Sec. 3.2) the 1-D W1 distance of
+    :func:`wasserstein1` between unit j's values in ``x_ref`` and in ``x_now``; then the mean
+    over units:
+
+        W1_unit = 1/d sum_j W1(x_ref[:, j], x_now[:, j]).
+
+    Unlike W1 of all units pooled together, shifts of different units cannot cancel: two
+    units that swap their distributions leave the pooled distribution unchanged (pooled
+    W1 = 0) but give a positive per-unit W1. W1 is jointly convex and the pooled
+    distribution is the equal-weight mixture of the units', so pooled W1 <= W1_unit.
+    Units: those of the values.
+
+    Args:
+        x_ref: reference activation, (P, d) or (P, C, H, W).
+        x_now: current activation with the same number of units; P (and H, W) may differ.
+
+    Returns:
+        the mean over units of the per-unit W1, a Python float >= 0.
+
+    Raises:
+        ValueError: ranks other than 2 and 4, different unit counts, no values, NaN/inf.
+
+    Cost: one sort of each input (per column), O(P log P) per unit.
+    """
+    return float(_w1_columns(_unit_columns(x_ref), _unit_columns(x_now)).mean())
+
+
 def _pooled_subsample(x: torch.Tensor, max_values: int) -> torch.Tensor:
     """At most ``max_values`` of x's values, by a fixed stride over the examples (dim 0), so
     every unit stays equally represented; a flat stride only if one example alone is too big."""
@@ -169,28 +225,37 @@ class DistributionShiftTracker:
     """Distribution shift of each layer's values since the previous and the first snapshot.
 
     Keeps per layer name two snapshots -- the first one and the previous one -- each
-    holding the sorted pooled values (at most ``max_values``, a fixed stride subsample
-    over the examples, so feed the same probe set every time) and the per-unit means
-    and stds. Each :meth:`update` compares the new values against both snapshots with
-    :func:`wasserstein1` (all units pooled; in activation units) and :func:`per_unit_shift`
-    (per unit; dimensionless / nats), then makes the new values the previous snapshot.
+    holding, per unit, the sorted values (at most ``max_values`` in all, i.e.
+    ``max_values // units`` per unit, a fixed stride over the examples and positions, so
+    feed the same probe set every time), the pooled values (at most ``max_values``) and
+    the per-unit means and stds. Each :meth:`update` compares the new values against both
+    snapshots and then makes them the previous snapshot:
+
+    * ``w1_prev`` / ``w1_first`` -- the primary number: :func:`per_unit_wasserstein1`,
+      W1 per unit, averaged over units (activation units);
+    * ``w1_pooled_prev`` / ``w1_pooled_first`` -- :func:`wasserstein1` of all units pooled
+      (kept for comparison; shifts of different units can cancel in it, so it is
+      <= the per-unit one up to subsampling);
+    * ``mean_shift_*`` / ``log_std_ratio_*`` -- :func:`per_unit_shift` (dimensionless / nats).
+
     This measures ICS in the sense of the BN paper (Ioffe & Szegedy 2015, Sec. 2: the
-    change in the distributions of internal nodes during training), e.g. on the
-    inputs to the nonlinearities captured by :meth:`bnexp.monitor.ShiftMonitor.capture`.
+    change in the distributions of internal nodes during training), e.g. on the inputs
+    to the nonlinearities captured by :meth:`bnexp.monitor.ShiftMonitor.capture`.
 
     Args:
-        max_values: cap on the pooled values stored per snapshot (>= 1).
+        max_values: cap on the values stored per snapshot (>= 1), both for the per-unit
+            and for the pooled values.
         eps: std floor of :func:`per_unit_shift`.
 
     Snapshots live on the CPU (float32 values, float64 moments): memory per layer is
-    about 2 * (4 * max_values + 16 * units) bytes.
+    about 2 * (8 * max_values + 16 * units) bytes.
 
     Raises:
         ValueError: for max_values < 1.
     """
 
-    KEYS = ("w1_prev", "w1_first", "mean_shift_prev", "mean_shift_first",
-            "log_std_ratio_prev", "log_std_ratio_first")
+    KEYS = ("w1_prev", "w1_first", "w1_pooled_prev", "w1_pooled_first", "mean_shift_prev",
+            "mean_shift_first", "log_std_ratio_prev", "log_std_ratio_first")
 
     def __init__(self, max_values: int = 100_000, eps: float = 1e-6):
         if max_values < 1:
@@ -207,11 +272,15 @@ class DistributionShiftTracker:
             raise ValueError("a layer has no values")
         if not bool(torch.isfinite(values).all()):
             raise ValueError("a layer's values contain NaN or infinite values")
-        return {"values": values.cpu(), "mean": mean.cpu(), "std": std.cpu(), "step": int(step)}
+        units = _unit_columns(x, max(1, self.max_values // mean.numel())).to(torch.float32)
+        return {"values": values.cpu(), "units": units.cpu(), "mean": mean.cpu(), "std": std.cpu(),
+                "step": int(step)}
 
-    def _compare(self, ref: dict, now: dict) -> tuple[float, dict[str, float]]:
-        w1 = _w1_sorted(ref["values"].to(torch.float64), now["values"].to(torch.float64))
-        return w1, _shift_from_moments(ref["mean"], ref["std"], now["mean"], now["std"], self.eps)
+    def _compare(self, ref: dict, now: dict) -> dict[str, float]:
+        pooled = _w1_sorted(ref["values"].to(torch.float64), now["values"].to(torch.float64))
+        per_unit = float(_w1_columns(ref["units"].to(torch.float64), now["units"].to(torch.float64)).mean())
+        return {"w1": per_unit, "w1_pooled": pooled,
+                **_shift_from_moments(ref["mean"], ref["std"], now["mean"], now["std"], self.eps)}
 
     def update(self, layer_values: dict[str, torch.Tensor], step: int) -> dict[str, dict[str, float]]:
         """Compare new values of each layer with its previous and first snapshots.
@@ -222,15 +291,14 @@ class DistributionShiftTracker:
             step: the training step (recorded with the snapshots).
 
         Returns:
-            {layer name: {"w1_prev", "w1_first", "mean_shift_prev", "mean_shift_first",
-            "log_std_ratio_prev", "log_std_ratio_first"}} (floats); for a layer's first
-            update all six are 0.0 (the first snapshot is the current one).
+            {layer name: {key: float for key in KEYS}}; for a layer's first update all
+            are 0.0 (the first snapshot is the current one).
 
         Raises:
             ValueError: bad rank, NaN/inf values, or a layer whose unit count changed.
 
-        Cost per layer: one pass over the values, a sort of <= max_values values
-        and two W1 evaluations (O(max_values log max_values)).
+        Cost per layer: one pass over the values, sorts of <= 2 * max_values values
+        and four W1 evaluations (O(max_values log max_values)).
         """
         out: dict[str, dict[str, float]] = {}
         for name, x in layer_values.items():
@@ -240,12 +308,12 @@ class DistributionShiftTracker:
                 self.prev[name] = snap
                 out[name] = {k: 0.0 for k in self.KEYS}
                 continue
-            w1_p, sh_p = self._compare(self.prev[name], snap)
-            w1_f, sh_f = self._compare(self.first[name], snap)
-            out[name] = {"w1_prev": w1_p, "w1_first": w1_f,
-                         "mean_shift_prev": sh_p["mean_shift"], "mean_shift_first": sh_f["mean_shift"],
-                         "log_std_ratio_prev": sh_p["log_std_ratio"],
-                         "log_std_ratio_first": sh_f["log_std_ratio"]}
+            if snap["mean"].shape != self.first[name]["mean"].shape:
+                raise ValueError(f"layer {name!r}: unit count changed from {self.first[name]['mean'].numel()} "
+                                 f"to {snap['mean'].numel()}")
+            cmp = {"prev": self._compare(self.prev[name], snap), "first": self._compare(self.first[name], snap)}
+            out[name] = {f"{k}_{ref}": cmp[ref][k] for k in ("w1", "w1_pooled", "mean_shift", "log_std_ratio")
+                         for ref in ("prev", "first")}
             self.prev[name] = snap
         return out
 
@@ -256,8 +324,7 @@ class DistributionShiftTracker:
     def state_dict(self) -> dict:
         """Snapshots and settings for checkpoints (all tensors cloned, on the CPU)."""
         def snap_state(s: dict) -> dict:
-            return {"values": s["values"].detach().cpu().clone(), "mean": s["mean"].detach().cpu().clone(),
-                    "std": s["std"].detach().cpu().clone(), "step": int(s["step"])}
+            return {k: (v.detach().cpu().clone() if isinstance(v, torch.Tensor) else int(v)) for k, v in s.items()}
         return {"max_values": self.max_values, "eps": self.eps,
                 "first": {k: snap_state(v) for k, v in self.first.items()},
                 "prev": {k: snap_state(v) for k, v in self.prev.items()}}
@@ -273,6 +340,7 @@ class DistributionShiftTracker:
 
         def snap(s: dict) -> dict:
             return {"values": s["values"].detach().cpu().to(torch.float32).clone(),
+                    "units": s["units"].detach().cpu().to(torch.float32).clone(),
                     "mean": s["mean"].detach().cpu().to(torch.float64).clone(),
                     "std": s["std"].detach().cpu().to(torch.float64).clone(), "step": int(s["step"])}
         self.first = {k: snap(v) for k, v in state["first"].items()}

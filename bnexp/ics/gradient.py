@@ -127,10 +127,14 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
         weight_names: weight_names[i] = name of W_i, one of layer_param_names[i].
 
     Returns:
-        one dict per layer, input to output: {"l2": ||G_i - G'_i||_2, "cos": cos(G_i, G'_i)
-        (NaN if either is zero), "g_norm": ||G_i||_2} -- floats in gradient units (loss per
-        weight unit), computed in float64. For layer 0, G'_0 = G_0 exactly (nothing before
-        it changes): l2 = 0, cos = 1.
+        one dict per layer, input to output: {"l2": ||G_i - G'_i||_2 and "g_norm": ||G_i||_2
+        (gradient units: loss per weight unit), "l2_rel": ||G_i - G'_i||_2 / ||G_i||_2
+        (dimensionless; NaN if G_i = 0), "cos": cos(G_i, G'_i) (NaN if either is zero),
+        "trivial": bool}, computed in float64. ``l2_rel`` is the scale-free number to compare
+        across networks: ``l2`` shrinks with the gradient itself, so a network whose
+        gradients vanish (a plateau) scores a small ``l2`` for scale reasons alone. For
+        layer 0, G'_0 = G_0 by definition (nothing before it changes): l2 = l2_rel = 0,
+        cos = 1, and "trivial" is True (the only such layer); leave it out of summaries.
 
     Raises:
         ValueError: mismatched list lengths, unknown or repeated parameter names, a weight
@@ -193,9 +197,10 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
                 del m, m_params
             gn, gpn = float(g.norm()), float(g_prime.norm())
             cos = (float((g * g_prime).sum()) / (gn * gpn)) if gn > 0 and gpn > 0 else math.nan
-            results.append({"l2": float((g - g_prime).norm()),
+            l2 = float((g - g_prime).norm())
+            results.append({"l2": l2, "l2_rel": l2 / gn if gn > 0 else math.nan,
                             "cos": max(-1.0, min(1.0, cos)) if not math.isnan(cos) else cos,
-                            "g_norm": gn})
+                            "g_norm": gn, "trivial": i == 0})
         return results
     finally:
         rng.reset()
@@ -246,12 +251,25 @@ def layer_param_groups(model: nn.Module) -> tuple[list[list[str]], list[str]]:
 # 3. Landscape smoothness (Santurkar et al. 2018, Sec. 3.1, Fig. 4)
 # ----------------------------------------------------------------------------------------------
 
+def _grads_of(trainable: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().to(torch.float64) for p in trainable]
+
+
+def _check_steps(name: str, etas: list[float]) -> None:
+    if not etas:
+        raise ValueError(f"{name} is empty")
+    if any(not math.isfinite(e) or e < 0 for e in etas):
+        raise ValueError(f"{name} must be finite and >= 0, got {etas}")
+
+
 def landscape_probe(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                    x: torch.Tensor, y: torch.Tensor, step_sizes: Sequence[float]) -> dict:
+                    x: torch.Tensor, y: torch.Tensor, step_sizes: Sequence[float],
+                    rel_step_sizes: Sequence[float] | None = None) -> dict:
     """Smoothness of the loss landscape along the gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4).
 
-    With w all trainable parameters (flattened), L the loss on the batch (x, y) and
-    g = grad L(w), for each step size eta the loss and gradient at w - eta g are taken:
+    Raw parametrization. With w all trainable parameters (flattened), L the loss on the
+    batch (x, y) and g = grad L(w), for each step size eta the loss and gradient at
+    w - eta g are taken:
 
         loss_variation      = max - min of {L(w - eta g) : eta in {0} + step_sizes}
         grad_predictiveness = max_eta ||grad L(w) - grad L(w - eta g)||_2
@@ -261,6 +279,24 @@ def landscape_probe(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Ten
     "l2 changes in gradient" (gradient predictiveness) and the third the "effective
     beta-smoothness" of Fig. 4. For a quadratic L = 1/2 w^T A w, beta_smoothness = ||A g|| / ||g||
     <= lambda_max(A). Units: loss units; loss per parameter unit; loss per parameter unit^2.
+
+    Scale-invariant parametrization (``rel_step_sizes``). A BN network's loss does not
+    change when the weights W before a BN layer are multiplied by c > 0, while its
+    gradient shrinks by 1/c and its raw beta-smoothness by 1/c^2: since such weight norms
+    grow several-fold in training, raw numbers mix smoothness with weight growth. Here
+    every parameter tensor p is measured relative to its current norm n_p = ||p||
+    (p = n_p q, n_p held fixed): grad_q = n_p grad_p, and a step of length rho in q
+    (Delta p = -rho n_p grad_q_p / ||grad_q||, i.e. each tensor moves by a fraction of
+    its own norm; tensors with n_p = 0 stay put) gives
+
+        rel_loss_variation      = max - min of {L(w + Delta(rho)) : rho in {0} + rel_step_sizes}
+        rel_grad_predictiveness = max_rho ||grad_q L(w) - grad_q L(w + Delta(rho))||_2
+        rel_beta_smoothness     = max_rho ||grad_q L(w) - grad_q L(w + Delta(rho))||_2 / rho
+
+    all unchanged when any tensor is rescaled by c > 0 before a BN layer. rho is a
+    relative weight change (sqrt of the sum over tensors of (||Delta p|| / ||p||)^2);
+    for L = 1/2 w^T A w with one tensor, rel_beta_smoothness = ||w||^2 ||A g|| / ||g||.
+    Units: loss units; loss per relative change; loss per relative change^2.
 
     Every evaluation runs on a fresh ``copy.deepcopy(model)`` in training mode (BN with
     batch statistics) starting from the same global RNG state (same dropout masks); the
@@ -272,24 +308,30 @@ def landscape_probe(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Ten
         loss_fn: loss_fn(model(x), y) -> scalar loss.
         x, y: the mini-batch.
         step_sizes: the etas, each finite and >= 0 (eta = 0 adds nothing new).
+        rel_step_sizes: the rhos of the scale-invariant probe, each finite and >= 0; None
+            skips it.
 
     Returns:
         {"loss_variation": float, "grad_predictiveness": float, "beta_smoothness": float
         (NaN if g = 0 or no eta > 0), "loss": L(w), "grad_norm": ||g||_2,
         "step_sizes": [0.0, *step_sizes], "losses": [L(w), L(w - eta_1 g), ...]} -- the
-        lists aligned, their first entry the current point. Norms in float64.
+        lists aligned, their first entry the current point; with ``rel_step_sizes`` also
+        "rel_loss_variation", "rel_grad_predictiveness", "rel_beta_smoothness" (NaN if
+        grad_q = 0 or no rho > 0), "rel_grad_norm": ||grad_q||_2, "rel_step_sizes",
+        "rel_losses". Norms in float64.
 
     Raises:
         ValueError: empty or negative/non-finite step sizes, a non-scalar loss, or a model
             with no trainable parameters.
 
-    Cost: 1 + len(step_sizes) forward/backward passes and deep copies (one alive at a time).
+    Cost: 1 + len(step_sizes) + len(rel_step_sizes) forward/backward passes and deep
+    copies (one alive at a time).
     """
     etas = [float(e) for e in step_sizes]
-    if not etas:
-        raise ValueError("step_sizes is empty")
-    if any(not math.isfinite(e) or e < 0 for e in etas):
-        raise ValueError(f"step sizes must be finite and >= 0, got {etas}")
+    _check_steps("step_sizes", etas)
+    rhos = None if rel_step_sizes is None else [float(r) for r in rel_step_sizes]
+    if rhos is not None:
+        _check_steps("rel_step_sizes", rhos)
     rng = _RngKeeper()
     try:
         m = _fresh_copy(model)
@@ -297,32 +339,54 @@ def landscape_probe(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Ten
         if not trainable:
             raise ValueError("the model has no trainable parameters")
         loss0 = float(_loss_and_grads(m, loss_fn, x, y, rng))
-        g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
-                       for p in trainable])
-        w = torch.cat([p.detach().reshape(-1) for p in trainable])
-        g64 = g.to(torch.float64)
-        g_norm = float(g64.norm())
+        grads = _grads_of(trainable)
+        params = [p.detach().clone() for p in trainable]
         del m, trainable
 
+        def at(deltas: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
+            """Loss and per-tensor gradients at params + deltas, on a fresh copy."""
+            mm = _fresh_copy(model)
+            tr = [p for p in mm.parameters() if p.requires_grad]
+            with torch.no_grad():
+                for p, p0, d in zip(tr, params, deltas):
+                    p.copy_((p0.to(torch.float64) + d).to(p.dtype))
+            loss = float(_loss_and_grads(mm, loss_fn, x, y, rng))
+            return loss, _grads_of(tr)
+
+        g64 = torch.cat([g.reshape(-1) for g in grads])
+        g_norm = float(g64.norm())
         losses = [loss0]
         diffs, betas = [], []
         for eta in etas:
-            m = _fresh_copy(model)
-            trainable = [p for p in m.parameters() if p.requires_grad]
-            with torch.no_grad():
-                torch.nn.utils.vector_to_parameters(w - eta * g, trainable)
-            losses.append(float(_loss_and_grads(m, loss_fn, x, y, rng)))
-            g_eta = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
-                               for p in trainable]).to(torch.float64)
-            diff = float((g64 - g_eta).norm())
+            loss, g_eta = at([-eta * g for g in grads])
+            losses.append(loss)
+            diff = float((g64 - torch.cat([g.reshape(-1) for g in g_eta])).norm())
             diffs.append(diff)
             if eta > 0 and g_norm > 0:
                 betas.append(diff / (eta * g_norm))
-            del m, trainable
-        return {"loss_variation": max(losses) - min(losses),
-                "grad_predictiveness": max(diffs),
-                "beta_smoothness": max(betas) if betas else math.nan,
-                "loss": loss0, "grad_norm": g_norm,
-                "step_sizes": [0.0] + etas, "losses": losses}
+        out = {"loss_variation": max(losses) - min(losses),
+               "grad_predictiveness": max(diffs),
+               "beta_smoothness": max(betas) if betas else math.nan,
+               "loss": loss0, "grad_norm": g_norm,
+               "step_sizes": [0.0] + etas, "losses": losses}
+        if rhos is not None:
+            norms = [float(p.to(torch.float64).norm()) for p in params]
+            gq = [n * g for n, g in zip(norms, grads)]
+            gq64 = torch.cat([g.reshape(-1) for g in gq])
+            gq_norm = float(gq64.norm())
+            rel_losses, rel_diffs, rel_betas = [loss0], [], []
+            for rho in rhos:
+                scale = rho / gq_norm if gq_norm > 0 else 0.0
+                loss, g_rho = at([-scale * n * g for n, g in zip(norms, gq)])
+                rel_losses.append(loss)
+                diff = float((gq64 - torch.cat([(n * g).reshape(-1) for n, g in zip(norms, g_rho)])).norm())
+                rel_diffs.append(diff)
+                if rho > 0 and gq_norm > 0:
+                    rel_betas.append(diff / rho)
+            out.update({"rel_loss_variation": max(rel_losses) - min(rel_losses),
+                        "rel_grad_predictiveness": max(rel_diffs),
+                        "rel_beta_smoothness": max(rel_betas) if rel_betas else math.nan,
+                        "rel_grad_norm": gq_norm, "rel_step_sizes": [0.0] + rhos, "rel_losses": rel_losses})
+        return out
     finally:
         rng.reset()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bnexp.report.best_rate import best_rate_section
 from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys
 from bnexp.report.ics_stats import ics_summary
 from bnexp.report.ics_verdicts import ics_section
 from bnexp.report.load import ReportError, Run, find_run_dirs, is_run_dir, load_run
+from bnexp.report.noise_sweep import noise_strength_section
 from bnexp.report.stats import (compute_speedup, config_stability, final_accuracy, layer_stability, max_accuracy,
                                 reach_stat, sec42_table, steps_to_target, target_key, value_stat)
 from bnexp.report.verdicts import verdict_lines
@@ -91,8 +93,9 @@ def summarize_group(group: ConfigGroup, targets: list[float]) -> dict:
 
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
-    """Read the sweep, group runs, compute every statistic, speedup, verdict, the Sec. 4.2 table and
-    the ICS section (``data["ics"]``, None without ICS data).
+    """Read the sweep, group runs, compute every statistic, speedup, verdict, the Sec. 4.2 table,
+    the "each at its best learning rate" section (``data["best_rate"]``, None without a rate grid)
+    and the ICS section (``data["ics"]``, None without ICS data; its ``noise_strength`` table).
 
     Args:
         sweep_dir: the sweep folder, or a single run directory (its report then goes to
@@ -124,10 +127,13 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
             for t in targets}
     sec42 = sec42_table(groups)
     ics = ics_section(groups, stats, targets)
+    if ics is not None:
+        ics["noise_strength"] = noise_strength_section(groups, stats)
     data = {
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(runs), "sec42": sec42, "configurations": [stats[g.key] for g in groups],
-        "verdicts": verdict_lines(groups, stats, targets, sec42), "ics": ics,
+        "verdicts": verdict_lines(groups, stats, targets, sec42), "best_rate": best_rate_section(groups),
+        "ics": ics,
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []),
     }
     out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir

@@ -42,16 +42,18 @@ def print_table(report: Report, console=None) -> None:
         console.print(t)
     for v in report.data["verdicts"]:
         console.print(f"- {v}", highlight=False, markup=False)
+    for v in (report.data.get("best_rate") or {}).get("verdicts", []):
+        console.print(f"- {v}", highlight=False, markup=False)
     sec = report.data.get("ics")
     if sec:
         t = Table(title=ICS_TITLE)
-        for h in ("configuration", "W1 from start (end)", "||G - G'|| (layers 2..K)", "cos(G, G')",
-                  "beta-smoothness", "probe s (grad_ics / landscape)"):
+        for h in ("configuration", "per-unit W1 from start (end)", "||G - G'|| / ||G|| (layers 2..K)", "cos(G, G')",
+                  "beta-smoothness (scale-inv.)", "probe s (grad_ics / landscape)"):
             t.add_column(h, justify="left" if h == "configuration" else "right")
         for label, ics in ics_rows(report):
             pt = (ics or {}).get("probe_time_s")
-            t.add_row(label, view_cell(ics, "distribution", "final_w1_first"), view_cell(ics, "gradient", "l2"),
-                      view_cell(ics, "gradient", "cos"), view_cell(ics, "landscape", "beta_smoothness"),
+            t.add_row(label, view_cell(ics, "distribution", "final_w1_first"), view_cell(ics, "gradient", "l2_rel"),
+                      view_cell(ics, "gradient", "cos"), view_cell(ics, "landscape", "rel_beta_smoothness"),
                       " / ".join(format_g(pt[k]["mean"]) for k in ("grad_ics", "landscape")) if pt else "not measured")
         console.print(t)
         for v in sec["verdicts"]:

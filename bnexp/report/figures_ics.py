@@ -13,7 +13,7 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import STYLE_NOTE, Style, legend_below, styles
 from bnexp.report.figures import STEP_LABEL, pyplot, save_figure
 from bnexp.report.groups import ConfigGroup
-from bnexp.report.ics_stats import LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
+from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
 from bnexp.report.load import Run
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
@@ -132,27 +132,29 @@ def plot_ics_distribution(report: Report, path: Path) -> None:
     """ics_distribution.png: the BN paper's view -- Wasserstein-1 distance of each layer's input
     distribution from its first record (step 0), averaged over layers, vs step."""
     _ics_figure(report, path, "distribution",
-                [("w1_first", "W1(now, step 0) of the layers' inputs, mean over layers", distribution_series)],
+                [("w1_first", "per-unit W1(now, step 0) of the layers' inputs, mean over layers",
+                  distribution_series)],
                 "Distribution view (BN paper): how far the input distributions moved from their start")
 
 
 def plot_ics_gradient(report: Report, path: Path) -> None:
     """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged:
-    ||G - G'||_2 (left) and cos(G, G') (right) vs step."""
+    the relative ||G - G'||_2 / ||G||_2 (left) and cos(G, G') (right) vs step."""
     _ics_figure(report, path, "gradient",
-                [("l2", "||G - G'||_2, layers 2..K", lambda r: gradient_series(r)[:2]),
+                [("l2_rel", "||G - G'|| / ||G||, layers 2..K", lambda r: gradient_series(r)[:2]),
                  ("cos", "cos(G, G'), layers 2..K", lambda r: (gradient_series(r)[0], gradient_series(r)[2]))],
                 "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
 
 
 def plot_ics_landscape(report: Report, path: Path) -> None:
     """ics_landscape.png: loss variation, gradient predictiveness and beta-smoothness along the
-    gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4) vs step; log y-scale where all positive."""
+    gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4) in the scale-invariant parametrization (steps
+    relative to each tensor's norm, the one verdicts use) vs step; log y-scale where all positive."""
     panels = [(k, title, (lambda r, k=k: (landscape_series(r)[0], landscape_series(r)[1][k])))
-              for k, title in zip(LANDSCAPE_KEYS, ("loss variation", "gradient predictiveness (l2 change)",
-                                                   "effective beta-smoothness"))]
-    _ics_figure(report, path, "landscape", panels, "Loss landscape along the gradient (Santurkar et al. 2018)",
-                log=True)
+              for k, title in zip(REL_LANDSCAPE_KEYS, ("loss variation", "gradient predictiveness (l2 change)",
+                                                       "effective beta-smoothness"))]
+    _ics_figure(report, path, "landscape", panels,
+                "Loss landscape along the gradient, scale-invariant steps (Santurkar et al. 2018)", log=True)
 
 
 ICS_PLOTS = {"ics_distribution.png": plot_ics_distribution, "ics_gradient.png": plot_ics_gradient,

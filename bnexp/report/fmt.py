@@ -1,4 +1,8 @@
-"""How the report writes numbers: steps, accuracies, targets, multiples and other measurements."""
+"""How the report writes numbers: steps, accuracies, targets, multiples and other measurements.
+
+A statistic over seeds is written "mean ± std"; from a single run it is written as the value
+and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,18 @@ def format_steps(st: dict) -> str:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    text = f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    text = steps_pm(st)
     if st["not_reached"]:
         text += f"; not reached ({st['not_reached']}/{st['n']})"
     return text
+
+
+def steps_pm(st: dict) -> str:
+    """Mean ± std steps of a :func:`reach_stat` over the seeds that reached the target:
+    "1,200 ± 163", or "1,200 (1 seed)" when one seed reached it."""
+    if st.get("reached", st.get("n")) == 1:
+        return f"{st['mean']:,.0f} (1 seed)"
+    return f"{st['mean']:,.0f} ± {st['std']:,.0f}"
 
 
 def steps_phrase(st: dict) -> str:
@@ -21,7 +33,8 @@ def steps_phrase(st: dict) -> str:
     reach the target: "2,500 ± 500 steps in 2/3 runs (not reached in 1/3)"."""
     if st["reached"] == 0:
         return f"not reached in {st['n']}/{st['n']} runs" if st["n"] else "n/a"
-    text = f"{st['mean']:,.0f} ± {st['std']:,.0f} steps"
+    text = (f"{st['mean']:,.0f} steps (1 seed)" if st["reached"] == 1 else
+            f"{st['mean']:,.0f} ± {st['std']:,.0f} steps")
     if st["not_reached"]:
         text += f" in {st['reached']}/{st['n']} runs (not reached in {st['not_reached']}/{st['n']})"
     return text
@@ -31,6 +44,8 @@ def format_acc(st: dict) -> str:
     """Accuracy statistic in percent: "97.12 ± 0.05" ("n/a" when missing)."""
     if st["mean"] is None:
         return "n/a"
+    if st.get("n") == 1:
+        return f"{100 * st['mean']:.2f} (1 seed)"
     return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
 
 
@@ -54,6 +69,8 @@ def format_stat(st: dict | None, missing: str = "n/a") -> str:
     """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
     if st is None or st["mean"] is None:
         return missing
+    if st.get("n") == 1:
+        return f"{st['mean']:.4g} (1 seed)"
     return f"{st['mean']:.4g} ± {st['std']:.2g}"
 
 

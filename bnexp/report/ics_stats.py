@@ -1,9 +1,11 @@
 """The measurements of internal covariate shift per run and per configuration (means over seeds).
 
 Three views, read from what :mod:`bnexp.ics` recorded: the BN paper's distribution view
-(Wasserstein-1 shift of each layer's input, ``shift.jsonl``'s ``shift_metrics``), Santurkar et
-al. 2018's gradient-based ICS (Def. 2.1, ``ics.jsonl`` ``grad_ics``) and loss-landscape
-smoothness (Sec. 3.1, ``ics.jsonl`` ``landscape``); plus the probes' cost (summary.json).
+(per-unit Wasserstein-1 shift of each layer's input to the nonlinearity and, with BN, of BN's
+input Wu: ``shift.jsonl``'s ``shift_metrics`` and ``bn_input_shift_metrics``), Santurkar et
+al. 2018's gradient-based ICS (Def. 2.1, ``ics.jsonl`` ``grad_ics``; the relative ``l2_rel``
+beside the absolute ``l2``) and loss-landscape smoothness (Sec. 3.1, ``ics.jsonl``
+``landscape``; the scale-invariant ``rel_*`` beside the raw values); plus the probes' cost.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from bnexp.report.load import Run, ordered_keys
 from bnexp.report.stats import finite, mean_std, value_stat
 
 LANDSCAPE_KEYS = ("loss_variation", "grad_predictiveness", "beta_smoothness")
+REL_LANDSCAPE_KEYS = ("rel_loss_variation", "rel_grad_predictiveness", "rel_beta_smoothness")
+GRAD_KEYS = ("l2", "l2_rel", "cos", "g_norm")
 PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
 
 
@@ -46,9 +50,11 @@ def run_distribution_view(run: Run) -> dict | None:
     how far each layer's pooled input to the nonlinearity, on the fixed probe set, moved.
 
     Returns:
-        None when no record has shift_metrics; else {"records", "final_step",
+        None when no record has shift_metrics; else {"records", "final_step", "bn_stats",
         "w1_prev_mean": mean over the records after the first (step 0, the reference whose
-        values are 0 by definition) of w1_prev averaged over layers,
+        values are 0 by definition) of w1_prev averaged over layers (W1 is per unit, averaged
+        over units), "final_w1_pooled_first": the pooled W1 (None in older runs),
+        "final_bn_input_w1_first": the same per-unit W1 of BN's input Wu (None without BN),
         "final_w1_first" / "final_mean_shift_first" / "final_log_std_ratio_first": the last
         record's values averaged over layers, "final_w1_first_per_layer": {layer: w1_first}};
         the final values are None when there is no record after the first.
@@ -58,8 +64,12 @@ def run_distribution_view(run: Run) -> dict | None:
         return None
     later = [r for r in recs if r["step"] > recs[0]["step"]]
     last = later[-1]["shift_metrics"] if later else None
+    bn_in = later[-1].get("bn_input_shift_metrics") if later else None
     return {
         "records": len(recs), "final_step": int(later[-1]["step"]) if later else None,
+        "bn_stats": recs[-1].get("bn_stats"),
+        "final_bn_input_w1_first": _layer_avg(bn_in, "w1_first"),
+        "final_w1_pooled_first": _layer_avg(last, "w1_pooled_first"),
         "w1_prev_mean": mean_std([_layer_avg(r["shift_metrics"], "w1_prev") for r in later])[0],
         "final_w1_first": _layer_avg(last, "w1_first"),
         "final_mean_shift_first": _layer_avg(last, "mean_shift_first"),
@@ -89,10 +99,10 @@ def _probe_avg(rec: dict, layers: list[str], key: str) -> float | None:
 
 
 def gradient_series(run: Run) -> tuple[list[int], list[float | None], list[float | None]]:
-    """(steps, ||G - G'|| and cos(G, G') averaged over layer2..layerK) of one run's grad_ics probes."""
+    """(steps, ||G - G'|| / ||G|| and cos(G, G') averaged over layer2..layerK) of one run's grad_ics probes."""
     recs = _grad_ics_records(run)
     _, later = _grad_layers(recs)
-    return ([int(r["step"]) for r in recs], [_probe_avg(r, later, "l2") for r in recs],
+    return ([int(r["step"]) for r in recs], [_probe_avg(r, later, "l2_rel") for r in recs],
             [_probe_avg(r, later, "cos") for r in recs])
 
 
@@ -101,21 +111,22 @@ def run_gradient_view(run: Run) -> dict | None:
 
     Returns:
         None without grad_ics records; else {"probes", "layers" (layer2..layerK),
-        "l2" / "cos": mean over probes of ||G_i - G'_i||_2 / cos(G_i, G'_i) averaged over
-        layer2..layerK (None with a single hidden layer; NaN cosines left out),
-        "per_layer": {layer: {"l2", "cos", "g_norm"}: mean over probes} (layer1 and the
-        classifier included)}.
+        "l2" / "l2_rel" / "cos": mean over probes of ||G_i - G'_i||_2, ||G_i - G'_i||_2 / ||G_i||_2
+        (the scale-free one verdicts use; None in runs before it was recorded) and cos(G_i, G'_i),
+        averaged over layer2..layerK (None with a single hidden layer; NaN values left out),
+        "per_layer": {layer: {"l2", "l2_rel", "cos", "g_norm"}: mean over probes} (layer1 -- trivial
+        by definition -- and the classifier included)}.
     """
     recs = _grad_ics_records(run)
     if not recs:
         return None
     names, later = _grad_layers(recs)
     per_layer = {n: {k: mean_std([(r["layers"].get(n) or {}).get(k) for r in recs
-                                  if isinstance(r["layers"].get(n), dict)])[0] for k in ("l2", "cos", "g_norm")}
+                                  if isinstance(r["layers"].get(n), dict)])[0] for k in GRAD_KEYS}
                  for n in names}
     return {"probes": len(recs), "layers": later,
-            "l2": mean_std([_probe_avg(r, later, "l2") for r in recs])[0],
-            "cos": mean_std([_probe_avg(r, later, "cos") for r in recs])[0], "per_layer": per_layer}
+            **{k: mean_std([_probe_avg(r, later, k) for r in recs])[0] for k in ("l2", "l2_rel", "cos")},
+            "per_layer": per_layer}
 
 
 def _landscape_records(run: Run) -> list[dict]:
@@ -123,9 +134,10 @@ def _landscape_records(run: Run) -> list[dict]:
 
 
 def landscape_series(run: Run) -> tuple[list[int], dict[str, list[float | None]]]:
-    """(steps, {key: values}) of one run's landscape probes, keys :data:`LANDSCAPE_KEYS`."""
+    """(steps, {key: values}) of one run's landscape probes, keys :data:`LANDSCAPE_KEYS` and
+    :data:`REL_LANDSCAPE_KEYS` (None where a probe lacks the key)."""
     recs = _landscape_records(run)
-    vals = {k: [(finite([r.get(k)]) or [None])[0] for r in recs] for k in LANDSCAPE_KEYS}
+    vals = {k: [(finite([r.get(k)]) or [None])[0] for r in recs] for k in LANDSCAPE_KEYS + REL_LANDSCAPE_KEYS}
     return [int(r["step"]) for r in recs], vals
 
 
@@ -134,12 +146,15 @@ def run_landscape_view(run: Run) -> dict | None:
 
     Returns:
         None without landscape records; else {"probes", "loss_variation",
-        "grad_predictiveness", "beta_smoothness"}: means over the probes (finite values).
+        "grad_predictiveness", "beta_smoothness", and the scale-invariant "rel_loss_variation",
+        "rel_grad_predictiveness", "rel_beta_smoothness" (None in runs without them)}: means over
+        the probes (finite values).
     """
     recs = _landscape_records(run)
     if not recs:
         return None
-    return {"probes": len(recs), **{k: mean_std([r.get(k) for r in recs])[0] for k in LANDSCAPE_KEYS}}
+    return {"probes": len(recs),
+            **{k: mean_std([r.get(k) for r in recs])[0] for k in LANDSCAPE_KEYS + REL_LANDSCAPE_KEYS}}
 
 
 def ics_summary(group: ConfigGroup) -> dict | None:
@@ -153,12 +168,14 @@ def ics_summary(group: ConfigGroup) -> dict | None:
     Returns:
         None when no finished run has any of the three views; else {"label" (the
         :func:`variant_label`), "variant", "seeds" (finished runs), "distribution":
-        {"seeds", "w1_prev_mean", "final_w1_first", "final_mean_shift_first",
+        {"seeds", "records" (per seed), "bn_stats", "w1_prev_mean", "final_w1_first",
+        "final_w1_pooled_first", "final_bn_input_w1_first", "final_mean_shift_first",
         "final_log_std_ratio_first", "final_w1_first_per_layer": {layer: stat}},
-        "gradient": {"seeds", "probes", "layers", "l2", "cos", "per_layer": {layer: {"l2",
-        "cos", "g_norm"}}}, "landscape": {"seeds", "probes", "loss_variation",
-        "grad_predictiveness", "beta_smoothness"}, "probe_time_s": {kind: stat} (seconds per
-        run, summary.json) or None}; every stat is :func:`value_stat`.
+        "gradient": {"seeds", "probes", "layers", "l2", "l2_rel", "cos", "per_layer": {layer:
+        {"l2", "l2_rel", "cos", "g_norm"}}}, "landscape": {"seeds", "probes", "loss_variation",
+        "grad_predictiveness", "beta_smoothness", "rel_loss_variation", "rel_grad_predictiveness",
+        "rel_beta_smoothness"}, "probe_time_s": {kind: stat} (seconds per run, summary.json) or
+        None}; every stat is :func:`value_stat`.
     """
     runs = [r for r in group.runs if r.status == "finished"]
     dist = [v for v in map(run_distribution_view, runs) if v]
@@ -171,9 +188,11 @@ def ics_summary(group: ConfigGroup) -> dict | None:
     if dist:
         layers = ordered_keys(v["final_w1_first_per_layer"] for v in dist)
         out["distribution"] = {
-            "seeds": len(dist),
-            **{k: value_stat([v[k] for v in dist]) for k in ("w1_prev_mean", "final_w1_first",
-                                                             "final_mean_shift_first", "final_log_std_ratio_first")},
+            "seeds": len(dist), "records": [v["records"] for v in dist],
+            "bn_stats": next((v["bn_stats"] for v in dist if v.get("bn_stats")), None),
+            **{k: value_stat([v[k] for v in dist]) for k in ("w1_prev_mean", "final_w1_first", "final_w1_pooled_first",
+                                                             "final_bn_input_w1_first", "final_mean_shift_first",
+                                                             "final_log_std_ratio_first")},
             "final_w1_first_per_layer": {n: value_stat([v["final_w1_first_per_layer"].get(n) for v in dist])
                                          for n in layers},
         }
@@ -182,13 +201,13 @@ def ics_summary(group: ConfigGroup) -> dict | None:
         later = ordered_keys(v["layers"] for v in grad)
         out["gradient"] = {
             "seeds": len(grad), "probes": [v["probes"] for v in grad], "layers": later,
-            "l2": value_stat([v["l2"] for v in grad]), "cos": value_stat([v["cos"] for v in grad]),
+            **{k: value_stat([v[k] for v in grad]) for k in ("l2", "l2_rel", "cos")},
             "per_layer": {n: {k: value_stat([v["per_layer"].get(n, {}).get(k) for v in grad])
-                              for k in ("l2", "cos", "g_norm")} for n in names},
+                              for k in GRAD_KEYS} for n in names},
         }
     if land:
         out["landscape"] = {"seeds": len(land), "probes": [v["probes"] for v in land],
-                            **{k: value_stat([v[k] for v in land]) for k in LANDSCAPE_KEYS}}
+                            **{k: value_stat([v[k] for v in land]) for k in LANDSCAPE_KEYS + REL_LANDSCAPE_KEYS}}
     times = [r.summary.get("probe_time_s") for r in runs if isinstance(r.summary.get("probe_time_s"), dict)]
     if times:
         out["probe_time_s"] = {k: value_stat([t.get(k) for t in times]) for k in PROBE_KINDS}

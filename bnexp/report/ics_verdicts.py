@@ -1,11 +1,17 @@
 """The section "Does BN reduce internal covariate shift?" (:data:`ICS_TITLE`): BN vs no BN and noisy BN
-vs BN verdicts in the BN paper's and Santurkar et al. 2018's views, and what the sweep supports."""
+vs BN verdicts in the BN paper's and Santurkar et al. 2018's views, and what the sweep supports.
+
+The verdicts use the measures that cannot manufacture their conclusion (docs/ics/measurements.md):
+the per-unit Wasserstein-1 shift, the relative gradient change ||G - G'|| / ||G|| and the
+scale-invariant landscape probe; each needs the evidence of :mod:`bnexp.report.evidence`, and a
+comparison without it says "insufficient evidence" and is not counted in "what this sweep supports"."""
 
 from __future__ import annotations
 
-from bnexp.report.fmt import format_acc, format_g, format_ratio, format_stat, format_target, steps_phrase
+from bnexp.report.evidence import chance_gaps, insufficient, record_gaps, seed_gaps
+from bnexp.report.fmt import format_acc, format_g, format_ratio, format_stat, format_target, steps_phrase, steps_pm
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, pair_label
-from bnexp.report.ics_stats import LANDSCAPE_KEYS
+from bnexp.report.ics_stats import LANDSCAPE_KEYS, REL_LANDSCAPE_KEYS
 from bnexp.report.stats import compute_speedup, target_key
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
@@ -34,6 +40,32 @@ def _view_means(bn: dict | None, nb: dict | None, view: str,
     return bv, nv, bv[key]["mean"] if bv else None, nv[key]["mean"] if nv else None
 
 
+def view_gaps(view: str, key: str, sides: list[tuple[str, dict | None, dict]]) -> list[str]:
+    """Why a comparison in ``view`` on ``key`` cannot give a verdict ([] when it can).
+
+    Args:
+        view: "distribution", "gradient" or "landscape".
+        key: the statistic the verdict rests on.
+        sides: [(name, :func:`ics_summary` or None, :func:`summarize_group` stats)].
+
+    Returns:
+        reasons: the measurement missing, fewer than 2 seeds with it, fewer than 5 records (monitor
+        records or probes) in a seed, or a network at chance.
+    """
+    what = {"distribution": "monitor records", "gradient": "gradient-ICS probes",
+            "landscape": "landscape probes"}[view]
+    gaps, seeds, records = [], [], []
+    for name, ics, st in sides:
+        v = (ics or {}).get(view)
+        if not v or v.get(key, {}).get("mean") is None:
+            gaps.append(f"{name} has no {key} measurement")
+            continue
+        seeds.append((name, v[key]["n"]))
+        records.append((name, v.get("records") or v.get("probes")))
+    gaps += seed_gaps(seeds) + record_gaps(records, what)
+    return gaps + chance_gaps([(name, st["final_test_accuracy"]["mean"]) for name, _, st in sides])
+
+
 def ics_comparison_sets(groups: list[ConfigGroup]) -> list[dict[str, ConfigGroup]]:
     """Matching configurations (same config except bn.* and experiment, :func:`pair_key`) by variant:
     [{"BN": g, "noisy BN": g, "no BN": g}] (the first of each variant), those with two variants or more."""
@@ -45,83 +77,104 @@ def ics_comparison_sets(groups: list[ConfigGroup]) -> list[dict[str, ConfigGroup
     return [s for s in sets.values() if len(s) > 1]
 
 
-def distribution_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
-    """BN vs no BN in the BN paper's distribution view: final W1 from the start, averaged over layers.
+def distribution_verdict(pre: str, bn: dict | None, nb: dict | None,
+                         gaps: list[str] | None = None) -> tuple[str, dict | None]:
+    """BN vs no BN in the BN paper's distribution view: the final per-unit W1 of the nonlinearity's
+    input from its start, averaged over layers (BN's own input Wu and the pooled W1 shown beside).
 
     Returns:
         (sentence, {"bn", "no_bn", "ratio", "reduced"}) -- reduced when BN's W1 is below
-        (1 - ICS_MARGIN) x no BN's; (a "not measured" sentence, None) without the data.
+        (1 - ICS_MARGIN) x no BN's; (a "not measured" or "insufficient evidence" sentence, None).
     """
     bd, nd, x, y = _view_means(bn, nb, "distribution", "final_w1_first")
     if x is None or y is None:
         return f"{pre}distribution view: not measured (shift_metrics missing for BN or no BN).", None
     ratio = x / y if y > 0 else None
+    wu = (bd.get("final_bn_input_w1_first") or {}).get("mean")
+    line = (f"{pre}distribution view: at the end, the inputs to BN's nonlinearities moved a per-unit W1 of "
+            f"{format_stat(bd['final_w1_first'])} from their start"
+            + (f" (BN's own input Wu: {format_stat(bd['final_bn_input_w1_first'])})" if wu is not None else "")
+            + f", no BN's {format_stat(nd['final_w1_first'])}")
+    if gaps:
+        return line + insufficient(gaps), None
     reduced = bool(_lower(x, y))
-    line = (f"{pre}distribution view: at the end, the input distributions of BN's layers moved W1 = "
-            f"{format_stat(bd['final_w1_first'])} from their start, no BN's {format_stat(nd['final_w1_first'])}: "
-            f"BN {'reduces' if reduced else 'does not reduce'} this measure of covariate shift "
-            f"(ratio {format_ratio(ratio)}; step-to-step W1 BN "
-            f"{format_g(bd['w1_prev_mean']['mean'])} vs no BN {format_g(nd['w1_prev_mean']['mean'])}).")
+    line += (f": BN {'reduces' if reduced else 'does not reduce'} this measure of covariate shift "
+             f"(ratio {format_ratio(ratio)}; step-to-step W1 BN "
+             f"{format_g(bd['w1_prev_mean']['mean'])} vs no BN {format_g(nd['w1_prev_mean']['mean'])}).")
     return line, {"bn": x, "no_bn": y, "ratio": ratio, "reduced": reduced}
 
 
-def gradient_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
-    """BN vs no BN in Santurkar et al.'s gradient view (Def. 2.1), layers 2..K averaged.
+def gradient_verdict(pre: str, bn: dict | None, nb: dict | None,
+                     gaps: list[str] | None = None) -> tuple[str, dict | None]:
+    """BN vs no BN in Santurkar et al.'s gradient view (Def. 2.1), layers 2..K averaged, on the
+    relative change ||G - G'|| / ||G|| (the absolute one shrinks with the gradient itself).
 
-    "less" when BN's ||G - G'|| is below (1 - ICS_MARGIN) x no BN's and its cos(G, G') is not
-    lower by more than COS_MARGIN; "as much or more" when ||G - G'|| is not lower and cos
-    not higher by more than COS_MARGIN; otherwise "mixed" (the two measures disagree).
+    "less" when BN's relative change is below (1 - ICS_MARGIN) x no BN's and its cos(G, G') is
+    not lower by more than COS_MARGIN; "as much or more" when it is not lower and cos not higher
+    by more than COS_MARGIN; otherwise "mixed" (the two measures disagree).
 
     Returns:
-        (sentence, {"bn_l2", "no_bn_l2", "bn_cos", "no_bn_cos", "result"}), or
-        (a "not measured" sentence, None).
+        (sentence, {"bn_l2_rel", "no_bn_l2_rel", "bn_cos", "no_bn_cos", "result"}), or
+        (a "not measured" or "insufficient evidence" sentence, None).
     """
-    bg, ng, x, y = _view_means(bn, nb, "gradient", "l2")
+    bg, ng, x, y = _view_means(bn, nb, "gradient", "l2_rel")
     if x is None or y is None:
-        return (f"{pre}gradient view (Santurkar Def. 2.1): not measured (no grad_ics probes of layers 2..K "
-                "for BN or no BN)."), None
+        return (f"{pre}gradient view (Santurkar Def. 2.1): not measured (no grad_ics probes with the relative "
+                "||G - G'|| / ||G|| of layers 2..K for BN or no BN)."), None
     a, b = bg["cos"]["mean"], ng["cos"]["mean"]
-    l2_less = bool(_lower(x, y))
+    line = (f"{pre}gradient view (Santurkar Def. 2.1): mean ||G - G'|| / ||G|| BN {format_stat(bg['l2_rel'])} vs "
+            f"no BN {format_stat(ng['l2_rel'])} (absolute ||G - G'|| {format_g(bg['l2']['mean'])} vs "
+            f"{format_g(ng['l2']['mean'])}), cos BN {format_g(a)} vs no BN {format_g(b)}")
+    if gaps:
+        return line + insufficient(gaps), None
+    less = bool(_lower(x, y))
     cos_worse = a is not None and b is not None and a < b - COS_MARGIN
     cos_better = a is not None and b is not None and a > b + COS_MARGIN
-    if l2_less and not cos_worse:
+    if less and not cos_worse:
         result = "less"
-    elif not l2_less and not cos_better:
+    elif not less and not cos_better:
         result = "as much or more"
     else:
         result = "mixed"
     tail = {"less": "BN shows less gradient-based ICS",
             "as much or more": "BN shows as much or more gradient-based ICS",
-            "mixed": ("the two measures disagree: BN's ||G - G'|| is " + ("lower" if l2_less else "not lower")
+            "mixed": ("the two measures disagree: BN's relative ||G - G'|| is " + ("lower" if less else "not lower")
                       + " but its cos(G, G') is " + ("lower" if cos_worse else "higher")
                       + ", so BN's gradient-based ICS is neither clearly less nor more")}[result]
-    line = (f"{pre}gradient view (Santurkar Def. 2.1): mean ||G - G'|| BN {format_stat(bg['l2'])} vs no BN "
-            f"{format_stat(ng['l2'])}, cos BN {format_g(a)} vs no BN {format_g(b)}: {tail}.")
-    return line, {"bn_l2": x, "no_bn_l2": y, "bn_cos": a, "no_bn_cos": b, "result": result}
+    return f"{line}: {tail}.", {"bn_l2_rel": x, "no_bn_l2_rel": y, "bn_cos": a, "no_bn_cos": b, "result": result}
 
 
-def landscape_verdict(pre: str, bn: dict | None, nb: dict | None) -> tuple[str, dict | None]:
-    """BN vs no BN loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1): smoother when BN's
-    beta-smoothness is below (1 - ICS_MARGIN) x no BN's.
+def landscape_verdict(pre: str, bn: dict | None, nb: dict | None,
+                      gaps: list[str] | None = None) -> tuple[str, dict | None]:
+    """BN vs no BN loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1) in the scale-invariant
+    parametrization (steps relative to each tensor's norm; raw beta-smoothness shown beside):
+    smoother when BN's rel_beta_smoothness is below (1 - ICS_MARGIN) x no BN's.
 
     Returns:
-        (sentence, {"bn": {key: mean}, "no_bn": {key: mean}, "smoother"}), or (a "not measured" sentence, None).
+        (sentence, {"bn": {key: mean}, "no_bn": {key: mean}, "smoother"}), or (a "not measured" or
+        "insufficient evidence" sentence, None).
     """
-    bl, nl, x, y = _view_means(bn, nb, "landscape", "beta_smoothness")
+    bl, nl, x, y = _view_means(bn, nb, "landscape", "rel_beta_smoothness")
     if x is None or y is None:
-        return f"{pre}landscape: not measured (no landscape probes for BN or no BN).", None
+        return (f"{pre}landscape: not measured (no scale-invariant landscape probes for BN or no BN; the raw "
+                "beta-smoothness alone is confounded by BN's scale invariance)."), None
+    line = (f"{pre}landscape (scale-invariant): beta-smoothness BN {format_stat(bl['rel_beta_smoothness'])} vs "
+            f"no BN {format_stat(nl['rel_beta_smoothness'])}, loss variation BN "
+            f"{format_g(bl['rel_loss_variation']['mean'])} vs no BN {format_g(nl['rel_loss_variation']['mean'])}, "
+            f"gradient predictiveness BN {format_g(bl['rel_grad_predictiveness']['mean'])} vs no BN "
+            f"{format_g(nl['rel_grad_predictiveness']['mean'])} (raw beta-smoothness "
+            f"{format_g(bl['beta_smoothness']['mean'])} vs {format_g(nl['beta_smoothness']['mean'])})")
+    if gaps:
+        return line + insufficient(gaps), None
     smoother = bool(_lower(x, y))
-    line = (f"{pre}landscape: beta-smoothness BN {format_stat(bl['beta_smoothness'])} vs no BN "
-            f"{format_stat(nl['beta_smoothness'])}, loss variation BN {format_g(bl['loss_variation']['mean'])} "
-            f"vs no BN {format_g(nl['loss_variation']['mean'])}, gradient predictiveness BN "
-            f"{format_g(bl['grad_predictiveness']['mean'])} vs no BN {format_g(nl['grad_predictiveness']['mean'])}: "
-            f"BN's loss landscape is {'smoother' if smoother else 'not smoother'} along the gradient.")
-    return line, {"bn": {k: bl[k]["mean"] for k in LANDSCAPE_KEYS},
-                  "no_bn": {k: nl[k]["mean"] for k in LANDSCAPE_KEYS}, "smoother": smoother}
+    line += f": BN's loss landscape is {'smoother' if smoother else 'not smoother'} along the gradient."
+    keys = LANDSCAPE_KEYS + REL_LANDSCAPE_KEYS
+    return line, {"bn": {k: bl[k]["mean"] for k in keys}, "no_bn": {k: nl[k]["mean"] for k in keys},
+                  "smoother": smoother}
 
 
 def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targets: list[float],
-                  noisy_max_steps: int | None) -> tuple[str, dict | None]:
+                  noisy_max_steps: int | None, gaps: list[str] | None = None) -> tuple[str, dict | None]:
     """Noisy BN vs BN (Santurkar et al. 2018, Sec. 2.1): the steps to the highest target that BN
     reached in all seeds, and the slowdown factor = mean noisy-BN steps / mean BN steps
     (a lower bound max_steps / BN steps when noisy BN reached it in no seed).
@@ -131,6 +184,8 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
         noisy, bn, nb: :func:`summarize_group` statistics of noisy BN, BN and no BN (None if absent).
         targets: the report's targets.
         noisy_max_steps: noisy BN's trainer.max_steps.
+        gaps: evidence gaps (:mod:`bnexp.report.evidence`); with any, the sentence gives the numbers,
+            ends in "insufficient evidence" and the result is None.
 
     Returns:
         (sentence, {"target", "factor", "lower_bound", "nearly_as_fast", "faster_than_no_bn"})
@@ -150,10 +205,13 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
     sp = compute_speedup(bs, ns, noisy_max_steps)  # "speedup" of BN over noisy BN = slowdown of noisy BN
     nbs = nb["steps_to_target"][tk] if nb else None
     and_nb = f" (and no BN {steps_phrase(nbs)})" if nbs else ""
-    bn_txt = f"BN {bs['mean']:,.0f} ± {bs['std']:,.0f}"
+    bn_txt = f"BN {steps_pm(bs)}"
     factor, lb = sp["value"], sp["lower_bound"]
+    if gaps:
+        return (f"{pre}noisy BN: {steps_phrase(ns)} to reach {format_target(t)} vs {bn_txt}{and_nb}"
+                + insufficient(gaps)), None
     if factor is not None and not lb:
-        line = (f"{pre}noisy BN reached {format_target(t)} in {ns['mean']:,.0f} ± {ns['std']:,.0f} steps vs "
+        line = (f"{pre}noisy BN reached {format_target(t)} in {steps_pm(ns)} steps vs "
                 f"{bn_txt}{and_nb}: ")
         line += (f"injected distribution shift slows BN training by factor {factor:.2f}." if factor >= 1 else
                  f"injected distribution shift does not slow BN training (factor {factor:.2f}).")
@@ -183,24 +241,31 @@ def _ics_accuracy_line(pre: str, sides: list[tuple[str, dict]]) -> str | None:
 def supports_paragraph(pre: str, comp: dict) -> str:
     """The "What this sweep supports" sentence of one set of matching configurations, built only
     from the booleans of :func:`ics_section`'s comparison (``comp``); absent measures are named
-    "not measured" and never counted."""
+    "not measured", those without enough evidence (``comp["insufficient"]``) "insufficient
+    evidence"; neither is counted."""
     favour_s: list[str] = []    # for Santurkar et al.'s account / against the ICS account
     favour_ics: list[str] = []  # for the BN paper's ICS account / against Santurkar et al.'s
     neutral: list[str] = []
     missing: list[str] = []
     d, g, ls, n = comp["distribution"], comp["gradient"], comp["landscape"], comp["noisy"]
+    short = set(comp.get("insufficient", []))
+
+    def absent(name: str) -> None:
+        (insufficient_ if name in short else missing).append(name)
+
+    insufficient_: list[str] = []
     if d is None:
-        missing.append("the distribution view")
+        absent("the distribution view")
     elif d["reduced"]:
-        neutral.append(f"BN reduces the distribution shift of its layers' inputs (W1 ratio "
+        neutral.append(f"BN reduces the distribution shift of its layers' inputs (per-unit W1 ratio "
                        f"{format_ratio(d['ratio'])}), which both accounts accept")
     else:
-        favour_s.append(f"BN does not reduce the distribution shift of its layers' inputs (W1 ratio "
+        favour_s.append(f"BN does not reduce the distribution shift of its layers' inputs (per-unit W1 ratio "
                         f"{format_ratio(d['ratio'])})")
     if "noisy BN" not in comp["labels"]:
         missing.append("noisy BN")
     elif n is None or n["factor"] is None:
-        missing.append("the slowdown of noisy BN")
+        absent("the slowdown of noisy BN")
     elif n["nearly_as_fast"]:
         faster = ", and still faster than no BN" if n["faster_than_no_bn"] else ""
         favour_s.append(f"BN's gains coexist with injected covariate shift (noisy BN is nearly as fast as BN: "
@@ -210,15 +275,15 @@ def supports_paragraph(pre: str, comp: dict) -> str:
         favour_ics.append(f"injected covariate shift costs BN much of its speed (noisy BN needs {bound}"
                           f"{n['factor']:.1f}x BN's steps)")
     if g is None:
-        missing.append("gradient-based ICS")
+        absent("gradient-based ICS")
     elif g["result"] == "less":
         favour_ics.append("BN shows less gradient-based ICS")
     elif g["result"] == "as much or more":
         favour_s.append("BN shows as much or more gradient-based ICS")
     else:
-        neutral.append("BN's gradient-based ICS is mixed (||G - G'|| and cos disagree)")
+        neutral.append("BN's gradient-based ICS is mixed (relative ||G - G'|| and cos disagree)")
     if ls is None:
-        missing.append("the loss landscape")
+        absent("the loss landscape")
     elif ls["smoother"]:
         favour_s.append("BN's loss landscape is smoother along the gradient")
     else:
@@ -236,6 +301,8 @@ def supports_paragraph(pre: str, comp: dict) -> str:
                  f"{len(favour_ics)} the reduction of internal covariate shift.")
     else:
         text += "Nothing measured here favours either account."
+    if insufficient_:
+        text += f" Insufficient evidence (not counted): {', '.join(insufficient_)}."
     if missing:
         text += f" Not measured: {', '.join(missing)}."
     return text
@@ -271,24 +338,39 @@ def ics_section(groups: list[ConfigGroup], stats: dict[str, dict], targets: list
         ics = {v: stats[g.key].get("ics") for v, g in s.items()}
         st = {v: stats[g.key] for v, g in s.items()}
         comp: dict = {"context": ctx, "labels": {v: g.variant_label for v, g in s.items()},
-                      "distribution": None, "gradient": None, "landscape": None, "noisy": None, "verdicts": []}
+                      "distribution": None, "gradient": None, "landscape": None, "noisy": None, "verdicts": [],
+                      "insufficient": []}
         if "BN" in s and "no BN" in s:
-            for key, fn in (("distribution", distribution_verdict), ("gradient", gradient_verdict),
-                            ("landscape", landscape_verdict)):
-                line, comp[key] = fn(pre, ics["BN"], ics["no BN"])
+            sides = [("BN", ics["BN"], st["BN"]), ("no BN", ics["no BN"], st["no BN"])]
+            for key, fn, view, stat, name in (
+                    ("distribution", distribution_verdict, "distribution", "final_w1_first", "the distribution view"),
+                    ("gradient", gradient_verdict, "gradient", "l2_rel", "gradient-based ICS"),
+                    ("landscape", landscape_verdict, "landscape", "rel_beta_smoothness", "the loss landscape")):
+                gaps = view_gaps(view, stat, sides)
+                line, comp[key] = fn(pre, ics["BN"], ics["no BN"], gaps)
+                if comp[key] is None and "insufficient evidence" in line:
+                    comp["insufficient"].append(name)
                 comp["verdicts"].append(line)
         if "noisy BN" in s:
+            done = [(v, st[v]) for v in ("noisy BN", "BN") if v in st]
+            gaps = (seed_gaps([(v, x["completed"]) for v, x in done])
+                    + chance_gaps([(v, x["final_test_accuracy"]["mean"]) for v, x in done]))
             line, comp["noisy"] = noisy_verdict(pre, st["noisy BN"], st.get("BN"), st.get("no BN"), targets,
-                                                s["noisy BN"].max_steps)
+                                                s["noisy BN"].max_steps, gaps)
+            if gaps and "BN" in st:
+                comp["insufficient"].append("the slowdown of noisy BN")
             comp["verdicts"].append(line)
             nd = (ics["noisy BN"] or {}).get("distribution")
             bd = (ics.get("BN") or {}).get("distribution")
             if nd and bd and nd["final_w1_first"]["mean"] is not None and bd["final_w1_first"]["mean"] is not None:
                 visible = _lower(bd["final_w1_first"]["mean"], nd["final_w1_first"]["mean"])
-                comp["verdicts"].append(
-                    f"{pre}noisy BN's layer inputs moved W1 = {format_stat(nd['final_w1_first'])} from their start "
-                    f"(BN {format_stat(bd['final_w1_first'])}): the injected shift is "
-                    f"{'visible' if visible else 'not visible'} in the distribution view.")
+                gaps = view_gaps("distribution", "final_w1_first", [("noisy BN", ics["noisy BN"], st["noisy BN"]),
+                                                                    ("BN", ics["BN"], st["BN"])])
+                head = (f"{pre}noisy BN's layer inputs moved a per-unit W1 of {format_stat(nd['final_w1_first'])} "
+                        f"from their start (BN {format_stat(bd['final_w1_first'])})")
+                comp["verdicts"].append(head + (insufficient(gaps) if gaps else
+                                                f": the injected shift is {'visible' if visible else 'not visible'} "
+                                                "in the distribution view."))
         acc = _ics_accuracy_line(pre, [(v, st[v]) for v in ("BN", "noisy BN", "no BN") if v in st])
         if acc:
             comp["verdicts"].append(acc)

@@ -9,13 +9,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bnexp.report.best_rate import best_rate_md
 from bnexp.report.build import STD_NOTE, Report
 from bnexp.report.fmt import format_acc, format_g, format_stat, format_target
 from bnexp.report.groups import format_value
-from bnexp.report.ics_stats import LANDSCAPE_KEYS, PROBE_KINDS
+from bnexp.report.ics_stats import PROBE_KINDS, REL_LANDSCAPE_KEYS
 from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST
 from bnexp.report.load import ordered_keys
 from bnexp.report.paper import refs
+from bnexp.report.noise_sweep import noise_strength_md
 from bnexp.report.stats import finite, target_key
 from bnexp.rundir import atomic_write_bytes
 
@@ -117,57 +119,73 @@ def _ics_md(report: Report) -> list[str]:
     out = [f"## {ICS_TITLE}", "",
            "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift "
            "the change in the distribution of a layer's inputs during training: *W1 step to step* is the "
-           "Wasserstein-1 distance between a layer's pooled inputs to its nonlinearity on the fixed probe set at "
-           "consecutive monitor records (mean over the records after step 0), *W1 from start* the distance "
-           "between the last record and step 0, *|Δmean|/std from start* the mean over units of |mean_end - "
-           "mean_0| / std_0; all averaged over the hidden layers. **Santurkar et al. 2018** (\"How Does Batch "
-           "Normalization Help Optimization?\") measure ICS by how much a layer's gradient changes when the "
-           "layers before it take their update (Def. 2.1: ||G - G'||_2 and cos(G, G'), mean over the probes and "
-           "over layers 2..K; layer 1 is 0 / 1 by definition) and argue that BN helps by making the loss "
-           "landscape smoother (loss variation, gradient predictiveness and effective beta-smoothness along the "
-           "gradient, Sec. 3.1); *noisy BN* is BN followed by injected, time-varying noise (Sec. 2.1), i.e. "
-           "deliberate covariate shift.",
+           "per-unit Wasserstein-1 distance (per unit, then the mean over units) between a layer's inputs to its "
+           "nonlinearity on the fixed probe set at consecutive monitor records (mean over the records after step 0), "
+           "*W1 from start* the distance between the last record and step 0, *pooled W1* the same over all units "
+           "pooled (shifts of different units can cancel in it), *BN input W1* the per-unit W1 of BN's own input Wu "
+           "(where the shift BN removes happens), *|Δmean|/std from start* the mean over units of |mean_end - "
+           "mean_0| / std_0; all averaged over the hidden layers. In the monitor's default `batch` mode every BN "
+           "unit's mean and std are beta and gamma by construction, so the BN network's nonlinearity-input shift "
+           "only shows gamma, beta and the distribution's shape (docs/ics/measurements.md). **Santurkar et al. "
+           "2018** (\"How Does Batch Normalization Help Optimization?\") measure ICS by how much a layer's gradient "
+           "changes when the layers before it take their update (Def. 2.1: the relative ||G - G'|| / ||G|| -- the "
+           "absolute ||G - G'|| shrinks with the gradient itself -- and cos(G, G'), mean over the probes and over "
+           "layers 2..K; layer 1 is trivially 0 / 1) and argue that BN helps by making the loss landscape smoother "
+           "(loss variation, gradient predictiveness and effective beta-smoothness along the gradient, Sec. 3.1, "
+           "with steps relative to each parameter tensor's norm so that BN's scale invariance does not confound "
+           "them; the raw values are in report.json); *noisy BN* is BN followed by injected, time-varying noise "
+           "(Sec. 2.1), i.e. deliberate covariate shift.",
            "",
-           f"Values are mean ± std over the finished seeds (diverged runs left out); {STD_NOTE}. \"not measured\": "
-           f"no finished run of the configuration recorded it. A measure counts as lower with BN only when it is "
-           f"below {1 - ICS_MARGIN:g} x the no-BN value; cosines differ when more than {COS_MARGIN:g} apart; noisy BN "
-           f"is \"nearly as fast\" when it needs at most {NEARLY_AS_FAST:g}x BN's steps to the highest target BN "
-           "reached in all seeds.", "",
+           f"Values are mean ± std over the finished seeds (diverged runs left out; \"(1 seed)\": a single run); "
+           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it. A measure counts as "
+           f"lower with BN only when it is below {1 - ICS_MARGIN:g} x the no-BN value; cosines differ when more "
+           f"than {COS_MARGIN:g} apart; noisy BN is \"nearly as fast\" when it needs at most {NEARLY_AS_FAST:g}x "
+           "BN's steps to the highest target BN reached in all seeds. A verdict needs at least 2 seeds per "
+           "configuration, at least 5 records of the measurement per seed and networks above chance; otherwise it "
+           "says \"insufficient evidence\".", "",
            "### Distribution view (BN paper)", ""]
     rows = []
     for label, ics in ics_rows(report):
         d = (ics or {}).get("distribution")
         per_layer = (", ".join(f"{k} {format_g(v['mean'])}" for k, v in d["final_w1_first_per_layer"].items())
                      if d else "not measured")
+        bn_in = view_cell(ics, "distribution", "final_bn_input_w1_first") if d else "not measured"
         rows.append([label, str(d["seeds"]) if d else "0", view_cell(ics, "distribution", "w1_prev_mean"),
                      view_cell(ics, "distribution", "final_w1_first"),
+                     format_stat(d["final_w1_pooled_first"]) if d else "not measured",
+                     format_stat(d["final_bn_input_w1_first"], "no BN input") if d else bn_in,
                      view_cell(ics, "distribution", "final_mean_shift_first"), per_layer])
-    out += _md_table(["configuration", "seeds", "W1 step to step", "W1 from start (end)",
-                      "|Δmean|/std from start (end)", "W1 from start per layer (end)"], rows) + [""]
+    out += _md_table(["configuration", "seeds", "W1 step to step", "W1 from start (end)", "pooled W1 from start",
+                      "BN input W1 from start", "|Δmean|/std from start (end)", "W1 from start per layer (end)"],
+                     rows) + [""]
     out += ["### Gradient-based ICS and loss landscape (Santurkar et al. 2018)", ""]
     rows = []
     for label, ics in ics_rows(report):
         g, ls = (ics or {}).get("gradient"), (ics or {}).get("landscape")
         seeds = "/".join(str(v["seeds"]) for v in (g, ls) if v) or "0"
-        rows.append([label, seeds, view_cell(ics, "gradient", "l2"), view_cell(ics, "gradient", "cos")]
-                    + [view_cell(ics, "landscape", k) for k in LANDSCAPE_KEYS])
-    out += _md_table(["configuration", "seeds", "||G - G'|| (layers 2..K)", "cos(G, G')", "loss variation",
-                      "gradient predictiveness", "beta-smoothness"], rows) + [""]
+        rows.append([label, seeds, view_cell(ics, "gradient", "l2_rel"), view_cell(ics, "gradient", "l2"),
+                     view_cell(ics, "gradient", "cos")]
+                    + [view_cell(ics, "landscape", k) for k in REL_LANDSCAPE_KEYS + ("beta_smoothness",)])
+    out += _md_table(["configuration", "seeds", "‖G - G'‖ / ‖G‖ (layers 2..K)", "‖G - G'‖", "cos(G, G')",
+                      "loss variation (scale-inv.)", "gradient predictiveness (scale-inv.)",
+                      "beta-smoothness (scale-inv.)", "beta-smoothness (raw)"], rows) + [""]
     rows = []
     for label, ics in ics_rows(report):
         pt = (ics or {}).get("probe_time_s")
         rows.append([label] + [format_stat(pt[k]) if pt else "not measured" for k in PROBE_KINDS])
     out += ["### Cost of the probes (seconds per run, summary.json probe_time_s)", ""]
     out += _md_table(["configuration", "eval", "monitor", "grad_ics", "landscape"], rows) + [""]
+    if sec.get("noise_strength"):
+        out += noise_strength_md(sec["noise_strength"])
     out += ["### Verdicts", ""]
     out += [f"- {v}" for v in sec["verdicts"]] or ["- No matching BN / noisy BN / no BN configurations to compare."]
     out += ["", "### What this sweep supports", ""]
     out += [p + "\n" for p in sec["supports"]] or ["Nothing to compare: the sweep has no matching BN / no BN / "
                                                    "noisy BN configurations.", ""]
     if sec["figures"]:
-        names = {"ics_distribution.png": "Distribution view: W1 of the layers' inputs from step 0",
+        names = {"ics_distribution.png": "Distribution view: per-unit W1 of the layers' inputs from step 0",
                  "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
-                 "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
+                 "ics_landscape.png": "Loss landscape along the gradient, scale-invariant (Santurkar Sec. 3.1)"}
         out += ["### Figures", ""]
         for f in sec["figures"]:
             out += [f"![{names[f]}]({f})", ""]
@@ -189,6 +207,8 @@ def render_markdown(report: Report) -> str:
     header, rows = main_table(report)
     out += ["## Results per configuration", ""] + _md_table(header, rows) + [""]
     out += _speedup_md(report)
+    if d.get("best_rate"):
+        out += best_rate_md(d["best_rate"])
     out += ["## Figures", "",
             f"![Test accuracy vs steps, whole range and zoomed top ({refs(report)['accuracy']})]"
             "(accuracy_vs_steps.png)", "",

@@ -1,0 +1,138 @@
+"""Evidence rules: warnings for runs that record too little, and (bnexp report) verdict thresholds."""
+
+from __future__ import annotations
+
+import pytest
+
+from bnexp.config import compose_config, record_count, sparse_record_warnings, validate
+from bnexp.errors import ConfigError
+
+
+def test_record_count_by_hand():
+    assert record_count(1000, 1000) == 2  # steps 0 and 1000
+    assert record_count(1000, 300) == 5  # 0, 300, 600, 900 and the last step 1000
+    assert record_count(1000, 250) == 5  # 0, 250, 500, 750, 1000
+
+
+def test_sparse_record_warnings_name_the_key():
+    cfg = compose_config(["trainer.max_steps=1000"])  # eval_every = hist_every = 1000: 2 records
+    warnings = sparse_record_warnings(cfg)
+    assert len(warnings) == 2
+    assert "trainer.eval_every=1000" in warnings[0] and "only 2" in warnings[0]
+    assert "trainer.hist_every=1000" in warnings[1] and "trainer.hist_every<=250" in warnings[1]
+    assert sparse_record_warnings(compose_config(["trainer.max_steps=1000", "trainer.eval_every=250",
+                                                  "trainer.hist_every=250"])) == []
+
+
+def test_train_warns_at_start(run_bnexp, tmp_path):
+    r = run_bnexp("train", "trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=20",
+                  "trainer.eval_every=5", "trainer.hist_every=20", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "trainer.hist_every=20" in out and "fewer than 5" in out
+    assert "trainer.eval_every" not in out  # 0, 5, 10, 15, 20: 5 records, enough
+
+
+@pytest.mark.parametrize("key,value", [("monitor.bn_stats", "running"), ("bn.noise_scale", -1.0),
+                                       ("monitor.landscape_rel_step_sizes", "[]")])
+def test_new_keys_are_validated(key, value):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(compose_config([f"{key}={value}"]))
+
+
+# ------------------------------------------------------------------ bnexp report: evidence rule
+
+from test_report import BN_05, NOBN_05, make_ics_run, make_run  # noqa: E402  (synthetic run builders)
+
+from bnexp.report import build_report, report_main  # noqa: E402
+
+
+def _ics_sweep(root, seeds):
+    for variant in ("BN", "noisy BN", "no BN"):
+        for seed in seeds:
+            make_ics_run(root, variant, 0.5, seed)
+    return root
+
+
+def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
+    root = _ics_sweep(tmp_path / "one", [0])
+    data = build_report(root).data
+    speed = [v for v in data["verdicts"] if v.startswith("BN reached 95%")]
+    assert speed == ["BN reached 95% in 1,000 (1 seed) steps, no BN in 10,000 (1 seed): insufficient "
+                     "evidence (BN has 1 seed (need 2); no BN has 1 seed (need 2))."]
+    assert not any("fewer steps" in v or "higher by" in v for v in data["verdicts"])
+    ics = data["ics"]
+    comp = ics["comparisons"][0]
+    assert comp["distribution"] is None and comp["gradient"] is None and comp["landscape"] is None
+    assert comp["noisy"] is None
+    assert sorted(comp["insufficient"]) == ["gradient-based ICS", "the distribution view", "the loss landscape",
+                                            "the slowdown of noisy BN"]
+    for v in ics["verdicts"][:4]:
+        assert "insufficient evidence" in v and "1 seed" in v, v
+    sup = comp["supports"]
+    assert "supports" not in sup.split("Insufficient")[0] and "Nothing measured here favours either account." in sup
+    assert "Insufficient evidence (not counted):" in sup
+    assert report_main([str(root)]) == 0
+    md = (root / "report.md").read_text(encoding="utf-8")
+    assert "± 0.00" not in md and "(1 seed)" in md
+
+
+def test_two_seed_sweep_gives_verdicts(tmp_path):
+    root = _ics_sweep(tmp_path / "two", [0, 1])
+    data = build_report(root).data
+    assert ("BN reached 95% in 1,100 ± 100 steps, no BN in 11,000 ± 1,000: 10.0x fewer steps."
+            in data["verdicts"])
+    assert not any("insufficient evidence" in v for v in data["verdicts"] + data["ics"]["verdicts"])
+    comp = data["ics"]["comparisons"][0]
+    assert comp["distribution"]["reduced"] is True and comp["gradient"]["result"] == "as much or more"
+    assert comp["insufficient"] == []
+    assert comp["supports"].endswith("over the reduction of internal covariate shift.")
+
+
+def test_too_few_records_and_chance_accuracy_are_insufficient(tmp_path):
+    root = _ics_sweep(tmp_path / "thin", [0, 1])
+    for shift in root.glob("*/shift.jsonl"):  # keep 2 monitor records per run: step 0 and the end
+        lines = shift.read_text().splitlines()
+        shift.write_text(lines[0] + "\n" + lines[-1] + "\n")
+    comp = build_report(root).data["ics"]["comparisons"][0]
+    line = next(v for v in comp["verdicts"] if "distribution view" in v)
+    assert comp["distribution"] is None and "BN has 2 monitor records in a seed (need 5)" in line
+    assert comp["gradient"] is not None  # 6 probes per seed: enough
+    # a plain network at chance: no speed verdict
+    chance = tmp_path / "chance"
+    for seed in (0, 1):
+        make_run(chance, f"bn,{seed}", bn=True, lr=0.5, seed=seed, knots=BN_05[seed])
+        make_run(chance, f"nobn,{seed}", bn=False, lr=0.5, seed=seed, knots=[(0, 0.1), (500, 0.11)])
+    lines = build_report(chance).data["verdicts"]
+    assert any("no BN is at chance (final test accuracy 11.0% <= 15%)" in v for v in lines)
+    assert not any("fewer steps" in v for v in lines)
+
+
+# ------------------------------------------------------------------ each at its best learning rate
+
+def test_best_rate_section(tmp_path):
+    root = tmp_path / "grid"
+    bn_knots = {0.1: [(0, 0.1), (3000, 0.95), (6000, 0.98)], 0.5: None, 5.0: [(0, 0.1), (800, 0.95), (2000, 0.98)]}
+    nb_knots = {0.1: [(0, 0.1), (19000, 0.9)], 0.5: None}
+    for seed in (0, 1):
+        for lr, k in bn_knots.items():
+            make_run(root, f"bn,lr={lr},{seed}", bn=True, lr=lr, seed=seed, knots=k or BN_05[seed])
+        for lr, k in nb_knots.items():
+            make_run(root, f"nobn,lr={lr},{seed}", bn=False, lr=lr, seed=seed, knots=k or NOBN_05[seed])
+        make_run(root, f"nobn,lr=5,{seed}", bn=False, lr=5.0, seed=seed, knots=[(0, 0.1)], status="diverged",
+                 diverged_step=300)
+    sec = build_report(root).data["best_rate"]
+    fams = {f["variant"]: f for f in sec["families"]}
+    assert fams["BN"]["best_lr"] == 5.0 and fams["BN"]["edge"] == "highest"
+    assert fams["BN"]["best_steps"]["mean"] == 800
+    assert fams["no BN"]["best_lr"] == 0.5 and fams["no BN"]["edge"] is None
+    assert [r["status"] for r in fams["no BN"]["rates"]] == ["not reached in every seed", "ok", "diverged (too high)"]
+    (comp,) = sec["comparisons"]
+    assert comp["speedup"] == pytest.approx(11000 / 800) and comp["verdict"] == "faster"
+    line = sec["verdicts"][0]
+    assert line.startswith("Each at its best rate: BN (lr=5, the highest rate of the grid 0.1, 0.5, 5: "
+                           "a better rate may lie outside it) reached 95% in 800 ± 0 steps, no BN (lr=0.5) in "
+                           "11,000 ± 1,000 steps: 13.8x fewer steps.")
+    assert report_main([str(root)]) == 0
+    md = (root / "report.md").read_text(encoding="utf-8")
+    assert "## Each at its best learning rate" in md and "| 0.5 (best) | 11,000 ± 1,000 steps | ok |" in md
