@@ -1,10 +1,15 @@
-"""User-facing errors.
+"""User-facing errors, and the divergence signal of the measurements.
 
 A :class:`UserError` is a problem with the user's input (a config value, a data
 folder, an output folder). The CLI prints its message as one paragraph and exits
 with code 2, without a traceback. Any other exception is an internal error and
-keeps its traceback.
+keeps its traceback. :class:`Diverged` is not an error: it tells the training
+loop that a value became non-finite, so the run ends with status ``diverged``.
 """
+
+from __future__ import annotations
+
+import errno as _errno
 
 
 class UserError(Exception):
@@ -27,3 +32,46 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A dataset is missing, truncated, corrupt or fails its checksum."""
+
+
+class OutputError(UserError):
+    """A file or folder of the outputs could not be written (permissions, full disk, long name).
+
+    Args:
+        path: the file or folder that could not be written.
+        exc: the underlying :class:`OSError`.
+        resumable: say that re-running the same command resumes from the last checkpoint.
+    """
+
+    def __init__(self, path, exc: OSError, resumable: bool = False):
+        self.path, self.errno = path, exc.errno
+        what = exc.strerror or str(exc)
+        if exc.errno in (_errno.ENOSPC, _errno.EDQUOT):
+            fix = "the disk (or your quota) is full: free disk space, or choose another output folder"
+        elif exc.errno in (_errno.EACCES, _errno.EPERM, _errno.EROFS):
+            fix = ("the folder is not writable (permissions or a read-only disk): fix its permissions, or "
+                   "choose a writable output folder")
+        elif exc.errno == _errno.ENAMETOOLONG:
+            fix = ("the name is too long for the file system: choose a shorter output folder, or fewer or "
+                   "shorter overrides (they name the run folder)")
+        else:
+            fix = "check the disk and the folder, or choose another output folder"
+        where = " with hydra.run.dir=PATH (hydra.sweep.dir=PATH for sweeps)"
+        then = " Then re-run the same command: it resumes from the last checkpoint." if resumable else ""
+        super().__init__(f"could not write {path} ({what}): {fix}{where}.{then}")
+
+
+class Diverged(Exception):
+    """A non-finite value (NaN or inf) appeared in training or in a measurement.
+
+    Raised by the measurements (e.g. the shift monitor) and caught by the training
+    loop, which ends the run with status ``diverged`` at ``step``.
+
+    Args:
+        step: the training step at which the value appeared.
+        what: where, in words (e.g. ``"pre-activations of layer2"``).
+    """
+
+    def __init__(self, step: int, what: str):
+        self.step, self.what = int(step), what
+        super().__init__(f"non-finite {what} at step {step}")

@@ -12,7 +12,11 @@ Layout of a run directory (Hydra's output dir for the job)::
     checkpoint.pt           final model, optimizer and scheduler state
 
 JSON files are written atomically (temporary file, fsync, rename), so a reader
-never sees half a summary.
+never sees half a summary. All JSON is strict (RFC 8259): non-finite numbers are
+written as ``null`` (the run's ``status`` says why, e.g. ``diverged``). Files get
+the permissions of the umask (0644 under the usual 022), like any other new file.
+A file-system error (permission, full disk, name too long) while writing an output
+raises :class:`~bnexp.errors.OutputError`, a user error naming the path and the fix.
 """
 
 from __future__ import annotations
@@ -26,13 +30,32 @@ from typing import Any
 
 import torch
 
+from bnexp.errors import OutputError
+
 # Statuses after which a run is complete and a re-run of its sweep skips it.
 COMPLETE_STATUSES = ("finished", "diverged")
 ALL_STATUSES = ("running", "finished", "diverged", "failed", "interrupted")
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask (read from /proc, else by setting and restoring it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: temporary file in the same folder, fsync, rename.
+
+    The file gets mode 0666 minus the umask (as ``open`` would give it), not the 0600 of
+    the temporary file.
 
     Raises:
         OSError: when the folder is not writable or the disk is full; ``path`` is then unchanged.
@@ -40,6 +63,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -53,20 +77,87 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-inf) replaced by None, recursively
+    (dicts, lists, tuples; numpy/torch scalars become Python numbers)."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        try:
+            return json_safe(obj.item())
+        except (ValueError, RuntimeError):
+            return obj
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON text of ``obj``: non-finite numbers become null (``allow_nan=False``)."""
+    return json.dumps(json_safe(obj), indent=indent, sort_keys=False, allow_nan=False)
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """Write ``obj`` as indented strict JSON, atomically.
+
+    Raises:
+        OutputError: the file could not be written (permission, full disk, long name).
+    """
+    write_text(path, dumps(obj, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically.
+
+    Raises:
+        OutputError: the file could not be written (permission, full disk, long name).
+    """
+    try:
+        atomic_write_bytes(path, text.encode())
+    except OSError as exc:
+        raise OutputError(path, exc) from None
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    """Append one JSON record as a line."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """Append one strict-JSON record as a line.
+
+    Raises:
+        OutputError: the line could not be written (full disk, permission).
+    """
+    try:
+        with open(path, "a") as f:
+            f.write(dumps(record) + "\n")
+    except OSError as exc:
+        raise OutputError(path, exc, resumable=(Path(path).parent / "checkpoint.pt").exists()) from None
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
-    """Replace a JSON-lines file by ``records``, atomically (used when a run resumes)."""
-    atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in records).encode())
+    """Replace a JSON-lines file by ``records``, atomically (used when a run resumes).
+
+    Raises:
+        OutputError: the file could not be written.
+    """
+    write_text(path, "".join(dumps(r) + "\n" for r in records))
+
+
+def save_figure(fig, path: Path, dpi: int = 100) -> None:
+    """Save a matplotlib figure atomically (a reader never sees half an image); format from the suffix.
+
+    Raises:
+        OutputError: the file could not be written.
+    """
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    try:
+        atomic_write_bytes(path, buf.getvalue())
+    except OSError as exc:
+        raise OutputError(path, exc) from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -131,6 +222,74 @@ def clear_partial_outputs(run_dir: Path, checkpoint: bool = False) -> None:
             p.unlink()
         except FileNotFoundError:
             pass
+
+
+RECORD_FILES = ("metrics.jsonl", "shift.jsonl", "ics.jsonl")
+
+
+def cut_records_after(run_dir: Path, step: int) -> int:
+    """Keep only the records with ``record["step"] <= step`` in metrics/shift/ics.jsonl.
+
+    With ``step < 0`` (a run starting over) every record goes, and so do the TensorBoard
+    event files; for ``step >= 0`` the trainer's ``SummaryWriter(purge_step=step + 1)``
+    drops the later events. Used so that no step is ever recorded twice.
+
+    Returns:
+        the number of records removed.
+
+    Raises:
+        OutputError: a file could not be rewritten.
+    """
+    run_dir = Path(run_dir)
+    removed = 0
+    for name in RECORD_FILES:
+        path = run_dir / name
+        if not path.exists():
+            continue
+        records = read_jsonl(path)
+        kept = [r for r in records if isinstance(r.get("step"), int) and r["step"] <= step]
+        removed += len(records) - len(kept)
+        write_jsonl(path, kept)
+    if step < 0:
+        for p in run_dir.glob("events.out.tfevents.*"):
+            p.unlink()
+    return removed
+
+
+def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
+    """Rename an unreadable ``checkpoint.pt`` (kept, never deleted) and cut the run's records,
+    so the run can start over at step 0 without duplicated steps.
+
+    The checkpoint becomes ``checkpoint.unreadable-<YYYYmmdd-HHMMSS>.pt``; every record of
+    metrics/shift/ics.jsonl and the TensorBoard event files of the earlier attempt are removed
+    (:func:`cut_records_after` with step -1); the log says what happened.
+
+    Returns:
+        the new path of the checkpoint.
+
+    Raises:
+        OutputError: the rename or the rewrite failed.
+    """
+    import logging
+    import time
+
+    run_dir = Path(run_dir)
+    src = run_dir / "checkpoint.pt"
+    dst = run_dir / f"checkpoint.unreadable-{time.strftime('%Y%m%d-%H%M%S')}.pt"
+    n = 1
+    while dst.exists():
+        dst = run_dir / f"checkpoint.unreadable-{time.strftime('%Y%m%d-%H%M%S')}-{n}.pt"
+        n += 1
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        raise OutputError(src, exc) from None
+    removed = cut_records_after(run_dir, -1)
+    logging.getLogger("bnexp").warning(
+        "checkpoint %s is unreadable (%s): kept as %s; the run starts over from step 0, and the %d "
+        "records and TensorBoard events of the earlier attempt were removed so that no step appears twice",
+        src, reason, dst.name, removed)
+    return dst
 
 
 IGNORED_FOR_RESUME = ("trainer.resume", "trainer.progress", "trainer.num_threads", "hydra.")
