@@ -21,7 +21,8 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from bnexp.errors import ConfigError
+from bnexp.errors import ConfigError, UserError
+from bnexp.resources import DATASETS, input_shape, max_pooling_stages
 from bnexp.runnames import MAX_DIRNAME, sweep_subdir  # noqa: F401  (MAX_DIRNAME: for callers)
 from bnexp.runnames import safe_dirname as _safe_dirname
 
@@ -141,7 +142,10 @@ class TrainerConfig:
     probe_size: int = 1000  # fixed test images fed to the shift monitor
     targets: List[float] = field(default_factory=lambda: [0.9, 0.95, 0.97, 0.98])
     device: str = "auto"  # auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps
-    num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # torch intra-op threads; 0: auto (bnexp.resources.default_num_threads): one thread for small
+    # networks such as the paper MLP, where a second thread gains little and, with another
+    # process competing for the cores, loses most of the speed; torch's default otherwise
+    num_threads: int = 0
     progress: bool = True  # rich progress bar
     save_checkpoint: bool = True  # keep checkpoint.pt of the finished run
     ckpt_every: int = 5000  # steps between checkpoints (atomic, complete state)
@@ -259,6 +263,184 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         return compose("config", overrides=quote_bn_overrides(list(overrides or [])))
 
 
+DATASET_NAMES = tuple(DATASETS)
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
+MAX_SEED = 2**62  # seeds are offset (seed + 1, seed + 7919) for the other generators
+
+
+def _positive_in_float32(x: float) -> bool:
+    import numpy as np
+
+    return bool(np.float32(x) > 0)
+
+
+def schema_keys(model: str | None = None) -> set[str]:
+    """Every valid dotted config key (leaves), from the schemas and the ``conf/scale`` options.
+
+    Args:
+        model: ``mlp`` or ``cnn`` for that model's keys only; None for the keys of both.
+    """
+    import dataclasses
+
+    def leaves(cls, prefix: str) -> set[str]:
+        out = set()
+        for f in dataclasses.fields(cls):
+            key = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(f.type if isinstance(f.type, type) else None):
+                out |= leaves(f.type, key + ".")
+            else:
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+                if dataclasses.is_dataclass(default):
+                    out |= leaves(type(default), key + ".")
+                else:
+                    out.add(key)
+        return out
+
+    keys = leaves(Config, "") - {"model", "scale"}
+    for cls in ([MLPConfig, CNNConfig] if model is None else [{"mlp": MLPConfig, "cnn": CNNConfig}[model]]):
+        keys |= leaves(cls, "model.")
+    import yaml
+
+    for f in sorted((CONF_DIR / "scale").glob("*.yaml")):
+        keys |= {f"scale.{k}" for k in (yaml.safe_load(f.read_text()) or {})}
+    return keys
+
+
+def unknown_key_message(key: str, override: str | None, valid: set[str], model: str | None = None) -> str:
+    """One message for an unknown key, with the closest valid key suggested (difflib).
+
+    The suggestion comes from the key's own section (``trainer.max_step`` -> ``trainer.max_steps``)
+    when one is close enough, else from all keys.
+    """
+    import difflib
+
+    section = key.split(".")[0] + "." if "." in key else ""
+    pool = sorted(k for k in valid if section and k.startswith(section)) or sorted(valid)
+    close = difflib.get_close_matches(key, pool, n=1, cutoff=0.6) or difflib.get_close_matches(
+        key, sorted(valid), n=2, cutoff=0.6)
+    given = f" (in {override})" if override and override != key else ""
+    if section == "model." and model and not close:
+        names = ", ".join(sorted(k[len(section):] for k in valid if k.startswith(section)))
+        return f"unknown config key {key}{given}: model={model} has no such key; its keys are {names}."
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    return f"unknown config key {key}{given}.{hint} bnexp train --help lists every key with its default."
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse keys the schemas do not define (a ``+``-added typo such as ``+trainer.max_step=10``).
+
+    Raises:
+        UserError: naming the unknown key and the closest valid keys.
+    """
+    model = cfg.model.get("name") if isinstance(cfg.get("model"), DictConfig) else None
+    valid = schema_keys(model if model in ("mlp", "cnn") else None)
+
+    def walk(node: dict, prefix: str):
+        for k, child in node.items():
+            key = f"{prefix}{k}"
+            if key in valid:
+                continue
+            if isinstance(child, dict) and any(v.startswith(key + ".") for v in valid):
+                walk(child, key + ".")
+            elif not (key in ("model", "scale") and child is None):
+                raise UserError(unknown_key_message(key, None, valid, model))
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+
+
+def check_override_keys(args: list[str]) -> str | None:
+    """Check the keys of command-line overrides before Hydra composes (and creates folders).
+
+    Group choices (``model=cnn``, ``+experiment=NAME``), ``hydra.*`` keys and deletions
+    are left to Hydra. Returns an error message naming the unknown key and the closest
+    valid ones, or None when every key is known (or the line does not parse: Hydra then
+    reports it).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    lines = [a for a in args if not a.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(quote_bn_overrides(lines))
+    except Exception:  # a syntax error: Hydra's own message is the right one
+        return None
+    groups = {d.name for d in CONF_DIR.iterdir() if d.is_dir()}
+    models: set[str] = set()
+    for o in overrides:
+        if o.key_or_group == "model":
+            models |= {str(v) for v in o.sweep_string_iterator()} if o.is_sweep_override() else {str(o.value())}
+        elif o.key_or_group == "experiment":
+            models.add("cnn")  # every preset in conf/experiment/ is a CIFAR-10 CNN
+    model = next(iter(models)) if len(models) == 1 else None
+    valid = schema_keys(model if model in ("mlp", "cnn") else None)
+    for o in overrides:
+        key = o.key_or_group
+        if o.type == OverrideType.DEL or key in groups or key.startswith(("hydra.", "hydra/")) or "/" in key:
+            continue
+        if key not in valid and not any(v.startswith(key + ".") for v in valid):
+            return unknown_key_message(key, o.input_line, valid, model)
+    return None
+
+
+def check_representable(cfg: DictConfig) -> None:
+    """Every number of the config must be one torch can hold: floats finite and within float32's
+    range, integers within int64 (seed within [0, 2^62)).
+
+    Raises:
+        ConfigError: naming the first offending key.
+    """
+    import math
+
+    def walk(node, prefix: str):
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in items:
+            key = f"{prefix}.{k}" if isinstance(node, dict) and prefix else (str(k) if isinstance(node, dict)
+                                                                              else prefix)
+            if isinstance(v, (dict, list)):
+                walk(v, key)
+            elif isinstance(v, bool) or v is None or isinstance(v, str):
+                continue
+            elif isinstance(v, float):
+                if not math.isfinite(v):
+                    raise ConfigError(key, v, "must be a finite number")
+                if abs(v) > FLOAT32_MAX:
+                    raise ConfigError(key, v, f"overflows float32 (|x| <= {FLOAT32_MAX:.3g})")
+            elif isinstance(v, int) and abs(v) > INT64_MAX:
+                raise ConfigError(key, v, "overflows a 64-bit integer (|n| < 2^63)")
+
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    walk(container, "")
+    if not 0 <= cfg.seed < MAX_SEED:
+        raise ConfigError("seed", cfg.seed, "must be an integer in [0, 2^62)")
+
+
+def check_memory(cfg: DictConfig) -> None:
+    """Refuse a run whose estimated peak memory (:func:`bnexp.resources.memory_estimate`) exceeds
+    the memory available now, before anything is allocated.
+
+    Raises:
+        ConfigError: naming the key behind the largest part of the estimate.
+    """
+    from bnexp.resources import available_memory, memory_estimate
+
+    est = memory_estimate(cfg)
+    avail = available_memory()
+    total = sum(est.values())
+    if avail is None or total <= avail:
+        return
+    part = max(("parameters", "activations", "probe"), key=lambda k: est[k])
+    m = cfg.model
+    widths = "model.hidden" if m.name == "mlp" else "model.channels / model.fc"
+    key, value = {"parameters": (widths, list(m.hidden) if m.name == "mlp" else [list(m.channels), m.fc]),
+                  "activations": ("trainer.batch_size", cfg.trainer.batch_size),
+                  "probe": ("trainer.probe_size", cfg.trainer.probe_size)}[part]
+    gb = 1024.0 ** 3
+    raise ConfigError(key, value, f"the run would need about {total / gb:.1f} GiB of memory (estimate: "
+                                  + ", ".join(f"{k} {v / gb:.1f} GiB" for k, v in est.items())
+                                  + f"), but {avail / gb:.1f} GiB are available; make it smaller")
+
+
 KNOWN_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
@@ -271,7 +453,11 @@ def validate(cfg: DictConfig) -> None:
             BN needs m > 1), max_steps < 1, eval/hist/log intervals < 1,
             percentiles outside (0, 100), unknown device, layer widths < 1, ...).
     """
+    check_known_keys(cfg)
+    check_representable(cfg)
     t = cfg.trainer
+    if cfg.data.name not in DATASET_NAMES:
+        raise ConfigError("data.name", cfg.data.name, f"use one of {', '.join(DATASET_NAMES)}")
     if not cfg.lr > 0:
         raise ConfigError("lr", cfg.lr, "the learning rate must be > 0")
     if t.max_steps < 1:
@@ -288,6 +474,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("trainer.ckpt_every", t.ckpt_every, "must be >= 1")
     if t.probe_size < 1:
         raise ConfigError("trainer.probe_size", t.probe_size, "must be >= 1")
+    if not t.targets:
+        raise ConfigError("trainer.targets", list(t.targets), "give at least one test-accuracy target")
     for target in t.targets:
         if not 0.0 < target <= 1.0:
             raise ConfigError("trainer.targets", list(t.targets), "targets are test accuracies in (0, 1]")
@@ -295,9 +483,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("trainer.device", t.device, "use auto, cpu, cuda, cuda:N or mps")
     if t.num_threads < 0:
         raise ConfigError("trainer.num_threads", t.num_threads, "must be >= 0 (0 keeps torch's default)")
-    for p in cfg.monitor.percentiles:
-        if not 0.0 < p < 100.0:
-            raise ConfigError("monitor.percentiles", list(cfg.monitor.percentiles), "each must lie in (0, 100)")
+    pcts = list(cfg.monitor.percentiles)
+    if not pcts or any(not 0.0 < p < 100.0 for p in pcts) or pcts != sorted(set(pcts)):
+        raise ConfigError("monitor.percentiles", pcts,
+                          "a non-empty, increasing list of distinct percentiles, each in (0, 100)")
     if cfg.monitor.unit < 0:
         raise ConfigError("monitor.unit", cfg.monitor.unit, "must be >= 0")
     for key in ("grad_ics_every", "landscape_every"):
@@ -318,8 +507,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.monitor.max_values < 100:
         raise ConfigError("monitor.max_values", cfg.monitor.max_values, "must be >= 100")
     bn = cfg.bn
-    if not bn.eps > 0:
-        raise ConfigError("bn.eps", bn.eps, "must be > 0")
+    if not bn.eps > 0 or not _positive_in_float32(bn.eps):
+        raise ConfigError("bn.eps", bn.eps, "must be > 0 and not round to 0 in float32 (>= 1.5e-45)")
     if not 0.0 < bn.momentum <= 1.0:
         raise ConfigError("bn.momentum", bn.momentum, "must lie in (0, 1]")
     if bn.noise_a < 0 or bn.noise_b < 1 or bn.noise_c < 0 or bn.noise_d < 0:
@@ -355,14 +544,31 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("model.init_std", m.init_std, "must be > 0, or null for torch's default init")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("model.dropout", m.dropout, "must lie in [0, 1)")
+    if m.name == "cnn" and len(m.channels) > max_pooling_stages(cfg.data.name):
+        shape = input_shape(cfg.data.name)
+        raise ConfigError("model.channels", list(m.channels),
+                          f"{len(m.channels)} stages, each ending in a 2x2 max-pool, are too many for "
+                          f"{shape[1]}x{shape[2]} {cfg.data.name} images: use at most "
+                          f"{max_pooling_stages(cfg.data.name)} stages")
     width_last = m.hidden[-1] if m.name == "mlp" else m.fc
     if cfg.monitor.unit >= width_last:
         raise ConfigError("monitor.unit", cfg.monitor.unit,
-                          f"must be < the width of the last hidden layer ({width_last})")
+                          f"must be < the width of the last hidden layer ({width_last} units: "
+                          f"{'model.hidden[-1]' if m.name == 'mlp' else 'model.fc'})")
+    _, n_train, n_test, _ = DATASETS[cfg.data.name]
+    if t.batch_size > n_train:
+        raise ConfigError("trainer.batch_size", t.batch_size,
+                          f"must be <= the {cfg.data.name} training-set size ({n_train})")
+    if t.probe_size > n_test:
+        raise ConfigError("trainer.probe_size", t.probe_size, f"must be <= the {cfg.data.name} test-set "
+                                                              f"size ({n_test})")
+    if m.init_std is not None and not _positive_in_float32(m.init_std):
+        raise ConfigError("model.init_std", m.init_std, "rounds to 0 in float32; use a value >= 1.5e-45")
     if str(cfg.data.augment).lower() not in ("false", "off", "none", "true", "standard", "light"):
         raise ConfigError("data.augment", cfg.data.augment, "use false, standard (crops + flips) or light (flips)")
     if cfg.data.scaling not in ("unit", "standardize"):
         raise ConfigError("data.scaling", cfg.data.scaling, "use unit or standardize")
+    check_memory(cfg)
 
 
 MIN_RECORDS = 5
