@@ -37,7 +37,8 @@ Config groups:
 Top-level switches: bn=true|false|noisy  act=sigmoid|relu  lr=FLOAT  seed=INT
 Examples:
   bnexp train
-  bnexp train model=cnn bn=true act=relu lr=0.05
+  bnexp train model=cnn bn=true act=relu lr=0.05     (50,000 CNN steps: ~20 min on 2 CPU cores)
+  bnexp train model=cnn trainer.max_steps=5000       (~2 min on 2 CPU cores)
   bnexp train -m bn=true,false seed=0,1,2 trainer.max_steps=5000
   bnexp train +experiment=bn_x5 scale=cpu data.verify_checksums=false    (CIFAR-10, paper Sec. 4.2)
 Sweep scripts: scripts/reproduce_mnist.sh, scripts/reproduce_cifar.sh, scripts/ics_study.sh
@@ -73,9 +74,68 @@ def _hydra_train():
 
 
 def _print_error(msg: str) -> None:
+    """Print ``bnexp: error: MSG`` once on stderr, wrapped at word boundaries to the terminal width
+    (a path or key is never split across lines), and copy it into the run's train.log."""
+    import shutil
+    import textwrap
+
     from rich.console import Console
 
-    Console(stderr=True).print(f"[bold red]bnexp: error:[/] {msg}", highlight=False, soft_wrap=True)
+    width = max(40, shutil.get_terminal_size((100, 24)).columns)
+    text = textwrap.fill("bnexp: error: " + msg, width=width, break_long_words=False, break_on_hyphens=False)
+    Console(stderr=True).print(f"[bold red]bnexp: error:[/]{text[len('bnexp: error:'):]}", highlight=False,
+                               soft_wrap=True, markup=True)
+    _log_to_file_only(logging.ERROR, msg)
+
+
+def _log_to_file_only(level: int, msg: str) -> None:
+    """Write a record to the log files (the run's train.log) but not to the console."""
+    record = logging.getLogger("bnexp").makeRecord("bnexp", level, __file__, 0, "%s", (msg,), None)
+    for h in logging.getLogger().handlers + logging.getLogger("bnexp").handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(record)
+
+
+FS_ERRNOS = ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "EFBIG", "EIO")
+
+
+def _as_user_error(exc: BaseException, run_dir: Path):
+    """The :class:`UserError` an exception means for the user, or None for an internal error.
+
+    File-system errors (permission, full disk, name too long) become an
+    :class:`~bnexp.errors.OutputError` naming the path and the fix.
+    """
+    import errno
+
+    from bnexp.errors import OutputError, UserError
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in {getattr(errno, n) for n in FS_ERRNOS if hasattr(errno, n)}:
+        return OutputError(exc.filename or run_dir, exc, resumable=(Path(run_dir) / "checkpoint.pt").exists())
+    return None
+
+
+def _is_fresh(run_dir: Path) -> bool:
+    """True when ``run_dir`` holds nothing but what Hydra and bnexp put in before training starts."""
+    try:
+        return all(p.name in (".hydra", "train.log", ".lock", ".write_test") for p in Path(run_dir).iterdir())
+    except OSError:
+        return False
+
+
+def _note_failed_job(run_dir: Path, message: str) -> None:
+    """Record a failed sweep job for the end-of-sweep list (file named by $BNEXP_FAILED_JOBS)."""
+    import json
+    import os
+
+    path = os.environ.get("BNEXP_FAILED_JOBS")
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(json.dumps({"run_dir": str(run_dir), "error": message}) + "\n")
+        except OSError:
+            pass
 
 
 def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = None):
@@ -95,28 +155,29 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     """
     from bnexp import rundir
     from bnexp.config import sparse_record_warnings, validate
-    from bnexp.errors import UserError
+    from bnexp.errors import OutputError
     from bnexp.trainer import Interrupted, train
 
+    logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
+    fresh = _is_fresh(run_dir)
     if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
         found = rundir.find_resumable(run_dir, overrides or [])
         if found is not None:
             log.info("trainer.resume=true: continuing the unfinished run in %s", found)
             (run_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {found}\n")
-            run_dir = found
+            run_dir, fresh = found, False
     if rundir.is_complete(run_dir):
         s = rundir.read_summary(run_dir)
         log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
         return s
     lock = None
     try:
+        validate(cfg)  # before anything in the run directory changes
         try:
             rundir.check_writable(run_dir)
         except OSError as exc:
-            raise UserError(f"cannot write the run directory {run_dir} ({exc.strerror or exc}). Choose a "
-                            "writable place with hydra.run.dir=PATH (or hydra.sweep.dir=PATH), or free "
-                            "disk space.") from None
+            raise OutputError(run_dir, exc) from None
         lock = rundir.RunLock(run_dir)
         if not lock.acquire():
             _print_error(f"{run_dir} is in use by another bnexp process (pid {lock.holder()}); "
@@ -124,34 +185,38 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
             if multirun:
                 return None
             raise SystemExit(2)
-        previous = rundir.read_summary(run_dir) or {}
-        if resume is False or previous.get("status") == "failed":
+        if resume is False:
             rundir.clear_partial_outputs(run_dir, checkpoint=True)
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
-        validate(cfg)
         for warning in sparse_record_warnings(cfg):
             log.warning("%s", warning)
         summary = train(cfg, run_dir, resume=resume is not False)
         print_summary(summary)
         return summary
-    except UserError as exc:
-        _print_error(str(exc))
-        logging.getLogger("bnexp").error("%s", exc)
-        _record_failure(run_dir, cfg, str(exc), None)
-        if multirun:
-            return None
-        raise SystemExit(2)
     except Interrupted as exc:
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}; re-run the same command to resume.")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
         raise SystemExit(130)
-    except Exception as exc:  # internal error: keep the traceback
-        tb = traceback.format_exc()
+    except Exception as exc:
+        user = _as_user_error(exc, run_dir)
+        if user is not None:
+            _print_error(str(user))
+            if fresh and not (run_dir / "summary.json").exists():
+                _remove_refused_run_dir(run_dir, lock)  # refused before it began: leave no folder
+                lock = None
+            else:
+                _record_failure(run_dir, cfg, str(user), None)
+            if multirun:
+                _note_failed_job(run_dir, str(user))
+                return None
+            raise SystemExit(2)
+        tb = traceback.format_exc()  # internal error: keep the traceback
         _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
+            _note_failed_job(run_dir, f"internal error {type(exc).__name__}: {exc}")
             return None
         raise
     finally:
@@ -159,35 +224,63 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
             lock.release()
 
 
+def _remove_refused_run_dir(run_dir: Path, lock) -> None:
+    """Remove the folder Hydra made for a run that was refused before it began."""
+    import shutil
+
+    if lock is not None:
+        lock.release()
+    for h in logging.getLogger().handlers:  # the run's train.log
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == Path(run_dir).resolve():
+            h.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def print_summary(summary: dict) -> None:
     """The end-of-run rich table: status, accuracies, steps-to-target, time."""
     from rich.console import Console
     from rich.table import Table
 
+    def num(x, fmt=".4f"):
+        return format(x, fmt) if isinstance(x, (int, float)) else "-"
+
     table = Table(title=f"bnexp run: {summary.get('status')}", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
-    table.add_row("run dir", str(summary.get("run_dir")))
     table.add_row("config", f"model={summary.get('model')} bn={str(summary.get('bn')).lower()} "
-                            f"act={summary.get('act')} lr={summary.get('lr'):g} seed={summary.get('seed')}")
-    table.add_row("steps", f"{summary.get('step'):,} / {summary.get('max_steps'):,}")
-    if summary.get("diverged_step"):
+                            f"act={summary.get('act')} lr={num(summary.get('lr'), 'g')} seed={summary.get('seed')}")
+    table.add_row("steps", f"{num(summary.get('step'), ',')} / {num(summary.get('max_steps'), ',')}")
+    if summary.get("diverged_step") is not None:
         table.add_row("diverged at step", f"{summary['diverged_step']:,}")
-    table.add_row("final test accuracy", f"{summary.get('final_test_accuracy', float('nan')):.4f}")
-    table.add_row("best test accuracy", f"{summary.get('best_test_accuracy', float('nan')):.4f} "
+
+    table.add_row("final test accuracy", num(summary.get("final_test_accuracy")))
+    table.add_row("best test accuracy", f"{num(summary.get('best_test_accuracy'))} "
                                         f"(step {summary.get('best_step', 0):,})")
     for target, step in (summary.get("steps_to_target") or {}).items():
         table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
     table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(f"run dir: {summary.get('run_dir')}", highlight=False, soft_wrap=True)  # never cut
 
 
 def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
+    """Record a failed attempt in summary.json, without ever losing checkpointed work.
+
+    A run directory holding a checkpoint stays resumable: its status becomes (or stays)
+    ``interrupted``, never ``failed``, and the attempt's error is kept under ``error``;
+    re-running the original command resumes from the checkpoint. Without a checkpoint the
+    status is ``failed`` (a sweep re-run starts that run over).
+    """
     from bnexp import rundir
 
     try:
         prev = rundir.read_summary(run_dir) or {}
-        prev.update({"status": "failed", "error": message, "traceback": tb})
+        if (Path(run_dir) / "checkpoint.pt").exists():
+            status = prev.get("status") if prev.get("status") == "interrupted" else "interrupted"
+            prev.update({"status": status, "resumable": True, "error": message, "traceback": tb})
+        else:
+            prev.update({"status": "failed", "error": message, "traceback": tb})
         for k in ("lr", "seed"):
             prev.setdefault(k, cfg.get(k))
         rundir.write_json(run_dir / "summary.json", prev)
@@ -212,6 +305,11 @@ def check_output_location(args: list[str]) -> str | None:
     if "${" in str(target):
         return None
     p = target.resolve()
+    too_long = [part for part in p.parts if len(part.encode()) > 255]
+    if too_long or len(str(p).encode()) > 4095:
+        return (f"cannot create the output folder {target}: the name is too long for the file system "
+                f"({'a folder name of ' + str(len(too_long[0].encode())) + ' bytes; at most 255' if too_long else 'the path exceeds 4095 bytes'}). "
+                f"Choose a shorter one with {key}PATH.")
     while not p.exists() and p != p.parent:
         p = p.parent
     if not p.is_dir():
@@ -229,8 +327,10 @@ def train_main(args: list[str]) -> int:
         _print_error(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
                      "with pip install -e .")
         return 2
+    from bnexp.config import check_override_keys
+
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in args):
-        problem = check_output_location(args)
+        problem = check_output_location(args) or check_override_keys(args)
         if problem:
             _print_error(problem)
             return 2
@@ -239,6 +339,7 @@ def train_main(args: list[str]) -> int:
     app = _hydra_train()
     saved = sys.argv
     sys.argv = ["bnexp train"] + quote_bn_overrides(args)
+    failed_log = _failed_jobs_file()
     try:
         app()
     except SystemExit as exc:
@@ -248,7 +349,40 @@ def train_main(args: list[str]) -> int:
         return code
     finally:
         sys.argv = saved
-    return 0
+    return _report_failed_jobs(failed_log)
+
+
+def _failed_jobs_file() -> Path:
+    """A fresh file where the jobs of a multirun (also in joblib worker processes, which inherit the
+    environment) note their failures: ``$BNEXP_FAILED_JOBS``."""
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="bnexp-failed-jobs-", suffix=".jsonl")
+    os.close(fd)
+    os.environ["BNEXP_FAILED_JOBS"] = path
+    return Path(path)
+
+
+def _report_failed_jobs(path: Path) -> int:
+    """After a multirun: list the failed jobs and return 1, or return 0 when none failed."""
+    import json
+
+    try:
+        lines = path.read_text().splitlines()
+        path.unlink()
+    except OSError:
+        lines = []
+    failed = [json.loads(line) for line in lines if line.strip()]
+    if not failed:
+        return 0
+    listing = "\n".join(f"  {f['run_dir']}: {f['error']}" for f in failed)
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]bnexp: error:[/] {len(failed)} job(s) of the sweep failed (the "
+                               f"others ran to the end); re-running the same command retries only them:\n"
+                               f"{listing}", highlight=False, soft_wrap=True)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
