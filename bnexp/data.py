@@ -81,7 +81,9 @@ def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: lis
 
 
 def check_mnist_files(root: Path) -> None:
-    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header.
+    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header
+    (magic number = unsigned-byte type and dimensions, item count, 28x28 images), and content:
+    every label within the class range 0..9.
 
     Raises:
         DataError: naming the missing or corrupt file and how to fix it.
@@ -109,6 +111,37 @@ def check_mnist_files(root: Path) -> None:
                 "corrupt. Replace it with the official uncompressed file, or delete it and run with "
                 "data.download=true."
             )
+        if magic == 2051:
+            rows, cols = int.from_bytes(header[8:12], "big"), int.from_bytes(header[12:16], "big")
+            if (rows, cols) != (28, 28):
+                raise DataError(f"MNIST file {path} holds {rows}x{cols} images, expected 28x28: the copy is "
+                                "corrupt or not MNIST. Replace it with the official uncompressed file.")
+        else:
+            check_labels(path, path.read_bytes()[header_len:], 10)
+
+
+def check_labels(path: Path, labels, num_classes: int) -> None:
+    """Every label must be an integer class index in 0..num_classes-1.
+
+    Args:
+        path: the file the labels come from (named in the message).
+        labels: bytes, a sequence of ints, or a numpy array.
+
+    Raises:
+        DataError: naming the file, the first bad label and its position.
+    """
+    import numpy as np
+
+    arr = np.frombuffer(labels, dtype=np.uint8) if isinstance(labels, (bytes, bytearray)) else np.asarray(labels)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"the labels in {path} are of type {arr.dtype}, not integers: the copy is corrupt. "
+                        "Replace it with the official file.")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_classes)) if arr.size else []
+    if len(bad):
+        raise DataError(f"the labels in {path} must be class indices 0..{num_classes - 1}, but label "
+                        f"{int(arr[bad[0]])} is at position {int(bad[0])} ({len(bad)} labels out of range): "
+                        "the copy is corrupt. Replace it with the official file, or delete it and run with "
+                        "data.download=true.")
 
 
 def load_mnist(root: Path, download: bool) -> TensorData:
@@ -193,21 +226,23 @@ def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     try:
         with open(path, "rb") as f:
             entry = pickle.load(f, encoding="latin1")
-        data = np.asarray(entry["data"], dtype=np.uint8)
-        labels = np.asarray(entry["labels"], dtype=np.int64)
+        raw_data = np.asarray(entry["data"])
+        raw_labels = np.asarray(entry["labels"])
     except Exception as exc:  # truncated or foreign pickles raise many exception types
         raise DataError(
             f"CIFAR-10 file {path} is unreadable ({type(exc).__name__}: {exc}): the copy is truncated "
             "or corrupt. Replace it with the official file, or delete it and run with data.download=true."
         ) from None
-    if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data) or len(data) != 10000:
+    if raw_data.ndim != 2 or raw_data.shape[1] != 3072 or len(raw_labels) != len(raw_data) or len(raw_data) != 10000:
         raise DataError(
-            f"CIFAR-10 file {path} holds data of shape {data.shape} with {len(labels)} labels; expected "
+            f"CIFAR-10 file {path} holds data of shape {raw_data.shape} with {len(raw_labels)} labels; expected "
             "(10000, 3072) and 10000 labels. Replace the file with a correct copy."
         )
-    if labels.min() < 0 or labels.max() > 9:
-        raise DataError(f"CIFAR-10 file {path} has labels outside 0..9: the copy is corrupt.")
-    return torch.from_numpy(data.reshape(-1, 3, 32, 32)), torch.from_numpy(labels)
+    if raw_data.dtype != np.uint8:  # pixels are bytes 0..255; anything else would be silently wrapped
+        raise DataError(f"CIFAR-10 file {path} holds pixels of type {raw_data.dtype}, expected uint8 (0..255): "
+                        "the copy is corrupt or not CIFAR-10. Replace it with the official file.")
+    check_labels(path, raw_labels, 10)
+    return torch.from_numpy(raw_data.reshape(-1, 3, 32, 32)), torch.from_numpy(raw_labels.astype(np.int64))
 
 
 def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorData:

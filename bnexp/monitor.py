@@ -30,12 +30,14 @@ after the probe, so monitoring never changes training.
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
 from torch import nn
 
 from bnexp.bn import NoisyBatchNorm, bn_layers
+from bnexp.errors import Diverged
 from bnexp.ics import DistributionShiftTracker
 from bnexp.models import hidden_layers
 
@@ -259,8 +261,17 @@ class ShiftMonitor:
 
         Returns:
             the new history record (see :attr:`history`).
+
+        Raises:
+            Diverged: a pre-activation or BN input is NaN or infinite (the network has diverged);
+                nothing is recorded, and the training loop ends the run with status ``diverged``.
         """
         acts, bn_in = self.capture_all()
+        for what, captured in (("pre-activations of {} (input to its nonlinearity)", acts),
+                               ("BN inputs Wu of {}", bn_in)):
+            for name, values in captured.items():
+                if not bool(torch.isfinite(values).all()):
+                    raise Diverged(step, what.format(name))
         record: dict = {"step": int(step), "bn_stats": self.bn_stats}
         layers, metrics, unit = self._summarize(acts, step, writer, "shift", "preact", self.tracker, "ics")
         record["layers"] = layers
@@ -457,6 +468,10 @@ def plot_percentile_bands(history: list[dict], percentiles: list[float], title: 
     cols = [("layers", "unit", "input to g", "pre-activation")] + (
         [("bn_input", "bn_input_unit", "BN input Wu", "Wu")] if with_bn else [])
     steps = [r["step"] for r in history]
+
+    def finite(x):  # non-finite or missing values (null in JSON) are left out of the plot as gaps
+        return x if isinstance(x, (int, float)) and math.isfinite(x) else float("nan")
+
     height = 1.7 * len(names) + 0.7
     fig, axes = plt.subplots(len(names), len(cols), figsize=(6.4 * len(cols) ** 0.5, height), squeeze=False,
                              sharex=True)
@@ -469,9 +484,9 @@ def plot_percentile_bands(history: list[dict], percentiles: list[float], title: 
                 ax.set_axis_off()
                 continue
             xs = [s for s, _ in pts]
-            ax.fill_between(xs, [r[lo] for _, r in pts], [r[hi] for _, r in pts], alpha=0.3,
-                            label=f"{lo}-{hi} band")
-            ax.plot(xs, [r[mid] for _, r in pts], label=f"{mid} (median)")
+            ax.fill_between(xs, [finite(r.get(lo)) for _, r in pts], [finite(r.get(hi)) for _, r in pts],
+                            alpha=0.3, label=f"{lo}-{hi} band")
+            ax.plot(xs, [finite(r.get(mid)) for _, r in pts], label=f"{mid} (median)")
             unit = history[0].get(unit_key) or {}
             where = (f"unit {unit.get('index')} of {unit.get('layer')}" if name == "unit" else f"{name}, all units")
             ax.set_title(f"{what}: {where}", fontsize=10)
