@@ -37,25 +37,13 @@ import torch
 from torch import nn
 
 from bnexp import rundir
+from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.ics import gradient_ics, landscape_probe, layer_param_groups
 from bnexp.models import hidden_layers
 
 log = logging.getLogger("bnexp")
 
 NEVER = float("inf")
-
-
-class Diverged(Exception):
-    """Raised by a measurement when the loss or the parameters are no longer finite.
-
-    Args:
-        step: the step at which it was found.
-        reason: a short description, e.g. ``non-finite loss``.
-    """
-
-    def __init__(self, step: int, reason: str):
-        super().__init__(f"{reason} at step {step}")
-        self.step = step
 
 
 class RecordLog:
@@ -194,8 +182,7 @@ class TrainLoss(Measurement):
         # one argmax over all the window's logits (few large ops instead of 3 small ones per step)
         correct = float((torch.cat(logits).argmax(1) == torch.cat(labels)).sum())
         if not math.isfinite(loss_sum):
-            log.warning("training diverged: non-finite loss at step %d (lr=%g); stopping this run", step, tr.cfg.lr)
-            raise Diverged(step, "non-finite loss")
+            raise Diverged(step, "training loss")
         tr.writer.add_scalar("train/loss", loss_sum / n, step)
         tr.writer.add_scalar("train/accuracy", correct / (n * self.batch_size), step)
         self.loss_sum += loss_sum
@@ -262,8 +249,7 @@ class TestEvaluation(Measurement):
     def after_update(self, tr) -> None:
         step = tr.step
         if not _params_finite(tr.model):
-            log.warning("training diverged: non-finite parameters at step %d; stopping this run", step)
-            raise Diverged(step, "non-finite parameters")
+            raise Diverged(step, "parameters")
         train_loss, train_acc = self.train_loss.take()
         rec = self._record(tr, train_loss, train_acc)
         tr.progress.update(step, acc=f"{rec['test_accuracy']:.4f}")
@@ -298,7 +284,7 @@ class ShiftRecord(Measurement):
         if self.monitor.history:
             cfg = tr.cfg
             fig = self.monitor.figure(f"bn={cfg.bn.enabled} act={tr.hp['act']} lr={cfg.lr:g} seed={cfg.seed}")
-            fig.savefig(tr.run_dir / "percentiles.png", dpi=100)
+            rundir.save_figure(fig, tr.run_dir / "percentiles.png", dpi=100)  # atomic
             tr.writer.add_figure("shift/percentile_bands", fig, tr.step)
 
     def state_dict(self) -> dict:

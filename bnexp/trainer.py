@@ -13,8 +13,10 @@ sampler's permutation and position, the shift monitor, metrics so far) is writte
 atomically to ``checkpoint.pt``; a run started in a directory holding an unfinished
 run's checkpoint continues from it and ends bit-identical (on CPU) to an
 uninterrupted run. SIGINT/SIGTERM save a checkpoint and record ``interrupted``.
-A non-finite loss or parameter stops the run with status ``diverged``; the function
-then returns normally, so a sweep goes on.
+A non-finite value found by any measurement (loss, parameters, pre-activations), also
+at step 0, stops the run with status ``diverged`` and the step; the function then
+returns normally, so a sweep goes on. An unreadable checkpoint is set aside (kept) and
+the run starts over with the earlier attempt's records and TensorBoard events cut.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         tcfg = cfg.trainer
-        if tcfg.num_threads > 0:
-            torch.set_num_threads(tcfg.num_threads)
+        from bnexp.resources import default_num_threads
+
+        torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.device = resolve_device(tcfg.device)
         seed_everything(cfg.seed)
         self.data = load_data(cfg.data, self.device)
@@ -180,8 +183,11 @@ class Trainer:
             return False
         try:
             state = torch.load(path, map_location=self.device, weights_only=False)
-        except Exception as exc:  # unreadable checkpoint: start over, say so
-            log.warning("checkpoint %s is unreadable (%s): starting the run from scratch", path, exc)
+        except Exception as exc:  # unreadable: set aside (kept), every record and TB event cut, start over
+            rundir.set_aside_unreadable_checkpoint(self.run_dir, f"{type(exc).__name__}: {exc}")
+            return False
+        if not isinstance(state, dict) or "step" not in state:
+            rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
             return False
         if state.get("config") != OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True):
             ignored = {"trainer.progress", "trainer.num_threads", "trainer.device", "trainer.resume",
@@ -247,7 +253,7 @@ class Trainer:
                  self.device)
         summary = self._base_summary()
         rundir.write_json(self.run_dir / "summary.json", summary)
-        rundir.atomic_write_bytes(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True).encode())
+        rundir.write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
 
         max_steps = self.max_steps
         train_x, train_y, augment = self.data.train_x, self.data.train_y, self.augment
@@ -257,13 +263,14 @@ class Trainer:
         status, diverged_step, interrupted = "finished", None, None
         self.progress = progress = Progress(cfg.trainer.progress, max_steps, self.step)
         progress.update(self.step)
-        if self.step == 0:
-            schedule.run_start(self)
-        schedule.reset(self.step)
         model.train()
         self._t_loop = time.time()
         with SignalGuard():
             try:
+                if self.step == 0:
+                    schedule.run_start(self)  # may raise Diverged at step 0
+                    model.train()
+                schedule.reset(self.step)
                 while self.step < max_steps:
                     idx = sampler.next()
                     x, y = train_x[idx], train_y[idx]
@@ -282,8 +289,9 @@ class Trainer:
                     window.append((loss.detach(), logits.detach(), y))
                     if self.step >= schedule.next_after:
                         schedule.run_after(self)
-            except Diverged as exc:
+            except Diverged as exc:  # from any measurement (loss, parameters, pre-activations)
                 status, diverged_step = "diverged", exc.step
+                log.warning("training diverged: %s (lr=%g); stopping this run", exc, cfg.lr)
             except Interrupted as exc:
                 interrupted = exc
             finally:
