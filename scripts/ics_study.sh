@@ -11,13 +11,16 @@
 # no BN's, and the steps to the target at every strength.
 # Every run records the distribution-shift metrics (default, monitor.bn_stats=batch, with BN's
 # input), gradient-based ICS and the loss-landscape probes (raw and scale-invariant), every 1,000 steps.
-# Environment: JOBS, MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR (outputs/sweeps/ics_cifar),
+# Environment: JOBS, MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR (outputs/sweeps/ics_cifar; both
+# + <extra overrides> when there are any),
 # NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh).
 set -euo pipefail
+rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
-MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist}"
-CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar}"
+source scripts/_sweep_name.sh
+MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist$(sweep_suffix "$@")}"
+CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar$(sweep_suffix "$@")}"
 NOISE_SCALES="${NOISE_SCALES:-1,3,10}"
 source scripts/_data_env.sh
 # every probe value is kept for the Wasserstein distances (the default keeps 20,000 per layer, for speed)
@@ -28,15 +31,16 @@ start=$(date +%s)
 MNIST_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${MNIST_DIR}"
             trainer.num_threads=1 trainer.progress=false trainer.eval_every=500 trainer.hist_every=500
             seed=0,1,2 "${PROBES[@]}")
-bnexp train -m "${MNIST_ARGS[@]}" bn=true,false "$@"
-bnexp train -m "${MNIST_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@"
+bnexp train -m "${MNIST_ARGS[@]}" bn=true,false "$@" || rc=$?
+bnexp train -m "${MNIST_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@" || rc=$?
 mid=$(date +%s)
 CIFAR_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${CIFAR_DIR}"
             trainer.num_threads=1 trainer.progress=false "data.verify_checksums=${VERIFY}"
             +experiment=bn_baseline scale=cpu seed=0,1 "${PROBES[@]}")
-bnexp train -m "${CIFAR_ARGS[@]}" bn=true,false "$@"
-bnexp train -m "${CIFAR_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@"
+bnexp train -m "${CIFAR_ARGS[@]}" bn=true,false "$@" || rc=$?
+bnexp train -m "${CIFAR_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@" || rc=$?
 end=$(date +%s)
 echo "MNIST part: $((mid - start)) s, CIFAR-10 part: $((end - mid)) s, total $((end - start)) s (${JOBS} jobs)"
 bnexp report "${MNIST_DIR}"
 bnexp report "${CIFAR_DIR}"
+exit "${rc}"

@@ -13,12 +13,14 @@
 # Extra overrides come last and win, e.g. a quick check:
 #   scripts/reproduce_mnist.sh trainer.max_steps=2000 seed=0 lr=0.12
 # Environment: JOBS (parallel jobs, default: number of cores), SWEEP_DIR (default
-# outputs/sweeps/mnist_fig1), BNEXP_DATA_ROOT (default ../shared/data when it exists).
+# outputs/sweeps/mnist_fig1, or mnist_fig1+<extra overrides> when there are any), BNEXP_DATA_ROOT (default ../shared/data when it exists).
 # Re-running the same command completes only the runs without a finished summary.json.
 set -euo pipefail
+rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
-SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/mnist_fig1}"
+source scripts/_sweep_name.sh
+SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/mnist_fig1$(sweep_suffix "$@")}"
 if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data/MNIST ]]; then
   export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"
 fi
@@ -27,7 +29,8 @@ bnexp train -m \
   hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${SWEEP_DIR}" \
   trainer.num_threads=1 trainer.progress=false trainer.eval_every=500 trainer.hist_every=500 \
   bn=true,false lr=0.12,0.6,3.6,7.2,14.4 seed=0,1,2 \
-  "$@"
+  "$@" || rc=$?
 end=$(date +%s)
 echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs)"
 bnexp report "${SWEEP_DIR}"
+exit "${rc}"

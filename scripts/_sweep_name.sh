@@ -1,0 +1,18 @@
+# Sourced by the sweep scripts: sweep_suffix ARGS... prints a folder-name suffix derived from the
+# extra Hydra overrides ("" when there are none), so a quick reproduction such as
+#   scripts/reproduce_mnist.sh trainer.max_steps=2000
+# writes into outputs/sweeps/mnist_fig1+trainer.max_steps=2000, never into the full reproduction's
+# folder (whose report would then mix the two). Long suffixes are cut and end in a hash, so they
+# stay unique, deterministic (a re-run finds the same folder) and short enough for the file system.
+sweep_suffix() {
+  if [[ $# -eq 0 ]]; then return 0; fi
+  local joined safe digest
+  joined="$(printf '%s,' "$@")"
+  joined="${joined%,}"
+  safe="$(printf '%s' "${joined}" | tr -c 'A-Za-z0-9_.,=+-' '_')"
+  if [[ ${#safe} -gt 80 ]]; then
+    digest="$(printf '%s' "${joined}" | sha1sum | cut -c1-10)"
+    safe="${safe:0:69}_${digest}"
+  fi
+  printf '+%s' "${safe}"
+}
