@@ -316,13 +316,16 @@ def unknown_key_message(key: str, override: str | None, valid: set[str], model: 
     import difflib
 
     section = key.split(".")[0] + "." if "." in key else ""
-    pool = sorted(k for k in valid if section and k.startswith(section)) or sorted(valid)
-    close = difflib.get_close_matches(key, pool, n=1, cutoff=0.6) or difflib.get_close_matches(
-        key, sorted(valid), n=2, cutoff=0.6)
     given = f" (in {override})" if override and override != key else ""
-    if section == "model." and model and not close:
-        names = ", ".join(sorted(k[len(section):] for k in valid if k.startswith(section)))
-        return f"unknown config key {key}{given}: model={model} has no such key; its keys are {names}."
+    if section == "model." and model in ("mlp", "cnn"):
+        other = "cnn" if model == "mlp" else "mlp"
+        if key in schema_keys(other):
+            names = ", ".join(sorted(k[len(section):] for k in valid if k.startswith(section)))
+            return (f"unknown config key {key}{given}: model={model} has no such key (it belongs to "
+                    f"model={other}); the keys of model={model} are {names}.")
+    tails = {k[len(section):]: k for k in valid if section and k.startswith(section)}
+    close = [tails[t] for t in difflib.get_close_matches(key[len(section):], sorted(tails), n=1, cutoff=0.7)]
+    close = close or difflib.get_close_matches(key, sorted(valid), n=2, cutoff=0.8)
     hint = f" Did you mean {' or '.join(close)}?" if close else ""
     return f"unknown config key {key}{given}.{hint} bnexp train --help lists every key with its default."
 

@@ -1,0 +1,319 @@
+"""Reliability, round 2 (issue 13): one test per class, with real processes, files and data.
+
+1 no path loses checkpointed work; 2 every config value validated for what can run;
+3 datasets checked for content; 4 file-system errors are user errors; 5 non-finite values
+mean ``diverged``; 6 strict JSON, file modes, no folder for refused runs; 7 defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bnexp import rundir
+from bnexp.rundir import read_jsonl
+
+from conftest import FAST, REPO
+
+RUN = [*FAST, "trainer.max_steps=900", "trainer.eval_every=100", "trainer.hist_every=100",
+       "trainer.ckpt_every=300", "trainer.log_every=50"]
+
+
+def _spawn(data_root: Path, cwd: Path, *args: str) -> subprocess.Popen:
+    exe = Path(sys.executable).with_name("bnexp")
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
+    return subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, timeout: float = 300.0) -> None:
+    t0 = time.time()
+    while not predicate():
+        if time.time() - t0 > timeout:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def _kill_after_checkpoint(data_root: Path, tmp_path: Path, run_dir: Path, *extra: str) -> int:
+    """Start a run, SIGKILL it after its first checkpoint; returns the checkpoint's step."""
+    p = _spawn(data_root, tmp_path, "train", *RUN, *extra, f"hydra.run.dir={run_dir}")
+    _wait_for(lambda: (run_dir / "checkpoint.pt").exists())
+    _wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 5 or p.poll() is not None)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] < 900, "the run finished before it was killed"
+    import torch
+
+    return int(torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"])
+
+
+def _strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _steps(path: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(path)]
+
+
+# ----- 1. no path loses checkpointed work ------------------------------------------------
+def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_path, data_root):
+    run_dir = tmp_path / "run"
+    ckpt_step = _kill_after_checkpoint(data_root, tmp_path, run_dir)
+    good = (run_dir / "checkpoint.pt").read_bytes()
+
+    # the same command with a different value: refused; with a wrong data root: refused
+    for bad in (["lr=0.5"], [f"data.root={tmp_path / 'nowhere'}"], ["trainer.batch_size=0"]):
+        r = run_bnexp("train", *RUN, *bad, f"hydra.run.dir={run_dir}")
+        assert r.returncode == 2, (bad, r.stderr)
+        assert "Traceback" not in r.stderr
+        s = json.loads((run_dir / "summary.json").read_text())
+        assert s["status"] != "failed" and s.get("resumable") is True, (bad, s)
+        assert (run_dir / "checkpoint.pt").read_bytes() == good, bad  # untouched
+
+    r = run_bnexp("train", *RUN, f"hydra.run.dir={run_dir}")  # the original command resumes
+    assert r.returncode == 0, r.stderr
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "finished" and s["resumed_from_step"] == ckpt_step
+    assert _steps(run_dir / "metrics.jsonl") == list(range(0, 901, 100))
+
+    # an unreadable checkpoint: set aside (kept), earlier records cut, the run starts over once
+    run2 = tmp_path / "run2"
+    _kill_after_checkpoint(data_root, tmp_path, run2)
+    (run2 / "checkpoint.pt").write_bytes(b"not a checkpoint" * 100)
+    r = run_bnexp("train", *RUN, f"hydra.run.dir={run2}")
+    assert r.returncode == 0, r.stderr
+    kept = list(run2.glob("checkpoint.unreadable-*.pt"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"not a checkpoint" * 100
+    assert "unreadable" in (run2 / "train.log").read_text()
+    assert _steps(run2 / "metrics.jsonl") == list(range(0, 901, 100))  # nothing twice
+    assert _steps(run2 / "shift.jsonl") == list(range(0, 901, 100))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run2), size_guidance={"scalars": 0})
+    ea.Reload()
+    assert [e.step for e in ea.Scalars("test/accuracy")] == list(range(0, 901, 100))
+
+
+def test_rundir_cut_records_after(tmp_path):
+    for name in rundir.RECORD_FILES:
+        rundir.write_jsonl(tmp_path / name, [{"step": s} for s in (0, 100, 200, 300)])
+    (tmp_path / "events.out.tfevents.1.x").write_bytes(b"x")
+    assert rundir.cut_records_after(tmp_path, 100) == 6
+    assert _steps(tmp_path / "metrics.jsonl") == [0, 100]
+    assert (tmp_path / "events.out.tfevents.1.x").exists()
+    rundir.cut_records_after(tmp_path, -1)
+    assert _steps(tmp_path / "ics.jsonl") == [] and not list(tmp_path.glob("events.*"))
+
+
+# ----- 2. every config value validated for what can run ----------------------------------
+@pytest.mark.parametrize("overrides,needle", [
+    (["+trainer.max_step=10"], "Did you mean trainer.max_steps?"),  # Hydra's own suggestion, with a typo
+    (["trainer.max_step=10"], "Did you mean trainer.max_steps?"),
+    (["+lrr=0.1"], "Did you mean lr?"),
+    (["model=cnn", "model.hidden=[10]"], "model=cnn has no such key"),
+    (["lr=inf"], "lr=inf: must be a finite number"),
+    (["lr=nan"], "lr=nan: must be a finite number"),
+    (["lr=1e39"], "overflows float32"),
+    (["seed=99999999999999999999"], "seed"),
+    (["trainer.max_steps=100000000000000000000"], "overflows a 64-bit integer"),
+    (["bn.eps=1e-50"], "bn.eps"),
+    (["model.hidden=[100000000]"], "GiB of memory"),
+    (["trainer.batch_size=1000000"], "training-set size"),
+    (["monitor.percentiles=[]"], "monitor.percentiles"),
+    (["trainer.targets=[]"], "trainer.targets"),
+    (["model=cnn", "model.channels=[4,4,4,4,4]"], "too many for 28x28"),
+    (["model=cnn", "model.fc=4", "monitor.unit=4"], "monitor.unit"),
+])
+def test_invalid_config_is_one_message_exit_2_and_no_run_folder(run_bnexp, tmp_path, overrides, needle):
+    run_dir = tmp_path / "runs" / "bad"
+    r = run_bnexp("train", *FAST, *overrides, f"hydra.run.dir={run_dir}")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("error") == 1, r.stderr  # printed once
+    assert not run_dir.exists()  # validation comes before the run folder
+
+
+# ----- 3. every dataset checked for content -----------------------------------------------
+def test_dataset_content_is_checked_naming_the_file(run_bnexp, tmp_path, data_root):
+    root = tmp_path / "data"
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for f in (data_root / "MNIST" / "raw").glob("*-ubyte"):
+        shutil.copy(f, raw / f.name)
+    labels = raw / "t10k-labels-idx1-ubyte"
+    data = bytearray(labels.read_bytes())
+    data[8 + 1234] = 11  # one label outside 0..9, same size and header
+    labels.write_bytes(bytes(data))
+    r = run_bnexp("train", *FAST, f"data.root={root}", f"hydra.run.dir={tmp_path / 'r'}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    msg = " ".join(r.stderr.split())
+    assert "t10k-labels-idx1-ubyte" in msg and "label 11 is at position 1234" in msg
+    assert not (tmp_path / "r").exists()
+
+    # CIFAR-10 batches of the wrong pixel type or with bad labels (read without checksums)
+    from bnexp.data import _read_cifar_batch
+    from bnexp.errors import DataError
+
+    batch = tmp_path / "data_batch_1"
+    good = {"data": np.zeros((10000, 3072), np.uint8), "labels": [3] * 10000}
+    for entry, needle in [({**good, "data": np.full((10000, 3072), 300.0)}, "pixels of type float64"),
+                          ({**good, "labels": [3] * 9999 + [10]}, "label 10 is at position 9999")]:
+        batch.write_bytes(pickle.dumps(entry))
+        with pytest.raises(DataError, match=needle) as e:
+            _read_cifar_batch(batch)
+        assert str(batch) in str(e.value)
+    batch.write_bytes(pickle.dumps(good))
+    x, y = _read_cifar_batch(batch)
+    assert x.shape == (10000, 3, 32, 32) and int(y.max()) == 3
+
+
+# ----- 4. file-system errors are user errors ----------------------------------------------
+def test_full_disk_during_jsonl_append_is_a_user_error_and_resumable(run_bnexp, tmp_path, data_root):
+    run_dir = tmp_path / "run"
+    p = _spawn(data_root, tmp_path, "train", *RUN, f"hydra.run.dir={run_dir}")
+    _wait_for(lambda: (run_dir / "checkpoint.pt").exists())
+    # the disk fills up: every later write to metrics.jsonl fails with ENOSPC (/dev/full)
+    link = run_dir / ".full"
+    os.symlink("/dev/full", link)
+    os.replace(link, run_dir / "metrics.jsonl")
+    out, err = p.communicate(timeout=300)
+    err1 = " ".join(err.split())
+    assert p.returncode == 2, err
+    assert "Traceback" not in err and f"could not write {run_dir / 'metrics.jsonl'}" in err1
+    assert "disk" in err1 and "resumes from the last checkpoint" in err1
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "interrupted" and "metrics.jsonl" in s["error"]  # recorded, still resumable
+    (run_dir / "metrics.jsonl").unlink()  # space freed
+    r = run_bnexp("train", *RUN, f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+
+
+def test_name_too_long_is_a_user_error(run_bnexp, tmp_path):
+    r = run_bnexp("train", *FAST, f"hydra.run.dir={tmp_path / ('x' * 300)}")
+    assert r.returncode == 2 and "too long" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_output_error_messages_name_path_and_fix():
+    import errno
+
+    from bnexp.errors import OutputError
+
+    e = OutputError("/out/run/summary.json", OSError(errno.ENOSPC, "No space left on device"), resumable=True)
+    assert "/out/run/summary.json" in str(e) and "free disk space" in str(e) and "resumes" in str(e)
+    e = OutputError("/ro/run", OSError(errno.EROFS, "Read-only file system"))
+    assert "not writable" in str(e) and "hydra.run.dir=PATH" in str(e)
+
+
+# ----- 5. non-finite values mean diverged --------------------------------------------------
+def test_nonfinite_measurement_means_diverged_with_step(run_bnexp, tmp_path):
+    run_dir = tmp_path / "run"
+    # the loss is checked every 100 steps only; the monitor (every 5) meets the inf first
+    r = run_bnexp("train", *FAST, "lr=1e6", "bn=false", "act=relu", "model.init_std=0.1",
+                  "trainer.max_steps=200", "trainer.eval_every=100", "trainer.hist_every=5",
+                  "trainer.log_every=100", f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    s = _strict_json((run_dir / "summary.json").read_text())
+    assert s["status"] == "diverged" and 1 <= s["diverged_step"] < 100 and s["diverged_step"] % 5 == 0
+    assert "non-finite pre-activations" in (run_dir / "train.log").read_text()
+    # a re-run of the same command skips it (complete), instead of retrying a failure
+    r = run_bnexp("train", *FAST, "lr=1e6", "bn=false", "act=relu", "model.init_std=0.1",
+                  "trainer.max_steps=200", "trainer.eval_every=100", "trainer.hist_every=5",
+                  "trainer.log_every=100", f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0 and "skipped" in r.stdout + r.stderr
+
+
+def test_monitor_raises_diverged_on_inf():
+    import torch
+
+    from bnexp.config import compose_config
+    from bnexp.errors import Diverged
+    from bnexp.models import build_model, hidden_layers
+    from bnexp.monitor import ShiftMonitor
+
+    cfg = compose_config(["bn=false"])
+    model = build_model(cfg, (1, 28, 28), 10)
+    mon = ShiftMonitor(model, torch.rand(50, 1, 28, 28), [15, 50, 85])
+    mon.record(0)
+    with torch.no_grad():
+        hidden_layers(model)[0][1].affine.weight.fill_(float("inf"))
+    with pytest.raises(Diverged) as e:
+        mon.record(7)
+    assert e.value.step == 7 and len(mon.history) == 1
+
+
+# ----- 6. outputs: strict JSON, file modes ------------------------------------------------
+def test_outputs_are_strict_json_with_umask_modes(run_bnexp, tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_bnexp("train", *FAST, "trainer.max_steps=100", "trainer.eval_every=50", "trainer.hist_every=50",
+                  f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    for name in ("summary.json", "config.yaml", "checkpoint.pt", "metrics.jsonl", "percentiles.png"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o666 & ~rundir.current_umask(), name
+    _strict_json((run_dir / "summary.json").read_text())
+    for name in ("metrics.jsonl", "shift.jsonl"):
+        for line in (run_dir / name).read_text().splitlines():
+            _strict_json(line)
+    # non-finite numbers become null; the umask is respected
+    old = os.umask(0o027)
+    try:
+        rundir.write_json(tmp_path / "x.json", {"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    finally:
+        os.umask(old)
+    assert _strict_json((tmp_path / "x.json").read_text()) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o640
+
+
+# ----- 7. defaults that hold up -------------------------------------------------------------
+def test_thread_default_is_one_for_the_paper_mlp():
+    import torch
+
+    from bnexp.config import compose_config
+    from bnexp.resources import default_num_threads, step_flops
+
+    mlp = compose_config([])
+    # paper MLP: 6 x 60 x (784*100 + 100*100 + 100*100 + 100*10) multiply-adds
+    assert step_flops(mlp) == 6 * 60 * (784 * 100 + 2 * 100 * 100 + 100 * 10)
+    assert default_num_threads(mlp) == 1
+    assert default_num_threads(compose_config(["trainer.num_threads=3"])) == 3
+    # the default CNN (about 1.5e9 FLOPs per step) keeps torch's own default
+    assert step_flops(compose_config(["model=cnn"])) > 1e9
+    assert default_num_threads(compose_config(["model=cnn"])) == torch.get_num_threads()
+
+
+def test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero(run_bnexp, tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_bnexp("train", "-m", "trainer.batch_size=0,60", *FAST, "trainer.max_steps=50",
+                  "trainer.eval_every=50", "trainer.hist_every=50", f"hydra.sweep.dir={sweep}", env_extra={"COLUMNS": "60"})
+    assert r.returncode == 1, r.stderr
+    done = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
+    assert [s["status"] for s in done] == ["finished"]
+    assert "1 job(s) of the sweep failed" in r.stderr and "trainer.batch_size=0" in r.stderr
+    # the finished run's folder is printed whole even in a narrow terminal
+    run = next(p.parent for p in sweep.glob("*/summary.json"))
+    assert f"run dir: {run}" in r.stdout
+
+
+def test_quick_reproduction_writes_its_own_sweep_folder(tmp_path):
+    code = ('source scripts/_sweep_name.sh; echo "[$(sweep_suffix)]"; '
+            'echo "[$(sweep_suffix trainer.max_steps=2000 seed=0)]"; echo "[$(sweep_suffix ' + "x=" + "y" * 200 + ')]"')
+    out = subprocess.run(["bash", "-c", code], cwd=REPO, capture_output=True, text=True).stdout.split()
+    assert out[0] == "[]" and out[1] == "[+trainer.max_steps=2000,seed=0]"
+    assert len(out[2]) <= 84 and out[2] != out[1]
+    for script in ("reproduce_mnist.sh", "reproduce_cifar.sh", "ics_study.sh"):
+        text = (REPO / "scripts" / script).read_text()
+        assert "sweep_suffix \"$@\"" in text and 'exit "${rc}"' in text, script
