@@ -74,15 +74,18 @@ def _hydra_train():
 
 
 def _print_error(msg: str) -> None:
-    """Print ``bnexp: error: MSG`` once on stderr, wrapped at word boundaries to the terminal width
-    (a path or key is never split across lines), and copy it into the run's train.log."""
+    """Print ``bnexp: error: MSG`` once on stderr -- on a terminal wrapped at word boundaries to its
+    width (a path or key is never split across lines), else as one line -- and copy it into the
+    run's train.log."""
     import shutil
     import textwrap
 
     from rich.console import Console
 
-    width = max(40, shutil.get_terminal_size((100, 24)).columns)
-    text = textwrap.fill("bnexp: error: " + msg, width=width, break_long_words=False, break_on_hyphens=False)
+    text = "bnexp: error: " + msg
+    if sys.stderr.isatty():  # a terminal: wrap at word boundaries; piped (logs, CI): one line to grep
+        width = max(40, shutil.get_terminal_size((100, 24)).columns)
+        text = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
     Console(stderr=True).print(f"[bold red]bnexp: error:[/]{text[len('bnexp: error:'):]}", highlight=False,
                                soft_wrap=True, markup=True)
     _log_to_file_only(logging.ERROR, msg)
