@@ -164,19 +164,21 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
     fresh = _is_fresh(run_dir)
+    hydra_dir = run_dir
     if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
         found = rundir.find_resumable(run_dir, overrides or [])
         if found is not None:
             log.info("trainer.resume=true: continuing the unfinished run in %s", found)
-            (run_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {found}\n")
             run_dir, fresh = found, False
-    if rundir.is_complete(run_dir):
-        s = rundir.read_summary(run_dir)
-        log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
-        return s
     lock = None
     try:
-        validate(cfg)  # before anything in the run directory changes
+        validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
+        if run_dir != hydra_dir:
+            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
+        if rundir.is_complete(run_dir):
+            s = rundir.read_summary(run_dir)
+            log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
+            return s
         try:
             rundir.check_writable(run_dir)
         except OSError as exc:
@@ -188,6 +190,10 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
             if multirun:
                 return None
             raise SystemExit(2)
+        if rundir.is_complete(run_dir):  # completed by another process since the check above
+            s = rundir.read_summary(run_dir)
+            log.info("%s was completed meanwhile (status %s): skipped", run_dir, s.get("status"))
+            return s
         if resume is False:
             rundir.clear_partial_outputs(run_dir, checkpoint=True)
         elif not (run_dir / "checkpoint.pt").exists():
@@ -273,12 +279,17 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
     A run directory holding a checkpoint stays resumable: its status becomes (or stays)
     ``interrupted``, never ``failed``, and the attempt's error is kept under ``error``;
     re-running the original command resumes from the checkpoint. Without a checkpoint the
-    status is ``failed`` (a sweep re-run starts that run over).
+    status is ``failed`` (a sweep re-run starts that run over). A complete summary.json
+    (``finished`` or ``diverged``) is never overwritten: the attempt's error goes to the log only.
     """
     from bnexp import rundir
 
     try:
         prev = rundir.read_summary(run_dir) or {}
+        if prev.get("status") in rundir.COMPLETE_STATUSES:
+            log.warning("%s is complete (status %s); its summary.json is kept, this attempt's error was: %s",
+                        run_dir, prev["status"], message)
+            return
         if (Path(run_dir) / "checkpoint.pt").exists():
             status = prev.get("status") if prev.get("status") == "interrupted" else "interrupted"
             prev.update({"status": status, "resumable": True, "error": message, "traceback": tb})

@@ -108,6 +108,31 @@ def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_
     assert [e.step for e in ea.Scalars("test/accuracy")] == list(range(0, 901, 100))
 
 
+def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, tmp_path):
+    run_dir = tmp_path / "done"
+    short = [*FAST, "trainer.max_steps=100", "trainer.eval_every=50", "trainer.hist_every=50"]
+    r = run_bnexp("train", *short, f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    done = (run_dir / "summary.json").read_bytes()
+    assert json.loads(done)["status"] == "finished"
+    # refused (invalid values): exit 2, one message; the complete summary.json stays byte for byte
+    for bad in (["trainer.batch_size=0"], ["lr=nan"], ["+trainer.max_step=10"]):
+        r = run_bnexp("train", *short, *bad, f"hydra.run.dir={run_dir}")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (bad, r.stderr)
+        assert (run_dir / "summary.json").read_bytes() == done, bad
+    # an attempt failing after the completeness check (another process finished the run meanwhile)
+    from bnexp import cli
+    from bnexp.config import compose_config
+
+    cli._record_failure(run_dir, compose_config([]), "OSError: disk full", "Traceback ...")
+    assert (run_dir / "summary.json").read_bytes() == done
+    # a run without a complete summary is still recorded as failed
+    other = tmp_path / "other"
+    other.mkdir()
+    cli._record_failure(other, compose_config([]), "boom", None)
+    assert json.loads((other / "summary.json").read_text())["status"] == "failed"
+
+
 def test_rundir_cut_records_after(tmp_path):
     for name in rundir.RECORD_FILES:
         rundir.write_jsonl(tmp_path / name, [{"step": s} for s in (0, 100, 200, 300)])
@@ -254,6 +279,26 @@ def test_monitor_raises_diverged_on_inf():
     with pytest.raises(Diverged) as e:
         mon.record(7)
     assert e.value.step == 7 and len(mon.history) == 1
+
+
+def test_divergence_at_step_0_is_diverged_with_step_0(tmp_path, data_root, monkeypatch):
+    """A non-finite pre-activation already at step 0 (a measurement taken before the first update)."""
+    import torch
+
+    from bnexp.config import compose_config
+    from bnexp.models import hidden_layers
+    from bnexp.trainer import Trainer
+
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    cfg = compose_config(["bn=false", "trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=50",
+                          f"data.root={data_root}"])
+    tr = Trainer(cfg, tmp_path)
+    with torch.no_grad():
+        hidden_layers(tr.model)[1][1].affine.weight.fill_(float("inf"))
+    s = tr.run()
+    assert s["status"] == "diverged" and s["diverged_step"] == 0 and s["step"] == 0
+    assert _strict_json((tmp_path / "summary.json").read_text())["diverged_step"] == 0
+    assert _steps(tmp_path / "metrics.jsonl") == [0] and _steps(tmp_path / "shift.jsonl") == []
 
 
 # ----- 6. outputs: strict JSON, file modes ------------------------------------------------
