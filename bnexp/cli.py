@@ -321,8 +321,9 @@ def check_output_location(args: list[str]) -> str | None:
     p = target.resolve()
     too_long = [part for part in p.parts if len(part.encode()) > 255]
     if too_long or len(str(p).encode()) > 4095:
-        return (f"cannot create the output folder {target}: the name is too long for the file system "
-                f"({'a folder name of ' + str(len(too_long[0].encode())) + ' bytes; at most 255' if too_long else 'the path exceeds 4095 bytes'}). "
+        why = (f"a folder name of {len(too_long[0].encode())} bytes; at most 255" if too_long
+               else "the path exceeds 4095 bytes")
+        return (f"cannot create the output folder {target}: the name is too long for the file system ({why}). "
                 f"Choose a shorter one with {key}PATH.")
     while not p.exists() and p != p.parent:
         p = p.parent

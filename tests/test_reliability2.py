@@ -292,10 +292,14 @@ def test_divergence_at_step_0_is_diverged_with_step_0(tmp_path, data_root, monke
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     cfg = compose_config(["bn=false", "trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=50",
                           f"data.root={data_root}"])
-    tr = Trainer(cfg, tmp_path)
-    with torch.no_grad():
-        hidden_layers(tr.model)[1][1].affine.weight.fill_(float("inf"))
-    s = tr.run()
+    threads = torch.get_num_threads()  # the Trainer sets torch's process-wide thread count
+    try:
+        tr = Trainer(cfg, tmp_path)
+        with torch.no_grad():
+            hidden_layers(tr.model)[1][1].affine.weight.fill_(float("inf"))
+        s = tr.run()
+    finally:
+        torch.set_num_threads(threads)
     assert s["status"] == "diverged" and s["diverged_step"] == 0 and s["step"] == 0
     assert _strict_json((tmp_path / "summary.json").read_text())["diverged_step"] == 0
     assert _steps(tmp_path / "metrics.jsonl") == [0] and _steps(tmp_path / "shift.jsonl") == []
@@ -343,7 +347,8 @@ def test_thread_default_is_one_for_the_paper_mlp():
 def test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero(run_bnexp, tmp_path):
     sweep = tmp_path / "sweep"
     r = run_bnexp("train", "-m", "trainer.batch_size=0,60", *FAST, "trainer.max_steps=50",
-                  "trainer.eval_every=50", "trainer.hist_every=50", f"hydra.sweep.dir={sweep}", env_extra={"COLUMNS": "60"})
+                  "trainer.eval_every=50", "trainer.hist_every=50", f"hydra.sweep.dir={sweep}",
+                  env_extra={"COLUMNS": "60"})
     assert r.returncode == 1, r.stderr
     done = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
     assert [s["status"] for s in done] == ["finished"]
