@@ -10,13 +10,11 @@ REPO = Path(__file__).resolve().parent.parent
 # ![alt](path "title") and <img src="path">
 IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(\s*(?:<([^>]+)>|([^)\s]+))(?:\s+\"[^\"]*\")?\s*\)"
                         r"|<img[^>]*\bsrc=[\"']([^\"']+)[\"']")
-# a snippet the lead pastes into README.md: its links are relative to the repository root
-SNIPPETS = {Path("docs/tensorboard/README_section.md")}
 
 
 def _markdown_files() -> list[Path]:
     files = [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
-    return [f for f in files if f.exists() and f.relative_to(REPO) not in SNIPPETS]
+    return [f for f in files if f.exists()]
 
 
 def image_links(text: str) -> list[str]:
