@@ -43,8 +43,3 @@ def test_every_image_link_in_readme_and_docs_resolves():
                 missing.append(f"{md.relative_to(REPO)}: {target}")
     assert not missing, "image links that do not resolve:\n" + "\n".join(missing)
 
-
-def test_snippet_links_resolve_from_the_repository_root():
-    for snippet in SNIPPETS:
-        for target in image_links((REPO / snippet).read_text()):
-            assert (REPO / target).is_file(), f"{snippet}: {target}"
