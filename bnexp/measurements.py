@@ -40,6 +40,7 @@ from bnexp import rundir
 from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.ics import gradient_ics, landscape_probe, layer_param_groups
 from bnexp.models import hidden_layers
+from bnexp.precision import autocast
 
 log = logging.getLogger("bnexp")
 
@@ -71,12 +72,15 @@ class RecordLog:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 500) -> tuple[float, float]:
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 500,
+             autocast_dtype: torch.dtype | None = None) -> tuple[float, float]:
     """Mean cross-entropy loss and accuracy of ``model`` in eval mode (population statistics) on (x, y).
 
     Args:
         x: (N, C, H, W) inputs; y: (N,) labels.
         chunk: examples per forward pass.
+        autocast_dtype: the forward pass's autocast dtype (``trainer.precision``, see
+            :mod:`bnexp.precision`); None: fp32. The loss is computed in fp32 either way.
 
     Returns:
         (loss in nats, accuracy in [0, 1]).
@@ -86,7 +90,9 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 50
     loss_sum = torch.zeros((), device=x.device)
     correct = torch.zeros((), device=x.device, dtype=torch.long)
     for i in range(0, len(y), chunk):
-        logits = model(x[i:i + chunk])
+        with autocast(x.device, autocast_dtype):
+            logits = model(x[i:i + chunk])
+        logits = logits.float()
         loss_sum += nn.functional.cross_entropy(logits, y[i:i + chunk], reduction="sum")
         correct += (logits.argmax(1) == y[i:i + chunk]).sum()
     model.train(was_training)
@@ -232,7 +238,8 @@ class TestEvaluation(Measurement):
         self.metrics = metrics
 
     def _record(self, tr, train_loss, train_acc) -> dict:
-        test_loss, test_acc = evaluate(tr.model, tr.data.test_x, tr.data.test_y)
+        test_loss, test_acc = evaluate(tr.model, tr.data.test_x, tr.data.test_y,
+                                       autocast_dtype=getattr(tr, "amp_dtype", None))
         step = tr.step
         rec = {"step": step, "epoch": tr.sampler.epoch, "test_loss": test_loss, "test_accuracy": test_acc,
                "train_loss": train_loss, "train_accuracy": train_acc,

@@ -66,13 +66,37 @@ def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
     return bn
 
 
-def _init_weights(model: nn.Module, init_std: float | None) -> None:
-    """Weights of every linear/conv layer ~ N(0, init_std^2), biases 0; None keeps torch's init."""
-    if init_std is None:
+INITS = ("normal", "kaiming", "torch")
+
+
+def _init_weights(model: nn.Module, init: str | None, init_std: float | None) -> None:
+    """Initialize every linear/conv layer of ``model`` (``model.init``).
+
+    * ``normal``: W ~ N(0, init_std^2), b = 0 (the paper's "small random Gaussian values", Sec. 4.1).
+    * ``kaiming``: He et al. 2015 normal init, fan-in mode, ReLU gain: W ~ N(0, 2 / fan_in), b = 0,
+      which keeps the pre-activation variance roughly constant from layer to layer in a plain
+      ReLU network (He et al. 2015, Sec. 2.2, eq. 10). The classifier gets the same rule.
+    * ``torch``: torch's default (Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in),
+      1/sqrt(fan_in)) weights and biases), left as constructed.
+    * None: ``normal`` when ``init_std`` is given, else ``torch`` (the behaviour before ``model.init``).
+
+    Raises:
+        ValueError: unknown ``init``, or ``normal`` without a positive ``init_std``.
+    """
+    if init is None:
+        init = "torch" if init_std is None else "normal"
+    if init not in INITS:
+        raise ValueError(f"unknown model.init {init!r} (use normal, kaiming or torch)")
+    if init == "torch":
         return
+    if init == "normal" and not (init_std is not None and init_std > 0):
+        raise ValueError(f"model.init=normal needs model.init_std > 0, got {init_std!r}")
     for m in model.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
-            nn.init.normal_(m.weight, 0.0, init_std)
+            if init == "normal":
+                nn.init.normal_(m.weight, 0.0, init_std)
+            else:
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
 
@@ -89,12 +113,14 @@ class MLP(nn.Module):
         num_classes: output width.
         act: ``sigmoid`` or ``relu``.
         bn_cfg: the ``bn`` config node (``enabled``, ``eps``, ``momentum``), or None for no BN.
-        init_std: std of the Gaussian weight init, or None for torch's default.
+        init_std: std of the Gaussian weight init (``init="normal"``).
         dropout: dropout probability before the classifier.
+        init: ``normal``, ``kaiming`` or ``torch``; None: ``normal`` when ``init_std`` is given,
+            else torch's default (see :func:`_init_weights`).
     """
 
     def __init__(self, in_features: int, hidden: list[int], num_classes: int, act: str,
-                 bn_cfg=None, init_std: float | None = 0.01, dropout: float = 0.0):
+                 bn_cfg=None, init_std: float | None = 0.01, dropout: float = 0.0, init: str | None = None):
         super().__init__()
         use_bn = bn_cfg is not None and bn_cfg.enabled
         layers = []
@@ -107,7 +133,7 @@ class MLP(nn.Module):
         self.hidden = nn.ModuleList(layers)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.classifier = nn.Linear(width, num_classes)
-        _init_weights(self, init_std)
+        _init_weights(self, init, init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.flatten(1)
@@ -136,12 +162,12 @@ class CNN(nn.Module):
         convs_per_stage: conv layers per stage.
         fc: width of the fully-connected hidden layer.
         num_classes: output width.
-        act, bn_cfg, init_std, dropout: as in :class:`MLP`.
+        act, bn_cfg, init_std, dropout, init: as in :class:`MLP`.
     """
 
     def __init__(self, in_shape: tuple[int, int, int], channels: list[int], convs_per_stage: int,
                  fc: int, num_classes: int, act: str, bn_cfg=None, init_std: float | None = None,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, init: str | None = None):
         super().__init__()
         use_bn = bn_cfg is not None and bn_cfg.enabled
         c, h, w = in_shape
@@ -161,7 +187,7 @@ class CNN(nn.Module):
                               _bn_layer(fc, False, bn_cfg) if use_bn else None, make_activation(act))
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.classifier = nn.Linear(fc, num_classes)
-        _init_weights(self, init_std)
+        _init_weights(self, init, init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc(self.features(x).flatten(1))
@@ -185,13 +211,14 @@ def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int) -> nn.Mod
         num_classes: number of output logits.
 
     Raises:
-        ValueError: unknown model name, or too many pooling stages for the input size.
+        ValueError: unknown model name or init, or too many pooling stages for the input size.
     """
     m = cfg.model
     act = cfg.act.value if hasattr(cfg.act, "value") else str(cfg.act)
     if m.name == "mlp":
-        return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, cfg.bn, m.init_std, m.dropout)
+        return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, cfg.bn, m.init_std, m.dropout,
+                   init=m.get("init"))
     if m.name == "cnn":
         return CNN(in_shape, list(m.channels), m.convs_per_stage, m.fc, num_classes, act, cfg.bn,
-                   m.init_std, m.dropout)
+                   m.init_std, m.dropout, init=m.get("init"))
     raise ValueError(f"unknown model {m.name!r}")

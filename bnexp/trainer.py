@@ -36,6 +36,7 @@ from bnexp.errors import ConfigError, UserError
 from bnexp.measurements import Diverged, RecordLog, Schedule, build_measurements, evaluate
 from bnexp.models import build_model
 from bnexp.monitor import ShiftMonitor
+from bnexp.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
 from bnexp.runtime import (Interrupted, Progress, SignalGuard, lr_lambda, resolve_device, rng_state,
                            seed_everything, set_rng_state)
 from bnexp.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
@@ -75,6 +76,13 @@ class Trainer:
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the test-set size ({len(self.data.test_y)})")
         self.model = build_model(cfg, self.data.input_shape, self.data.num_classes).to(self.device)
+        # trainer.precision (bnexp.precision): the forward pass's autocast dtype, None for fp32
+        self.amp_dtype = resolve_precision(str(tcfg.get("precision", "fp32")), self.device)
+        # conv nets run channels-last (NHWC): weights here, the test set once, mini-batches per step
+        self.channels_last = is_conv_net(self.model)
+        if self.channels_last:
+            to_channels_last(self.model)
+            self.data.test_x = channels_last_input(self.data.test_x)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.optim.momentum,
                                          nesterov=cfg.optim.nesterov, weight_decay=cfg.optim.weight_decay)
         schedule = str(getattr(cfg.optim.schedule, "value", cfg.optim.schedule))
@@ -229,6 +237,8 @@ class Trainer:
             "device": str(self.device), "num_parameters": sum(p.numel() for p in self.model.parameters()),
             "resumed_from_step": self.resumed_from,
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
+            "precision": "bf16" if self.amp_dtype is not None else "fp32",
+            "channels_last": self.channels_last,
         }
 
     # ----- the loop -----------------------------------------------------------------
@@ -257,6 +267,7 @@ class Trainer:
 
         max_steps = self.max_steps
         train_x, train_y, augment = self.data.train_x, self.data.train_y, self.augment
+        device, amp_dtype, channels_last = self.device, self.amp_dtype, self.channels_last
         schedule = Schedule(self.measurements, max_steps)
         # per-step (loss, logits, labels), left on the device for the train-loss measurement
         window = next(m for m in self.measurements if m.name == "train_loss").window
@@ -278,7 +289,11 @@ class Trainer:
                         x = augment(x)
                     if self.step + 1 >= schedule.next_before:
                         schedule.run_before(self, x, y)
-                    logits = model(x)
+                    if channels_last:
+                        x = channels_last_input(x)
+                    with autocast(device, amp_dtype):
+                        logits = model(x)
+                    logits = logits.float()  # no-op in fp32; the loss is computed in fp32
                     loss = nn.functional.cross_entropy(logits, y)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
@@ -316,7 +331,8 @@ class Trainer:
             rec_sampler = BatchSampler(len(self.data.train_y), batch_size, cfg.seed + 1, self.device)
             batches = (train_x[rec_sampler.next()] for _ in range(cfg.bn.recompute_batches))
             k = recompute_population_statistics(self.model, batches)
-            final_loss, final_acc = evaluate(self.model, self.data.test_x, self.data.test_y)
+            final_loss, final_acc = evaluate(self.model, self.data.test_x, self.data.test_y,
+                                             autocast_dtype=self.amp_dtype)
             self.writer.add_scalar("test/accuracy_recomputed_population_stats", final_acc, self.step)
             log.info("population statistics recomputed over %d mini-batches (Alg. 2): test acc %.4f (ema: %.4f)",
                      k, final_acc, extra["final_test_accuracy_ema"])

@@ -44,6 +44,12 @@ def print_table(report: Report, console=None) -> None:
         console.print(f"- {v}", highlight=False, markup=False)
     for v in (report.data.get("best_rate") or {}).get("verdicts", []):
         console.print(f"- {v}", highlight=False, markup=False)
+    matched = report.data.get("sec42_matched")
+    if matched:
+        console.print(f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, "
+                      f"{matched['grid']['position']} of the grid): {100 * matched['target']:.2f}%", highlight=False)
+        for line in [matched["pass_rule"]["text"]] + matched["claims"]:
+            console.print(f"- {line}", highlight=False, markup=False)
     sec = report.data.get("ics")
     if sec:
         t = Table(title=ICS_TITLE)
@@ -85,7 +91,13 @@ def write_report(report: Report) -> list[Path]:
     ics_figures = (report.data.get("ics") or {}).get("figures", [])
     for name in ics_figures:
         ICS_PLOTS[name](report, d / name)
-    return [d / f for f in REPORT_FILES] + [d / f for f in ics_figures]
+    extra = []
+    if report.data.get("sec42_matched"):
+        from bnexp.report.figures_sec42 import FIGURE, plot_matched_accuracy
+
+        plot_matched_accuracy(report, d / FIGURE)
+        extra.append(FIGURE)
+    return [d / f for f in REPORT_FILES] + [d / f for f in ics_figures + extra]
 
 
 def _parse_targets(values: list[str] | None) -> list[float] | None:

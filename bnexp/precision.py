@@ -1,0 +1,96 @@
+"""Numeric precision and memory layout of the step loop (``trainer.precision``, channels-last).
+
+``trainer.precision``:
+
+* ``fp32`` -- everything in float32 (the default).
+* ``bf16`` -- the forward pass runs under :func:`torch.autocast` with ``dtype=torch.bfloat16``:
+  convolutions and matrix products (``conv2d``, ``linear``, ``mm``...) compute in bfloat16,
+  as autocast's lower-precision op list prescribes. What stays float32: the parameters and
+  so the optimizer state (SGD momentum buffers), BN's mini-batch statistics and running
+  (population) averages -- the BN kernels accumulate mean and variance in float32 and their
+  buffers are float32 -- and the loss, which the trainer computes outside autocast on the
+  logits cast to float32. Backward follows the forward's dtypes (no loss scaling is needed
+  for bfloat16, whose exponent range is float32's).
+
+A CPU "supports" bf16 when oneDNN reports native bfloat16 kernels
+(``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: AVX512-BF16 / AMX / AVX512 CPUs). On other
+CPUs bfloat16 still runs, but by emulation: on the AVX2 machine this was written on, one 16->16
+3x3 convolution of a 64-image mini-batch took 17x longer in bfloat16 than in float32. There, and
+on GPUs without bfloat16, ``bf16`` falls back to fp32 with a warning. Whether bf16 is *faster*
+is measured, not assumed: ``benchmarks/bench_cifar_precision.py``.
+
+Channels-last: a convolutional network runs with its weights and inputs in
+``torch.channels_last`` (NHWC) memory layout, which oneDNN's and cuDNN's convolutions prefer;
+the values are unchanged (only strides differ), so results match NCHW up to float rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+from torch import nn
+
+from bnexp.errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether bfloat16 autocast is usable on ``device`` (see the module docstring)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        if not torch.backends.mkldnn.is_available():
+            return False
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):  # an older or newer torch without the query
+            return False
+    return False
+
+
+def resolve_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``trainer.precision`` on ``device``: None for fp32, ``torch.bfloat16`` for bf16.
+
+    Raises:
+        ConfigError: for a name other than fp32 / bf16.
+
+    Warns:
+        UserWarning: bf16 asked for on a device without bfloat16 support; fp32 is used instead.
+    """
+    if name not in PRECISIONS:
+        raise ConfigError("trainer.precision", name, "use fp32 or bf16")
+    if name == "fp32":
+        return None
+    if not bf16_supported(device):
+        warnings.warn(f"trainer.precision=bf16: {device.type} here has no bfloat16 support; training in fp32",
+                      stacklevel=2)
+        return None
+    return torch.bfloat16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """The forward-pass context: ``torch.autocast(device.type, dtype)``, or a no-op for fp32 (dtype None)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def is_conv_net(model: nn.Module) -> bool:
+    """True when ``model`` has a 2-d convolution (it then runs channels-last)."""
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def to_channels_last(model: nn.Module) -> nn.Module:
+    """Put a convolutional network's 4-d parameters and buffers in ``torch.channels_last``
+    layout (in place; other networks are returned unchanged)."""
+    if is_conv_net(model):
+        model.to(memory_format=torch.channels_last)
+    return model
+
+
+def channels_last_input(x: torch.Tensor) -> torch.Tensor:
+    """An (N, C, H, W) mini-batch in channels-last layout (same values); other shapes unchanged."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
