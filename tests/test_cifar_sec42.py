@@ -126,10 +126,10 @@ def test_init_normal_and_errors():
     torch.manual_seed(1)
     m = CNN((3, 32, 32), [16], 2, 32, 10, "relu", None, init="normal", init_std=0.05)
     w = hidden_layers(m)[1][1].affine.weight
-    assert abs(float(w.std()) - 0.05) < 0.005
+    assert abs(float(w.detach().std()) - 0.05) < 0.005
     k = CNN((3, 32, 32), [16], 2, 32, 10, "relu", None, init="kaiming")
     w = hidden_layers(k)[1][1].affine.weight  # fan_in = 16 * 9
-    assert float(w.std()) == pytest.approx(math.sqrt(2 / 144), rel=0.05)
+    assert float(w.detach().std()) == pytest.approx(math.sqrt(2 / 144), rel=0.05)
     with pytest.raises(ValueError, match="model.init"):
         CNN((3, 32, 32), [16], 1, 32, 10, "relu", None, init="xavier")
     from bnexp.errors import ConfigError
@@ -191,8 +191,12 @@ def test_bf16_path_trains_with_fp32_statistics_loss_and_optimizer_state(tmp_path
     x = precision.channels_last_input(tr.data.train_x[:4])
     seen = {}
     conv = hidden_layers(tr.model)[0][1]
-    conv.affine.register_forward_hook(lambda m, i, o: seen.setdefault("conv", o.dtype))
-    conv.bn.register_forward_hook(lambda m, i, o: seen.setdefault("bn_mean", m.running_mean.dtype))
+
+    def record(key, value):  # a forward hook must return None (a value would replace the output)
+        seen.setdefault(key, value)
+
+    conv.affine.register_forward_hook(lambda m, i, o: record("conv", o.dtype))
+    conv.bn.register_forward_hook(lambda m, i, o: record("bn_mean", m.running_mean.dtype))
     with precision.autocast(tr.device, tr.amp_dtype):
         tr.model(x)
     assert seen == {"conv": torch.bfloat16, "bn_mean": torch.float32}

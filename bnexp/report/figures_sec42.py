@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from bnexp.report.build import Report
-from bnexp.report.figures import pyplot
+from bnexp.report.figstyle import pyplot
 from bnexp.rundir import atomic_write_bytes
 
 FIGURE = "matched_accuracy.png"

@@ -166,8 +166,10 @@ def matched_accuracy(groups: list[ConfigGroup]) -> dict | None:
         per_seed_curves = [curve(r) for r in runs]
         steps = {lv: {"per_seed": [first_at(cs, ca, lv * target) for cs, ca in per_seed_curves],
                       "mean_curve": first_at(s, a, lv * target)} for lv in levels}
+        label = (f"baseline (lr={_lr(g):g})" if g.experiment == "baseline" and _lr(g) is not None
+                 else g.experiment or g.label)
         rows.append({
-            "label": g.label, "experiment": g.experiment, "lr": _lr(g), "seeds": len(runs),
+            "label": label, "experiment": g.experiment, "lr": _lr(g), "seeds": len(runs),
             "diverged": sum(r.status == "diverged" for r in g.runs), "max_steps": g.max_steps,
             "plateau": plateau(a), "plateau_per_seed": [plateau(ca) for _, ca in per_seed_curves],
             "check": plateau_check(s, a, g.max_steps or (s[-1] if s else 0)),
@@ -241,8 +243,9 @@ def claims(sec: dict) -> list[str]:
     if sig or bsig:
         parts = []
         if sig:
-            parts.append(f"bn_x5_sigmoid plateau {_pct(sig['plateau'])}, 100% of the target in "
-                         f"{_steps(sig['steps']['1']['mean_curve'])} steps")
+            st = sig["steps"]["1"]["mean_curve"]
+            parts.append(f"bn_x5_sigmoid plateau {_pct(sig['plateau'])}, "
+                         + ("did not reach 100% of the target" if st is None else f"100% of the target in {st:,} steps"))
         if bsig:
             trains = bsig["plateau"] is not None and bsig["plateau"] > CHANCE + 0.05
             parts.append(f"baseline_sigmoid plateau {_pct(bsig['plateau'])} "
