@@ -84,11 +84,9 @@ class MLPConfig:
 
     name: str = "mlp"
     hidden: List[int] = field(default_factory=lambda: [100, 100, 100])
-    init_std: Optional[float] = 0.01  # N(0, init_std^2) weights, zero biases (init=normal)
+    init_std: Optional[float] = 0.01  # N(0, init_std^2) weights, zero biases; null: torch default
     dropout: float = 0.0  # dropout before the classifier
-    # normal: N(0, init_std^2); kaiming: He normal, fan-in, N(0, 2/fan_in); torch: torch's default;
-    # null: normal when init_std is set, else torch
-    init: Optional[str] = None
+    init: Optional[str] = None  # normal | kaiming | torch (bnexp.models); null: normal if init_std set, else torch
 
 
 @dataclass
@@ -104,9 +102,9 @@ class CNNConfig:
     channels: List[int] = field(default_factory=lambda: [32, 64])
     convs_per_stage: int = 1
     fc: int = 128
-    init_std: Optional[float] = None  # std of the init=normal weights
+    init_std: Optional[float] = None  # null: torch's default (Kaiming-uniform) init
     dropout: float = 0.0
-    init: Optional[str] = None  # normal | kaiming | torch; null: normal when init_std is set, else torch
+    init: Optional[str] = None  # normal | kaiming | torch (bnexp.models); null: normal if init_std set, else torch
 
 
 @dataclass
@@ -157,9 +155,7 @@ class TrainerConfig:
     # sweep or a hydra.run.dir); true: also look for the newest unfinished run with the same
     # overrides under the runs folder; false: always start over.
     resume: Optional[bool] = None
-    # fp32 | bf16: bf16 runs the forward pass under bfloat16 autocast (convs and matrix products);
-    # parameters, optimizer state, BN statistics and the loss stay fp32 (bnexp.precision)
-    precision: str = "fp32"
+    precision: str = "fp32"  # fp32 | bf16: bfloat16 autocast of the forward pass (bnexp.precision)
 
 
 @dataclass
@@ -552,15 +548,6 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("model.convs_per_stage", m.convs_per_stage, "must be >= 1")
     if m.init_std is not None and not m.init_std > 0:
         raise ConfigError("model.init_std", m.init_std, "must be > 0, or null for torch's default init")
-    init = m.get("init")
-    if init is not None and init not in ("normal", "kaiming", "torch"):
-        raise ConfigError("model.init", init, "use normal, kaiming or torch")
-    if init == "normal" and m.init_std is None:
-        raise ConfigError("model.init_std", None, "model.init=normal needs a std (e.g. model.init_std=0.01)")
-    if init in ("kaiming", "torch") and m.init_std is not None:
-        raise ConfigError("model.init_std", m.init_std, f"is used only with model.init=normal (model.init={init})")
-    if t.get("precision", "fp32") not in ("fp32", "bf16"):
-        raise ConfigError("trainer.precision", t.precision, "use fp32 or bf16")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("model.dropout", m.dropout, "must lie in [0, 1)")
     if m.name == "cnn" and len(m.channels) > max_pooling_stages(cfg.data.name):

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bnexp.bn import NoisyBatchNorm, ReferenceBatchNorm
+from bnexp.errors import ConfigError
 
 
 def make_activation(name: str) -> nn.Module:
@@ -81,16 +82,17 @@ def _init_weights(model: nn.Module, init: str | None, init_std: float | None) ->
     * None: ``normal`` when ``init_std`` is given, else ``torch`` (the behaviour before ``model.init``).
 
     Raises:
-        ValueError: unknown ``init``, or ``normal`` without a positive ``init_std``.
+        ConfigError: unknown ``init`` (key ``model.init``), or ``normal`` without a positive
+            ``init_std`` (key ``model.init_std``).
     """
     if init is None:
         init = "torch" if init_std is None else "normal"
     if init not in INITS:
-        raise ValueError(f"unknown model.init {init!r} (use normal, kaiming or torch)")
+        raise ConfigError("model.init", init, "use normal, kaiming or torch")
     if init == "torch":
         return
     if init == "normal" and not (init_std is not None and init_std > 0):
-        raise ValueError(f"model.init=normal needs model.init_std > 0, got {init_std!r}")
+        raise ConfigError("model.init_std", init_std, "model.init=normal needs a std > 0 (e.g. 0.01)")
     for m in model.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             if init == "normal":
@@ -211,9 +213,12 @@ def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int) -> nn.Mod
         num_classes: number of output logits.
 
     Raises:
-        ValueError: unknown model name or init, or too many pooling stages for the input size.
+        ValueError: unknown model name, or too many pooling stages for the input size.
+        ConfigError: a bad ``model.init``, or ``model.init_std`` set with ``model.init`` kaiming / torch.
     """
     m = cfg.model
+    if m.get("init") in ("kaiming", "torch") and m.init_std is not None:
+        raise ConfigError("model.init_std", m.init_std, f"is used only with model.init=normal (model.init={m.init})")
     act = cfg.act.value if hasattr(cfg.act, "value") else str(cfg.act)
     if m.name == "mlp":
         return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, cfg.bn, m.init_std, m.dropout,
