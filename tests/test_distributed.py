@@ -15,7 +15,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bnexp.bn import batch_norm_train
-from bnexp.bn_sync import CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm
+from bnexp.bn_sync import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
+                           replica_local, sync_batch_norm)
 from bnexp.distributed import Replicas, per_replica_batch_size, replica_share
 from bnexp.errors import ConfigError, UserError
 from bnexp.preemption import Preempted, PreemptionGuard
@@ -69,6 +70,16 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
                 dist.all_reduce(dg)  # what DDP's gradient all-reduce adds up
                 dist.all_reduce(db)
                 res[name, kind] = (y.detach(), xr.grad, dg, db, bn.running_mean.clone(), bn.running_var.clone())
+        # sync_batch_norm converts plain BN; replica_local lets rank 0 alone run it (no collective)
+        net = sync_batch_norm(torch.nn.Sequential(torch.nn.Linear(5, 5), torch.nn.BatchNorm1d(5)),
+                              torch.device("cpu")).double()
+        assert isinstance(net[1], CrossReplicaBatchNorm)
+        if rank == 0:
+            x = _global_data(SHAPES["fc"])[0]
+            with replica_local(net):
+                res["local"] = (net(x), torch.nn.functional.batch_norm(net[0](x), None, None, net[1].weight,
+                                                                       net[1].bias, training=True))
+        dist.barrier()
         torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -78,6 +89,7 @@ def test_cross_replica_bn_equals_algorithm1_on_the_concatenated_batch(tmp_path):
     """2 gloo processes; forward, dl/dx, dl/dgamma, dl/dbeta (summed as DDP does) and running stats."""
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
     out = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    torch.testing.assert_close(*out[0]["local"], rtol=0, atol=0)
     for name in SHAPES:
         y_ref, dx_ref, dg_ref, db_ref, rm_ref, rv_ref, _ = _reference(SHAPES[name])
         for kind in SPLITS[name]:
