@@ -168,11 +168,6 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     except UserError as exc:
         _print_error(str(exc))
         raise SystemExit(2)
-    if replicas.distributed:
-        # torchrun: rank 0 owns the run directory and decides; the other replicas follow it.
-        run_dir = Path(distributed.broadcast_object(str(run_dir), replicas))
-        if not replicas.is_main:
-            return _follow(cfg, run_dir, replicas)
     told = [False]
 
     def tell_followers(go: bool) -> None:
@@ -181,9 +176,17 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
             distributed.broadcast_object(go, replicas)
 
     try:
-        return _lead(cfg, run_dir, multirun, overrides, tell_followers)
+        if replicas.distributed:
+            # torchrun: rank 0 owns the run directory and decides; the other replicas follow it.
+            run_dir = Path(distributed.broadcast_object(str(run_dir), replicas))
+            if not replicas.is_main:
+                return _follow(cfg, run_dir, replicas)
+        try:
+            return _lead(cfg, run_dir, multirun, overrides, tell_followers)
+        finally:
+            tell_followers(False)
     finally:
-        tell_followers(False)
+        distributed.teardown()
 
 
 def _follow(cfg, run_dir: Path, replicas):

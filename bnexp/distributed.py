@@ -211,16 +211,111 @@ def barrier(replicas: Replicas) -> None:
         dist.barrier()
 
 
-def average_buffers(module: torch.nn.Module, replicas: Replicas) -> None:
-    """Replace every floating-point buffer (BN running mean/var) by its average over the replicas.
-
-    With per-replica BN (``bn.sync=false``) each replica keeps running statistics of its own
-    share; the running average is linear, so their mean is the running average of the
-    replicas' mean statistics (what :class:`bnexp.bn_sync.GhostBatchNorm` keeps in one process).
-    """
+def all_sum(values: list[float], replicas: Replicas) -> list[float]:
+    """The sums over the replicas of a few numbers (one all-reduce when N > 1)."""
     if not replicas.distributed:
-        return
-    for b in module.buffers():
-        if b.is_floating_point():
-            dist.all_reduce(b, op=dist.ReduceOp.SUM)
-            b.div_(replicas.world_size)
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device="cuda" if replicas.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+@dataclass(frozen=True)
+class BNPlan:
+    """How the BN layers of an N-replica run are built (:func:`bn_plan`).
+
+    Attributes:
+        share: m/N, the examples of the global mini-batch m each replica computes.
+        ghost_batch_size: the model's ghost batch size (None: whole mini-batch), see
+            :class:`bnexp.bn.GhostBatchNorm`.
+        sync: convert the plain BN layers to synchronized ones (:func:`bnexp.bn.sync_batch_norm`).
+        average_buffers: BN running averages are per replica and are averaged every step.
+    """
+
+    share: int
+    ghost_batch_size: int | None
+    sync: bool
+    average_buffers: bool
+
+
+def bn_plan(cfg, replicas: Replicas) -> BNPlan:
+    """Which BN statistics a run with N replicas uses (docs/cluster.md, "Which BN statistics").
+
+    - N = 1: as configured (``bn.ghost_batch_size`` or the whole mini-batch).
+    - ``bn.ghost_batch_size`` = g with N > 1: each replica's share in ghost batches of g (the
+      shares are contiguous, so these are the one-process ghost batches), whatever ``bn.sync``.
+    - ``bn.sync=true``: statistics over the global mini-batch (synchronized layers).
+    - ``bn.sync=false``: each replica's m/N examples; the model is built with ghost batches of
+      m/N, so rank 0's probes on the whole global mini-batch see what the replicas computed.
+
+    Raises:
+        ConfigError: N does not divide ``trainer.batch_size``; g does not divide m/N; ``bn=noisy``
+            or ``bn.impl=reference`` with N > 1 (one-process features).
+        UserError: N > 1 without a process group.
+    """
+    n = replicas.world_size
+    share = per_replica_batch_size(int(cfg.trainer.batch_size), n, None if n > 1 else False)
+    bn = cfg.bn
+    ghost = bn.get("ghost_batch_size") if bn.enabled else None
+    if n == 1 or not bn.enabled:
+        return BNPlan(share, ghost, False, False)
+    if bn.get("noise", False):
+        raise ConfigError("bn", "noisy", f"noisy BN runs in one process only (this run has {n} replicas)")
+    if str(bn.get("impl", "torch")) != "torch":
+        raise ConfigError("bn.impl", bn.impl, f"data-parallel runs ({n} replicas) need bn.impl=torch")
+    if ghost is not None:
+        if share % int(ghost):
+            raise ConfigError("bn.ghost_batch_size", ghost, f"must divide each replica's share of the mini-batch, "
+                              f"trainer.batch_size/{n} = {share}")
+        return BNPlan(share, int(ghost), False, True)
+    if bn.get("sync", True):
+        return BNPlan(share, None, True, False)
+    return BNPlan(share, share, False, True)
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of torch's global RNG for ``step`` on replica ``rank`` (N > 1).
+
+    Dropout draws from the global RNG; reseeding it from (seed, rank, step) at every step gives
+    each replica its own masks and makes a resumed run draw what the uninterrupted one drew,
+    with no per-replica RNG state in the checkpoint.
+    """
+    return (((int(seed) * 1_000_003) ^ (int(rank) * 998_244_353)) + int(step) * 2_654_435_761) % (2**63 - 1)
+
+
+class StepAgreement:
+    """What the replicas settle together after every step: one all-reduce (N > 1 only).
+
+    It carries (a) the floating-point BN buffers to average when the replicas keep their own
+    running statistics (``bn.sync=false`` or ghost batches): the running average is linear,
+    so averaging every step gives every replica the running average of the replicas' mean
+    statistics -- what :class:`bnexp.bn.GhostBatchNorm` keeps in one process -- and keeps the
+    replicas identical for checkpoints; (b) flags any replica raised (a signal arrived, the
+    run diverged), so that all stop at the same step.
+
+    Args:
+        replicas: this process's place.
+        buffers: the buffers to average (empty: only flags).
+    """
+
+    def __init__(self, replicas: Replicas, buffers: list[torch.Tensor]):
+        self.replicas = replicas
+        self.buffers = [b for b in buffers if b.is_floating_point()]
+        self.sizes = [b.numel() for b in self.buffers]
+
+    def __call__(self, *flags: bool) -> list[bool]:
+        """Average the buffers in place; returns, per flag, whether any replica raised it."""
+        if not self.replicas.distributed:
+            return [bool(f) for f in flags]
+        dev = self.buffers[0].device if self.buffers else torch.device(
+            "cuda" if self.replicas.backend == "nccl" else "cpu")
+        parts = [b.detach().reshape(-1).to(torch.float64) for b in self.buffers]
+        parts.append(torch.tensor([1.0 if f else 0.0 for f in flags], dtype=torch.float64, device=dev))
+        vec = torch.cat(parts)
+        dist.all_reduce(vec, op=dist.ReduceOp.SUM)
+        offset = 0
+        with torch.no_grad():
+            for b, k in zip(self.buffers, self.sizes):
+                b.copy_((vec[offset:offset + k] / self.replicas.world_size).view_as(b))
+                offset += k
+        return [bool(v > 0) for v in vec[offset:].tolist()]

@@ -21,13 +21,12 @@ import os
 import signal
 import threading
 
+from bnexp.runtime import Interrupted
 
-class Preempted(Exception):
-    """The preemption signal arrived and no submitit handler is there to requeue the job."""
 
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+class Preempted(Interrupted):
+    """The preemption signal arrived and the job was not requeued (no submitit handler, or
+    submitit's ``max_num_timeout`` used up): the run ends ``interrupted`` with its checkpoint."""
 
 
 def preemption_signal() -> signal.Signals:
@@ -83,12 +82,16 @@ class PreemptionGuard:
     def hand_over(self) -> None:
         """After the checkpoint is written: restore and run the previous handler.
 
-        Under submitit this requeues the job and exits the process (``SystemExit``), or raises
-        submitit's ``UncompletedJobError`` when the job has timed out too many times
-        (``max_num_timeout``). Without a previous Python handler, raises :class:`Preempted`.
+        Under submitit this requeues the job and exits the process (``SystemExit``, passed
+        on). When submitit refuses to requeue (``UncompletedJobError``: the job timed out
+        ``max_num_timeout`` times) or there is no previous Python handler, raises
+        :class:`Preempted`, so the run is recorded ``interrupted`` with its checkpoint.
         """
         previous = self._previous
         self.__exit__(None, None, None)
         if callable(previous):
-            previous(self.signum, None)
+            try:
+                previous(self.signum, None)
+            except Exception as exc:  # submitit: "Job not requeued because: ..."
+                raise Preempted(self.signum) from exc
         raise Preempted(self.signum)

@@ -6,6 +6,7 @@ paper's formulas and torch) on the *concatenated* global mini-batch, in float64.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 
@@ -15,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bnexp.bn import batch_norm_train
-from bnexp.bn_sync import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
+from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
                            replica_local, sync_batch_norm)
 from bnexp.distributed import Replicas, per_replica_batch_size, replica_share
 from bnexp.errors import ConfigError, UserError
@@ -79,6 +80,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             with replica_local(net):
                 res["local"] = (net(x), torch.nn.functional.batch_norm(net[0](x), None, None, net[1].weight,
                                                                        net[1].bias, training=True))
+                twin = copy.deepcopy(net)  # the ICS probes deep-copy the model: no process group inside
+                res["copy"] = (twin(x), net(x))
+            assert type(net[1]) is CrossReplicaBatchNorm  # synchronized again
         dist.barrier()
         torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -90,6 +94,7 @@ def test_cross_replica_bn_equals_algorithm1_on_the_concatenated_batch(tmp_path):
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
     out = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     torch.testing.assert_close(*out[0]["local"], rtol=0, atol=0)
+    torch.testing.assert_close(*out[0]["copy"], rtol=0, atol=0)
     for name in SHAPES:
         y_ref, dx_ref, dg_ref, db_ref, rm_ref, rv_ref, _ = _reference(SHAPES[name])
         for kind in SPLITS[name]:

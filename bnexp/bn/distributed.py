@@ -267,63 +267,66 @@ def convert_batch_norm(model: nn.Module, make) -> nn.Module:
     return model
 
 
-_LOCAL_GROUPS: dict[int, object] = {}
-
-
-def _local_group():
-    """A process group holding only this process (created on every replica at once, once)."""
-    if not _LOCAL_GROUPS:
-        world, rank = dist.get_world_size(), dist.get_rank()
-        for r in range(world):  # new_group is collective: every replica creates every group
-            g = dist.new_group([r])
-            if r == rank:
-                _LOCAL_GROUPS[0] = g
-    return _LOCAL_GROUPS[0]
-
-
 def sync_batch_norm(model: nn.Module, device: torch.device) -> nn.Module:
     """``bn.sync=true`` with N > 1 replicas: BN statistics over the global mini-batch.
 
-    CUDA: torch's ``nn.SyncBatchNorm`` (``convert_sync_batchnorm``); other devices:
-    :class:`CrossReplicaBatchNorm`. Call on every replica at the same point (it creates
-    process groups), before the optimizer is built (the layers get new parameter objects).
+    Converts every plain ``nn.BatchNorm1d``/``2d`` (ghost-batch layers stay per replica):
+    on CUDA to torch's ``nn.SyncBatchNorm``, on other devices to :class:`CrossReplicaBatchNorm`.
+    Call on every replica before DDP wraps the model and before the optimizer is built (the
+    layers get new parameter objects).
 
     Raises:
         RuntimeError: no process group is initialized.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("sync_batch_norm needs an initialized torch.distributed process group")
-    _local_group()
     if device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    return convert_batch_norm(model, lambda b: CrossReplicaBatchNorm(
-        b.num_features, b.eps, b.momentum, b.affine, b.track_running_stats))
+        def make(b):
+            return nn.SyncBatchNorm(b.num_features, b.eps, b.momentum, b.affine, b.track_running_stats)
+    else:
+        def make(b):
+            return CrossReplicaBatchNorm(b.num_features, b.eps, b.momentum, b.affine, b.track_running_stats)
+    return convert_batch_norm(model, make)
+
+
+class _LocalCrossReplicaBatchNorm(CrossReplicaBatchNorm):
+    """A :class:`CrossReplicaBatchNorm` inside :class:`replica_local`: plain BN of this replica's input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _BatchNorm.forward(self, x)
+
+
+class _LocalSyncBatchNorm(nn.SyncBatchNorm):
+    """An ``nn.SyncBatchNorm`` inside :class:`replica_local`: plain BN of this replica's input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _BatchNorm.forward(self, x)
+
+
+_LOCAL_TWIN = {CrossReplicaBatchNorm: _LocalCrossReplicaBatchNorm, nn.SyncBatchNorm: _LocalSyncBatchNorm}
 
 
 class replica_local:
-    """Context: synchronized BN layers of ``model`` use this replica's examples only.
+    """Context: the synchronized BN layers of ``model`` normalize this replica's input alone.
 
     For rank 0's measurements (test evaluation, shift monitor, ICS probes, Alg. 2
     recomputation), which run in one process on the full model: in training mode a
-    synchronized layer would otherwise wait for the other replicas' statistics. No-op
-    without a process group.
+    synchronized layer would otherwise wait for the other replicas' statistics. Rank 0 gives
+    the probes the whole global mini-batch, so the statistics are still those of m examples.
+    The layers' class is swapped for the duration (no process-group object is involved, so
+    the probes may deep-copy the model); parameters and buffers are the same tensors.
     """
 
     def __init__(self, model: nn.Module):
-        self.layers = [m for m in model.modules() if isinstance(m, (CrossReplicaBatchNorm, nn.SyncBatchNorm))]
-        self.saved: list = []
+        self.layers = [m for m in model.modules() if type(m) in _LOCAL_TWIN]
 
     def __enter__(self):
-        if self.layers and dist.is_available() and dist.is_initialized():
-            group = _local_group()
-            for m in self.layers:
-                attr = "group" if isinstance(m, CrossReplicaBatchNorm) else "process_group"
-                self.saved.append((m, attr, getattr(m, attr)))
-                setattr(m, attr, group)
+        for m in self.layers:
+            m.__class__ = _LOCAL_TWIN[type(m)]
         return self
 
     def __exit__(self, *exc):
-        for m, attr, value in self.saved:
-            setattr(m, attr, value)
-        self.saved.clear()
+        back = {v: k for k, v in _LOCAL_TWIN.items()}
+        for m in self.layers:
+            m.__class__ = back.get(type(m), type(m))
         return False
