@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from bnexp.bn import batch_norm_train
 from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
                            replica_local, sync_batch_norm)
-from bnexp.distributed import Replicas, per_replica_batch_size, replica_share
+from bnexp.distributed import BNPlan, Replicas, per_replica_batch_size, replica_share, step_seed
 from bnexp.errors import ConfigError, UserError
 from bnexp.preemption import Preempted, PreemptionGuard
 
@@ -194,3 +194,140 @@ def test_preemption_guard_defers_the_signal_and_chains_submitits_handler():
         assert signal.getsignal(sig) == signal.SIG_DFL
     finally:
         signal.signal(sig, old)
+
+
+# ----- the replicas' BN plan -------------------------------------------------------------------
+def _cfg(*overrides):
+    from bnexp.config import compose_config
+
+    return compose_config(list(overrides))
+
+
+def test_bn_plan_per_choice():
+    from bnexp.distributed import bn_plan
+
+    two = Replicas(rank=0, world_size=2, backend="gloo")
+    one = Replicas()
+    # one process: as configured
+    assert bn_plan(_cfg("trainer.batch_size=60"), one) == BNPlan(60, None, False, False)
+    assert bn_plan(_cfg("bn.ghost_batch_size=15"), one) == BNPlan(60, 15, False, False)
+    assert bn_plan(_cfg("bn=false"), one) == BNPlan(60, None, False, False)
+    with _fake_group():
+        # sync: synchronized layers over the global batch; no buffers to average (identical)
+        assert bn_plan(_cfg(), two) == BNPlan(30, None, True, False)
+        # per replica: the model normalizes ghost batches of m/N (what each replica sees)
+        assert bn_plan(_cfg("bn.sync=false"), two) == BNPlan(30, 30, False, True)
+        # ghost batches stay per replica whatever bn.sync; they must divide the share
+        assert bn_plan(_cfg("bn.ghost_batch_size=10"), two) == BNPlan(30, 10, False, True)
+        with pytest.raises(ConfigError, match=r"bn.ghost_batch_size=20.*trainer.batch_size/2 = 30"):
+            bn_plan(_cfg("bn.ghost_batch_size=20"), two)
+        with pytest.raises(ConfigError, match=r"trainer.batch_size=61.*2 replicas"):
+            bn_plan(_cfg("trainer.batch_size=61"), two)
+        with pytest.raises(ConfigError, match="noisy BN runs in one process only"):
+            bn_plan(_cfg("bn=noisy"), two)
+        with pytest.raises(ConfigError, match="bn.impl='reference'.*need bn.impl=torch"):
+            bn_plan(_cfg("bn.impl=reference"), two)
+    with pytest.raises(UserError, match="no torch.distributed process group"):
+        bn_plan(_cfg(), two)  # N > 1 claimed without a process group
+
+
+class _fake_group:
+    """torch.distributed.is_initialized() -> True for plan checks (no collective is made)."""
+
+    def __enter__(self):
+        self.saved = dist.is_initialized
+        dist.is_initialized = lambda: True
+
+    def __exit__(self, *exc):
+        dist.is_initialized = self.saved
+
+
+def test_step_seed_differs_per_replica_and_step():
+    seeds = {step_seed(0, r, s) for r in range(4) for s in range(1000)}
+    assert len(seeds) == 4000 and all(0 <= s < 2**63 for s in seeds)
+    assert step_seed(0, 1, 5) == step_seed(0, 1, 5) != step_seed(1, 1, 5)
+
+
+# ----- end to end: torchrun with 2 gloo replicas on real MNIST -----------------------------------
+RUN = ["trainer.num_threads=1", "trainer.progress=false", "trainer.max_steps=100", "trainer.eval_every=100",
+       "trainer.hist_every=100", "trainer.probe_size=200", "trainer.batch_size=60"]
+
+
+def _torchrun(tmp_path, data_root, name, *overrides):
+    import subprocess
+    import sys
+
+    cwd = tmp_path / f"cwd_{name}"
+    cwd.mkdir()
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "bnexp", "train", *RUN, *overrides, f"hydra.run.dir={tmp_path / name}"],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert list(cwd.iterdir()) == []  # no replica wrote anything in its working folder
+    return tmp_path / name
+
+
+def _one_process(tmp_path, name, *overrides):
+    from bnexp.trainer import train
+
+    summary = train(_cfg(*RUN, *overrides), tmp_path / name)
+    assert summary["status"] == "finished" and summary["replicas"] == 1
+    return tmp_path / name
+
+
+def _weights(run_dir):
+    return torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+
+
+def test_torchrun_sync_bn_matches_one_process_and_only_rank0_writes(tmp_path, data_root):
+    two = _torchrun(tmp_path, data_root, "two", "bn.sync=true")
+    one = _one_process(tmp_path, "one")
+    a, b = _weights(one), _weights(two)
+    assert (a["world_size"], b["world_size"]) == (1, 2)
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:  # the same computation: final weights and running statistics within 1e-5
+        torch.testing.assert_close(b["model"][k], a["model"][k], rtol=0, atol=1e-5)
+    # rank 0 alone wrote the run folder: one event file, one record per evaluation, one summary
+    import json
+
+    assert len(list(two.glob("events.out.tfevents.*"))) == 1
+    metrics = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 100]
+    summary = json.loads((two / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["replicas"] == 2 and summary["bn_sync"] is True
+    # the train loss is over the global mini-batches (both shares), as in one process
+    ref = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[1]["train_loss"] == pytest.approx(ref[1]["train_loss"], abs=1e-5)
+    assert metrics[1]["train_accuracy"] == pytest.approx(ref[1]["train_accuracy"], abs=1e-3)
+
+
+def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, data_root):
+    """bn.sync=false with 2 replicas = one process with bn.ghost_batch_size = batch_size/2."""
+    from bnexp.data import load_data
+    from bnexp.models import build_model
+
+    two = _torchrun(tmp_path, data_root, "two", "bn.sync=false", "trainer.max_steps=50")
+    one = _one_process(tmp_path, "one", "bn.ghost_batch_size=30", "trainer.max_steps=50")
+    a, b = _weights(one), _weights(two)
+    cfg = _cfg(*RUN, "bn.ghost_batch_size=30")
+    data = load_data(cfg.data, torch.device("cpu"))
+    x = data.test_x[:120]
+    outs = []
+    for state in (a, b):
+        net = build_model(cfg, data.input_shape, data.num_classes)
+        net.load_state_dict(state["model"])
+        net.train()  # training mode: each ghost batch of 30 normalized with its own statistics
+        with torch.no_grad():
+            outs.append(net(x))
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=1e-4)
+    # and the statistics really are per ghost batch / per replica: whole-batch BN differs clearly
+    whole = build_model(_cfg(*RUN), data.input_shape, data.num_classes)
+    whole.load_state_dict(a["model"])
+    whole.train()
+    with torch.no_grad():
+        assert (whole(x) - outs[0]).abs().max() > 1e-2
+    # the running averages: the replicas' average equals the ghost-batch layer's
+    for k in a["model"]:
+        if "running" in k:
+            torch.testing.assert_close(b["model"][k], a["model"][k], rtol=0, atol=1e-4)

@@ -210,7 +210,9 @@ class GhostBatchNorm(_BatchNorm):
     average over the k ghost batches of mu_B and of the unbiased g'/(g'-1) sigma2_B (g' values per
     feature in one ghost batch): since the running average is linear, this is the average of the
     running statistics that k replicas with ``bn.sync=false`` would each keep. Eval: population
-    statistics, as ``nn.BatchNorm1d/2d``. A mini-batch no larger than g is plain BN.
+    statistics, as ``nn.BatchNorm1d/2d``. A mini-batch no larger than g is plain BN. A batch that
+    g does not divide (training batches always are divisible, the config checks it; the shift
+    monitor's probe may not be) has a last ghost batch of g to 2g - 1 examples.
 
     Args:
         num_features: d (or C).
@@ -218,7 +220,7 @@ class GhostBatchNorm(_BatchNorm):
         eps, momentum, affine, track_running_stats: as in ``nn.BatchNorm1d``.
 
     Raises:
-        ValueError: g < 1 (here); in forward, g not dividing the mini-batch size.
+        ValueError: g < 1.
     """
 
     def __init__(self, num_features: int, ghost_batch_size: int, eps: float = 1e-5, momentum: float = 0.1,
@@ -235,13 +237,22 @@ class GhostBatchNorm(_BatchNorm):
         _dims(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or x.shape[0] <= self.ghost_batch_size:
+        n, g = x.shape[0], self.ghost_batch_size
+        if not self.training or n <= g:
             return super().forward(x)
-        y, mu, var = ghost_batch_norm(x, self.weight, self.bias, self.ghost_batch_size, self.eps)
+        per_example = x[:1].numel() // x.shape[1]  # H*W values per example and channel (1 for (m, d))
+        head = n if n % g == 0 else (n // g - 1) * g  # the rest forms the last, larger ghost batch
+        parts, mus, uvars = [], [], []
+        for lo, hi, size in ((0, head, g), (head, n, n - head)):
+            if hi > lo:
+                y, mu, var = ghost_batch_norm(x[lo:hi], self.weight, self.bias, size, self.eps)
+                m = size * per_example
+                parts.append(y)
+                mus.append(mu)
+                uvars.append(var * m / max(m - 1, 1))
         if self.track_running_stats:
-            m = x[: self.ghost_batch_size].numel() // x.shape[1]
-            _update_running(self, mu.mean(0), (var * m / max(m - 1, 1)).mean(0))
-        return y
+            _update_running(self, torch.cat(mus).mean(0), torch.cat(uvars).mean(0))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def convert_batch_norm(model: nn.Module, make) -> nn.Module:
