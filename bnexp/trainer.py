@@ -43,7 +43,7 @@ from torch import nn
 from bnexp import distributed, rundir
 from bnexp.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.data import BatchSampler, load_data, make_augmenter
-from bnexp.errors import ConfigError, UserError
+from bnexp.errors import CheckpointMismatch, ConfigError, UserError
 from bnexp.measurements import Diverged, RecordLog, Schedule, build_measurements, evaluate
 from bnexp.models import build_model
 from bnexp.monitor import ShiftMonitor
@@ -226,8 +226,8 @@ class Trainer:
         resumed run has no duplicated or missing records. Every replica loads the same file.
 
         Raises:
-            UserError: the checkpoint is another config's, or was written with another number
-                of replicas N.
+            CheckpointMismatch: the checkpoint is another config's, or was written with another
+                number of replicas N (the run directory is left untouched).
         """
         path = self.run_dir / self.CHECKPOINT
         if not path.exists():
@@ -247,14 +247,16 @@ class Trainer:
             new = _flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
             changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in ignored)
             if changed:
-                raise UserError(f"the checkpoint in {self.run_dir} belongs to a run with a different config "
-                                f"(differs in: {', '.join(changed)}); use a new run directory, or "
-                                "trainer.resume=false to start this one over.")
+                raise CheckpointMismatch(
+                    f"the checkpoint in {self.run_dir} belongs to a run with a different config "
+                    f"(differs in: {', '.join(changed)}); use a new run directory, or "
+                    "trainer.resume=false to start this one over.")
         n_saved, n = int(state.get("world_size", 1)), self.replicas.world_size
         if n_saved != n:
-            raise UserError(f"the checkpoint in {self.run_dir} was written by a run with {n_saved} replica(s); "
-                            f"this one has {n}. Resume it with the same number of processes "
-                            f"(torchrun --nproc-per-node={n_saved} ... , or no torchrun for 1).")
+            raise CheckpointMismatch(
+                f"the checkpoint in {self.run_dir} was written by a run with {n_saved} replica(s); this one "
+                f"has {n}. Resume it with the same number of processes (torchrun --nproc-per-node={n_saved} "
+                "..., or no torchrun for 1 replica).")
         self.load_state_dict(state)
         self.resumed_from = self.step
         if self.is_main:

@@ -331,3 +331,18 @@ def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, 
     for k in a["model"]:
         if "running" in k:
             torch.testing.assert_close(b["model"][k], a["model"][k], rtol=0, atol=1e-4)
+
+
+def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data_root):
+    from bnexp.errors import CheckpointMismatch
+    from bnexp.trainer import Trainer
+
+    run = _one_process(tmp_path, "one", "trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5")
+    state = _weights(run)
+    state["world_size"] = 2  # as written by rank 0 of a 2-replica run
+    torch.save(state, run / "checkpoint.pt")
+    before = (run / "checkpoint.pt").read_bytes()
+    with pytest.raises(CheckpointMismatch, match=r"written by a run with 2 replica\(s\); this one has 1.*"
+                                                 r"--nproc-per-node=2"):
+        Trainer(_cfg(*RUN, "trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5"), run).try_resume()
+    assert (run / "checkpoint.pt").read_bytes() == before  # left for the right command to resume
