@@ -189,8 +189,8 @@ class TrainLoss(Measurement):
         loss_sum = float(torch.stack(losses).sum())
         # one argmax over all the window's logits (few large ops instead of 3 small ones per step)
         correct = float((torch.cat(logits).argmax(1) == torch.cat(labels)).sum())
-        replicas = tr.replicas
-        if replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
+        replicas = getattr(tr, "replicas", None)
+        if replicas is not None and replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
             loss_sum, correct = all_sum([loss_sum, correct], replicas)
             loss_sum /= replicas.world_size
         if not math.isfinite(loss_sum):
