@@ -346,3 +346,13 @@ def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data
                                                  r"--nproc-per-node=2"):
         Trainer(_cfg(*RUN, "trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5"), run).try_resume()
     assert (run / "checkpoint.pt").read_bytes() == before  # left for the right command to resume
+
+
+def test_convert_batch_norm_keeps_values_device_and_dtype():
+    old = torch.nn.BatchNorm1d(4).double()
+    with torch.no_grad():
+        old.weight.copy_(torch.tensor([0.1, 0.2, 0.3, 1 / 3], dtype=torch.float64))
+        old.running_var.fill_(1 / 7)
+    new = convert_batch_norm(old, lambda b: CrossReplicaBatchNorm(b.num_features))  # built in float32
+    assert new.weight.dtype == torch.float64 and new.running_var.dtype == torch.float64
+    assert torch.equal(new.weight, old.weight) and torch.equal(new.running_var, old.running_var)

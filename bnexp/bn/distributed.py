@@ -258,8 +258,9 @@ class GhostBatchNorm(_BatchNorm):
 def convert_batch_norm(model: nn.Module, make) -> nn.Module:
     """Replace every ``nn.BatchNorm1d``/``nn.BatchNorm2d`` in ``model`` by ``make(bn)``, in place.
 
-    The new layer receives the old one's parameters and buffers (``load_state_dict``), so
-    conversion at any point of training keeps gamma, beta and the running statistics.
+    The new layer receives the old one's parameters and buffers (``load_state_dict``) and its
+    device and dtype, so conversion at any point of training keeps gamma, beta and the
+    running statistics exactly.
 
     Args:
         model: a network (a BN layer itself is converted too and returned).
@@ -272,7 +273,8 @@ def convert_batch_norm(model: nn.Module, make) -> nn.Module:
         new = make(model)
         new.load_state_dict(model.state_dict())
         new.train(model.training)
-        return new.to(model.weight.device if model.weight is not None else model.running_mean.device)
+        ref = model.weight if model.weight is not None else model.running_mean
+        return new.to(device=ref.device, dtype=ref.dtype)  # the old layer's device and dtype
     for name, child in model.named_children():
         setattr(model, name, convert_batch_norm(child, make))
     return model
