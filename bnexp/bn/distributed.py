@@ -270,11 +270,11 @@ def convert_batch_norm(model: nn.Module, make) -> nn.Module:
         the model (or the new layer when ``model`` is itself a BN layer).
     """
     if type(model) in (nn.BatchNorm1d, nn.BatchNorm2d):
-        new = make(model)
+        ref = model.weight if model.weight is not None else model.running_mean
+        new = make(model).to(device=ref.device, dtype=ref.dtype)  # the old layer's device and dtype
         new.load_state_dict(model.state_dict())
         new.train(model.training)
-        ref = model.weight if model.weight is not None else model.running_mean
-        return new.to(device=ref.device, dtype=ref.dtype)  # the old layer's device and dtype
+        return new
     for name, child in model.named_children():
         setattr(model, name, convert_batch_norm(child, make))
     return model
