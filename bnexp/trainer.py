@@ -235,10 +235,12 @@ class Trainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=False)
         except Exception as exc:  # unreadable: set aside (kept), every record and TB event cut, start over
-            rundir.set_aside_unreadable_checkpoint(self.run_dir, f"{type(exc).__name__}: {exc}")
+            if self.is_main:  # (the other replicas read the same file and start over too)
+                rundir.set_aside_unreadable_checkpoint(self.run_dir, f"{type(exc).__name__}: {exc}")
             return False
         if not isinstance(state, dict) or "step" not in state:
-            rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
+            if self.is_main:
+                rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
             return False
         if state.get("config") != OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True):
             ignored = {"trainer.progress", "trainer.num_threads", "trainer.device", "trainer.resume",
