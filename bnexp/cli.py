@@ -199,6 +199,7 @@ def _follow(cfg, run_dir: Path, replicas):
         return None
     try:
         validate(cfg)
+        distributed.check_bn_config(cfg)
         return train(cfg, run_dir, resume=cfg.trainer.resume is not False)
     except UserError:
         raise SystemExit(2)  # rank 0 prints the message
@@ -208,7 +209,7 @@ def _follow(cfg, run_dir: Path, replicas):
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
-    from bnexp import rundir
+    from bnexp import distributed, rundir
     from bnexp.config import sparse_record_warnings, validate
     from bnexp.errors import OutputError
     from bnexp.trainer import Interrupted, train
@@ -225,6 +226,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
+        distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if run_dir != hydra_dir:
             (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
         if rundir.is_complete(run_dir):

@@ -76,14 +76,8 @@ class BNConfig:
     noise_d: float = 0.1
     # strength: multiplies the noise's spread around the identity (s = 1, m = 0): a, b - 1, c, d
     noise_scale: float = 1.0
-    # Data-parallel runs (torchrun, N replicas, docs/cluster.md): true: mu_B and sigma2_B over the
-    # global mini-batch of trainer.batch_size examples (torch's SyncBatchNorm on GPU, bnexp's
-    # cross-replica BN on CPU) -- the one-process computation; false: each replica normalizes
-    # its own batch_size/N examples. No effect in one process.
-    sync: bool = True
-    # null: BN statistics over the whole mini-batch; g: over each "ghost batch" of g examples
-    # separately (Hoffer et al. 2017) -- one process's equivalent of sync=false on batch_size/g replicas.
-    ghost_batch_size: Optional[int] = None
+    sync: bool = True  # torchrun, N replicas: statistics over the global mini-batch, else m/N each (docs/cluster.md)
+    ghost_batch_size: Optional[int] = None  # g: each ghost batch of g examples normalized alone; null: whole batch
 
 
 @dataclass
@@ -481,13 +475,6 @@ def validate(cfg: DictConfig) -> None:
     for key in ("eval_every", "hist_every", "log_every"):
         if t[key] < 1:
             raise ConfigError(f"trainer.{key}", t[key], "must be >= 1")
-    g = cfg.bn.get("ghost_batch_size")
-    if g is not None and cfg.bn.enabled:
-        if g < 2 or t.batch_size % g:
-            raise ConfigError("bn.ghost_batch_size", g, f"a ghost batch needs >= 2 examples and must divide "
-                              f"trainer.batch_size={t.batch_size} (null: the whole mini-batch)")
-        if cfg.bn.impl != "torch":
-            raise ConfigError("bn.impl", cfg.bn.impl, "ghost batches need bn.impl=torch")
     if t.ckpt_every < 1:
         raise ConfigError("trainer.ckpt_every", t.ckpt_every, "must be >= 1")
     if t.probe_size < 1:

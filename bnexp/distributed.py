@@ -238,6 +238,45 @@ class BNPlan:
     average_buffers: bool
 
 
+def check_bn_config(cfg, world_size: int | None = None) -> None:
+    """Refuse BN settings that cannot run with N replicas (also N = 1: ghost batches).
+
+    Called before a run starts (by ``bnexp train`` right after :func:`bnexp.config.validate`,
+    so a refused run leaves no folder) and by :func:`bn_plan`.
+
+    Args:
+        cfg: the run config.
+        world_size: N (default: torchrun's ``WORLD_SIZE``, 1 without torchrun).
+
+    Raises:
+        ConfigError: ``bn.ghost_batch_size`` < 2, not dividing ``trainer.batch_size`` (or its share
+            m/N), or with ``bn.impl=reference``; N not dividing ``trainer.batch_size``; ``bn=noisy``
+            or ``bn.impl=reference`` with N > 1 (one-process features).
+    """
+    n = env_world_size() if world_size is None else int(world_size)
+    m, bn = int(cfg.trainer.batch_size), cfg.bn
+    ghost = bn.get("ghost_batch_size")
+    if n > 1 and m % n:
+        per_replica_batch_size(m, n, True)  # raises the ConfigError naming trainer.batch_size
+    if not bn.enabled:
+        return
+    if ghost is not None:
+        if ghost < 2 or m % ghost:
+            raise ConfigError("bn.ghost_batch_size", ghost, f"a ghost batch needs >= 2 examples and must divide "
+                              f"trainer.batch_size={m} (null: the whole mini-batch)")
+        if str(bn.get("impl", "torch")) != "torch":
+            raise ConfigError("bn.impl", bn.impl, "ghost batches need bn.impl=torch")
+    if n == 1:
+        return
+    if bn.get("noise", False):
+        raise ConfigError("bn", "noisy", f"noisy BN runs in one process only (this run has {n} replicas)")
+    if str(bn.get("impl", "torch")) != "torch":
+        raise ConfigError("bn.impl", bn.impl, f"data-parallel runs ({n} replicas) need bn.impl=torch")
+    if ghost is not None and (m // n) % int(ghost):
+        raise ConfigError("bn.ghost_batch_size", ghost, f"must divide each replica's share of the mini-batch, "
+                          f"trainer.batch_size/{n} = {m // n}")
+
+
 def bn_plan(cfg, replicas: Replicas) -> BNPlan:
     """Which BN statistics a run with N replicas uses (docs/cluster.md, "Which BN statistics").
 
@@ -254,19 +293,13 @@ def bn_plan(cfg, replicas: Replicas) -> BNPlan:
         UserError: N > 1 without a process group.
     """
     n = replicas.world_size
+    check_bn_config(cfg, n)
     share = per_replica_batch_size(int(cfg.trainer.batch_size), n, None if n > 1 else False)
     bn = cfg.bn
     ghost = bn.get("ghost_batch_size") if bn.enabled else None
     if n == 1 or not bn.enabled:
         return BNPlan(share, ghost, False, False)
-    if bn.get("noise", False):
-        raise ConfigError("bn", "noisy", f"noisy BN runs in one process only (this run has {n} replicas)")
-    if str(bn.get("impl", "torch")) != "torch":
-        raise ConfigError("bn.impl", bn.impl, f"data-parallel runs ({n} replicas) need bn.impl=torch")
     if ghost is not None:
-        if share % int(ghost):
-            raise ConfigError("bn.ghost_batch_size", ghost, f"must divide each replica's share of the mini-batch, "
-                              f"trainer.batch_size/{n} = {share}")
         return BNPlan(share, int(ghost), False, True)
     if bn.get("sync", True):
         return BNPlan(share, None, True, False)

@@ -356,3 +356,16 @@ def test_convert_batch_norm_keeps_values_device_and_dtype():
     new = convert_batch_norm(old, lambda b: CrossReplicaBatchNorm(b.num_features))  # built in float32
     assert new.weight.dtype == torch.float64 and new.running_var.dtype == torch.float64
     assert torch.equal(new.weight, old.weight) and torch.equal(new.running_var, old.running_var)
+
+
+def test_ghost_batch_size_checked_before_a_run():
+    from bnexp.distributed import check_bn_config
+
+    check_bn_config(_cfg("bn.ghost_batch_size=15"), 1)
+    check_bn_config(_cfg("bn=false", "bn.ghost_batch_size=7"), 1)  # no BN: nothing to split
+    with pytest.raises(ConfigError, match=r"bn.ghost_batch_size=7: .*must divide trainer.batch_size=60"):
+        check_bn_config(_cfg("bn.ghost_batch_size=7"), 1)
+    with pytest.raises(ConfigError, match=r"bn.ghost_batch_size=1: a ghost batch needs >= 2 examples"):
+        check_bn_config(_cfg("bn.ghost_batch_size=1"), 1)
+    with pytest.raises(ConfigError, match="ghost batches need bn.impl=torch"):
+        check_bn_config(_cfg("bn.ghost_batch_size=15", "bn.impl=reference"), 1)
