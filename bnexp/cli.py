@@ -20,6 +20,7 @@ from pathlib import Path
 
 import bnexp
 from bnexp.config import CONF_DIR, quote_bn_overrides
+from bnexp.errors import UserError
 
 log = logging.getLogger("bnexp")
 
@@ -155,9 +156,62 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     recorded as ``failed`` and the sweep goes on. Internal errors: recorded as ``failed``
     with the traceback in summary.json; re-raised in a single run (traceback kept).
     SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
+    Under torchrun (N replicas) rank 0 does all of the above and tells the other replicas
+    whether to train; they train in rank 0's run directory and write nothing.
     """
-    from bnexp import rundir
-    from bnexp.config import sparse_record_warnings, validate
+    from bnexp import distributed
+    from bnexp.trainer import resolve_device
+
+    try:
+        replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
+                    else distributed.Replicas())
+    except UserError as exc:
+        _print_error(str(exc))
+        raise SystemExit(2)
+    told = [False]
+
+    def tell_followers(go: bool) -> None:
+        if replicas.distributed and not told[0]:
+            told[0] = True
+            distributed.broadcast_object(go, replicas)
+
+    try:
+        if replicas.distributed:
+            # torchrun: rank 0 owns the run directory and decides; the other replicas follow it.
+            run_dir = Path(distributed.broadcast_object(str(run_dir), replicas))
+            if not replicas.is_main:
+                return _follow(cfg, run_dir, replicas)
+        try:
+            return _lead(cfg, run_dir, multirun, overrides, tell_followers)
+        finally:
+            tell_followers(False)
+    finally:
+        distributed.teardown()
+
+
+def _follow(cfg, run_dir: Path, replicas):
+    """A replica of rank > 0 (torchrun): train beside rank 0 if it says go; write nothing."""
+    from bnexp import distributed
+    from bnexp.config import validate
+    from bnexp.trainer import Interrupted, train
+
+    if not distributed.broadcast_object(None, replicas):
+        return None
+    try:
+        validate(cfg)
+        distributed.check_bn_config(cfg)
+        return train(cfg, run_dir, resume=cfg.trainer.resume is not False)
+    except UserError:
+        raise SystemExit(2)  # rank 0 prints the message
+    except Interrupted as exc:
+        raise SystemExit(128 + exc.signum)
+
+
+def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
+    """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
+    from bnexp import distributed, rundir
+    from bnexp.config import validate
+    from bnexp.records import sparse_record_warnings
     from bnexp.errors import OutputError
     from bnexp.trainer import Interrupted, train
 
@@ -173,6 +227,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
+        distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if run_dir != hydra_dir:
             (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
         if rundir.is_complete(run_dir):
@@ -200,6 +255,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
             rundir.clear_partial_outputs(run_dir)
         for warning in sparse_record_warnings(cfg):
             log.warning("%s", warning)
+        tell_followers(True)
         summary = train(cfg, run_dir, resume=resume is not False)
         print_summary(summary)
         return summary
@@ -349,6 +405,12 @@ def train_main(args: list[str]) -> int:
         if problem:
             _print_error(problem)
             return 2
+    replica_dir = None
+    try:
+        args, replica_dir = replica_arguments(args)
+    except UserError as exc:
+        _print_error(str(exc))
+        return 2
     global _job_started
     _job_started = False
     app = _hydra_train()
@@ -364,6 +426,10 @@ def train_main(args: list[str]) -> int:
         return code
     finally:
         sys.argv = saved
+        if replica_dir is not None:
+            import shutil
+
+            shutil.rmtree(replica_dir, ignore_errors=True)
     return _report_failed_jobs(failed_log)
 
 
@@ -398,6 +464,35 @@ def _report_failed_jobs(path: Path) -> int:
                                f"others ran to the end); re-running the same command retries only them:\n"
                                f"{listing}", highlight=False, soft_wrap=True)
     return 1
+
+
+def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
+    """Adapt ``bnexp train`` arguments to a torchrun replica (``WORLD_SIZE`` > 1).
+
+    Rank 0 runs as usual. A replica of rank > 0 gets Hydra settings that keep it from
+    writing: an empty scratch folder as its Hydra run dir (deleted afterwards), no ``.hydra/``
+    copy and no log file; it learns rank 0's run directory over the process group.
+
+    Returns:
+        (arguments, the scratch folder or None).
+
+    Raises:
+        UserError: ``-m`` under torchrun (a sweep of data-parallel runs: launch one torchrun per
+            run, e.g. through hydra/launcher=slurm), or a malformed WORLD_SIZE/RANK.
+    """
+    from bnexp import distributed
+
+    if distributed.env_world_size() <= 1:
+        return args, None
+    if "-m" in args or "--multirun" in args:
+        raise UserError("bnexp train -m cannot run under torchrun: torchrun starts the replicas of ONE run. "
+                        "Start one torchrun per run (or sweep single-process runs with -m).")
+    if distributed.env_rank() == 0:
+        return args, None
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="bnexp-replica-")
+    return args + [f"hydra.run.dir={scratch}", "hydra.output_subdir=null", "hydra/job_logging=disabled"], scratch
 
 
 def main(argv: list[str] | None = None) -> int:

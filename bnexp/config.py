@@ -76,6 +76,8 @@ class BNConfig:
     noise_d: float = 0.1
     # strength: multiplies the noise's spread around the identity (s = 1, m = 0): a, b - 1, c, d
     noise_scale: float = 1.0
+    sync: bool = True  # torchrun, N replicas: statistics over the global mini-batch, else m/N each (docs/cluster.md)
+    ghost_batch_size: Optional[int] = None  # g: each ghost batch of g examples normalized alone; null: whole batch
 
 
 @dataclass
@@ -576,25 +578,3 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("data.scaling", cfg.data.scaling, "use unit or standardize")
     check_memory(cfg)
 
-
-MIN_RECORDS = 5
-
-
-def record_count(max_steps: int, every: int) -> int:
-    """Records a run writes for an interval: one at step 0, one every ``every`` steps and one at
-    the last step when it is not a multiple of ``every``."""
-    return 1 + max_steps // every + (1 if max_steps % every else 0)
-
-
-def sparse_record_warnings(cfg: DictConfig) -> list[str]:
-    """Warnings for intervals that leave fewer than ``MIN_RECORDS`` records (too few for
-    ``bnexp report`` to give a verdict from): one message per key, naming it."""
-    t = cfg.trainer
-    out = []
-    for key, what in (("eval_every", "test evaluations"), ("hist_every", "covariate-shift monitor records")):
-        n = record_count(int(t.max_steps), int(t[key]))
-        if n < MIN_RECORDS:
-            out.append(f"trainer.{key}={t[key]} with trainer.max_steps={t.max_steps} gives only {n} {what} "
-                       f"(fewer than {MIN_RECORDS}); bnexp report needs at least {MIN_RECORDS} for a verdict. "
-                       f"Use trainer.{key}<={max(1, int(t.max_steps) // (MIN_RECORDS - 1))}.")
-    return out

@@ -75,3 +75,9 @@ class Diverged(Exception):
     def __init__(self, step: int, what: str):
         self.step, self.what = int(step), what
         super().__init__(f"non-finite {what} at step {step}")
+
+
+class CheckpointMismatch(UserError):
+    """The run directory holds a checkpoint this command cannot resume (another config, or
+    another number of data-parallel replicas). Its checkpoint is kept (the run is recorded ``interrupted``),
+    so the right command can still resume it."""

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from bnexp import rundir
+from bnexp.distributed import all_sum
 from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.ics import gradient_ics, landscape_probe, layer_param_groups
 from bnexp.models import hidden_layers
@@ -113,6 +114,8 @@ class Measurement:
         at_start: also taken (by :meth:`start`) before the first step of a fresh run.
         at_end: also due at the last step (``trainer.max_steps``).
         timed: its seconds are reported separately from the training time.
+        all_replicas: taken on every data-parallel replica (it has a collective part);
+            otherwise on rank 0 only, with the full model and the whole global mini-batch.
     """
 
     name = "measurement"
@@ -120,6 +123,7 @@ class Measurement:
     at_start = False
     at_end = False
     timed = False
+    all_replicas = False
 
     def __init__(self, every: int):
         self.every = int(every)
@@ -162,6 +166,9 @@ class TrainLoss(Measurement):
     The step loop appends (loss, logits, labels) of every step to :attr:`window`, as
     device tensors, so the step does no host transfer; they are summed here. The sums
     since the last test evaluation are kept for its ``train_loss``/``train_accuracy``.
+    With N data-parallel replicas each holds its share's loss (mean over m/N examples) and
+    logits; the window sums are added over the replicas (one all-reduce), so the record is
+    over the global mini-batches, and every replica takes the same divergence decision.
 
     Raises:
         Diverged: the summed loss is NaN or infinite.
@@ -169,6 +176,7 @@ class TrainLoss(Measurement):
 
     name = "train_loss"
     at_end = True
+    all_replicas = True
 
     def __init__(self, every: int, batch_size: int, device: torch.device):
         super().__init__(every)
@@ -187,10 +195,15 @@ class TrainLoss(Measurement):
         loss_sum = float(torch.stack(losses).sum())
         # one argmax over all the window's logits (few large ops instead of 3 small ones per step)
         correct = float((torch.cat(logits).argmax(1) == torch.cat(labels)).sum())
+        replicas = getattr(tr, "replicas", None)
+        if replicas is not None and replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
+            loss_sum, correct = all_sum([loss_sum, correct], replicas)
+            loss_sum /= replicas.world_size
         if not math.isfinite(loss_sum):
             raise Diverged(step, "training loss")
-        tr.writer.add_scalar("train/loss", loss_sum / n, step)
-        tr.writer.add_scalar("train/accuracy", correct / (n * self.batch_size), step)
+        if tr.writer is not None:
+            tr.writer.add_scalar("train/loss", loss_sum / n, step)
+            tr.writer.add_scalar("train/accuracy", correct / (n * self.batch_size), step)
         self.loss_sum += loss_sum
         self.correct += correct
         self.n += n

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.bn import NoisyBatchNorm, ReferenceBatchNorm
+from bnexp.bn import GhostBatchNorm, NoisyBatchNorm, ReferenceBatchNorm
 from bnexp.errors import ConfigError
 
 
@@ -52,8 +53,11 @@ class HiddenLayer(nn.Module):
 
 
 def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
+    ghost = getattr(bn_cfg, "ghost_batch_size", None)
     if getattr(bn_cfg, "impl", "torch") == "reference":
         bn: nn.Module = ReferenceBatchNorm(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
+    elif ghost is not None:
+        bn = GhostBatchNorm(num_features, int(ghost), eps=bn_cfg.eps, momentum=bn_cfg.momentum)
     else:
         cls = nn.BatchNorm2d if conv else nn.BatchNorm1d
         bn = cls(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
@@ -114,7 +118,8 @@ class MLP(nn.Module):
         hidden: widths of the hidden layers.
         num_classes: output width.
         act: ``sigmoid`` or ``relu``.
-        bn_cfg: the ``bn`` config node (``enabled``, ``eps``, ``momentum``), or None for no BN.
+        bn_cfg: the ``bn`` config node (``enabled``, ``eps``, ``momentum``, ``impl``, ``noise``,
+            ``ghost_batch_size``), or None for no BN.
         init_std: std of the Gaussian weight init (``init="normal"``).
         dropout: dropout probability before the classifier.
         init: ``normal``, ``kaiming`` or ``torch``; None: ``normal`` when ``init_std`` is given,
@@ -204,13 +209,20 @@ def hidden_layers(model: nn.Module) -> list[tuple[str, HiddenLayer]]:
     return [(f"layer{i + 1}", m) for i, m in enumerate(layers)]
 
 
-def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int,
+                ghost_batch_size: int | None = None) -> nn.Module:
     """The network named by ``cfg.model.name`` with ``cfg.bn`` and ``cfg.act`` applied.
+
+    BN layers: ``nn.BatchNorm1d/2d`` (``bn.impl=torch``), :class:`bnexp.bn.ReferenceBatchNorm`
+    (``bn.impl=reference``), :class:`bnexp.bn.GhostBatchNorm` when ``bn.ghost_batch_size``
+    is set; wrapped in :class:`bnexp.bn.NoisyBatchNorm` for ``bn=noisy``.
 
     Args:
         cfg: the whole run config.
         in_shape: (C, H, W) of the inputs.
         num_classes: number of output logits.
+        ghost_batch_size: overrides ``bn.ghost_batch_size`` (the trainer sets it to the
+            per-replica batch for ``bn.sync=false``).
 
     Raises:
         ValueError: unknown model name, or too many pooling stages for the input size.
@@ -220,10 +232,13 @@ def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int) -> nn.Mod
     if m.get("init") in ("kaiming", "torch") and m.init_std is not None:
         raise ConfigError("model.init_std", m.init_std, f"is used only with model.init=normal (model.init={m.init})")
     act = cfg.act.value if hasattr(cfg.act, "value") else str(cfg.act)
+    bn_cfg = cfg.bn
+    if ghost_batch_size is not None:
+        bn_cfg = OmegaConf.merge(bn_cfg, {"ghost_batch_size": int(ghost_batch_size)})
     if m.name == "mlp":
-        return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, cfg.bn, m.init_std, m.dropout,
+        return MLP(math.prod(in_shape), list(m.hidden), num_classes, act, bn_cfg, m.init_std, m.dropout,
                    init=m.get("init"))
     if m.name == "cnn":
-        return CNN(in_shape, list(m.channels), m.convs_per_stage, m.fc, num_classes, act, cfg.bn,
+        return CNN(in_shape, list(m.channels), m.convs_per_stage, m.fc, num_classes, act, bn_cfg,
                    m.init_std, m.dropout, init=m.get("init"))
     raise ValueError(f"unknown model {m.name!r}")

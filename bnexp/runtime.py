@@ -97,7 +97,18 @@ class Interrupted(Exception):
 
 class SignalGuard:
     """Context: the first SIGINT/SIGTERM raises :class:`Interrupted` in the step loop (so a
-    checkpoint is saved); a second one exits at once. Only in the main thread."""
+    checkpoint is saved); a second one exits at once. Only in the main thread.
+
+    Args:
+        deferred: the first signal only sets :attr:`requested` (and :attr:`signum`); the loop
+            stops at the end of the step. Data-parallel replicas use this, so that all of them
+            stop at the same step, never inside a collective.
+    """
+
+    def __init__(self, deferred: bool = False):
+        self.deferred = deferred
+        self.requested = False
+        self.signum = int(signal.SIGTERM)
 
     def __enter__(self):
         self.saved = {}
@@ -111,6 +122,9 @@ class SignalGuard:
     def _first(self, signum, frame):
         for sig in self.saved:
             signal.signal(sig, self._second)
+        if self.deferred:
+            self.requested, self.signum = True, int(signum)
+            return
         raise Interrupted(signum)
 
     @staticmethod

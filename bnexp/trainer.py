@@ -17,10 +17,21 @@ A non-finite value found by any measurement (loss, parameters, pre-activations),
 at step 0, stops the run with status ``diverged`` and the step; the function then
 returns normally, so a sweep goes on. An unreadable checkpoint is set aside (kept) and
 the run starts over with the earlier attempt's records and TensorBoard events cut.
+The cluster's preemption/timeout signal (SIGUSR2 under submitit) saves a checkpoint at
+the end of the current step and hands over to submitit, which requeues the job
+(:mod:`bnexp.preemption`).
+
+Data parallelism (``torchrun --nproc-per-node=N``, :mod:`bnexp.distributed`): every
+replica draws the same seeded global mini-batch and computes its share of m/N examples
+through DDP; BN statistics as :func:`bnexp.distributed.bn_plan` says (``bn.sync``,
+``bn.ghost_batch_size``). Rank 0 alone takes the measurements (with the full model and the
+whole global mini-batch) and writes the run directory; the replicas agree after every step
+on stopping (signal, divergence), and checkpoints record N.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -29,14 +40,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from bnexp import rundir
-from bnexp.bn import NoisyBatchNorm, recompute_population_statistics
+from bnexp import distributed, rundir
+from bnexp.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.data import BatchSampler, load_data, make_augmenter
-from bnexp.errors import ConfigError, UserError
+from bnexp.errors import CheckpointMismatch, ConfigError, UserError
 from bnexp.measurements import Diverged, RecordLog, Schedule, build_measurements, evaluate
 from bnexp.models import build_model
 from bnexp.monitor import ShiftMonitor
 from bnexp.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
+from bnexp.preemption import Preempted, PreemptionGuard
 from bnexp.runtime import (Interrupted, Progress, SignalGuard, lr_lambda, resolve_device, rng_state,
                            seed_everything, set_rng_state)
 from bnexp.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
@@ -69,13 +81,16 @@ class Trainer:
         from bnexp.resources import default_num_threads
 
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
-        self.device = resolve_device(tcfg.device)
+        self.replicas = distributed.current()
+        self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
+        self.plan = distributed.bn_plan(cfg, self.replicas)
         seed_everything(cfg.seed)
         self.data = load_data(cfg.data, self.device)
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the test-set size ({len(self.data.test_y)})")
-        self.model = build_model(cfg, self.data.input_shape, self.data.num_classes).to(self.device)
+        self.model = build_model(cfg, self.data.input_shape, self.data.num_classes,
+                                 self.plan.ghost_batch_size).to(self.device)
         # trainer.precision (bnexp.precision): the forward pass's autocast dtype, None for fp32
         self.amp_dtype = resolve_precision(str(tcfg.get("precision", "fp32")), self.device)
         # conv nets run channels-last (NHWC): weights here, the test set once, mini-batches per step
@@ -83,6 +98,23 @@ class Trainer:
         if self.channels_last:
             to_channels_last(self.model)
             self.data.test_x = channels_last_input(self.data.test_x)
+        if self.plan.sync:
+            self.model = sync_batch_norm(self.model, self.device)
+        # what the step loop calls: DDP (gradients averaged over the replicas) or the model itself
+        self.net: nn.Module = self.model
+        if self.replicas.distributed:
+            import inspect
+
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            # no buffer broadcast at each forward: BN buffers are identical (sync) or averaged
+            # by StepAgreement (torch >= 2.15 renamed broadcast_buffers to forward_sync_buffers)
+            key = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters
+                   else "broadcast_buffers")
+            self.net = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                           **{key: False})
+        self.agree = distributed.StepAgreement(
+            self.replicas, list(self.model.buffers()) if self.plan.average_buffers else [])
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.optim.momentum,
                                          nesterov=cfg.optim.nesterov, weight_decay=cfg.optim.weight_decay)
         schedule = str(getattr(cfg.optim.schedule, "value", cfg.optim.schedule))
@@ -100,6 +132,8 @@ class Trainer:
         # the records of metrics.jsonl, shift.jsonl and ics.jsonl (gradient-ICS and landscape)
         self.logs = {name: RecordLog(self.run_dir / f"{name}.jsonl") for name in ("metrics", "shift", "ics")}
         self.measurements = build_measurements(cfg, self.monitor, self.logs, self.device)
+        if not self.replicas.is_main:  # the other replicas only join the collective ones
+            self.measurements = [m for m in self.measurements if m.all_replicas]
         # progress of the run (all of it goes into checkpoints)
         self.step = 0
         self.train_time = 0.0  # seconds in the step loop, summed over resumptions
@@ -111,6 +145,15 @@ class Trainer:
         self._t_loop = 0.0
 
     @property
+    def is_main(self) -> bool:
+        """True in the process that measures and writes (rank 0, or the only process)."""
+        return self.replicas.is_main
+
+    def _probe_context(self):
+        """Rank 0's measurements on the full model: synchronized BN layers run locally."""
+        return replica_local(self.model) if self.plan.sync else contextlib.nullcontext()
+
+    @property
     def history(self) -> list[dict]:
         """The ``metrics.jsonl`` records so far (test evaluations)."""
         return self.logs["metrics"].records
@@ -120,6 +163,7 @@ class Trainer:
         """Everything needed to continue this run exactly."""
         return {
             "step": self.step,
+            "world_size": self.replicas.world_size,  # N replicas: a checkpoint resumes with the same N
             "model": self.model.state_dict(),  # includes BN running statistics
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -159,11 +203,13 @@ class Trainer:
         return [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
 
     def save_checkpoint(self) -> None:
-        """Write ``checkpoint.pt`` atomically; on failure the previous checkpoint stays.
+        """Write ``checkpoint.pt`` atomically (rank 0 only); on failure the previous checkpoint stays.
 
         Raises:
             UserError: the disk is full or the folder is not writable.
         """
+        if not self.is_main:
+            return
         try:
             rundir.save_checkpoint(self.run_dir / self.CHECKPOINT, self.state_dict())
         except OSError as exc:
@@ -177,14 +223,19 @@ class Trainer:
         now = time.time()
         self.train_time += now - self._t_loop
         self._t_loop = now
-        self.writer.flush()
+        if self.writer is not None:
+            self.writer.flush()
         self.save_checkpoint()
 
     def try_resume(self) -> bool:
         """Load ``checkpoint.pt`` of an unfinished run in the run directory, if there is one.
 
         Also truncates metrics.jsonl and shift.jsonl to the checkpoint's step, so a
-        resumed run has no duplicated or missing records.
+        resumed run has no duplicated or missing records. Every replica loads the same file.
+
+        Raises:
+            CheckpointMismatch: the checkpoint is another config's, or was written with another
+                number of replicas N (the run directory is left untouched).
         """
         path = self.run_dir / self.CHECKPOINT
         if not path.exists():
@@ -192,10 +243,12 @@ class Trainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=False)
         except Exception as exc:  # unreadable: set aside (kept), every record and TB event cut, start over
-            rundir.set_aside_unreadable_checkpoint(self.run_dir, f"{type(exc).__name__}: {exc}")
+            if self.is_main:  # (the other replicas read the same file and start over too)
+                rundir.set_aside_unreadable_checkpoint(self.run_dir, f"{type(exc).__name__}: {exc}")
             return False
         if not isinstance(state, dict) or "step" not in state:
-            rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
+            if self.is_main:
+                rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
             return False
         if state.get("config") != OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True):
             ignored = {"trainer.progress", "trainer.num_threads", "trainer.device", "trainer.resume",
@@ -204,13 +257,21 @@ class Trainer:
             new = _flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
             changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in ignored)
             if changed:
-                raise UserError(f"the checkpoint in {self.run_dir} belongs to a run with a different config "
-                                f"(differs in: {', '.join(changed)}); use a new run directory, or "
-                                "trainer.resume=false to start this one over.")
+                raise CheckpointMismatch(
+                    f"the checkpoint in {self.run_dir} belongs to a run with a different config "
+                    f"(differs in: {', '.join(changed)}); use a new run directory, or "
+                    "trainer.resume=false to start this one over.")
+        n_saved, n = int(state.get("world_size", 1)), self.replicas.world_size
+        if n_saved != n:
+            raise CheckpointMismatch(
+                f"the checkpoint in {self.run_dir} was written by a run with {n_saved} replica(s); this one "
+                f"has {n}. Resume it with the same number of processes (torchrun --nproc-per-node={n_saved} "
+                "..., or no torchrun for 1 replica).")
         self.load_state_dict(state)
         self.resumed_from = self.step
-        for rec_log in self.logs.values():
-            rec_log.rewrite()
+        if self.is_main:
+            for rec_log in self.logs.values():
+                rec_log.rewrite()
         log.info("resumed from the checkpoint at step %d of %s", self.step, self.run_dir)
         return True
 
@@ -239,31 +300,38 @@ class Trainer:
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
             "precision": "bf16" if self.amp_dtype is not None else "fp32",
             "channels_last": self.channels_last,
+            "replicas": self.replicas.world_size,
+            "bn_sync": bool(cfg.bn.sync) if cfg.bn.enabled and self.replicas.distributed else None,
+            "bn_ghost_batch_size": self.plan.ghost_batch_size,
         }
 
     # ----- the loop -----------------------------------------------------------------
     def run(self) -> dict:
         """Train to ``trainer.max_steps`` (from the checkpoint's step when resumed); write outputs.
 
-        Each step: draw the mini-batch -> the measurements due before the update -> forward,
-        loss, backward, update -> the measurements due after it (:mod:`bnexp.measurements`).
+        Each step: draw the global mini-batch -> the measurements due before the update ->
+        forward (this replica's share), loss, backward, update -> the measurements due after
+        it (:mod:`bnexp.measurements`) -> with N > 1 replicas, the per-step agreement.
 
         Returns:
             the summary written to ``summary.json``.
 
         Raises:
-            Interrupted: after saving a checkpoint and recording status ``interrupted``.
+            Interrupted: after saving a checkpoint and recording status ``interrupted``
+                (:class:`bnexp.preemption.Preempted` for the cluster's signal without requeue).
+            SystemExit: from submitit, which requeues the job after the preemption checkpoint.
             UserError: a checkpoint could not be written.
         """
         cfg = self.cfg
-        model, optimizer, scheduler, sampler = self.model, self.optimizer, self.scheduler, self.sampler
-        self._open_writer()
-        log.info("model: %s, %d parameters, bn=%s act=%s lr=%g seed=%d, device %s", cfg.model.name,
-                 sum(p.numel() for p in model.parameters()), cfg.bn.enabled, self.hp["act"], cfg.lr, cfg.seed,
-                 self.device)
+        net, optimizer, scheduler, sampler = self.net, self.optimizer, self.scheduler, self.sampler
         summary = self._base_summary()
-        rundir.write_json(self.run_dir / "summary.json", summary)
-        rundir.write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
+        if self.is_main:
+            self._open_writer()
+            log.info("model: %s, %d parameters, bn=%s act=%s lr=%g seed=%d, device %s, %d replica(s)",
+                     cfg.model.name, summary["num_parameters"], cfg.bn.enabled, self.hp["act"], cfg.lr,
+                     cfg.seed, self.device, self.replicas.world_size)
+            rundir.write_json(self.run_dir / "summary.json", summary)
+            rundir.write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.cfg, resolve=True))
 
         max_steps = self.max_steps
         train_x, train_y, augment = self.data.train_x, self.data.train_y, self.augment
@@ -271,28 +339,46 @@ class Trainer:
         schedule = Schedule(self.measurements, max_steps)
         # per-step (loss, logits, labels), left on the device for the train-loss measurement
         window = next(m for m in self.measurements if m.name == "train_loss").window
-        status, diverged_step, interrupted = "finished", None, None
-        self.progress = progress = Progress(cfg.trainer.progress, max_steps, self.step)
+        status, diverged_step, interrupted, preempted = "finished", None, None, False
+        self.progress = progress = Progress(cfg.trainer.progress and self.is_main, max_steps, self.step)
         progress.update(self.step)
-        model.train()
+        probes = self._probe_context()
+        self.model.train()
+        many = self.replicas.distributed
+        rank, share = self.replicas.rank, self.plan.share
+        lo, hi = rank * share, (rank + 1) * share
         self._t_loop = time.time()
-        with SignalGuard():
+        with SignalGuard(deferred=many) as signals, PreemptionGuard() as preemption:
             try:
                 if self.step == 0:
-                    schedule.run_start(self)  # may raise Diverged at step 0
-                    model.train()
+                    diverged_here = None
+                    try:
+                        with probes:
+                            schedule.run_start(self)  # may raise Diverged at step 0
+                    except Diverged as exc:
+                        if not many:
+                            raise
+                        diverged_here = exc
+                    if many and self.agree(False, False, diverged_here is not None)[2]:
+                        raise diverged_here or Diverged(0, "a non-finite value on another replica")
+                    self.model.train()
                 schedule.reset(self.step)
                 while self.step < max_steps:
-                    idx = sampler.next()
+                    if many:  # each replica its own dropout masks, reproducible after a resume
+                        torch.manual_seed(distributed.step_seed(cfg.seed, rank, self.step))
+                    idx = sampler.next()  # the global mini-batch: the same on every replica
                     x, y = train_x[idx], train_y[idx]
                     if augment is not None:
                         x = augment(x)
                     if self.step + 1 >= schedule.next_before:
-                        schedule.run_before(self, x, y)
+                        with probes:
+                            schedule.run_before(self, x, y)
+                    if many:
+                        x, y = x[lo:hi], y[lo:hi]  # this replica's share
                     if channels_last:
                         x = channels_last_input(x)
                     with autocast(device, amp_dtype):
-                        logits = model(x)
+                        logits = net(x)
                     logits = logits.float()  # no-op in fp32; the loss is computed in fp32
                     loss = nn.functional.cross_entropy(logits, y)
                     optimizer.zero_grad(set_to_none=True)
@@ -302,8 +388,28 @@ class Trainer:
                         scheduler.step()
                     self.step += 1
                     window.append((loss.detach(), logits.detach(), y))
+                    if not many:
+                        if self.step >= schedule.next_after:
+                            schedule.run_after(self)
+                        if preemption.requested:
+                            preempted = True
+                            break
+                        continue
+                    diverged_here = None
                     if self.step >= schedule.next_after:
-                        schedule.run_after(self)
+                        try:
+                            with probes:
+                                schedule.run_after(self)
+                        except Diverged as exc:
+                            diverged_here = exc
+                    stop, preempted, diverged = self.agree(signals.requested, preemption.requested,
+                                                           diverged_here is not None)
+                    if diverged:
+                        raise diverged_here or Diverged(self.step, "a non-finite value on another replica")
+                    if preempted:
+                        break
+                    if stop:
+                        raise Interrupted(signals.signum)
             except Diverged as exc:  # from any measurement (loss, parameters, pre-activations)
                 status, diverged_step = "diverged", exc.step
                 log.warning("training diverged: %s (lr=%g); stopping this run", exc, cfg.lr)
@@ -311,16 +417,41 @@ class Trainer:
                 interrupted = exc
             finally:
                 progress.stop()
-        self.train_time += time.time() - self._t_loop
-
+            self.train_time += time.time() - self._t_loop
+            if preempted:
+                self._finish_preempted(summary, preemption)
         if interrupted is not None:
             return self._finish_interrupted(summary, interrupted)
         schedule.finish(self)
         return self._finish(summary, status, diverged_step)
 
+    def _finish_preempted(self, summary: dict, preemption: PreemptionGuard) -> None:
+        """The cluster's time-is-up signal: checkpoint at this step, then submitit's requeue.
+
+        Raises:
+            SystemExit: submitit requeued the job (rank 0 under submitit).
+            Preempted: no requeue; the run stays ``interrupted`` with its checkpoint.
+        """
+        sig = preemption.signum
+        log.warning("%s at step %d: saving a checkpoint of this step, then handing over to the cluster "
+                    "launcher (requeue)", sig.name, self.step)
+        if self.is_main:
+            self.writer.flush()
+            self.writer.close()
+            self.save_checkpoint()
+            summary.update({"status": "interrupted", "step": self.step, "signal": sig.name,
+                            "train_time_s": self.train_time, "wall_time_s": time.time() - self.t_start})
+            rundir.write_json(self.run_dir / "summary.json", summary)
+            preemption.hand_over()
+        raise Preempted(sig)
+
     def _finish(self, summary: dict, status: str, diverged_step: int | None) -> dict:
-        """Alg. 2 population statistics if asked, the final summary, hparams, the last checkpoint."""
+        """Alg. 2 population statistics if asked, the final summary, hparams, the last checkpoint.
+
+        Rank 0 only; another replica returns ``{"status", "step", "rank"}`` and writes nothing."""
         cfg = self.cfg
+        if not self.is_main:
+            return {"status": status, "step": self.step, "rank": self.replicas.rank}
         last = self.history[-1]
         final_acc, final_loss = last["test_accuracy"], last["test_loss"]
         extra: dict = {}
@@ -330,7 +461,8 @@ class Trainer:
             train_x, batch_size = self.data.train_x, int(cfg.trainer.batch_size)
             rec_sampler = BatchSampler(len(self.data.train_y), batch_size, cfg.seed + 1, self.device)
             batches = (train_x[rec_sampler.next()] for _ in range(cfg.bn.recompute_batches))
-            k = recompute_population_statistics(self.model, batches)
+            with self._probe_context():
+                k = recompute_population_statistics(self.model, batches)
             final_loss, final_acc = evaluate(self.model, self.data.test_x, self.data.test_y,
                                              autocast_dtype=self.amp_dtype)
             self.writer.add_scalar("test/accuracy_recomputed_population_stats", final_acc, self.step)
@@ -361,6 +493,8 @@ class Trainer:
         return summary
 
     def _finish_interrupted(self, summary: dict, exc: Interrupted) -> dict:
+        if not self.is_main:
+            raise exc
         log.warning("%s at step %d: saving a checkpoint; re-run the same command to resume", exc, self.step)
         self.writer.flush()
         self.writer.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bnexp.config import compose_config, record_count, sparse_record_warnings, validate
+from bnexp.config import compose_config, validate
+from bnexp.records import record_count, sparse_record_warnings
 from bnexp.errors import ConfigError
 
 

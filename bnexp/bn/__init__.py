@@ -6,6 +6,9 @@
   (``bn.impl=reference``); training otherwise uses torch's ``nn.BatchNorm1d/2d``.
 * :mod:`bnexp.bn.noisy` -- :class:`NoisyBatchNorm` and :func:`sample_noise`, the "noisy BN"
   of Santurkar et al. 2018, Sec. 2.1 (``bn=noisy``).
+* :mod:`bnexp.bn.distributed` -- statistics over other sets of examples than one process's
+  mini-batch: :class:`CrossReplicaBatchNorm` (``bn.sync=true`` across data-parallel replicas,
+  Alg. 1 with all-reduced sums) and :class:`GhostBatchNorm` (``bn.ghost_batch_size``).
 * :mod:`bnexp.bn.population` -- finding a network's BN layers and the Alg. 2 recomputation
   of population statistics (``bn.population_stats=recompute``).
 
@@ -14,9 +17,11 @@ examples of the mini-batch; a convolutional activation is (N, C, H, W) -- statis
 channel over (N, H, W), i.e. over m = N*H*W values (Sec. 3.2).
 
 The modules depend only on torch and on each other (functional <- reference <- population;
-noisy stands alone), never on the rest of bnexp, so every other module can import them.
+noisy and distributed stand alone), never on the rest of bnexp, so every other module can import them.
 """
 
+from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,
+                                  ghost_batch_norm, replica_local, sync_batch_norm)
 from bnexp.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
                                  batch_statistics)
 from bnexp.bn.noisy import NoisyBatchNorm, sample_noise
@@ -34,4 +39,10 @@ __all__ = [
     "BN_TYPES",
     "bn_layers",
     "recompute_population_statistics",
+    "CrossReplicaBatchNorm",
+    "cross_replica_batch_norm",
+    "GhostBatchNorm",
+    "ghost_batch_norm",
+    "sync_batch_norm",
+    "replica_local",
 ]

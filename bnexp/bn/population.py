@@ -10,11 +10,13 @@ from typing import Iterable
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from bnexp.bn.functional import batch_statistics
 from bnexp.bn.reference import ReferenceBatchNorm
 
-BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, ReferenceBatchNorm)
+# torch's BatchNorm1d/2d and SyncBatchNorm, bnexp.bn.distributed's cross-replica and ghost-batch layers
+BN_TYPES = (_BatchNorm, ReferenceBatchNorm)
 
 
 def bn_layers(model: nn.Module) -> list[nn.Module]:
@@ -34,7 +36,9 @@ def recompute_population_statistics(model: nn.Module, batches: Iterable[torch.Te
         Var[x] <- m/(m-1) * average over the batches of sigma2_B
 
     which are then stored as the layer's ``running_mean`` / ``running_var`` for
-    inference. The model's training flag is restored; parameters are unchanged.
+    inference. A ghost-batch layer (``ghost_batch_size`` = g) normalizes each ghost batch
+    of g examples with its own statistics, so there every ghost batch is one mini-batch
+    of the averages. The model's training flag is restored; parameters are unchanged.
 
     Args:
         model: a network containing BN layers.
@@ -47,18 +51,23 @@ def recompute_population_statistics(model: nn.Module, batches: Iterable[torch.Te
         ValueError: if no batch is given or a mini-batch has m < 2.
     """
     layers = bn_layers(model)
-    sums: dict[int, list] = {id(layer): [0.0, 0.0, 0] for layer in layers}
+    # per layer: [sum of mu_B, sum of sigma2_B, m, number of mini-batches (or ghost batches)]
+    sums: dict[int, list] = {id(layer): [0.0, 0.0, 0, 0] for layer in layers}
 
     def hook(layer, inputs):
-        mu, sigma2, m = batch_statistics(inputs[0])
-        if m < 2:
-            raise ValueError("population statistics need mini-batches of m >= 2 values")
-        acc = sums[id(layer)]
-        if acc[2] and acc[2] != m:
-            raise ValueError("population statistics need mini-batches of one size m (Alg. 2)")
-        acc[0] = acc[0] + mu
-        acc[1] = acc[1] + sigma2
-        acc[2] = m
+        g = getattr(layer, "ghost_batch_size", None)
+        x = inputs[0]
+        for part in (x.split(g) if g and x.shape[0] > g else (x,)):
+            mu, sigma2, m = batch_statistics(part)
+            if m < 2:
+                raise ValueError("population statistics need mini-batches of m >= 2 values")
+            acc = sums[id(layer)]
+            if acc[2] and acc[2] != m:
+                raise ValueError("population statistics need mini-batches of one size m (Alg. 2)")
+            acc[0] = acc[0] + mu
+            acc[1] = acc[1] + sigma2
+            acc[2] = m
+            acc[3] += 1
 
     was_training = model.training
     saved = [{name: b.clone() for name, b in layer.named_buffers()} for layer in layers]
@@ -81,7 +90,7 @@ def recompute_population_statistics(model: nn.Module, batches: Iterable[torch.Te
     if k == 0:
         raise ValueError("recompute_population_statistics needs at least one mini-batch")
     for layer in layers:
-        mu_sum, var_sum, m = sums[id(layer)]
-        layer.running_mean.copy_(mu_sum / k)
-        layer.running_var.copy_(m / (m - 1) * var_sum / k)
+        mu_sum, var_sum, m, n = sums[id(layer)]
+        layer.running_mean.copy_(mu_sum / n)
+        layer.running_var.copy_(m / (m - 1) * var_sum / n)
     return k

@@ -18,7 +18,7 @@ supports" paragraph.
 
 from __future__ import annotations
 
-from bnexp.config import MIN_RECORDS
+from bnexp.records import MIN_RECORDS
 
 MIN_SEEDS = 2
 CHANCE_MARGIN = 0.05

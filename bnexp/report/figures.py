@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import math
 from pathlib import Path
-from typing import Any
+
 
 import numpy as np
 

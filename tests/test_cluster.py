@@ -1,0 +1,92 @@
+"""Cluster sweeps through hydra-submitit-launcher's submitit_local (no SLURM needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import FAST
+
+
+def test_two_job_submitit_local_sweep_finishes(run_bnexp, tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_bnexp("train", "-m", "hydra/launcher=local", "seed=0,1", *FAST, "trainer.max_steps=40",
+                  "trainer.eval_every=20", "trainer.hist_every=20", f"hydra.sweep.dir={sweep}", timeout=420)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summaries = sorted(sweep.glob("*/summary.json"))
+    assert [p.parent.name.split(",")[0] for p in summaries] == ["seed=0", "seed=1"]
+    for p in summaries:
+        s = json.loads(p.read_text())
+        assert s["status"] == "finished" and s["step"] == 40
+    # each run was its own submitit job (one job folder with a result pickle per run)
+    results = sorted(sweep.glob(".submitit/*/*_result.pkl"))
+    assert len(results) == 2
+    # the two seeds trained differently, in separate processes
+    accs = {json.loads(p.read_text())["final_test_accuracy"] for p in summaries}
+    assert len(accs) == 2
+
+
+def _records(path):
+    """metrics.jsonl without the wall-clock field."""
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        rec.pop("wall_time_s", None)
+        out.append(rec)
+    return out
+
+
+def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tmp_path, data_root):
+    """submitit_local signals SIGUSR2 30 s before timeout_min=1; bnexp checkpoints that step, submitit
+    requeues the job, the requeued job resumes from the checkpoint and ends bit-identical (CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from bnexp.config import compose_config
+    from bnexp.trainer import train
+
+    common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "seed=3"]
+    # calibrate: pick max_steps so an uninterrupted run trains ~32 s on this machine, well past the
+    # signal at 30 s after the job starts, and each attempt still makes progress
+    calib = train(compose_config(common + ["trainer.max_steps=300", "trainer.eval_every=300",
+                                           "trainer.hist_every=300"]), tmp_path / "calibration")
+    speed = calib["step"] / max(calib["train_time_s"] - sum(calib["probe_time_s"].values()), 1e-3)
+    steps = max(1000, int(speed * 32))
+    run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 2}",
+                    f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
+    exe = [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=1",
+           "+hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
+    job = subprocess.Popen(exe, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        reference = train(compose_config(run), tmp_path / "reference")  # meanwhile, uninterrupted
+        out, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, out[-3000:]
+    assert reference["status"] == "finished" and reference["resumed_from_step"] is None
+    (run_dir,) = [p.parent for p in sweep.glob("*/summary.json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    log = (run_dir / "train.log").read_text()
+    # it was signalled mid-run, requeued, and resumed from the signal-time checkpoint (the only one:
+    # trainer.ckpt_every is beyond the run)
+    assert summary["status"] == "finished" and summary["step"] == steps
+    assert "SIGUSR2 at step" in log and "Requeued job" in log
+    first_signal_step = int(log.split("SIGUSR2 at step ")[1].split(":")[0])
+    assert 0 < first_signal_step < steps
+    assert f"resumed from the checkpoint at step {first_signal_step} " in log
+    assert 0 < summary["resumed_from_step"] < steps
+    # bit-identical to the uninterrupted run
+    a = torch.load(reference["run_dir"] + "/checkpoint.pt", weights_only=False)
+    b = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    for s_a, s_b in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert all(torch.equal(s_a[k], s_b[k]) for k in s_a)
+    assert _records(Path(reference["run_dir"]) / "metrics.jsonl") == _records(run_dir / "metrics.jsonl")
+    assert summary["final_test_accuracy"] == reference["final_test_accuracy"]
