@@ -117,6 +117,17 @@ SMALL_STEP_FLOPS = 2e8
 _torch_default_threads: int | None = None  # torch's own default, seen before bnexp changes it
 
 
+def torch_default_threads() -> int:
+    """torch's intra-op thread count as it was when bnexp first asked (before any run of this
+    process set its own with ``torch.set_num_threads``)."""
+    global _torch_default_threads
+    import torch
+
+    if _torch_default_threads is None:
+        _torch_default_threads = torch.get_num_threads()
+    return _torch_default_threads
+
+
 def default_num_threads(cfg) -> int:
     """The intra-op thread count for ``trainer.num_threads=0`` (auto).
 
@@ -124,11 +135,7 @@ def default_num_threads(cfg) -> int:
     where a second thread gains little; otherwise torch's default (the number of cores).
     An explicit ``trainer.num_threads=N`` (N >= 1) is returned as given.
     """
-    global _torch_default_threads
-    import torch
-
-    if _torch_default_threads is None:
-        _torch_default_threads = torch.get_num_threads()
+    default = torch_default_threads()
     n = int(cfg.trainer.num_threads)
     if n > 0:
         return n
@@ -136,4 +143,4 @@ def default_num_threads(cfg) -> int:
         small = step_flops(cfg) < SMALL_STEP_FLOPS
     except (KeyError, ValueError):
         small = False
-    return 1 if small else _torch_default_threads
+    return 1 if small else default
