@@ -160,7 +160,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     whether to train; they train in rank 0's run directory and write nothing.
     """
     from bnexp import distributed
-    from bnexp.trainer import resolve_device
+    from bnexp.runtime import resolve_device
 
     try:
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1

@@ -23,8 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from bnexp.errors import ConfigError, UserError
 from bnexp.resources import DATASETS, input_shape, max_pooling_stages
-from bnexp.runnames import MAX_DIRNAME, sweep_subdir  # noqa: F401  (MAX_DIRNAME: for callers)
-from bnexp.runnames import safe_dirname as _safe_dirname
+from bnexp.runnames import safe_dirname, sweep_subdir
 
 
 class Activation(str, Enum):
@@ -217,7 +216,7 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="mlp", node=MLPConfig)
     cs.store(group="schema/model", name="cnn", node=CNNConfig)
     if not OmegaConf.has_resolver("bnexp_dirname"):
-        OmegaConf.register_new_resolver("bnexp_dirname", _safe_dirname)
+        OmegaConf.register_new_resolver("bnexp_dirname", safe_dirname)
     if not OmegaConf.has_resolver("bnexp_sweep_subdir"):
         # sweep jobs are named by the swept keys only (bnexp.runnames)
         OmegaConf.register_new_resolver("bnexp_sweep_subdir", sweep_subdir)

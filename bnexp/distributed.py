@@ -129,11 +129,6 @@ def current() -> Replicas:
     return Replicas()
 
 
-def is_main() -> bool:
-    """True in the process that writes outputs: rank 0, or the only process."""
-    return current().rank == 0
-
-
 def per_replica_batch_size(batch_size: int, world_size: int, group_initialized: bool | None = None) -> int:
     """The share m/N of the global mini-batch m that each of N replicas computes.
 
@@ -181,19 +176,6 @@ def replica_share(global_batch: torch.Tensor, replicas: Replicas) -> torch.Tenso
     share = per_replica_batch_size(global_batch.shape[0], replicas.world_size, replicas.world_size == 1
                                    or (dist.is_available() and dist.is_initialized()))
     return global_batch[replicas.rank * share:(replicas.rank + 1) * share]
-
-
-def any_replica(flag: bool, replicas: Replicas) -> bool:
-    """True if ``flag`` is true on any replica (one all-reduce when N > 1).
-
-    Used for decisions all replicas must take at the same step (stop on a signal, divergence).
-    """
-    if not replicas.distributed:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0],
-                     device="cuda" if replicas.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
 
 
 def broadcast_object(obj, replicas: Replicas, src: int = 0):

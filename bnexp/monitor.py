@@ -166,7 +166,6 @@ class ShiftMonitor:
         self.bn_stats = bn_stats
         self.batch_size = int(batch_size)
         self.model = model
-        self.records_bn_input = True  # BN networks get bn_input records (read by custom_scalars_layout)
         self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.bn_tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
         self.probe_x = probe_x
@@ -315,8 +314,8 @@ class ShiftMonitor:
 
         Args:
             grad_ics: the run records gradient-based ICS.
-            bn_input: add the BN-input charts; None: when the network has BN layers and the
-                monitor records BN inputs (attribute ``records_bn_input``).
+            bn_input: add the BN-input charts; None: when the network has BN layers (the
+                monitor records BN's input for every BN network).
 
         Returns:
             {category: {chart title: ["Margin", [value, lower, upper]] | ["Multiline", [regex, ...]]}}
@@ -325,7 +324,7 @@ class ShiftMonitor:
         lo, mid, hi = (pkey(p) for p in (self.percentiles[0], self.percentiles[len(self.percentiles) // 2],
                                          self.percentiles[-1]))
         if bn_input is None:
-            bn_input = bool(getattr(self, "records_bn_input", False)) and bool(bn_layers(self.model))
+            bn_input = bool(bn_layers(self.model))
         names = self.layer_names()
         layout: dict = {"training": {
             "test accuracy": ["Multiline", ["^test/accuracy$"]],

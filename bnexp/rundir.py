@@ -292,7 +292,11 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
     return dst
 
 
-IGNORED_FOR_RESUME = ("trainer.resume", "trainer.progress", "trainer.num_threads", "hydra.")
+# Config keys that do not change a run's results: where the data lives, whether it is fetched or its
+# checksums checked, display, threads, device, resume. A checkpoint resumes across changes of these.
+RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.device",
+                       "data.root", "data.download", "data.verify_checksums")
+IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 
 def _run_overrides(run_dir: Path) -> list[str] | None:

@@ -96,17 +96,14 @@ class Interrupted(Exception):
 
 
 class SignalGuard:
-    """Context: the first SIGINT/SIGTERM raises :class:`Interrupted` in the step loop (so a
-    checkpoint is saved); a second one exits at once. Only in the main thread.
-
-    Args:
-        deferred: the first signal only sets :attr:`requested` (and :attr:`signum`); the loop
-            stops at the end of the step. Data-parallel replicas use this, so that all of them
-            stop at the same step, never inside a collective.
+    """Context: the first SIGINT/SIGTERM only sets :attr:`requested` (and :attr:`signum`); the step
+    loop stops at the end of that step and saves a checkpoint, so a checkpoint never holds a
+    half-done step, and data-parallel replicas all stop at the same step, never inside a collective.
+    A second signal exits at once (exit code 128 + signal). Only in the main thread; elsewhere
+    (some launchers) signals are left alone.
     """
 
-    def __init__(self, deferred: bool = False):
-        self.deferred = deferred
+    def __init__(self):
         self.requested = False
         self.signum = int(signal.SIGTERM)
 
@@ -122,10 +119,7 @@ class SignalGuard:
     def _first(self, signum, frame):
         for sig in self.saved:
             signal.signal(sig, self._second)
-        if self.deferred:
-            self.requested, self.signum = True, int(signum)
-            return
-        raise Interrupted(signum)
+        self.requested, self.signum = True, int(signum)
 
     @staticmethod
     def _second(signum, frame):

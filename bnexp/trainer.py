@@ -251,8 +251,7 @@ class Trainer:
                 rundir.set_aside_unreadable_checkpoint(self.run_dir, "not a bnexp checkpoint")
             return False
         if state.get("config") != OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True):
-            ignored = {"trainer.progress", "trainer.num_threads", "trainer.device", "trainer.resume",
-                       "data.root", "data.download"}
+            ignored = set(rundir.RESULT_NEUTRAL_KEYS)
             old = _flatten(state.get("config") or {})
             new = _flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
             changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in ignored)
@@ -348,7 +347,8 @@ class Trainer:
         rank, share = self.replicas.rank, self.plan.share
         lo, hi = rank * share, (rank + 1) * share
         self._t_loop = time.time()
-        with SignalGuard(deferred=many) as signals, PreemptionGuard() as preemption:
+        # a first SIGINT/SIGTERM stops the loop at the end of a step, never inside one
+        with SignalGuard() as signals, PreemptionGuard() as preemption:
             try:
                 if self.step == 0:
                     diverged_here = None
@@ -394,9 +394,13 @@ class Trainer:
                         if preemption.requested:
                             preempted = True
                             break
+                        if signals.requested:
+                            raise Interrupted(signals.signum)
                         continue
                     diverged_here = None
                     if self.step >= schedule.next_after:
+                        if self.agree.buffers:  # per-replica BN statistics: measurements and the
+                            self.agree()        # checkpoint see their average (repeated below: a no-op)
                         try:
                             with probes:
                                 schedule.run_after(self)
@@ -487,7 +491,10 @@ class Trainer:
         }, self.step, not_reached=not_reached_value(cfg.trainer.max_steps))
         self.writer.close()
         if cfg.trainer.save_checkpoint and status == "finished":
-            self.save_checkpoint()
+            try:
+                self.save_checkpoint()
+            except UserError as exc:  # the run is complete: its summary must still be written
+                log.warning("final checkpoint not saved: %s", exc)
         summary["wall_time_s"] = time.time() - self.t_start
         rundir.write_json(self.run_dir / "summary.json", summary)
         return summary

@@ -10,7 +10,8 @@
 # network; the report's noise-strength table shows at which strength its per-unit shift exceeds
 # no BN's, and the steps to the target at every strength.
 # Every run records the distribution-shift metrics (default, monitor.bn_stats=batch, with BN's
-# input), gradient-based ICS and the loss-landscape probes (raw and scale-invariant), every 1,000 steps.
+# input; every 500 steps on MNIST, every hist_every of the preset on CIFAR-10), gradient-based ICS and
+# the loss-landscape probes (raw and scale-invariant, every 1,000 steps).
 # Environment: JOBS, MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR (outputs/sweeps/ics_cifar; both
 # + <extra overrides> when there are any),
 # NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh).

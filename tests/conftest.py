@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,24 @@ def run_bnexp(tmp_path, data_root):
                               text=True, timeout=timeout)
 
     return run
+
+
+
+def spawn_bnexp(data_root: Path, cwd: Path, *args: str) -> subprocess.Popen:
+    """Start the `bnexp` console script in the background (for tests that kill or race it)."""
+    exe = Path(sys.executable).with_name("bnexp")
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
+    return subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout: float = 300.0) -> None:
+    """Poll `predicate` every 50 ms; TimeoutError after `timeout` seconds."""
+    t0 = time.time()
+    while not predicate():
+        if time.time() - t0 > timeout:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
 
 
 # Fast settings for end-to-end runs on real data.

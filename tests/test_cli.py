@@ -193,7 +193,7 @@ def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):
 
 
 def test_long_override_sets_get_short_unique_folder_names():
-    from bnexp.config import MAX_DIRNAME, _safe_dirname
+    from bnexp.runnames import MAX_DIRNAME, safe_dirname as _safe_dirname
 
     a = "+experiment=bn_baseline,bn='true'," + ",".join(f"monitor.option_{i}=value_{i}" for i in range(20))
     b = a.replace("value_19", "value_X")

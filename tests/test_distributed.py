@@ -348,6 +348,19 @@ def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data
     assert (run / "checkpoint.pt").read_bytes() == before  # left for the right command to resume
 
 
+
+def test_checkpoint_resumes_across_result_neutral_keys_only(tmp_path, data_root):
+    """Keys that cannot change results (here data.verify_checksums, which also leaves the run folder's
+    name unchanged) do not block a resume; a change of the learning rate does, naming the key."""
+    from bnexp.errors import CheckpointMismatch
+    from bnexp.trainer import Trainer
+
+    short = ("trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5")
+    run = _one_process(tmp_path, "one", *short)
+    assert Trainer(_cfg(*RUN, *short, "data.verify_checksums=false"), run).try_resume()
+    with pytest.raises(CheckpointMismatch, match=r"differs in: lr\b"):
+        Trainer(_cfg(*RUN, *short, "lr=0.5"), run).try_resume()
+
 def test_convert_batch_norm_keeps_values_device_and_dtype():
     old = torch.nn.BatchNorm1d(4).double()
     with torch.no_grad():

@@ -38,11 +38,18 @@ def _no_bn(layer) -> bool:
     return layer.bn is None or isinstance(layer.bn, nn.Identity)
 
 
-def _hidden_outputs(model, x):
-    """Outputs of every hidden layer's nonlinearity, in order."""
+def _act_io(model, x, side: str):
+    """Per hidden layer, in order: the nonlinearity's input (side="in") or output ("out")."""
     seen = []
-    handles = [layer.act.register_forward_hook(lambda mod, inp, out: seen.append(out.detach()))
-               for _, layer in hidden_layers(model)]
+
+    def pre(mod, inp):
+        seen.append(inp[0].detach())
+
+    def post(mod, inp, out):
+        seen.append(out.detach())
+
+    handles = [layer.act.register_forward_pre_hook(pre) if side == "in"
+               else layer.act.register_forward_hook(post) for _, layer in hidden_layers(model)]
     try:
         with torch.no_grad():
             model(x)
@@ -50,20 +57,16 @@ def _hidden_outputs(model, x):
         for h in handles:
             h.remove()
     return seen
+
+
+def _hidden_outputs(model, x):
+    """Outputs of every hidden layer's nonlinearity, in order."""
+    return _act_io(model, x, "out")
 
 
 def _pre_activations(model, x):
     """Inputs to every hidden layer's nonlinearity, in order."""
-    seen = []
-    handles = [layer.act.register_forward_pre_hook(lambda mod, inp: seen.append(inp[0].detach()))
-               for _, layer in hidden_layers(model)]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return seen
+    return _act_io(model, x, "in")
 
 
 # --------------------------------------------------------------------------- MLP

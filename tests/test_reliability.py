@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,25 +17,10 @@ import torch
 from bnexp import rundir
 from bnexp.rundir import read_jsonl
 
-from conftest import FAST
+from conftest import FAST, spawn_bnexp, wait_for
 
 SHORT = [*FAST, "trainer.max_steps=3000", "trainer.eval_every=250", "trainer.hist_every=500",
          "trainer.ckpt_every=1000", "trainer.log_every=50"]
-
-
-def _spawn(data_root: Path, cwd: Path, *args: str) -> subprocess.Popen:
-    exe = Path(sys.executable).with_name("bnexp")
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
-    return subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for(predicate, timeout: float = 120.0) -> None:
-    t0 = time.time()
-    while not predicate():
-        if time.time() - t0 > timeout:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.05)
 
 
 def _strip_wall(records: list[dict]) -> list[dict]:
@@ -61,10 +44,10 @@ def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root, ext
     assert r.returncode == 0, r.stderr
 
     killed = tmp_path / "killed"
-    p = _spawn(data_root, tmp_path, "train", *args, f"hydra.run.dir={killed}")
+    p = spawn_bnexp(data_root, tmp_path, "train", *args, f"hydra.run.dir={killed}")
     # kill at an arbitrary step after the first checkpoint (step 1000), before the end
-    _wait_for(lambda: (killed / "checkpoint.pt").exists())
-    _wait_for(lambda: len(read_jsonl(killed / "metrics.jsonl")) >= 7)  # past step 1500
+    wait_for(lambda: (killed / "checkpoint.pt").exists())
+    wait_for(lambda: len(read_jsonl(killed / "metrics.jsonl")) >= 7)  # past step 1500
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     partial = read_jsonl(killed / "metrics.jsonl")
@@ -102,8 +85,8 @@ def test_sigterm_saves_checkpoint_records_interrupted_and_resumes(run_bnexp, tmp
     run_dir = tmp_path / "run"
     args = ["train", *FAST, "trainer.max_steps=6000", "trainer.eval_every=500", "trainer.ckpt_every=100000",
             f"hydra.run.dir={run_dir}"]
-    p = _spawn(data_root, tmp_path, *args)
-    _wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 2)
+    p = spawn_bnexp(data_root, tmp_path, *args)
+    wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 2)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, err
@@ -123,8 +106,8 @@ def test_sweep_interrupted_then_rerun_does_only_the_rest(run_bnexp, tmp_path, da
     sweep = tmp_path / "sweep"
     args = ["train", "-m", "seed=0,1,2", *FAST, "trainer.max_steps=1500", "trainer.eval_every=500",
             "trainer.hist_every=500", "trainer.ckpt_every=500", f"hydra.sweep.dir={sweep}"]
-    p = _spawn(data_root, tmp_path, *args)
-    _wait_for(lambda: any(rundir.is_complete(d) for d in sweep.glob("seed=*")) if sweep.exists() else False)
+    p = spawn_bnexp(data_root, tmp_path, *args)
+    wait_for(lambda: any(rundir.is_complete(d) for d in sweep.glob("seed=*")) if sweep.exists() else False)
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     done_before = {d.name: (d / "summary.json").stat().st_mtime_ns for d in sweep.glob("seed=*")

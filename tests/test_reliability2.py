@@ -14,8 +14,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,32 +22,17 @@ import pytest
 from bnexp import rundir
 from bnexp.rundir import read_jsonl
 
-from conftest import FAST, REPO
+from conftest import FAST, REPO, spawn_bnexp, wait_for
 
 RUN = [*FAST, "trainer.max_steps=900", "trainer.eval_every=100", "trainer.hist_every=100",
        "trainer.ckpt_every=300", "trainer.log_every=50"]
 
 
-def _spawn(data_root: Path, cwd: Path, *args: str) -> subprocess.Popen:
-    exe = Path(sys.executable).with_name("bnexp")
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
-    return subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for(predicate, timeout: float = 300.0) -> None:
-    t0 = time.time()
-    while not predicate():
-        if time.time() - t0 > timeout:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.05)
-
-
 def _kill_after_checkpoint(data_root: Path, tmp_path: Path, run_dir: Path, *extra: str) -> int:
     """Start a run, SIGKILL it after its first checkpoint; returns the checkpoint's step."""
-    p = _spawn(data_root, tmp_path, "train", *RUN, *extra, f"hydra.run.dir={run_dir}")
-    _wait_for(lambda: (run_dir / "checkpoint.pt").exists())
-    _wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 5 or p.poll() is not None)
+    p = spawn_bnexp(data_root, tmp_path, "train", *RUN, *extra, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (run_dir / "checkpoint.pt").exists())
+    wait_for(lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 5 or p.poll() is not None)
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] < 900, "the run finished before it was killed"
@@ -209,8 +192,8 @@ def test_dataset_content_is_checked_naming_the_file(run_bnexp, tmp_path, data_ro
 # ----- 4. file-system errors are user errors ----------------------------------------------
 def test_full_disk_during_jsonl_append_is_a_user_error_and_resumable(run_bnexp, tmp_path, data_root):
     run_dir = tmp_path / "run"
-    p = _spawn(data_root, tmp_path, "train", *RUN, f"hydra.run.dir={run_dir}")
-    _wait_for(lambda: (run_dir / "checkpoint.pt").exists())
+    p = spawn_bnexp(data_root, tmp_path, "train", *RUN, f"hydra.run.dir={run_dir}")
+    wait_for(lambda: (run_dir / "checkpoint.pt").exists())
     # the disk fills up: every later write to metrics.jsonl fails with ENOSPC (/dev/full)
     link = run_dir / ".full"
     os.symlink("/dev/full", link)

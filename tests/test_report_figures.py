@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report import BN_05, NOBN_05, make_ics_run, make_run
+from test_report import BN_05, make_ics_run, make_run
 
 from bnexp.report import build_report
 from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure, zoom_range

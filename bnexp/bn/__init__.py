@@ -17,7 +17,8 @@ examples of the mini-batch; a convolutional activation is (N, C, H, W) -- statis
 channel over (N, H, W), i.e. over m = N*H*W values (Sec. 3.2).
 
 The modules depend only on torch and on each other (functional <- reference <- population;
-noisy and distributed stand alone), never on the rest of bnexp, so every other module can import them.
+functional <- distributed; noisy stands alone), never on the rest of bnexp, so every other
+module can import them.
 """
 
 from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,

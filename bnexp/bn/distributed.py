@@ -28,18 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-
-def _dims(x: torch.Tensor) -> tuple[int, ...]:
-    if x.dim() == 2:
-        return (0,)
-    if x.dim() == 4:
-        return (0, 2, 3)
-    raise ValueError(f"expected a (m, d) or (N, C, H, W) activation, got shape {tuple(x.shape)}")
-
-
-def _bcast(v: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """(C,) -> (1, C) or (1, C, 1, 1), to broadcast over x."""
-    return v.view(1, -1) if x.dim() == 2 else v.view(1, -1, 1, 1)
+from bnexp.bn.functional import _per_feature, _reduce_dims
 
 
 def _world(group) -> int:
@@ -62,19 +51,19 @@ class _CrossReplicaBN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, group):
-        dims = _dims(x)
+        dims = _reduce_dims(x)
         local_count = x.numel() // x.shape[1]
         s = torch.cat([x.sum(dim=dims), x.new_tensor([float(local_count)])])
         dist.all_reduce(s, group=group)
         count = s[-1]
         mean = s[:-1] / count
-        xc = x - _bcast(mean, x)
+        xc = x - _per_feature(mean, x)
         sq = (xc * xc).sum(dim=dims)
         dist.all_reduce(sq, group=group)
         var = sq / count
         invstd = torch.rsqrt(var + eps)
-        x_hat = xc * _bcast(invstd, x)
-        y = x_hat * _bcast(weight, x) + _bcast(bias, x)
+        x_hat = xc * _per_feature(invstd, x)
+        y = x_hat * _per_feature(weight, x) + _per_feature(bias, x)
         ctx.save_for_backward(x_hat, weight, invstd, count)
         ctx.group = group
         ctx.mark_non_differentiable(mean, var, count)
@@ -83,7 +72,7 @@ class _CrossReplicaBN(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y, _gm, _gv, _gc):
         x_hat, weight, invstd, count = ctx.saved_tensors
-        dims = _dims(grad_y)
+        dims = _reduce_dims(grad_y)
         grad_beta = grad_y.sum(dim=dims)
         grad_gamma = (grad_y * x_hat).sum(dim=dims)
         sums = torch.cat([grad_beta, grad_gamma])
@@ -91,8 +80,8 @@ class _CrossReplicaBN(torch.autograd.Function):
         c = weight.numel()
         mean_g = sums[:c] / count  # mean_j dl/dy_j over the global mini-batch
         mean_gx = sums[c:] / count  # mean_j dl/dy_j * x_hat_j
-        grad_x = (grad_y - _bcast(mean_g, grad_y) - x_hat * _bcast(mean_gx, grad_y)) \
-            * _bcast(weight * invstd, grad_y)
+        grad_x = (grad_y - _per_feature(mean_g, grad_y) - x_hat * _per_feature(mean_gx, grad_y)) \
+            * _per_feature(weight * invstd, grad_y)
         return grad_x, grad_gamma, grad_beta, None, None
 
 
@@ -142,7 +131,7 @@ class CrossReplicaBatchNorm(_BatchNorm):
         self.group = group
 
     def _check_input_dim(self, x: torch.Tensor) -> None:
-        _dims(x)
+        _reduce_dims(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or _world(self.group) == 1:
@@ -184,7 +173,7 @@ def ghost_batch_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
     Raises:
         ValueError: g does not divide the number of examples, or x is neither 2-d nor 4-d.
     """
-    dims = _dims(x)
+    dims = _reduce_dims(x)
     n, g = x.shape[0], int(ghost_batch_size)
     if g < 1 or n % g:
         raise ValueError(f"the ghost batch size {g} must divide the mini-batch of {n} examples")
@@ -195,9 +184,9 @@ def ghost_batch_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
     var = (xc * xc).mean(dim=gdims, keepdim=True)
     y = (xc * torch.rsqrt(var + eps)).reshape(x.shape)
     if weight is not None:
-        y = y * _bcast(weight, x)
+        y = y * _per_feature(weight, x)
     if bias is not None:
-        y = y + _bcast(bias, x)
+        y = y + _per_feature(bias, x)
     k = n // g
     return y, mu.reshape(k, -1), var.reshape(k, -1)
 
@@ -233,7 +222,7 @@ class GhostBatchNorm(_BatchNorm):
         return super().extra_repr() + f", ghost_batch_size={self.ghost_batch_size}"
 
     def _check_input_dim(self, x: torch.Tensor) -> None:
-        _dims(x)
+        _reduce_dims(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, g = x.shape[0], self.ghost_batch_size

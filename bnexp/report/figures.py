@@ -269,7 +269,7 @@ def percentiles_figure(report: Report):
                 continue
             label = st[g.key].label + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
                                        "settings)" if missing else "")
-            if not _percentile_panel(ax, g, _wrap(label, 58)):
+            if not _percentile_panel(ax, g, wrap_title(label, 58)):
                 ax.set_axis_off()
                 continue
             if not handles:
@@ -294,7 +294,7 @@ def plot_percentiles(report: Report, path: Path) -> None:
     save_figure(percentiles_figure(report), path, 100)
 
 
-def _wrap(text: str, width: int) -> str:
+def wrap_title(text: str, width: int) -> str:
     """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
     import textwrap
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STYLE_NOTE, Style, legend_below, styles
-from bnexp.report.figures import STEP_LABEL, pyplot, save_figure
+from bnexp.report.figures import STEP_LABEL, pyplot, save_figure, wrap_title
 from bnexp.report.groups import ConfigGroup
 from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
 from bnexp.report.load import Run
@@ -105,21 +105,15 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         every = [v for _, _, vals, _ in lines for v in vals]
         if log and every and min(every) > 0:
             ax.set_yscale("log")
-        ax.set_title(_wrap(ylabel, int(width / max(1, len(drawn_panels)) * 10)), fontsize=9)
+        ax.set_title(wrap_title(ylabel, int(width / max(1, len(drawn_panels)) * 10)), fontsize=9)
         ax.set_ylabel(axis_label(key), fontsize=8)
         ax.set_xlabel(STEP_LABEL, fontsize=8)
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     bottom = legend_below(fig, handles, labels, title=f"mean over finished seeds; {STYLE_NOTE}")
-    fig.suptitle(_wrap(title, int(width * 12)), fontsize=10)
+    fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
     fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return fig
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def _ics_figure(report: Report, path: Path, view: str, panels: list[tuple[str, str, Any]], title: str,
