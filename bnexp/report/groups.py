@@ -152,19 +152,24 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     variant first, so that a preset whose name says BN but that was run without it reads
     "no BN (bn_baseline preset)", not "bn_baseline: no BN" -- and when its name is shared by
     several configurations the other varying keys follow ("noisy BN lr=0.1 (bn_baseline
-    preset)"). Configurations built from summaries only are marked "[no config]"; when
-    bn.enabled is unknown the group's label is returned.
+    preset)"), the keys that vary among that preset's configurations only; noisy BN at several
+    noise strengths reads "noisy BN noise_scale=3". Configurations built from summaries only
+    are marked "[no config]"; when bn.enabled is unknown the group's label is returned.
     """
     v = bn_variant(group)
     if v is None:
         return group.label
-    kv = pair_label(group, groups)
+    if v == "noisy BN":  # the noise strength, when the sweep has several (scripts/ics_study.sh)
+        scales = {g.config.get("bn.noise_scale", 1.0) for g in groups if bn_variant(g) == "noisy BN"}
+        if len(scales) > 1:
+            v += f" noise_scale={group.config.get('bn.noise_scale', 1.0):g}"
     exp = group.experiment
-    if exp:
-        shared = sum(g.experiment == exp for g in groups) > 1
-        label = f"{v}" + (f" {kv}" if shared and kv else "") + f" ({exp} preset)"
+    if exp:  # the keys that vary among this preset's configurations only (e.g. a rate grid)
+        same = [g for g in groups if g.experiment == exp]
+        kv = pair_label(group, same) if len(same) > 1 else ""
+        label = f"{v}" + (f" {kv}" if kv else "") + f" ({exp} preset)"
     else:
-        label = f"{v} {kv}".strip()
+        label = f"{v} {pair_label(group, groups)}".strip()
     if group.key.startswith("summary:"):
         label += " [no config]"
     return label
@@ -198,7 +203,6 @@ def label_groups(groups: list[ConfigGroup]) -> None:
     Also sets every group's ``variant_label``.
     """
     vary = varying_keys(groups)
-    other = [k for k in vary if k not in ("experiment", "experiment.name")]
     names = [g.experiment for g in groups]
     use_variants = variant_labels_apply(groups)
     for g in groups:
@@ -206,7 +210,9 @@ def label_groups(groups: list[ConfigGroup]) -> None:
             g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
             continue
         if g.experiment:
-            extra = _kv_label(g.config, other) if names.count(g.experiment) > 1 else ""
+            same = [h for h in groups if h.experiment == g.experiment]
+            within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
+            extra = _kv_label(g.config, within) if len(same) > 1 else ""
             label = f"{g.experiment} {extra}".strip()
         else:
             label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
