@@ -13,7 +13,8 @@
 # input; every 500 steps on MNIST, every hist_every of the preset on CIFAR-10), gradient-based ICS and
 # the loss-landscape probes (raw and scale-invariant, every 1,000 steps).
 # Environment: JOBS, MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR (outputs/sweeps/ics_cifar; both
-# + <extra overrides> when there are any),
+# + <extra overrides> when there are any), CIFAR_OVERRIDES (space-separated overrides for the CIFAR-10
+# part only, e.g. "scale.baseline_steps=3000": half the preset's budget, its schedule scaled with it),
 # NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh).
 set -euo pipefail
 rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
@@ -21,7 +22,8 @@ cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
 source scripts/_sweep_name.sh
 MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist$(sweep_suffix "$@")}"
-CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar$(sweep_suffix "$@")}"
+read -r -a CIFAR_EXTRA <<< "${CIFAR_OVERRIDES:-}"
+CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar$(sweep_suffix "$@" ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"})}"
 NOISE_SCALES="${NOISE_SCALES:-1,3,10}"
 source scripts/_data_env.sh
 # every probe value is kept for the Wasserstein distances (the default keeps 20,000 per layer, for speed)
@@ -38,8 +40,9 @@ mid=$(date +%s)
 CIFAR_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${CIFAR_DIR}"
             trainer.num_threads=1 trainer.progress=false "data.verify_checksums=${VERIFY}"
             +experiment=bn_baseline scale=cpu seed=0,1 "${PROBES[@]}")
-bnexp train -m "${CIFAR_ARGS[@]}" bn=true,false "$@" || rc=$?
-bnexp train -m "${CIFAR_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@" || rc=$?
+bnexp train -m "${CIFAR_ARGS[@]}" bn=true,false "$@" ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"} || rc=$?
+bnexp train -m "${CIFAR_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@" \
+  ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"} || rc=$?
 end=$(date +%s)
 echo "MNIST part: $((mid - start)) s, CIFAR-10 part: $((end - mid)) s, total $((end - start)) s (${JOBS} jobs)"
 bnexp report "${MNIST_DIR}"
