@@ -22,11 +22,6 @@ BEST_RATE_TARGET = 0.95
 BEST_RATE_TITLE = "Each at its best learning rate"
 
 
-def _lr(group: ConfigGroup) -> float | None:
-    v = group.config.get("lr")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
     """Configurations that differ only in ``lr``, each family sorted by rate (families of >= 2 rates).
 
@@ -35,9 +30,9 @@ def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
     """
     fams: dict[str, list[ConfigGroup]] = {}
     for g in groups:
-        if _lr(g) is not None and not g.key.startswith("summary:"):
+        if g.lr is not None and not g.key.startswith("summary:"):
             fams.setdefault(config_key(g.config, ("lr",)), []).append(g)
-    return [sorted(f, key=_lr) for f in fams.values() if len(f) > 1]
+    return [sorted(f, key=lambda g: g.lr) for f in fams.values() if len(f) > 1]
 
 
 def best_rate(family: list[ConfigGroup], target: float = BEST_RATE_TARGET) -> dict:
@@ -67,7 +62,7 @@ def best_rate(family: list[ConfigGroup], target: float = BEST_RATE_TARGET) -> di
             status = "not reached in every seed"
         else:
             status = "ok"
-        rows.append({"lr": _lr(g), "label": g.label, "steps": st, "diverged": div, "completed": len(done),
+        rows.append({"lr": g.lr, "label": g.label, "steps": st, "diverged": div, "completed": len(done),
                      "status": status})
     ok = [r for r in rows if r["status"] == "ok"]
     best = min(ok, key=lambda r: r["steps"]["mean"]) if ok else None

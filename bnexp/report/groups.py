@@ -68,6 +68,12 @@ class ConfigGroup:
         return experiment_name(self.config)
 
     @property
+    def lr(self) -> float | None:
+        """The configuration's learning rate (``lr``), or None when it is missing or not a number."""
+        v = self.config.get("lr")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    @property
     def max_steps(self) -> int | None:
         """trainer.max_steps of the configuration, else the largest summary ``max_steps``."""
         v = self.config.get("trainer.max_steps")

@@ -88,11 +88,6 @@ def _finished(g: ConfigGroup) -> list[Run]:
     return [r for r in g.runs if r.status == "finished" and r.metrics]
 
 
-def _lr(g: ConfigGroup) -> float | None:
-    v = g.config.get("lr")
-    return float(v) if isinstance(v, (int, float)) else None
-
-
 def baseline_grid(groups: list[ConfigGroup]) -> dict | None:
     """The baseline's rate grid: every ``baseline`` configuration's rate and plateau; the best.
 
@@ -106,7 +101,7 @@ def baseline_grid(groups: list[ConfigGroup]) -> dict | None:
         if g.experiment != "baseline" or not runs:
             continue
         per_seed = [plateau(curve(r)[1]) for r in runs]
-        rows.append({"lr": _lr(g), "plateau": float(np.mean(per_seed)), "seeds": len(runs), "label": g.label,
+        rows.append({"lr": g.lr, "plateau": float(np.mean(per_seed)), "seeds": len(runs), "label": g.label,
                      "key": g.key})
     if not rows:
         return None
@@ -166,10 +161,10 @@ def matched_accuracy(groups: list[ConfigGroup]) -> dict | None:
         per_seed_curves = [curve(r) for r in runs]
         steps = {lv: {"per_seed": [first_at(cs, ca, lv * target) for cs, ca in per_seed_curves],
                       "mean_curve": first_at(s, a, lv * target)} for lv in levels}
-        label = (f"baseline (lr={_lr(g):g})" if g.experiment == "baseline" and _lr(g) is not None
+        label = (f"baseline (lr={g.lr:g})" if g.experiment == "baseline" and g.lr is not None
                  else g.experiment or g.label)
         rows.append({
-            "label": label, "experiment": g.experiment, "lr": _lr(g), "seeds": len(runs),
+            "label": label, "experiment": g.experiment, "lr": g.lr, "seeds": len(runs),
             "diverged": sum(r.status == "diverged" for r in g.runs), "max_steps": g.max_steps,
             "plateau": plateau(a), "plateau_per_seed": [plateau(ca) for _, ca in per_seed_curves],
             "check": plateau_check(s, a, g.max_steps or (s[-1] if s else 0)),
