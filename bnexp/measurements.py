@@ -202,8 +202,8 @@ class TrainLoss(Measurement):
         if not math.isfinite(loss_sum):
             raise Diverged(step, "training loss")
         if tr.writer is not None:
-            tr.writer.add_scalar("train/loss", loss_sum / n, step)
-            tr.writer.add_scalar("train/accuracy", correct / (n * self.batch_size), step)
+            tr.writer.add_scalar("Train/loss", loss_sum / n, step)
+            tr.writer.add_scalar("Train/accuracy", correct / (n * self.batch_size), step)
         self.loss_sum += loss_sum
         self.correct += correct
         self.n += n
@@ -234,7 +234,8 @@ def _params_finite(model: nn.Module) -> bool:
 class TestEvaluation(Measurement):
     """Test loss and accuracy on the full test set, every ``trainer.eval_every`` steps, at
     step 0 and at the end: one ``metrics.jsonl`` record (with the train loss/accuracy since
-    the previous evaluation and the learning rate) and TensorBoard scalars ``test/*``.
+    the previous evaluation and the learning rate) and TensorBoard scalars ``Test/*``
+    (capitalized: TensorBoard sorts tag groups by name, upper case first, and opens the first two).
 
     Raises:
         Diverged: a parameter is NaN or infinite.
@@ -258,9 +259,9 @@ class TestEvaluation(Measurement):
                "train_loss": train_loss, "train_accuracy": train_acc,
                "lr": tr.optimizer.param_groups[0]["lr"], "wall_time_s": time.time() - tr.t_start}
         self.metrics.append(rec)
-        tr.writer.add_scalar("test/loss", test_loss, step)
-        tr.writer.add_scalar("test/accuracy", test_acc, step)
-        tr.writer.add_scalar("train/learning_rate", rec["lr"], step)
+        tr.writer.add_scalar("Test/loss", test_loss, step)
+        tr.writer.add_scalar("Test/accuracy", test_acc, step)
+        tr.writer.add_scalar("Train/learning_rate", rec["lr"], step)
         return rec
 
     def start(self, tr) -> None:

@@ -327,10 +327,10 @@ class ShiftMonitor:
             bn_input = bool(bn_layers(self.model))
         names = self.layer_names()
         layout: dict = {"training": {
-            "test accuracy": ["Multiline", ["^test/accuracy$"]],
-            "train loss (mean over the last log_every mini-batches)": ["Multiline", ["^train/loss$"]],
-            "test loss": ["Multiline", ["^test/loss$"]],
-            "train accuracy (mean over the last log_every mini-batches)": ["Multiline", ["^train/accuracy$"]],
+            "test accuracy": ["Multiline", ["^Test/accuracy$"]],
+            "train loss (mean over the last log_every mini-batches)": ["Multiline", ["^Train/loss$"]],
+            "test loss": ["Multiline", ["^Test/loss$"]],
+            "train accuracy (mean over the last log_every mini-batches)": ["Multiline", ["^Train/accuracy$"]],
         }}
 
         def margin(prefix, name):

@@ -469,7 +469,7 @@ class Trainer:
                 k = recompute_population_statistics(self.model, batches)
             final_loss, final_acc = evaluate(self.model, self.data.test_x, self.data.test_y,
                                              autocast_dtype=self.amp_dtype)
-            self.writer.add_scalar("test/accuracy_recomputed_population_stats", final_acc, self.step)
+            self.writer.add_scalar("Test/accuracy_recomputed_population_stats", final_acc, self.step)
             log.info("population statistics recomputed over %d mini-batches (Alg. 2): test acc %.4f (ema: %.4f)",
                      k, final_acc, extra["final_test_accuracy_ema"])
 

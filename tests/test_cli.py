@@ -64,7 +64,7 @@ def test_train_end_to_end_on_real_mnist(run_bnexp, tmp_path):
     assert not [p for p in run_dir.rglob("events.out.tfevents.*") if p.parent != run_dir]
     tb = _event_tags(run_dir)
     scalars = set(tb["tags"]["scalars"])
-    for tag in ("train/loss", "train/accuracy", "test/loss", "test/accuracy", "train/learning_rate",
+    for tag in ("Train/loss", "Train/accuracy", "Test/loss", "Test/accuracy", "Train/learning_rate",
                 "shift/typical_unit/p15", "shift/typical_unit/p50", "shift/typical_unit/p85",
                 "hparams/final_test_accuracy"):
         assert tag in scalars, tag
@@ -75,7 +75,7 @@ def test_train_end_to_end_on_real_mnist(run_bnexp, tmp_path):
     assert "custom_scalars__config__" in tb["tags"]["tensors"]
     assert tb["hparams"], "hparams summaries missing from the run's event file"
     assert "shift/percentile_bands" in tb["tags"]["images"]
-    acc_events = tb["ea"].Scalars("test/accuracy")
+    acc_events = tb["ea"].Scalars("Test/accuracy")
     assert [e.step for e in acc_events] == [0, 100, 200, 300]
     assert abs(acc_events[-1].value - summary["final_test_accuracy"]) < 1e-6
 

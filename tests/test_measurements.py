@@ -80,7 +80,7 @@ def test_train_loss_window_sums_and_divergence():
                   (torch.tensor(1.5), logits, torch.tensor([0, 0, 0]))]
     tl.after_update(tr)
     assert tl.window == []
-    assert writer.scalars == [("train/loss", 1.0, 2), ("train/accuracy", 4 / 6, 2)]
+    assert writer.scalars == [("Train/loss", 1.0, 2), ("Train/accuracy", 4 / 6, 2)]
     assert tl.take() == (1.0, 4 / 6)
     assert tl.take() == (None, None)
     tl.window.append((torch.tensor(float("nan")), logits, torch.tensor([0, 0, 0])))

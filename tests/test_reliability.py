@@ -75,10 +75,10 @@ def test_sigkill_and_resume_is_bit_identical(run_bnexp, tmp_path, data_root, ext
 
     ea = EventAccumulator(str(killed), size_guidance={"scalars": 0})
     ea.Reload()
-    steps = [e.step for e in ea.Scalars("test/accuracy")]
+    steps = [e.step for e in ea.Scalars("Test/accuracy")]
     assert steps == list(range(0, 3001, 250))
-    ref_vals = {e.step: e.value for e in EventAccumulator(str(ref)).Reload().Scalars("test/accuracy")}
-    assert {e.step: e.value for e in ea.Scalars("test/accuracy")} == ref_vals
+    ref_vals = {e.step: e.value for e in EventAccumulator(str(ref)).Reload().Scalars("Test/accuracy")}
+    assert {e.step: e.value for e in ea.Scalars("Test/accuracy")} == ref_vals
 
 
 def test_sigterm_saves_checkpoint_records_interrupted_and_resumes(run_bnexp, tmp_path, data_root):

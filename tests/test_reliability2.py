@@ -88,7 +88,7 @@ def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_
 
     ea = EventAccumulator(str(run2), size_guidance={"scalars": 0})
     ea.Reload()
-    assert [e.step for e in ea.Scalars("test/accuracy")] == list(range(0, 901, 100))
+    assert [e.step for e in ea.Scalars("Test/accuracy")] == list(range(0, 901, 100))
 
 
 def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, tmp_path):

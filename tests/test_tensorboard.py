@@ -1,10 +1,13 @@
 """What TensorBoard shows, read back with TensorBoard's own event readers (issue 12).
 
-One real 2-run sweep (bn=true,false, a few hundred steps on MNIST) is read with
-``tensorboard.backend.event_processing.event_accumulator.EventAccumulator``: the sweep's
-run-folder names, the Custom Scalars layout (order, relative bands per layer), the HParams
-columns (types, count) and a value of every metric for every run, not-reached targets
-included. Figure functions are checked for labelled axes on matplotlib objects.
+One real 2-run sweep (bn=true,false, 120 steps on MNIST) is read with
+``tensorboard.backend.event_processing.event_accumulator.EventAccumulator`` and through
+TensorBoard's own HParams plugin backend (the JSON its dashboard gets): the sweep's
+run-folder names (and no lock file left), the tag groups TensorBoard opens first, the
+Custom Scalars layout (order, relative bands per layer), the HParams columns (types,
+domains, which are shown) and a metric value exactly where a run has one (issue 22:
+unreached targets are blank). Figure functions are checked for labelled axes on
+matplotlib objects.
 """
 
 from __future__ import annotations
@@ -47,12 +50,45 @@ def sweep(tmp_path_factory, data_root):
     return tmp / "s"
 
 
-def test_sweep_folders_are_named_by_the_swept_key_only(sweep):
+def _plugin(logdir, route: str, body: dict) -> dict:
+    """What TensorBoard's HParams plugin answers the dashboard (its own backend, JSON)."""
+    import json
+
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import hparams_plugin
+    from werkzeug.test import Client
+    from werkzeug.wrappers import Response
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    ctx = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux,
+                                data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    app = hparams_plugin.HParamsPlugin(ctx).get_plugin_apps()[route]
+    r = Client(app, Response).post(route, data=json.dumps(body), content_type="application/json")
+    assert r.status_code == 200, r.get_data(as_text=True)
+    return json.loads(r.get_data(as_text=True))
+
+
+def _session_groups(logdir, experiment: dict) -> dict:
+    """{trial id: {"hparams": {...}, "metrics": {tag: value}}}, as the dashboard requests them."""
+    body = {"experimentName": "", "startIndex": 0, "sliceSize": 100,
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+            "colParams": [{"hparam": h["name"]} for h in experiment["hparamInfos"]]
+            + [{"metric": m["name"]} for m in experiment["metricInfos"]]}
+    groups = _plugin(logdir, "/session_groups", body)["sessionGroups"]
+    return {g["name"]: {"hparams": g["hparams"], "metrics": {m["name"]["tag"]: m["value"] for m in g["metricValues"]}}
+            for g in groups}
+
+
+def test_sweep_folders_are_named_by_the_swept_key_only_and_hold_no_lock(sweep):
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["bn=false", "bn=true"]
+    assert not list(sweep.glob("*/.lock"))  # removed when each run ended
 
 
-def test_hparams_columns_types_and_a_metric_value_for_every_run(sweep):
-    from tensorboard.plugins.hparams import api_pb2, metadata
+def test_hparams_values_keep_their_types_in_the_session(sweep):
+    from tensorboard.plugins.hparams import metadata
 
     from bnexp.tblog import MAX_COLUMNS
 
@@ -60,25 +96,58 @@ def test_hparams_columns_types_and_a_metric_value_for_every_run(sweep):
         ea = _accumulator(sweep / run)
         ssi = metadata.parse_session_start_info_plugin_data(
             ea.SummaryMetadata(metadata.SESSION_START_INFO_TAG).plugin_data.content)
-        hp = {k: getattr(v, v.WhichOneof("kind")) for k, v in ssi.hparams.items()}
         kinds = {k: v.WhichOneof("kind") for k, v in ssi.hparams.items()}
+        hp = {k: getattr(v, kinds[k]) for k, v in ssi.hparams.items()}
         assert len(hp) <= MAX_COLUMNS
         assert hp["bn"] is bn and kinds["bn"] == "bool_value"  # a boolean, not 0.0/1.0
-        assert hp["act"] == "sigmoid" and hp["lr"] == 0.5 and hp["seed"] == 0 and hp["batch_size"] == 60
-        assert {"model", "data", "experiment"} <= set(hp)
-        exp = metadata.parse_experiment_plugin_data(ea.SummaryMetadata(metadata.EXPERIMENT_TAG).plugin_data.content)
-        infos = {h.name: h for h in exp.hparam_infos}
-        assert infos["bn"].type == api_pb2.DATA_TYPE_BOOL and infos["lr"].type == api_pb2.DATA_TYPE_FLOAT64
-        # the dashboard shows the first 5 columns, "differs" first: bn, act, lr, seed are among them
-        shown = sorted(infos.values(), key=lambda h: (not h.differs, h.name))[:5]
-        assert {"bn", "act", "lr", "seed"} <= {h.name for h in shown}
-        metrics = [m.name.tag for m in exp.metric_infos]
-        assert "hparams/steps_to_0.98" in metrics and "hparams/final_test_accuracy" in metrics
-        scalars = set(ea.Tags()["scalars"])
-        for tag in metrics:  # every metric has a value: Parallel Coordinates and Scatter keep the run
-            assert tag in scalars, (run, tag)
-        # 98% is out of reach in 120 steps: written as max_steps + 1
-        assert [e.value for e in ea.Scalars("hparams/steps_to_0.98")] == [MAX_STEPS + 1]
+        # integers as text: the dashboard prints numbers with 5 digits (seed 0 -> "0.0000")
+        assert (hp["seed"], kinds["seed"]) == ("0", "string_value")
+        assert (hp["batch_size"], kinds["batch_size"]) == ("60", "string_value")
+        assert (hp["lr"], kinds["lr"]) == (0.5, "number_value")
+        assert hp["act"] == "sigmoid" and {"model", "data", "experiment"} <= set(hp)
+
+
+def test_hparams_dashboard_shows_the_swept_key_and_leaves_unreached_targets_blank(sweep):
+    """Through TensorBoard's own HParams backend: the columns the dashboard shows, and a
+    blank (no value) for every target a run did not reach, the others equal to summary.json."""
+    import json
+
+    exp = _plugin(sweep, "/experiment", {"experimentName": ""})
+    assert [(h["name"], h["type"], h["domainDiscrete"], h["differs"]) for h in exp["hparamInfos"]] == [
+        ("bn", "DATA_TYPE_BOOL", [False, True], True)]
+    tags = [m["name"]["tag"] for m in exp["metricInfos"]]
+    # one swept key: every metric is listed (the dashboard shows the first five): final, targets, best
+    assert tags == ["hparams/final_test_accuracy", "hparams/steps_to_0.9", "hparams/steps_to_0.95",
+                    "hparams/steps_to_0.97", "hparams/steps_to_0.98", "hparams/best_test_accuracy"]
+    assert exp["metricInfos"][1]["displayName"] == "steps to 0.9 test accuracy"
+    groups = _session_groups(sweep, exp)
+    assert sorted(groups) == ["bn=false", "bn=true"]
+    unreached = 0
+    for run, group in groups.items():
+        summary = json.loads((sweep / run / "summary.json").read_text())
+        assert group["hparams"]["bn"] is (run == "bn=true") and group["hparams"]["seed"] == "0"
+        assert group["metrics"]["hparams/final_test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
+        for target, steps in summary["steps_to_target"].items():
+            tag = f"hparams/steps_to_{target}"
+            if steps is None:  # not reached: no value at all, so the table cell is blank
+                unreached += 1
+                assert tag not in group["metrics"], (run, tag)
+                assert tag not in _accumulator(sweep / run).Tags()["scalars"]
+            else:
+                assert group["metrics"][tag] == steps
+    assert unreached >= 2  # 98% is out of reach in 120 steps
+
+
+def test_time_series_and_scalars_open_on_the_test_and_train_curves(sweep):
+    """TensorBoard sorts tag groups (the text before the first "/") by character code and
+    opens the first two: those must be Test and Train, for every kind of card."""
+    for run in ("bn=true", "bn=false"):
+        tags = _accumulator(sweep / run).Tags()
+        groups = sorted({t.split("/", 1)[0] for kind in ("scalars", "histograms", "images") for t in tags[kind]})
+        assert groups[:2] == ["Test", "Train"], groups
+        assert all(g[0].islower() for g in groups[2:])  # nothing else sorts before them
+        assert {"Test/accuracy", "Test/loss", "Train/loss", "Train/accuracy",
+                "Train/learning_rate"} <= set(tags["scalars"])
 
 
 def test_custom_scalars_layout_order_and_relative_bands(sweep):
@@ -94,6 +163,8 @@ def test_custom_scalars_layout_order_and_relative_bands(sweep):
                       "internal covariate shift (unitless)"]
     assert layout.category[0].chart[0].title == "test accuracy"
     scalars = set(ea.Tags()["scalars"])
+    for chart in layout.category[0].chart:  # the training charts match the renamed Test/Train tags
+        assert [t for t in scalars if re.search(chart.multiline.tag[0], t)], chart.title
     for cat in layout.category[1:5]:
         series = [c.margin.series[0] for c in cat.chart]
         assert [s.value.split("/")[0] for s in series] == ["shift_rel", "shift"]  # relative band, raw band
@@ -175,3 +246,81 @@ def test_percentile_figure_one_row_per_layer_with_labelled_axes():
     assert all(a.get_ylabel() for a in axes) and axes[-1].get_xlabel() == "training step"
     assert [a.get_title().split(": ")[1] for a in axes] == ["layer1, all units", "layer2, all units",
                                                              "layer3, all units", "unit 0 of layer3"]
+
+
+def _write_run(logdir, name: str, hp: dict, swept, values: dict) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from bnexp.tblog import metric_names, write_hparams_end, write_hparams_start
+
+    w = SummaryWriter(log_dir=str(logdir / name))
+    write_hparams_start(w, hp, metric_names([0.98, 0.9, 0.95]), swept=swept)
+    write_hparams_end(w, values, step=500, not_reached=501)
+    w.close()
+
+
+HP = {"bn": True, "act": "sigmoid", "lr": 0.1, "seed": 0, "model": "mlp", "data": "mnist",
+      "experiment": "none", "batch_size": 60}
+
+
+def test_sweep_values_name_the_columns_and_list_the_values():
+    from bnexp.tblog import sweep_values
+
+    assert sweep_values(["bn='true','false','noisy'", "seed=range(0,3)", "lr=0.1", "+experiment=a,b",
+                         "hydra.launcher.n_jobs=2,3", "act=sigmoid,relu", "act=tanh", "x=interval(0,1)"]) == {
+        "bn": ["true", "false", "noisy"], "bn.noise": ["False", "True"], "seed": ["0", "1", "2"],
+        "experiment": ["a", "b"], "x": []}  # act: the last override wins and is no sweep
+    assert sweep_values(["bn=true,false", "trainer.max_steps=900"]) == {"bn": ["True", "False"]}
+    assert sweep_values([]) == {}
+
+
+def test_shown_metrics_keep_the_table_within_six_columns():
+    from bnexp.tblog import TABLE_COLUMNS, shown_metrics
+
+    m = ["final", "s0.9", "s0.95", "s0.97", "s0.98", "best"]
+    assert TABLE_COLUMNS == 6
+    assert shown_metrics(m, 0) == m and shown_metrics(m, 1) == m  # the dashboard shows 5, offers the 6th
+    assert shown_metrics(m, 2) == m[:4]
+    assert shown_metrics(m, 4) == m[:2]
+    assert shown_metrics(m, 5) == m[:1] and shown_metrics(m, 9) == m[:1]  # it shows at most 5 hparams
+
+
+def test_swept_columns_get_domains_of_their_own_type(tmp_path):
+    """Three runs of a seed x lr x act sweep: integer seeds as text in numeric order, the lr
+    interval, string choices, bool bn; unreached and non-finite metrics are left out."""
+    swept = {"seed": ["10", "2", "0"], "lr": ["0.3", "0.03"], "act": ["sigmoid", "relu"], "bn": ["true", "false"]}
+    _write_run(tmp_path, "a", {**HP, "seed": 10, "lr": 0.3}, swept,
+               {"hparams/final_test_accuracy": 0.97, "hparams/steps_to_0.9": 200, "hparams/steps_to_0.95": None,
+                "hparams/steps_to_0.98": float("nan"), "hparams/best_test_accuracy": 0.975})
+    _write_run(tmp_path, "b", {**HP, "bn": False, "act": "relu", "seed": 2, "lr": 0.03}, swept,
+               {"hparams/final_test_accuracy": float("inf"), "hparams/steps_to_0.9": None})
+    exp = _plugin(tmp_path, "/experiment", {"experimentName": ""})
+    infos = {h["name"]: h for h in exp["hparamInfos"]}
+    assert sorted(infos) == ["act", "bn", "lr", "seed"] and all(h["differs"] for h in infos.values())
+    assert (infos["seed"]["type"], infos["seed"]["domainDiscrete"]) == ("DATA_TYPE_STRING", ["0", "2", "10"])
+    assert (infos["lr"]["type"], infos["lr"]["domainInterval"]) == ("DATA_TYPE_FLOAT64",
+                                                                     {"minValue": 0.03, "maxValue": 0.3})
+    assert (infos["act"]["type"], infos["act"]["domainDiscrete"]) == ("DATA_TYPE_STRING", ["relu", "sigmoid"])
+    assert (infos["bn"]["type"], infos["bn"]["domainDiscrete"]) == ("DATA_TYPE_BOOL", [False, True])
+    # four hparams shown: two metrics fit (final accuracy, steps to the lowest target)
+    assert [m["name"]["tag"] for m in exp["metricInfos"]] == ["hparams/final_test_accuracy", "hparams/steps_to_0.9"]
+    groups = _session_groups(tmp_path, exp)
+    assert groups["a"]["hparams"] == {"bn": True, "act": "sigmoid", "lr": 0.3, "seed": "10", "model": "mlp",
+                                      "data": "mnist", "experiment": "none", "batch_size": "60"}
+    assert groups["a"]["metrics"] == {"hparams/final_test_accuracy": pytest.approx(0.97), "hparams/steps_to_0.9": 200}
+    assert groups["b"]["metrics"] == {}  # an infinite accuracy and an unreached target: blank, not 501
+    scalars = set(_accumulator(tmp_path / "a").Tags()["scalars"])
+    assert scalars == {"hparams/final_test_accuracy", "hparams/steps_to_0.9", "hparams/best_test_accuracy"}
+
+
+def test_single_run_shows_bn_act_lr_seed_and_a_domain_only_for_values_it_knows(tmp_path):
+    _write_run(tmp_path, "one", HP, {}, {"hparams/final_test_accuracy": 0.5})
+    exp = _plugin(tmp_path, "/experiment", {"experimentName": ""})
+    infos = {h["name"]: h for h in exp["hparamInfos"]}
+    assert sorted(infos) == ["act", "bn", "lr", "seed"] and not any(h["differs"] for h in infos.values())
+    assert "domainDiscrete" not in infos["seed"] and "domainDiscrete" not in infos["act"]  # not swept: no list
+    assert infos["seed"]["type"] == "DATA_TYPE_STRING" and infos["lr"]["type"] == "DATA_TYPE_FLOAT64"
+    # a swept value list that does not hold this run's value gives no domain either
+    _write_run(tmp_path / "x", "two", {**HP, "seed": 7}, {"seed": ["0", "1"]}, {})
+    exp = _plugin(tmp_path / "x", "/experiment", {"experimentName": ""})
+    assert [(h["name"], "domainDiscrete" in h) for h in exp["hparamInfos"]] == [("seed", False)]
