@@ -1,8 +1,17 @@
-"""Shared test fixtures: the real datasets in ../shared/data and a `bnexp` runner."""
+"""Shared test fixtures: the real datasets in ../shared/data, a `bnexp` runner, and the test tiers.
+
+Tiers (pytest markers, see pyproject.toml): ``e2e`` marks a test that starts bnexp (or torchrun,
+or any subprocess) as a process -- found here from the test's and its fixtures' source, so a new
+test is tiered without remembering to mark it -- or that trains more than a few hundred steps
+(marked by hand); ``slow`` marks the longest end-to-end runs. The fast tier for an edit-test loop:
+``python -m pytest -m "not e2e and not slow"``.
+"""
 
 from __future__ import annotations
 
 import os
+import inspect
+import re
 import subprocess
 import sys
 import time
@@ -58,3 +67,39 @@ def wait_for(predicate, timeout: float = 300.0) -> None:
 
 # Fast settings for end-to-end runs on real data.
 FAST = ["trainer.progress=false", "trainer.num_threads=1"]
+
+
+# a test (or one of its fixtures, or a helper of its module it calls) that runs any of these
+# starts a process: tier e2e
+_PROCESS_CALLS = re.compile(r"\b(run_bnexp|spawn_bnexp|subprocess\.|Popen|torchrun|os\.system)\b")
+_CALLS = re.compile(r"\b([A-Za-z_]\w*)\(")
+
+
+def _starts_a_process(fn, module=None, depth: int = 1) -> bool:
+    """Whether ``fn``'s source (or, ``depth`` levels down, a function of ``module`` it calls) starts a process."""
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    if _PROCESS_CALLS.search(src):
+        return True
+    if module is None or depth == 0:
+        return False
+    helpers = {getattr(module, name, None) for name in _CALLS.findall(src)}
+    return any(inspect.isfunction(h) and h is not fn and h.__module__ == module.__name__
+               and _starts_a_process(h, module, depth - 1) for h in helpers)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that starts a process (itself, through a fixture, or through a helper) ``e2e``."""
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is None or item.get_closest_marker("e2e"):
+            continue
+        module = getattr(item, "module", None)
+        info = getattr(item, "_fixtureinfo", None)
+        fixtures = [fdef.func for name in item.fixturenames
+                    for fdef in (info.name2fixturedefs.get(name, ()) if info else ())]
+        if "run_bnexp" in item.fixturenames or any(
+                _starts_a_process(f, module) for f in [fn, *fixtures]):
+            item.add_marker(pytest.mark.e2e)
