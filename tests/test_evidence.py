@@ -43,7 +43,7 @@ def test_new_keys_are_validated(key, value):
 
 # ------------------------------------------------------------------ bnexp report: evidence rule
 
-from test_report import BN_05, NOBN_05, make_ics_run, make_run  # noqa: E402  (synthetic run builders)
+from test_report import BN_05, NOBN_05, has_row, make_ics_run, make_run  # noqa: E402  (synthetic run builders)
 
 from bnexp.report import build_report, report_main  # noqa: E402
 
@@ -59,8 +59,8 @@ def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
     root = _ics_sweep(tmp_path / "one", [0])
     data = build_report(root).data
     speed = [v for v in data["verdicts"] if v.startswith("BN reached 95%")]
-    assert speed == ["BN reached 95% in 1,000 (1 seed) steps, no BN in 10,000 (1 seed): insufficient "
-                     "evidence (BN has 1 seed (need 2); no BN has 1 seed (need 2))."]
+    assert speed == ["BN reached 95% in 1,000 steps (1 seed), no BN in 10,000 (1 seed): insufficient "
+                     "evidence (BN has 1 seed (need 2): add seed=1; no BN has 1 seed (need 2): add seed=1)."]
     assert not any("fewer steps" in v or "higher by" in v for v in data["verdicts"])
     ics = data["ics"]
     comp = ics["comparisons"][0]
@@ -136,4 +136,4 @@ def test_best_rate_section(tmp_path):
                            "11,000 ± 1,000 steps: 13.8x fewer steps.")
     assert report_main([str(root)]) == 0
     md = (root / "report.md").read_text(encoding="utf-8")
-    assert "## Each at its best learning rate" in md and "| 0.5 (best) | 11,000 ± 1,000 steps | ok |" in md
+    assert "## Each at its best learning rate" in md and has_row(md, "0.5 (best)", "11,000 ± 1,000 steps", "ok")

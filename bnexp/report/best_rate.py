@@ -13,10 +13,12 @@ tried: then a better rate may lie outside the grid, and the report says so.
 
 from __future__ import annotations
 
-from bnexp.report.fmt import format_target
+import pandas as pd
+
+from bnexp.report.fmt import format_target, md_table, steps_pm
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_label
-from bnexp.report.load import config_key
-from bnexp.report.stats import reach_stat, steps_to_target
+from bnexp.report.load import Sweep, config_key
+from bnexp.report.stats import reach_stat, target_steps
 
 BEST_RATE_TARGET = 0.95
 BEST_RATE_TITLE = "Each at its best learning rate"
@@ -35,11 +37,12 @@ def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
     return [sorted(f, key=lambda g: g.lr) for f in fams.values() if len(f) > 1]
 
 
-def best_rate(family: list[ConfigGroup], target: float = BEST_RATE_TARGET) -> dict:
+def best_rate(family: list[ConfigGroup], steps: pd.Series, target: float = BEST_RATE_TARGET) -> dict:
     """The best grid rate of one family (see the module docstring).
 
     Args:
         family: configurations differing only in ``lr`` (from :func:`rate_families`).
+        steps: every run's steps to ``target`` (:func:`bnexp.report.stats.target_steps`).
         target: test accuracy in (0, 1].
 
     Returns:
@@ -52,7 +55,7 @@ def best_rate(family: list[ConfigGroup], target: float = BEST_RATE_TARGET) -> di
     rows = []
     for g in family:
         done = g.completed
-        st = reach_stat([steps_to_target(r, target) for r in done])
+        st = reach_stat(steps.reindex([r.id for r in done]))
         div = sum(r.status == "diverged" for r in g.runs)
         if not done:
             status = "no completed runs"
@@ -82,12 +85,6 @@ def _family_name(family: list[ConfigGroup], groups: list[ConfigGroup]) -> str:
     return " ".join([v] + others) if others else v
 
 
-def _steps_text(st: dict) -> str:
-    if st["n"] == 1:
-        return f"{st['mean']:,.0f} steps (1 seed)"
-    return f"{st['mean']:,.0f} ± {st['std']:,.0f} steps"
-
-
 def _edge_note(fam: dict) -> str:
     if fam["edge"] is None:
         return ""
@@ -95,7 +92,7 @@ def _edge_note(fam: dict) -> str:
             "a better rate may lie outside it")
 
 
-def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
+def best_rate_section(groups: list[ConfigGroup], sweep: Sweep, min_seeds: int = 2,
                       target: float = BEST_RATE_TARGET) -> dict | None:
     """The "each at its best learning rate" comparison of a sweep.
 
@@ -118,8 +115,9 @@ def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
         return None
     out = {"title": BEST_RATE_TITLE, "target": target, "families": [], "comparisons": [], "verdicts": []}
     by_setting: dict[str, dict[str, dict]] = {}
+    steps = target_steps(sweep, target)
     for fam in fams:
-        info = {"name": _family_name(fam, groups), "variant": bn_variant(fam[0]), **best_rate(fam, target)}
+        info = {"name": _family_name(fam, groups), "variant": bn_variant(fam[0]), **best_rate(fam, steps, target)}
         out["families"].append(info)
         setting = config_key(fam[0].config, ("lr", "bn", "experiment"))
         by_setting.setdefault(setting, {})[info["variant"] or info["name"]] = info
@@ -139,7 +137,7 @@ def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
             few = [f"{f['name']} has {f['best_steps']['n']} seed{'s' if f['best_steps']['n'] != 1 else ''} "
                    f"at its best rate" for f in (bn, nb) if f["best_steps"]["n"] < min_seeds]
             head = (f"Each at its best rate: {bn['name']} (lr={bn['best_lr']:g}{_edge_note(bn)}) reached {tgt} in "
-                    f"{_steps_text(bs)}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in {_steps_text(ns)}")
+                    f"{steps_pm(bs, ' steps')}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in {steps_pm(ns, ' steps')}")
             if few:
                 verdict = None
                 line = f"{head}: insufficient evidence for a speedup verdict ({'; '.join(few)}; need {min_seeds})."
@@ -163,14 +161,13 @@ def best_rate_md(section: dict) -> list[str]:
            "rate counts as too high), and the speedup of BN at its best rate over no BN at its best rate "
            "(Shallue et al. 2019), beside the same-rate speedups above.", ""]
     for fam in section["families"]:
-        out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""),
-                "", f"| lr | steps to {tgt} | status |", "|---|---|---|"]
+        rows = []
         for r in fam["rates"]:
             st = r["steps"]
             cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else
-                    _steps_text(st) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
-            mark = " (best)" if r["lr"] == fam["best_lr"] else ""
-            out.append(f"| {r['lr']:g}{mark} | {cell} | {r['status']} |")
-        out.append("")
+                    steps_pm(st, ' steps') + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
+            rows.append([f"{r['lr']:g}" + (" (best)" if r["lr"] == fam["best_lr"] else ""), cell, r["status"]])
+        out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""), ""]
+        out += md_table(["lr", f"steps to {tgt}", "status"], rows) + [""]
     out += [f"- {v}" for v in section["verdicts"]] + [""]
     return out

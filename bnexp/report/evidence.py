@@ -1,4 +1,4 @@
-"""Evidence thresholds: when the report may state a verdict, and why it says "insufficient evidence".
+"""Evidence thresholds: when the report may state a verdict, and what to add when it may not.
 
 A verdict (BN faster or slower, reduces or does not reduce the shift, supports an account)
 is stated only when
@@ -13,10 +13,13 @@ is stated only when
 
 Otherwise the sentence names the numbers it has and ends in "insufficient evidence" with
 the reasons, and such a comparison counts as "not measured" in the "what this sweep
-supports" paragraph.
+supports" paragraph. Configurations with too few seeds are listed once at the top of the
+verdicts with the seeds to add and the command that adds them (:func:`seed_advice`).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from bnexp.records import MIN_RECORDS
 
@@ -29,9 +32,56 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def seed_gaps(sides: list[tuple[str, int]], min_seeds: int = MIN_SEEDS) -> list[str]:
-    """Reasons for too few seeds: [(label, completed seeds)] -> ["no BN has 1 seed (need 2)"]."""
-    return [f"{label} has {_plural(n, 'seed')} (need {min_seeds})" for label, n in sides if n < min_seeds]
+def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:
+    """The smallest non-negative seeds not in ``present`` that bring it to ``min_seeds``:
+    [0] -> [1]; [] -> [0, 1]; [0, 2] -> []."""
+    out, s = [], 0
+    while len(present) + len(out) < min_seeds:
+        if s not in present:
+            out.append(s)
+        s += 1
+    return out
+
+
+def seed_gaps(sides: list[tuple], min_seeds: int = MIN_SEEDS) -> list[str]:
+    """Reasons for too few seeds: [(label, completed seeds)] -> ["no BN has 1 seed (need 2)"]; a side
+    given as (label, n, its seeds) also says which to add: "no BN has 1 seed (need 2): add seed=1"."""
+    out = []
+    for label, n, *seeds in sides:
+        if n < min_seeds:
+            add = seeds_to_add(seeds[0], min_seeds) if seeds else []
+            out.append(f"{label} has {_plural(n, 'seed')} (need {min_seeds})"
+                       + (f": add seed={','.join(map(str, add))}" if add else ""))
+    return out
+
+
+def sweep_command(sweep_dir: Path, seeds: list[int]) -> str:
+    """The command that adds ``seeds`` to the sweep in ``sweep_dir``: its multirun.yaml's overrides
+    (seed and hydra.* dropped; "<the sweep's overrides>" without one), the seeds, and a new sweep
+    folder inside ``sweep_dir`` (so that no finished run folder is reused)."""
+    from bnexp.rundir import read_sweep_overrides
+
+    task = read_sweep_overrides(sweep_dir)
+    keep = ([o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task is not None
+            else ["<the sweep's overrides>"])
+    more = Path(sweep_dir) / f"seed={','.join(map(str, seeds))}"
+    return " ".join(["bnexp train -m", *keep, f"seed={','.join(map(str, seeds))}", f"hydra.sweep.dir={more}"])
+
+
+def seed_advice(groups, sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> str | None:
+    """One sentence naming every configuration with fewer than ``min_seeds`` completed seeds and how
+    to add them, e.g. "Too few seeds for a verdict (2 completed seeds per configuration needed):
+    bn=true has 1 seed (0); bn=false has 1 seed (0). Add seed=1: bnexp train -m bn=true,false seed=1
+    hydra.sweep.dir=SWEEP/seed=1, then bnexp report SWEEP." None when every configuration has enough."""
+    short = [(g.label, sorted({r.seed for r in g.completed if r.seed is not None}), len(g.completed))
+             for g in groups if g.config and len(g.completed) < min_seeds]
+    if not short:
+        return None
+    add = sorted({s for _, seeds, _ in short for s in seeds_to_add(seeds, min_seeds)})
+    names = "; ".join(f"{label} has {_plural(n, 'seed')}" + (f" ({', '.join(map(str, seeds))})" if seeds else "")
+                      for label, seeds, n in short)
+    return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
+            f"seed={','.join(map(str, add))}: {sweep_command(sweep_dir, add)}, then bnexp report {sweep_dir}.")
 
 
 def chance_gaps(sides: list[tuple[str, float | None]], num_classes: int = NUM_CLASSES,

@@ -25,8 +25,16 @@ from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
-STYLE_NOTE = "BN solid, noisy BN dash-dot (darker), no BN dashed; one hue per setting"
-BAR_NOTE = "BN plain, noisy BN dotted (darker), no BN hatched; one hue per setting"
+LINE_WORDS = {"BN": "BN solid", "noisy BN": "noisy BN dash-dot (darker)", "no BN": "no BN dashed"}
+BAR_WORDS = {"BN": "BN plain", "noisy BN": "noisy BN dotted (darker)", "no BN": "no BN hatched"}
+
+
+def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
+    """How the legend tells the BN variants apart, naming only those in ``groups``: "BN solid, no BN
+    dashed; one hue per setting" (line styles, or with ``bars`` the bar hatches); "" without variants."""
+    present = {bn_variant(g) for g in groups}
+    words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
+    return ", ".join(words) + "; one hue per setting" if words else ""
 
 
 @dataclass(frozen=True)

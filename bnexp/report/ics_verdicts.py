@@ -211,7 +211,7 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
         return (f"{pre}noisy BN: {steps_phrase(ns)} to reach {format_target(t)} vs {bn_txt}{and_nb}"
                 + insufficient(gaps)), None
     if factor is not None and not lb:
-        line = (f"{pre}noisy BN reached {format_target(t)} in {steps_pm(ns)} steps vs "
+        line = (f"{pre}noisy BN reached {format_target(t)} in {steps_pm(ns, ' steps')} vs "
                 f"{bn_txt}{and_nb}: ")
         line += (f"injected distribution shift slows BN training by factor {factor:.2f}." if factor >= 1 else
                  f"injected distribution shift does not slow BN training (factor {factor:.2f}).")
@@ -233,7 +233,7 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
 
 def _ics_accuracy_line(pre: str, sides: list[tuple[str, dict]]) -> str | None:
     """"final test accuracy: BN 98.10 ± 0.05%, noisy BN ..., no BN ..."."""
-    parts = [f"{name} {format_acc(s['final_test_accuracy'])}%" for name, s in sides
+    parts = [f"{name} {format_acc(s['final_test_accuracy'], '%')}" for name, s in sides
              if s["final_test_accuracy"]["mean"] is not None]
     return f"{pre}final test accuracy: {', '.join(parts)}." if len(parts) > 1 else None
 

@@ -10,7 +10,7 @@ strengths the injected shift exceeds the plain network's.
 from __future__ import annotations
 
 from bnexp.report.evidence import MIN_SEEDS, insufficient, record_gaps, seed_gaps
-from bnexp.report.fmt import format_stat, format_target, steps_phrase
+from bnexp.report.fmt import format_stat, format_target, md_table, steps_phrase
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.stats import target_key
 
@@ -82,10 +82,8 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
 def noise_strength_md(section: dict) -> list[str]:
     """Markdown table and verdicts of :func:`noise_strength_section`."""
     tgt = format_target(section["target"])
-    out = [f"### {section['title']}", "",
-           f"| configuration | noise_scale | seeds | per-unit W1 from the start | steps to {tgt} |", "|---|---|---|---|---|"]
-    for r in section["rows"]:
-        ns = "" if r["noise_scale"] is None else f"{r['noise_scale']:g}"
-        out.append(f"| {r['label']} | {ns} | {r['seeds']} | {format_stat(r['w1'])} | "
-                   f"{steps_phrase(r['steps']) if r['steps'] else 'n/a'} |")
-    return out + [""] + [f"- {v}" for v in section["verdicts"]] + [""]
+    rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"], format_stat(r["w1"]),
+             steps_phrase(r["steps"]) if r["steps"] else "n/a"] for r in section["rows"]]
+    return ([f"### {section['title']}", ""]
+            + md_table(["configuration", "noise_scale", "seeds", "per-unit W1 from the start", f"steps to {tgt}"], rows)
+            + [""] + [f"- {v}" for v in section["verdicts"]] + [""])
