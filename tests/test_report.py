@@ -365,12 +365,13 @@ def test_stability_numbers(sweep):
 
 def test_percentile_figure_uses_the_lowest_seed(sweep):
     report = build_report(sweep)
-    from bnexp.report.figures import figure_pairs, lowest_seed_shift
+    from bnexp.report.figures import figure_rows, lowest_seed_shift
 
-    pairs = figure_pairs(report.groups)
-    assert [(nb.label if nb else None, bn.label if bn else None) for nb, bn in pairs] == [
+    columns, rows = figure_rows(report.groups)
+    assert columns == ["no BN", "BN"]
+    assert [(r["no BN"].label, r["BN"].label) for r in rows] == [
         ("bn=false lr=0.5", "bn=true lr=0.5"), ("bn=false lr=5", "bn=true lr=5")]
-    assert lowest_seed_shift(report.sweep, pairs[0][1]).seed == 0
+    assert lowest_seed_shift(report.sweep, rows[0]["BN"]).seed == 0
 
 
 def test_targets_override_recomputes_from_metrics(sweep):

@@ -25,11 +25,7 @@ BEST_RATE_TITLE = "Each at its best learning rate"
 
 
 def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
-    """Configurations that differ only in ``lr``, each family sorted by rate (families of >= 2 rates).
-
-    Returns:
-        [[group, ...], ...] in the order of the first member in ``groups``.
-    """
+    """The families of configurations that differ only in ``lr`` (two rates or more), each sorted by rate."""
     fams: dict[str, list[ConfigGroup]] = {}
     for g in groups:
         if g.lr is not None and not g.key.startswith("summary:"):
@@ -38,19 +34,12 @@ def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
 
 
 def best_rate(family: list[ConfigGroup], steps: pd.Series, target: float = BEST_RATE_TARGET) -> dict:
-    """The best grid rate of one family (see the module docstring).
-
-    Args:
-        family: configurations differing only in ``lr`` (from :func:`rate_families`).
-        steps: every run's steps to ``target`` (:func:`bnexp.report.stats.target_steps`).
-        target: test accuracy in (0, 1].
+    """The best grid rate of one family (see the module docstring), from every run's ``steps`` to ``target``.
 
     Returns:
-        {"target", "rates": [{"lr", "label", "steps" (reach_stat over completed seeds),
-        "diverged", "completed", "status": "ok" | "diverged (too high)" | "not reached in
-        every seed" | "no completed runs"}], "best_lr" (None if no rate qualifies),
-        "best_label", "best_steps" (reach_stat or None), "edge": None | "lowest" | "highest",
-        "grid": [rates]}.
+        {"target", "rates": [{"lr", "label", "steps" (reach_stat), "diverged", "completed", "status": "ok",
+        "diverged (too high)", "not reached in every seed" or "no completed runs"}], "grid", "best_lr",
+        "best_label", "best_steps" (None when no rate qualifies), "edge": None, "lowest" or "highest"}.
     """
     rows = []
     for g in family:
@@ -94,20 +83,13 @@ def _edge_note(fam: dict) -> str:
 
 def best_rate_section(groups: list[ConfigGroup], sweep: Sweep, min_seeds: int = 2,
                       target: float = BEST_RATE_TARGET) -> dict | None:
-    """The "each at its best learning rate" comparison of a sweep.
-
-    Every family of :func:`rate_families` gets its :func:`best_rate`; a BN (or noisy BN)
-    family is paired with the no-BN family of the same setting (same config except ``lr``
-    and ``bn.*``), and the speedup at the best rates is
-
-        speedup = mean no-BN steps at no BN's best rate / mean BN steps at BN's best rate.
-
-    A speedup verdict needs at least ``min_seeds`` completed seeds at both best rates;
-    otherwise the line says "insufficient evidence" and why.
+    """The "each at its best learning rate" comparison: every family's :func:`best_rate`; a BN (or noisy
+    BN) family is paired with the no-BN family of its setting, speedup = mean no-BN steps at no BN's best
+    rate / mean BN steps at BN's best rate, a verdict only with ``min_seeds`` completed seeds at both.
 
     Returns:
-        None when no family has two rates or more; else {"title", "target", "families":
-        [{"name", "variant", **best_rate}], "comparisons": [{"bn", "no_bn", "speedup",
+        None without a family of two rates or more; else {"title", "target", "families": [{"name",
+        "variant", **best_rate}], "comparisons": [{"bn", "no_bn", "bn_lr", "no_bn_lr", "speedup",
         "verdict"}], "verdicts": [sentences]}.
     """
     fams = rate_families(groups)

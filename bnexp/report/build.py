@@ -30,17 +30,10 @@ DEFAULT_TARGETS = (0.9, 0.95, 0.97, 0.98)
 
 @dataclass
 class Report:
-    """Everything ``bnexp report`` computes.
-
-    Attributes:
-        sweep_dir: the sweep folder (or the single run directory) the report is about.
-        groups: the configurations (for the figures).
-        data: the structured report written to report.json.
-        out_dir: where the report's files go: ``sweep_dir``, or ``sweep_dir/report/`` when
-            ``sweep_dir`` is itself a run directory (:data:`RUN_REPORT_SUBDIR`).
-        sweep: the runs and their records as DataFrames (:class:`bnexp.report.load.Sweep`).
-        table: one row per run: :func:`bnexp.report.stats.run_table` plus its configuration (``group``).
-    """
+    """Everything ``bnexp report`` computes: the ``sweep_dir`` (or single run directory) it is about, the
+    configurations (``groups``), ``data`` (written to report.json), ``out_dir`` (``sweep_dir``, or
+    ``sweep_dir/report/`` for a run directory), the ``sweep`` loaded into DataFrames and ``table``, one
+    row per run (:func:`bnexp.report.stats.run_table` plus its configuration's key in ``group``)."""
 
     sweep_dir: Path
     groups: list[ConfigGroup]
@@ -74,14 +67,10 @@ def _run_record(run: Run, report_rows: pd.DataFrame, sweep: Sweep, targets: list
 
 
 def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) -> dict:
-    """All statistics of one configuration (over its completed runs), as stored in report.json.
-
-    Returns:
-        {"label", "config", "bn", "experiment", "max_steps", "runs", "completed",
-         "diverged", "failed", "incomplete", "max_test_accuracy", "final_test_accuracy",
-         "steps_to_target": {target: reach_stat}, "stability", "ics" (:func:`ics_summary`, None
-         without ICS data), "seeds": [per-run records]}.
-    """
+    """All statistics of one configuration over its completed runs, as stored in report.json: {"label",
+    "config", "bn", "experiment", "max_steps", "runs", "completed", "diverged", "failed", "incomplete",
+    "max_test_accuracy", "final_test_accuracy", "steps_to_target": {target: reach_stat}, "stability",
+    "ics" (:func:`ics_summary`), "seeds": [per-run records]}."""
     rows = report.table[report.table["group"] == group.key]
     done = rows[rows["status"].isin(["finished", "diverged"])]
     counts = rows["status"].value_counts()
@@ -98,33 +87,21 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
     }
 
 
-def _check_folder(sweep_dir: Path) -> None:
-    """Raise ReportError when ``sweep_dir`` is not a folder one can read runs from."""
-    problem = symlink_problem(sweep_dir)
+def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
+    """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
+    speedup and verdict, the Sec. 4.2 table, the best-rate section (``data["best_rate"]``) and the ICS
+    section (``data["ics"]`` with its ``noise_strength`` table) at ``targets`` (None: the summaries').
+
+    Raises:
+        ReportError: ``sweep_dir`` does not exist, is not a folder (or a symlink leading nowhere) or holds
+            no run directory.
+    """
+    sweep_dir = Path(sweep_dir)
+    problem = symlink_problem(sweep_dir) or ("not a folder" if sweep_dir.exists() and not sweep_dir.is_dir() else None)
     if problem:
         raise ReportError(f"{sweep_dir} is {problem}; give the sweep folder that holds the run directories.")
     if not sweep_dir.exists():
         raise ReportError(f"the sweep folder {sweep_dir} does not exist.")
-    if not sweep_dir.is_dir():
-        raise ReportError(f"{sweep_dir} is not a folder; give the sweep folder that holds the run directories.")
-
-
-def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
-    """Read the sweep, group runs, compute every statistic, speedup, verdict, the Sec. 4.2 table,
-    the "each at its best learning rate" section (``data["best_rate"]``, None without a rate grid)
-    and the ICS section (``data["ics"]``, None without ICS data; its ``noise_strength`` table).
-
-    Args:
-        sweep_dir: the sweep folder, or a single run directory (its report then goes to
-            ``sweep_dir/report/``, see :class:`Report`).
-        targets: test accuracies in (0, 1]; None: the summaries' targets.
-
-    Raises:
-        ReportError: when ``sweep_dir`` does not exist, is not a folder (or a symlink leading
-            nowhere) or holds no run directory.
-    """
-    sweep_dir = Path(sweep_dir)
-    _check_folder(sweep_dir)
     sweep = load_sweep(find_run_dirs(sweep_dir))
     if not sweep.runs:
         raise ReportError(f"no run directories (folders with summary.json or .hydra/config.yaml) under "

@@ -19,57 +19,38 @@ from bnexp.report.figures import FIGURES, figure_png
 from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
-from bnexp.report.render import SEC42_TITLE, ics_frames, main_table, render_files, sec42_frame
+from bnexp.report.render import SEC42_TITLE, ics_frames, main_table, md, render_files, sec42_frame
 from bnexp.rundir import replace_files
 
 
-def _rich_table(frame: pd.DataFrame, title: str):
-    """A rich Table of a DataFrame of text cells (first column left-aligned, the others right)."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for i, h in enumerate(frame.columns):
-        table.add_column(str(h), justify="left" if i == 0 else "right")
-    for row in frame.itertuples(index=False):
-        table.add_row(*map(str, row))
-    return table
-
-
 def print_table(report: Report, console=None) -> None:
-    """Print the main table, the Sec. 4.2 table, the verdicts and the ICS section to the terminal (rich)."""
+    """Print the main table, the Sec. 4.2 table, the verdicts and the ICS section (rich's Markdown)."""
     from rich.console import Console
+    from rich.markdown import Markdown
 
-    if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 200))
-    say = lambda line: console.print(line, highlight=False, markup=False)  # noqa: E731
-    d = report.data
-    console.print(_rich_table(main_table(report), f"bnexp report: {report.sweep_dir}"))
+    d, sec, matched = report.data, report.data.get("ics"), report.data.get("sec42_matched")
+    out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(report)) + [""]
     if d["sec42"] and d["sec42"]["target"] is not None:
-        console.print(_rich_table(sec42_frame(d["sec42"]), SEC42_TITLE))
-    for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", []):
-        say(f"- {v}")
-    matched = d.get("sec42_matched")
+        out += [f"**{SEC42_TITLE}**", ""] + md(sec42_frame(d["sec42"])) + [""]
+    out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
     if matched:
-        say(f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, {matched['grid']['position']} of "
-            f"the grid): {100 * matched['target']:.2f}%")
-        for line in [matched["pass_rule"]["text"]] + matched["claims"]:
-            say(f"- {line}")
-    sec = d.get("ics")
+        out += [f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, {matched['grid']['position']} "
+                f"of the grid): {100 * matched['target']:.2f}%", ""]
+        out += [f"- {line}" for line in [matched["pass_rule"]["text"]] + matched["claims"]] + [""]
     if sec:
         t = ics_frames(report)
-        console.print(_rich_table(pd.concat([t["distribution"].iloc[:, [0, 3]], t["gradient"].iloc[:, [2, 4, 7]]],
-                                            axis=1), ICS_TITLE))
-        for v in sec["verdicts"]:
-            say(f"- {v}")
-        for p in sec["supports"]:
-            say(f"What this sweep supports: {p}")
+        out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 3]],
+                                                        t["gradient"].iloc[:, [2, 4, 7]]], axis=1)) + [""]
+        out += [f"- {v}" for v in sec["verdicts"]] + [""] + [f"What this sweep supports: {p}\n" for p in sec["supports"]]
+    if console is None:
+        console = Console()
+        console = console if console.is_terminal else Console(width=max(console.width, 200))
+    console.print(Markdown("\n".join(out)))
 
 
 def report_files(report: Report) -> dict[Path, bytes]:
-    """Every file of the report, by path in ``report.out_dir``: report.md/.csv/.json, the figures of
-    :data:`REPORT_FILES`, the ICS figures the ICS section draws, and the Sec. 4.2 matched-accuracy figure."""
+    """Every file of the report by its path in ``report.out_dir``: report.md/.csv/.json, the figures, the
+    ICS figures the ICS section draws and the Sec. 4.2 matched-accuracy figure."""
     d = report.out_dir
     files = {d / name: data for name, data in render_files(report).items()}
     files.update({d / name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()})
@@ -87,17 +68,9 @@ def report_files(report: Report) -> dict[Path, bytes]:
 
 
 def write_report(report: Report) -> list[Path]:
-    """Write every file of :func:`report_files` into ``report.out_dir`` (the sweep folder, or
-    ``RUN_DIR/report/`` (created) for a single run, so that a run's own files are never
-    overwritten), all at once: :func:`bnexp.rundir.replace_files`.
-
-    Returns:
-        the written paths.
-
-    Raises:
-        OSError: when the folder is not writable or the disk is full; every file already there
-            is then left as it was.
-    """
+    """Write :func:`report_files` into ``report.out_dir`` (created; ``RUN_DIR/report/`` for a single run,
+    never among the run's own files) all at once (:func:`bnexp.rundir.replace_files`) and return their
+    paths. Raises OSError (unwritable folder, full disk) with every file already there unchanged."""
     report.out_dir.mkdir(exist_ok=True)
     files = report_files(report)
     replace_files(files)
@@ -105,25 +78,17 @@ def write_report(report: Report) -> list[Path]:
 
 
 def _parse_targets(values: list[str] | None) -> list[float] | None:
-    """--targets values ("0.9 0.95" or "0.9,0.95") as floats in (0, 1].
-
-    Raises:
-        ReportError: for a value that is not a number in (0, 1].
-    """
-    out = []
-    for item in ",".join(values or []).split(","):
-        if not item.strip():
-            continue
+    """--targets values ("0.9 0.95" or "0.9,0.95") as sorted floats in (0, 1]; ReportError for another value."""
+    out = set()
+    for item in filter(None, (v.strip() for v in ",".join(values or []).split(","))):
         try:
-            t = float(item)
+            out.add(float(item))
         except ValueError:
-            raise ReportError(f"--targets: {item.strip()!r} is not a number; give test accuracies in (0, 1], "
+            raise ReportError(f"--targets: {item!r} is not a number; give test accuracies in (0, 1], "
                               "e.g. --targets 0.95 0.98.") from None
-        if not 0.0 < t <= 1.0:
-            raise ReportError(f"--targets: {item.strip()} is outside (0, 1]; targets are test accuracies, "
-                              "e.g. 0.95 for 95%.")
-        out.append(t)
-    return sorted(set(out)) or None
+        if not 0.0 < float(item) <= 1.0:
+            raise ReportError(f"--targets: {item} is outside (0, 1]; targets are test accuracies, e.g. 0.95 for 95%.")
+    return sorted(out) or None
 
 
 def _parser() -> argparse.ArgumentParser:

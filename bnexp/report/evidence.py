@@ -1,19 +1,11 @@
 """Evidence thresholds: when the report may state a verdict, and what to add when it may not.
 
-A verdict (BN faster or slower, reduces or does not reduce the shift, supports an account)
-is stated only when
-
-* every compared configuration has at least :data:`MIN_SEEDS` completed seeds (one run
-  cannot separate an effect from seed-to-seed variation);
-* every measurement it rests on has at least :data:`MIN_RECORDS` records per seed (a
-  "shift since the start" from two monitor records is one difference, not a trend);
-* the compared networks learned: their final test accuracy is above chance by
-  :data:`CHANCE_MARGIN` (a network stuck at chance has no meaningful speed or landscape);
-* the measurement is present in every compared configuration.
-
-Otherwise the sentence names the numbers it has and ends in "insufficient evidence" with
-the reasons, and such a comparison counts as "not measured" in the "what this sweep
-supports" paragraph. Configurations with too few seeds are listed once at the top of the
+A verdict (BN faster or slower, reduces the shift or not, supports an account) is stated only when
+every compared configuration has :data:`MIN_SEEDS` completed seeds (one run cannot separate an
+effect from seed-to-seed variation), every measurement it rests on :data:`MIN_RECORDS` records per
+seed, the networks learned (final test accuracy above chance by :data:`CHANCE_MARGIN`) and the
+measurement is present in each. Otherwise the sentence gives its numbers and ends in "insufficient
+evidence" with the reasons; configurations with too few seeds are also listed at the top of the
 verdicts with the seeds to add and the command that adds them (:func:`seed_advice`).
 """
 
@@ -22,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bnexp.records import MIN_RECORDS
+from bnexp.rundir import read_sweep_overrides
 
 MIN_SEEDS = 2
 CHANCE_MARGIN = 0.05
@@ -33,14 +26,8 @@ def _plural(n: int, word: str) -> str:
 
 
 def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:
-    """The smallest non-negative seeds not in ``present`` that bring it to ``min_seeds``:
-    [0] -> [1]; [] -> [0, 1]; [0, 2] -> []."""
-    out, s = [], 0
-    while len(present) + len(out) < min_seeds:
-        if s not in present:
-            out.append(s)
-        s += 1
-    return out
+    """The smallest non-negative seeds not in ``present`` that bring it to ``min_seeds``: [0] -> [1]."""
+    return [s for s in range(len(present) + min_seeds) if s not in present][:max(0, min_seeds - len(present))]
 
 
 def seed_gaps(sides: list[tuple], min_seeds: int = MIN_SEEDS) -> list[str]:
@@ -57,22 +44,17 @@ def seed_gaps(sides: list[tuple], min_seeds: int = MIN_SEEDS) -> list[str]:
 
 def sweep_command(sweep_dir: Path, seeds: list[int]) -> str:
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``: its multirun.yaml's overrides
-    (seed and hydra.* dropped; "<the sweep's overrides>" without one), the seeds, and a new sweep
-    folder inside ``sweep_dir`` (so that no finished run folder is reused)."""
-    from bnexp.rundir import read_sweep_overrides
-
+    (seed and hydra.* dropped), the seeds and a new sweep folder inside it (no run folder is reused)."""
     task = read_sweep_overrides(sweep_dir)
-    keep = ([o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task is not None
-            else ["<the sweep's overrides>"])
-    more = Path(sweep_dir) / f"seed={','.join(map(str, seeds))}"
-    return " ".join(["bnexp train -m", *keep, f"seed={','.join(map(str, seeds))}", f"hydra.sweep.dir={more}"])
+    keep = [o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task else ["<the sweep's overrides>"]
+    seed = f"seed={','.join(map(str, seeds))}"
+    return " ".join(["bnexp train -m", *keep, seed, f"hydra.sweep.dir={Path(sweep_dir) / seed}"])
 
 
 def seed_advice(groups, sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> str | None:
-    """One sentence naming every configuration with fewer than ``min_seeds`` completed seeds and how
-    to add them, e.g. "Too few seeds for a verdict (2 completed seeds per configuration needed):
-    bn=true has 1 seed (0); bn=false has 1 seed (0). Add seed=1: bnexp train -m bn=true,false seed=1
-    hydra.sweep.dir=SWEEP/seed=1, then bnexp report SWEEP." None when every configuration has enough."""
+    """The configurations with fewer than ``min_seeds`` completed seeds and how to add them ("Too few seeds
+    for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed (0). Add seed=1: bnexp train -m
+    bn=true,false seed=1 hydra.sweep.dir=SWEEP/seed=1, then bnexp report SWEEP."); None when all have."""
     short = [(g.label, sorted({r.seed for r in g.completed if r.seed is not None}), len(g.completed))
              for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
@@ -99,7 +81,7 @@ def chance_gaps(sides: list[tuple[str, float | None]], num_classes: int = NUM_CL
 
 
 def record_gaps(sides: list[tuple[str, list[int] | None]], what: str, min_records: int = MIN_RECORDS) -> list[str]:
-    """Reasons for too few records: [(label, records per seed)] -> ["BN has 2 monitor records per seed
+    """Reasons for too few records: [(label, records per seed)] -> ["BN has 2 monitor records in a seed
     (need 5)"]; None or [] means the measurement is absent."""
     out = []
     for label, per_seed in sides:

@@ -2,10 +2,8 @@
 CIFAR-10 the Sec. 4.2 Fig. 2 form), percentiles of a typical unit's input over training per
 setting and BN variant (Fig. 1(b, c)), and per-layer stability of the input distribution.
 
-Each figure has a ``*_figure(report)`` function returning the matplotlib Figure (inspected by
-the tests); :data:`FIGURES` names the file each is written to and :func:`figure_png` draws it.
-Colours, line styles and labels follow :mod:`bnexp.report.figstyle`; the paper references
-:mod:`bnexp.report.paper`.
+Each ``*_figure(report)`` returns the matplotlib Figure; :data:`FIGURES` names its file and dpi.
+Colours, line styles, labels and paper references follow :mod:`bnexp.report.figstyle`.
 """
 
 from __future__ import annotations
@@ -15,10 +13,9 @@ import io
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import legend_below, pyplot, style_note, styles
-from bnexp.report.groups import ConfigGroup, bn_variant, match_no_bn, pair_key
+from bnexp.report.figstyle import legend_below, pyplot, refs, style_note, styles
+from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
-from bnexp.report.paper import refs
 from bnexp.report.stats import band_keys, numeric
 
 STEP_LABEL = "training step (SGD updates)"
@@ -54,18 +51,10 @@ def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[fl
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
                min_span: float = 1.0) -> tuple[float, float] | None:
-    """The y range (%) of the zoomed accuracy panel: the top of the range, where the curves that
-    end near the best one are told apart.
-
-    Args:
-        curves: per configuration (means, maxima over seeds), test accuracy in %.
-        near: configurations whose final mean is within this many points of the best final
-            mean are inside the zoom; the others (e.g. a plain network still at chance) are not.
-        min_span: the smallest span (percentage points).
-
-    Returns:
-        (low, high) in %, or None without data.
-    """
+    """The y range (low, high) in % of the zoomed accuracy panel (None without data): the top of
+    the range, where the curves are told apart. ``curves``: per configuration (means, maxima over
+    seeds) in %; configurations whose final mean is within ``near`` points of the best one are
+    inside the zoom (not e.g. a plain network still at chance); the span is at least ``min_span``."""
     finals = [m[-1] for m, _ in curves if m]
     if not finals:
         return None
@@ -77,17 +66,9 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
 
 
 def accuracy_figure(report: Report):
-    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step.
-
-    Left: the whole range; right: the top of the range (:func:`zoom_range`), where the
-    gaps between well-trained configurations are a point or less. One line per
-    configuration (mean over the completed seeds), min-max band over seeds shaded, styles
-    of :mod:`bnexp.report.figstyle`; the Sec. 4.2 target (baseline's best) dotted. One
-    legend below both panels.
-
-    Returns:
-        the matplotlib Figure (two axes).
-    """
+    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step; left the
+    whole range, right its top (:func:`zoom_range`). One line per configuration (mean over the
+    completed seeds), min-max band shaded; the Sec. 4.2 target dotted; one legend below."""
     plt = pyplot()
     st = styles(report.groups)
     fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
@@ -144,19 +125,6 @@ def accuracy_figure(report: Report):
     return fig
 
 
-def figure_pairs(groups: list[ConfigGroup]) -> list[tuple[ConfigGroup | None, ConfigGroup | None]]:
-    """Rows of the paired figures: (no-BN configuration, BN configuration), either may be None."""
-    rows: list[tuple[ConfigGroup | None, ConfigGroup | None]] = []
-    used: set[str] = set()
-    for g in groups:
-        if g.bn is True:
-            nb = match_no_bn(g, groups)
-            rows.append((nb, g))
-            used.update({g.key} | ({nb.key} if nb else set()))
-    rows.extend((g, None) for g in groups if g.key not in used and g.bn is not True)
-    return rows
-
-
 def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
     """The completed run with the lowest seed whose shift.jsonl records hold the typical unit."""
     runs = [r for r in group.completed if any(c.startswith("unit.") for c in sweep.rows("shift", r).columns)]
@@ -164,14 +132,9 @@ def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
 
 
 def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
-    """Rows and columns of the percentile figure: one row per setting (:func:`pair_key`), one
-    column per BN variant present in the sweep, in the order no BN, BN, noisy BN (then
-    configurations whose bn.enabled is unknown). Two configurations of one setting and
-    variant (e.g. two BN presets) go to separate rows.
-
-    Returns:
-        (column names, rows as {column: configuration}).
-    """
+    """(column names, rows as {column: configuration}) of the percentile figure: one row per
+    setting (:func:`pair_key`), one column per BN variant present (no BN, BN, noisy BN, then unknown
+    ones). Two configurations of one setting and variant (two BN presets) go to separate rows."""
     order = ["no BN", "BN", "noisy BN", "configuration"]
     present = {bn_variant(g) or "configuration" for g in groups}
     columns = [c for c in order if c in present]
@@ -189,17 +152,8 @@ def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, Co
 
 
 def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
-    """One panel of Fig. 1(b, c): the typical unit's median line and 15-85 band over steps.
-
-    Args:
-        ax: the matplotlib axes.
-        sweep: the sweep's records.
-        group: the configuration (its lowest seed with shift.jsonl records is shown).
-        label: the configuration's legend label (first line of the title).
-
-    Returns:
-        False when the configuration has no shift.jsonl records (the panel then says so).
-    """
+    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
+    configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
     from matplotlib.ticker import MaxNLocator
 
     run = lowest_seed_shift(sweep, group)
@@ -222,14 +176,8 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
 
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
-    training. One row per setting, one column per BN variant (:func:`figure_rows`), y axis
-    shared within a row; the run shown is the configuration's lowest seed. A setting
-    without some variant has no panel there (its title says which are missing); the
-    legend is below the panels.
-
-    Returns:
-        the matplotlib Figure.
-    """
+    training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
+    shared within a row; a missing variant has no panel (the title says which are missing)."""
     plt = pyplot()
     st = styles(report.groups)
     columns, rows = figure_rows(report.groups)
@@ -280,14 +228,9 @@ def wrap_title(text: str, width: int) -> str:
 
 
 def stability_figure(report: Report):
-    """Per-layer stability bars (Sec. 4.1's Fig. 1(b, c) in numbers): |median_end -
-    median_first| of each hidden layer's input to the nonlinearity (pre-activation units)
-    and its 15-85 spread ratio end / first, mean over finished seeds; one bar per
-    configuration, styles of :mod:`bnexp.report.figstyle`; legend below the panels.
-
-    Returns:
-        the matplotlib Figure (two axes).
-    """
+    """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
+    hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
+    finished seeds; one bar per configuration."""
     plt = pyplot()
     st = styles(report.groups)
     confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"]]

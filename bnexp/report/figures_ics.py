@@ -9,11 +9,9 @@ from typing import Any
 import pandas as pd
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import Style, legend_below, style_note, styles
+from bnexp.report.figstyle import legend_below, style_note, styles
 from bnexp.report.figures import STEP_LABEL, legend_title, pyplot, wrap_title
-from bnexp.report.groups import ConfigGroup
 from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
-from bnexp.report.load import Run
 from bnexp.report.stats import numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
@@ -30,12 +28,8 @@ AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."),
 
 
 def axis_label(key: str) -> str:
-    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a
-    ``w1_*`` variant of W1, per unit or pooled, is in pre-activation units).
-
-    Raises:
-        KeyError: an unknown key (a new measure must say its unit here).
-    """
+    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a ``w1_*``
+    variant of W1 is in pre-activation units). Raises KeyError for a key without a known unit."""
     if key not in AXES and key.startswith("w1"):
         return f"W1 ({AXES['w1_first'][1]})"
     if key not in AXES:
@@ -52,35 +46,15 @@ def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[li
     return mean.index.tolist(), mean.tolist()
 
 
-def _ics_groups(report: Report, view: str) -> list[tuple[ConfigGroup, list[Run]]]:
-    """The configurations with data for ``view`` and their finished runs."""
-    out = []
-    for g, s in zip(report.groups, report.data["configurations"]):
-        if s.get("ics") and s["ics"].get(view):
-            out.append((g, [r for r in g.runs if r.status == "finished"]))
-    return out
-
-
-def _ics_line(ax, style: Style, steps: list[int], vals: list[float], n: int) -> None:
-    ax.plot(steps, vals, color=style.color, linestyle=style.linestyle, linewidth=1.6,
-            marker="o" if len(steps) < 3 else None, label=f"{style.label} (n={n})")
-
-
 def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], title: str, log: bool = False):
-    """One ICS figure: a panel per (key, y label, per-run series function) that has data, one
-    line per configuration (mean over finished seeds), styles of :mod:`bnexp.report.figstyle`,
-    y labels of :func:`axis_label`, one legend below the panels.
-
-    Args:
-        log: log y-scale on a panel whose plotted values are all positive.
-
-    Returns:
-        the matplotlib Figure; panels without data are left out (one panel saying "not
-        measured" when none has data).
-    """
+    """One ICS figure: a panel per (key, y label, series of a run: ``fn(sweep, run) -> (steps, values)``)
+    that has data (one "not measured" panel when none has), one line per configuration (mean over
+    finished seeds), y labels of :func:`axis_label`, log y-scale with ``log`` where all values are
+    positive, one legend below the panels."""
     plt = pyplot()
     st = styles(report.groups)
-    confs = _ics_groups(report, view)
+    confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
+             if s.get("ics") and s["ics"].get(view)]
     drawn_panels = []
     for key, ylabel, fn in panels:
         lines = []
@@ -98,7 +72,8 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         axes[0][0].set_axis_off()
     for ax, (key, ylabel, lines) in zip(axes[0], drawn_panels):
         for g, steps, vals, n in lines:
-            _ics_line(ax, st[g.key], steps, vals, n)
+            ax.plot(steps, vals, color=st[g.key].color, linestyle=st[g.key].linestyle, linewidth=1.6,
+                    marker="o" if len(steps) < 3 else None, label=f"{st[g.key].label} (n={n})")
         every = [v for _, _, vals, _ in lines for v in vals]
         if log and every and min(every) > 0:
             ax.set_yscale("log")

@@ -25,16 +25,9 @@ SALIENT_KEYS = ("bn.enabled", "act", "lr")
 
 @dataclass
 class ConfigGroup:
-    """The runs (seeds) of one configuration.
-
-    Attributes:
-        key: canonical JSON of ``config`` (the grouping key).
-        config: the reduced, flattened config shared by the runs.
-        runs: the runs, sorted by seed.
-        label: short label (the keys that vary across the sweep, or the experiment name).
-        variant_label: the label naming the BN variant ("BN", "noisy BN", "no BN") plus the
-            other varying keys, see :func:`variant_label`; used by the ICS section.
-    """
+    """The runs (seeds, sorted) of one configuration: ``key`` (canonical JSON of ``config``, the reduced
+    flattened config they share), ``label`` (the keys that vary across the sweep, or the experiment
+    name) and ``variant_label`` (naming the BN variant, :func:`variant_label`; used by the ICS section)."""
 
     key: str
     config: dict
@@ -89,14 +82,9 @@ class ConfigGroup:
 
 
 def group_runs(runs: list[Run]) -> list[ConfigGroup]:
-    """Group runs by configuration (the reduced config; ``seed`` is not part of it).
-
-    A run without a config file joins the one config-backed configuration whose keys agree
-    with all its summary fields; otherwise it forms its own configuration.
-
-    Returns:
-        the configurations, runs sorted by seed, in :func:`_group_order`; labels set.
-    """
+    """The configurations of the runs (the reduced config; ``seed`` is not part of it), labelled, in
+    :func:`_group_order`. A run without a config file joins the one config-backed configuration whose
+    keys agree with all its summary fields, else it forms its own configuration."""
     groups: dict[str, ConfigGroup] = {}
     for run in (r for r in runs if r.has_config):
         key = config_key(run.config)
@@ -154,16 +142,11 @@ def bn_variant(group: ConfigGroup) -> str | None:
 
 
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """A label naming the BN variant plus the other keys that vary across the sweep.
-
-    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "BN (bn_x5 preset)" -- the
-    variant first, so that a preset whose name says BN but that was run without it reads
-    "no BN (bn_baseline preset)" -- and when its name is shared by several configurations the
-    keys that vary among that preset's configurations follow ("noisy BN lr=0.1 (bn_baseline
-    preset)"); noisy BN at several noise strengths reads "noisy BN noise_scale=3". Configurations
-    built from summaries only are marked "[no config]"; when bn.enabled is unknown the group's
-    label is returned.
-    """
+    """A label naming the BN variant plus the other keys that vary across the sweep: "noisy BN lr=0.12";
+    a preset "BN (bn_x5 preset)", "no BN (bn_baseline preset)" (the variant first) or, when several
+    configurations share the preset, "noisy BN lr=0.1 (bn_baseline preset)"; noisy BN at several
+    strengths "noisy BN noise_scale=3"; "[no config]" for summary-only ones; the label when bn.enabled
+    is unknown."""
     v = bn_variant(group)
     if v is None:
         return group.label
@@ -195,14 +178,10 @@ def _dedupe(labels: list[str]) -> list[str]:
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
-    """Set each group's label: its experiment name, else the keys that vary across the sweep.
-
-    Experiment names shared by several configurations get the other varying keys
-    appended; configurations built from summaries only are marked "[no config]". When
-    :func:`variant_labels_apply`, configurations other than uniquely named presets get
-    their :func:`variant_label` instead ("BN lr=0.12", "noisy BN lr=0.12", "no BN lr=0.12").
-    Also sets every group's ``variant_label``.
-    """
+    """Set each group's label (its experiment name, plus the other varying keys when several share it;
+    else the keys that vary across the sweep; "[no config]" for summary-only ones; with
+    :func:`variant_labels_apply`, the :func:`variant_label` except for uniquely named presets) and
+    its ``variant_label``."""
     vary = varying_keys(groups)
     names = [g.experiment for g in groups]
     use_variants = variant_labels_apply(groups)
@@ -256,11 +235,8 @@ def _group_order(g: ConfigGroup) -> tuple:
 
 
 def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:
-    """The no-BN configuration matching a BN one: same config except bn.* and experiment, bn.enabled false.
-
-    Returns:
-        the first such configuration, or None (also when ``group`` is not a BN configuration).
-    """
+    """The first no-BN configuration with the config of the BN configuration ``group`` except bn.* and
+    experiment (:func:`pair_key`), or None."""
     if group.bn is not True:
         return None
     return next((g for g in groups if g.bn is False and pair_key(g) == pair_key(group)), None)

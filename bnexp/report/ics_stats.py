@@ -48,20 +48,16 @@ def distribution_series(sweep: Sweep, run: Run) -> tuple[list[int], list[float |
 
 
 def run_distribution_view(sweep: Sweep, run: Run) -> dict | None:
-    """The BN paper's distribution view of one run (Ioffe & Szegedy 2015, Sec. 1-2).
-
-    From ``shift.jsonl``'s ``shift_metrics`` (see :class:`bnexp.ics.DistributionShiftTracker`):
-    how far each layer's pooled input to the nonlinearity, on the fixed probe set, moved.
+    """The BN paper's distribution view of one run (Ioffe & Szegedy 2015, Sec. 1-2): how far each
+    layer's input to the nonlinearity moved on the probe set (shift.jsonl ``shift_metrics``,
+    :class:`bnexp.ics.DistributionShiftTracker`).
 
     Returns:
-        None when no record has shift_metrics; else {"records", "final_step", "bn_stats",
-        "w1_prev_mean": mean over the records after the first (step 0, the reference whose
-        values are 0 by definition) of w1_prev averaged over layers (W1 is per unit, averaged
-        over units), "final_w1_pooled_first": the pooled W1 (None in older runs),
-        "final_bn_input_w1_first": the same per-unit W1 of BN's input Wu (None without BN),
-        "final_w1_first" / "final_mean_shift_first" / "final_log_std_ratio_first": the last
-        record's values averaged over layers, "final_w1_first_per_layer": {layer: w1_first}};
-        the final values are None when there is no record after the first.
+        None without shift_metrics; else {"records", "final_step", "bn_stats", "w1_prev_mean" (mean over
+        the records after step 0 of the per-unit w1_prev averaged over layers), and from the last record,
+        averaged over layers (None without a record after the first): "final_w1_first",
+        "final_w1_pooled_first", "final_bn_input_w1_first" (BN's own input Wu), "final_mean_shift_first",
+        "final_log_std_ratio_first", "final_w1_first_per_layer": {layer: w1_first}}.
     """
     recs = _with(sweep.rows("shift", run), "shift_metrics")
     if recs.empty:
@@ -75,7 +71,7 @@ def run_distribution_view(sweep: Sweep, run: Run) -> dict | None:
     per_layer = layer_columns(last, "shift_metrics", "w1_first")
     return {
         "records": len(recs), "final_step": int(last["step"].iloc[0]) if len(last) else None,
-        "bn_stats": recs["bn_stats"].iloc[-1] if "bn_stats" in recs else None,
+        "bn_stats": next((v for v in recs.get("bn_stats", [])[::-1] if isinstance(v, str)), None),
         "final_bn_input_w1_first": final("bn_input_shift_metrics", "w1_first"),
         "final_w1_pooled_first": final("shift_metrics", "w1_pooled_first"),
         "w1_prev_mean": _mean(layer_columns(later, "shift_metrics", "w1_prev").mean(axis=1)),
@@ -104,16 +100,10 @@ def gradient_series(sweep: Sweep, run: Run) -> tuple[list[int], list[float | Non
 
 
 def run_gradient_view(sweep: Sweep, run: Run) -> dict | None:
-    """Santurkar et al.'s gradient-based ICS (2018, Def. 2.1) of one run, from ``ics.jsonl``.
-
-    Returns:
-        None without grad_ics records; else {"probes", "layers" (layer2..layerK),
-        "l2" / "l2_rel" / "cos": mean over probes of ||G_i - G'_i||_2, ||G_i - G'_i||_2 / ||G_i||_2
-        (the scale-free one verdicts use; None in runs before it was recorded) and cos(G_i, G'_i),
-        averaged over layer2..layerK (None with a single hidden layer; NaN values left out),
-        "per_layer": {layer: {"l2", "l2_rel", "cos", "g_norm"}: mean over probes} (layer1 -- trivial
-        by definition -- and the classifier included)}.
-    """
+    """Santurkar et al.'s gradient-based ICS (2018, Def. 2.1) of one run, from ``ics.jsonl``: None without
+    grad_ics probes; else {"probes", "layers" (layer2..layerK), "l2", "l2_rel" (the scale-free
+    ||G - G'|| / ||G|| verdicts use), "cos": means over probes of the layer2..layerK average,
+    "per_layer": {layer: {"l2", "l2_rel", "cos", "g_norm"}} (layer1 and the classifier included)}."""
     recs, names, later = _grad_probes(sweep, run)
     if recs.empty:
         return None
@@ -138,14 +128,9 @@ def landscape_series(sweep: Sweep, run: Run) -> tuple[list[int], dict[str, list[
 
 
 def run_landscape_view(sweep: Sweep, run: Run) -> dict | None:
-    """Loss-landscape smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1) of one run.
-
-    Returns:
-        None without landscape records; else {"probes", "loss_variation",
-        "grad_predictiveness", "beta_smoothness", and the scale-invariant "rel_loss_variation",
-        "rel_grad_predictiveness", "rel_beta_smoothness" (None in runs without them)}: means over
-        the probes (finite values).
-    """
+    """Loss-landscape smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1) of one run: None
+    without landscape probes; else {"probes"} and the means over probes of :data:`LANDSCAPE_KEYS` and
+    the scale-invariant :data:`REL_LANDSCAPE_KEYS` (None in runs without them)."""
     recs = _landscape_probes(sweep, run)
     if recs.empty:
         return None
@@ -154,24 +139,15 @@ def run_landscape_view(sweep: Sweep, run: Run) -> dict | None:
 
 
 def ics_summary(group: ConfigGroup, sweep: Sweep) -> dict | None:
-    """The ICS measurements of one configuration: means ± std over its finished seeds.
-
-    Diverged runs are left out (as for the stability numbers: their last record is not the
-    end of training). Each view's values are per seed those of :func:`run_distribution_view`,
-    :func:`run_gradient_view` and :func:`run_landscape_view`; a view is None ("not measured")
-    when no finished seed has its data.
+    """The ICS measurements of one configuration: :func:`value_stat` over its finished seeds (diverged
+    runs left out: their last record is not the end of training) of each run view.
 
     Returns:
-        None when no finished run has any of the three views; else {"label" (the
-        :func:`variant_label`), "variant", "seeds" (finished runs), "distribution":
-        {"seeds", "records" (per seed), "bn_stats", "w1_prev_mean", "final_w1_first",
-        "final_w1_pooled_first", "final_bn_input_w1_first", "final_mean_shift_first",
-        "final_log_std_ratio_first", "final_w1_first_per_layer": {layer: stat}},
-        "gradient": {"seeds", "probes", "layers", "l2", "l2_rel", "cos", "per_layer": {layer:
-        {"l2", "l2_rel", "cos", "g_norm"}}}, "landscape": {"seeds", "probes", "loss_variation",
-        "grad_predictiveness", "beta_smoothness", "rel_loss_variation", "rel_grad_predictiveness",
-        "rel_beta_smoothness"}, "probe_time_s": {kind: stat} (seconds per run, summary.json) or
-        None}; every stat is :func:`value_stat`.
+        None when no finished run has any view; else {"label" (the variant label), "variant", "seeds",
+        "distribution": {"seeds", "records" (per seed), "bn_stats", a stat per :data:`DIST_KEYS`,
+        "final_w1_first_per_layer": {layer: stat}}, "gradient": {"seeds", "probes", "layers", "l2",
+        "l2_rel", "cos", "per_layer"}, "landscape": {"seeds", "probes", a stat per key}, "probe_time_s":
+        {kind: stat} (seconds per run, summary.json)}; a view without data is None ("not measured").
     """
     runs = group.finished
     dist, grad, land = ([v for v in (fn(sweep, r) for r in runs) if v]

@@ -20,8 +20,7 @@ import pandas as pd
 from bnexp.rundir import (COMPLETE_STATUSES, ICS, METRICS, SHIFT, find_run_dirs, flatten, is_run_dir, read_config,
                           read_records, read_summary)
 
-__all__ = ["IGNORED_KEYS", "SUMMARY_FIELDS", "ReportError", "Run", "Sweep", "canon", "config_key", "experiment_name",
-           "find_run_dirs", "is_run_dir", "load_run", "load_sweep", "ordered_keys", "seed_order"]
+__all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
 
 # Config keys that do not change the experiment: where data lives and whether it is
 # fetched, progress display, threads, device, checkpointing, the reporting targets and
@@ -43,21 +42,11 @@ class ReportError(Exception):
 
 @dataclass
 class Run:
-    """One run directory, read from disk.
-
-    Attributes:
-        path: the run directory.
-        summary: summary.json ({} when missing or unreadable).
-        config: the reduced, flattened config used for grouping (dotted keys).
-        has_config: True when ``config`` comes from a config file, False when from the summary.
-        metrics: records of metrics.jsonl (each has ``step`` and ``test_accuracy``), by step.
-        shift: records of shift.jsonl (each has ``step``), by step.
-        status: ``finished``, ``diverged``, ``failed`` or ``incomplete``.
-        seed: the run's seed, or None when unknown.
-        error: why the run failed (None otherwise).
-        ics: records of ics.jsonl (each has ``step`` and ``kind``: ``grad_ics`` or ``landscape``), by step.
-        id: the run's position in its :class:`Sweep` (the ``run`` column of the sweep's DataFrames).
-    """
+    """One run directory, read from disk: its ``summary`` ({} when unreadable), the reduced flattened
+    ``config`` used for grouping (from a config file when ``has_config``, else from the summary), the
+    records of metrics.jsonl (with ``test_accuracy``), shift.jsonl and ics.jsonl (with ``kind``) by
+    step, ``status`` (finished, diverged, failed or incomplete), ``seed`` (None when unknown), the
+    ``error`` of a failed run, and ``id``, its position in its :class:`Sweep` (column ``run``)."""
 
     path: Path
     summary: dict
@@ -78,8 +67,7 @@ class Run:
 
 
 def ordered_keys(mappings: Iterable[Iterable[str]]) -> list[str]:
-    """The keys of several mappings, each once, in the order they are first seen:
-    [{"a": 1, "b": 2}, {"c": 3, "a": 4}] -> ["a", "b", "c"]."""
+    """The keys of several mappings, each once, in the order first seen: [{"a", "b"}, {"c", "a"}] -> a, b, c."""
     return list(dict.fromkeys(k for m in mappings for k in m))
 
 
@@ -124,11 +112,9 @@ def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | N
 
 
 def load_run(run_dir: Path) -> Run:
-    """Read one run directory; never raises for missing or corrupt files (the run is then failed).
-
-    The grouping config is the reduced config file (plus the summary's ``experiment`` when the
-    config has none), else the summary's :data:`SUMMARY_FIELDS`.
-    """
+    """Read one run directory; never raises for missing or corrupt files (the run is then failed). The
+    grouping config is the reduced config file (plus the summary's ``experiment`` when the config has
+    none), else the summary's :data:`SUMMARY_FIELDS`."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
     raw = read_config(run_dir)
@@ -166,14 +152,10 @@ def records_frame(runs: list[Run], attr: str) -> pd.DataFrame:
 
 @dataclass
 class Sweep:
-    """A sweep loaded once: its runs and their records as DataFrames (``run`` = :attr:`Run.id`).
-
-    Attributes:
-        runs: the runs, in the order of their folders.
-        table: one row per run (index ``run``): ``path``, ``seed``, ``status``, ``error``, the
-            reduced config's keys and the summary's top-level fields (``summary.<field>``).
-        metrics, shift, ics: :func:`records_frame` of metrics.jsonl, shift.jsonl, ics.jsonl.
-    """
+    """A sweep loaded once: its ``runs`` (in the order of their folders); ``table``, one row per run
+    (index ``run``): path, seed, status, error, the reduced config's keys and the summary's top-level
+    fields (``summary.<field>``); and ``metrics``, ``shift``, ``ics``: :func:`records_frame` of the
+    runs' metrics.jsonl, shift.jsonl and ics.jsonl (column ``run`` = :attr:`Run.id`)."""
 
     runs: list[Run]
     table: pd.DataFrame

@@ -1,11 +1,7 @@
-"""The noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), ``bn.noise_scale``.
-
-Santurkar et al.'s argument needs noisy BN to carry *more* distribution shift than the plain
-network while training about as fast as BN. This section lists every noisy-BN strength of a
-setting beside BN and no BN: the per-unit Wasserstein-1 shift of the layers' inputs since the
-start (the primary distribution-shift number), and the steps to the target, and says at which
-strengths the injected shift exceeds the plain network's.
-"""
+"""The noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), ``bn.noise_scale``: their
+argument needs noisy BN to carry *more* distribution shift than the plain network while training about as
+fast as BN, so every noisy-BN strength of a setting is listed beside BN and no BN with its per-unit W1
+shift since the start and its steps to the target, saying where the injected shift exceeds no BN's."""
 
 from __future__ import annotations
 
@@ -23,14 +19,9 @@ def _scale(g: ConfigGroup) -> float:
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], target: float = 0.95) -> dict | None:
-    """Rows and verdicts of the noise-strength sweep.
-
-    Returns:
-        None unless some setting has a noisy-BN configuration and a no-BN one; else {"title",
-        "target", "rows": [{"context", "label", "variant", "noise_scale", "seeds", "w1" (value_stat
-        of the final per-unit W1 from the start, mean over layers), "records" (per seed),
-        "steps" (reach_stat at the target), "exceeds_no_bn" (bool or None)}], "verdicts"}.
-    """
+    """Rows and verdicts of the noise-strength sweep: None unless a setting has noisy BN and no BN; else
+    {"title", "target", "rows": [{"label", "variant", "noise_scale", "seeds", "w1" (stat of the final
+    per-unit W1 from the start), "records", "steps" (reach_stat), "exceeds_no_bn"}], "verdicts"}."""
     sets: dict[str, list[ConfigGroup]] = {}
     for g in groups:
         if bn_variant(g) is not None:

@@ -13,7 +13,7 @@ from bnexp.report.ics_stats import PROBE_KINDS, REL_LANDSCAPE_KEYS
 from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST
 from bnexp.report.load import ordered_keys
 from bnexp.report.noise_sweep import noise_strength_md
-from bnexp.report.paper import refs
+from bnexp.report.figstyle import refs
 from bnexp.report.stats import STD_NOTE, target_key
 from bnexp.rundir import dumps
 

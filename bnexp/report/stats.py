@@ -1,12 +1,8 @@
-"""Statistics over seeds with pandas: steps-to-target, test accuracy, speedups, layer stability, Sec. 4.2.
-
-Per run, :func:`run_table` adds the run's numbers to the sweep's run table; per configuration,
-:func:`value_stat` and :func:`reach_stat` summarize them over the seeds. "mean ± std" is over the
-seeds (completed runs) of a configuration, and std is the **population** standard deviation
-(ddof=0, :data:`STD_NOTE`), so one seed gives std 0 (written "(1 seed)", never "± 0"). Steps to
-a target are averaged only over the seeds that reached it; the others are counted as "not
-reached (k/n)". Missing values are None, never made up.
-"""
+"""Statistics with pandas: per run (:func:`run_table`) steps-to-target and test accuracy; over seeds
+(:func:`value_stat`, :func:`reach_stat`) mean and the **population** std (ddof=0, :data:`STD_NOTE`:
+one seed gives std 0, written "(1 seed)"); speedups, layer stability and the Sec. 4.2 table. Steps
+to a target are averaged over the seeds that reached it, the others counted "not reached (k/n)".
+Missing values are None, never made up."""
 
 from __future__ import annotations
 
@@ -41,48 +37,35 @@ def numeric(values) -> pd.Series:
     return s.where(np.isfinite(s))
 
 
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 def optional(v, kind=float):
     """``kind(v)``, or None for a missing value (None, NaN)."""
-    return None if _missing(v) else kind(v)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else kind(v)
 
 
 def value_stat(values) -> dict:
     """{"mean", "std" (ddof=0), "n", "per_seed"} over seeds of any measurement; missing and non-finite
     values are left out of mean and std (None when no value is left) and are None in ``per_seed``."""
-    per_seed = [None if _missing(v) else v for v in values]
+    per_seed = [optional(v, lambda x: x) for v in values]
     s = numeric(per_seed).dropna()
     return {"mean": float(s.mean()) if len(s) else None, "std": float(s.std(ddof=0)) if len(s) else None,
             "n": len(s), "per_seed": per_seed}
 
 
 def reach_stat(steps) -> dict:
-    """Steps-to-target statistics over seeds.
-
-    Args:
-        steps: per seed, the step at which the target was reached, or None (NaN).
-
-    Returns:
-        {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}; mean/std (steps)
-        are over the seeds that reached the target only (None when none did).
-    """
+    """Steps-to-target statistics over seeds from, per seed, the step it reached the target at (None or
+    NaN: not reached): {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}, mean and std
+    over the seeds that reached it (None when none did)."""
     per_seed = [optional(s, int) for s in steps]
     st = value_stat([s for s in per_seed if s is not None])
     out = {"n": len(per_seed), "reached": st["n"], "not_reached": len(per_seed) - st["n"], "mean": st["mean"],
            "std": st["std"], "per_seed": per_seed}
-    out["text"] = format_steps(out)
-    return out
+    return {**out, "text": format_steps(out)}
 
 
 def first_reached(metrics: pd.DataFrame, target: float) -> pd.Series:
     """Per run (index ``run``), the first evaluated step whose test accuracy is >= ``target``
     (:data:`bnexp.rundir.REACHED_TOL` tolerance); runs that never reach it are absent."""
-    if "test_accuracy" not in metrics:
-        return pd.Series(dtype=float)
-    acc = numeric(metrics["test_accuracy"]).set_axis(metrics.index)
+    acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
     return metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min()
 
 
@@ -99,13 +82,9 @@ def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
 
 
 def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
-    """The sweep's run table (:attr:`Sweep.table`) plus each run's numbers (Sec. 4.1):
-
-    * ``max_test_accuracy``: the maximum over metrics.jsonl, else summary ``best_test_accuracy``;
-    * ``final_test_accuracy``: summary ``final_test_accuracy``, else the last metrics record's;
-    * ``steps_to_<target>`` for every target: summary ``steps_to_target`` when it lists the target,
-      else the first evaluation at or above it in metrics.jsonl (NaN: not reached).
-    """
+    """The sweep's run table plus each run's ``max_test_accuracy`` (the maximum over metrics.jsonl, else
+    summary ``best_test_accuracy``), ``final_test_accuracy`` (the summary's, else the last metrics
+    record's) and ``steps_to_<target>`` for every target (:func:`target_steps`) (Sec. 4.1)."""
     t, m = sweep.table.copy(), sweep.metrics
     summ = {k: numeric(t.get(f"summary.{k}", pd.Series(index=t.index))).set_axis(t.index)
             for k in ("best_test_accuracy", "final_test_accuracy")}
@@ -128,17 +107,10 @@ def target_steps(sweep: Sweep, target: float) -> pd.Series:
 
 
 def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
-    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a): mean no-BN steps / mean BN steps.
-
-    Args:
-        bn, no_bn: :func:`reach_stat` of the BN and the matching no-BN configuration.
-        no_bn_max_steps: the no-BN runs' step budget (trainer.max_steps).
-
-    Returns:
-        {"value", "lower_bound", "text"}: the ratio when both reached the target in all
-        seeds; when BN did in all seeds and no BN in none, ``max_steps / mean BN steps``
-        with lower_bound true and text ">= X.Xx (lower bound)"; else value None, "n/a".
-    """
+    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a) from their :func:`reach_stat`:
+    {"value", "lower_bound", "text"}: mean no-BN steps / mean BN steps when both reached the target
+    in all seeds; when BN did in all and no BN in none, ``no_bn_max_steps / mean BN steps`` with
+    lower_bound true (">= X.Xx (lower bound)"); else value None, "n/a"."""
     bn_all = bn["n"] > 0 and bn["reached"] == bn["n"] and (bn["mean"] or 0) > 0
     if bn_all and no_bn["n"] > 0 and no_bn["reached"] == no_bn["n"]:
         v = no_bn["mean"] / bn["mean"]
@@ -160,76 +132,49 @@ def layer_columns(frame: pd.DataFrame, prefix: str, key: str) -> pd.DataFrame:
 
 def band_keys(keys: Iterable[str]) -> tuple[str, str, str] | None:
     """(lowest, middle, highest) percentile keys among ``keys``, e.g. ("p15", "p50", "p85"); None with < 2."""
-    ps = []
-    for k in keys:
-        try:
-            ps.append((float(k[1:]), k)) if k.startswith("p") else None
-        except ValueError:
-            pass
-    ps.sort()
+    ps = sorted((float(k[1:]), k) for k in keys if re.fullmatch(r"p\d+(\.\d*)?", k))
     return (ps[0][1], ps[len(ps) // 2][1], ps[-1][1]) if len(ps) >= 2 else None
 
 
 def layer_stability(rows: pd.DataFrame) -> dict[str, dict]:
-    """How each layer's input to the nonlinearity moved between the first and the last monitor record
-    of one run: the numbers behind Fig. 1(b, c) (Sec. 4.1).
-
-    Args:
-        rows: the run's shift.jsonl records (:func:`bnexp.report.load.records_frame` rows), by step.
-
-    Returns:
-        {layer: {"median_shift": |p50_end - p50_first| (pre-activation units),
-                 "spread_ratio": (p85 - p15)_end / (p85 - p15)_first}}; a value is None when it
-        cannot be computed (missing or non-finite values, zero first spread); {} with fewer than
-        two distinct steps.
-    """
+    """How each layer's input to the nonlinearity moved from the first to the last monitor record of one
+    run (its shift.jsonl rows, by step), the numbers behind Fig. 1(b, c): {layer: {"median_shift":
+    |p50_end - p50_first| (pre-activation units), "spread_ratio": (p85 - p15)_end / (p85 - p15)_first}},
+    None where not computable (missing values, zero first spread); {} with fewer than two steps."""
     if len(rows) < 2 or rows["step"].iloc[0] == rows["step"].iloc[-1]:
         return {}
-    first = rows.iloc[0].dropna()
-    layers = ordered_keys([[c.split(".")[1] for c in first.index if c.startswith("layers.")]])
-    out = {}
-    for layer in layers:
+    first, out = rows.iloc[0].dropna(), {}
+    for layer in ordered_keys([[c.split(".")[1] for c in first.index if c.startswith("layers.")]]):
         keys = band_keys(c.rsplit(".", 1)[1] for c in first.index if c.startswith(f"layers.{layer}."))
-        if keys is None:
-            continue
-        cols = [f"layers.{layer}.{k}" for k in keys]
-        (a_lo, a_mid, a_hi), (b_lo, b_mid, b_hi) = (numeric(rows.iloc[i].reindex(cols)) for i in (0, -1))
-        if any(math.isnan(v) for v in (a_lo, a_mid, a_hi, b_lo, b_mid, b_hi)):
-            out[layer] = {"median_shift": None, "spread_ratio": None}
-            continue
-        spread0 = a_hi - a_lo
-        out[layer] = {"median_shift": abs(b_mid - a_mid), "spread_ratio": (b_hi - b_lo) / spread0 if spread0 > 0 else None}
+        if keys:
+            cols = [f"layers.{layer}.{k}" for k in keys]
+            (a_lo, a_mid, a_hi), (b_lo, b_mid, b_hi) = (numeric(rows.iloc[i].reindex(cols)) for i in (0, -1))
+            ok = not any(math.isnan(v) for v in (a_lo, a_mid, a_hi, b_lo, b_mid, b_hi))
+            out[layer] = {"median_shift": abs(b_mid - a_mid) if ok else None,
+                          "spread_ratio": (b_hi - b_lo) / (a_hi - a_lo) if ok and a_hi - a_lo > 0 else None}
     return out
 
 
 def config_stability(group: ConfigGroup, sweep: Sweep) -> dict[str, dict]:
-    """Mean over the finished runs (seeds) of :func:`layer_stability` (diverged runs left out).
-
-    Returns:
-        {layer: {"median_shift": mean, "spread_ratio": mean, "n": seeds with values,
-                 "per_seed": {"median_shift": [...], "spread_ratio": [...]}}}.
-    """
-    per_run = [layer_stability(sweep.rows("shift", r)) for r in group.finished]
-    out = {}
+    """Mean over the finished runs of :func:`layer_stability`: {layer: {"median_shift", "spread_ratio",
+    "n" (seeds with values), "per_seed": {"median_shift": [...], "spread_ratio": [...]}}}."""
+    per_run, out = [layer_stability(sweep.rows("shift", r)) for r in group.finished], {}
     for layer in ordered_keys(per_run):
         per_seed = {k: [s[layer][k] for s in per_run if layer in s] for k in ("median_shift", "spread_ratio")}
-        ms, sr = value_stat(per_seed["median_shift"]), value_stat(per_seed["spread_ratio"])
-        out[layer] = {"median_shift": ms["mean"], "spread_ratio": sr["mean"], "n": ms["n"], "per_seed": per_seed}
+        out[layer] = {**{k: value_stat(v)["mean"] for k, v in per_seed.items()},
+                      "n": value_stat(per_seed["median_shift"])["n"], "per_seed": per_seed}
     return out
 
 
 def sec42_table(groups: list[ConfigGroup], sweep: Sweep, table: pd.DataFrame) -> dict | None:
-    """Paper Sec. 4.2 table: steps of every preset to reach the baseline's best test accuracy.
-
-    The target is the mean over the baseline's completed seeds of each seed's maximum test
-    accuracy; steps are recomputed from metrics.jsonl (first evaluation >= target).
+    """Paper Sec. 4.2 table: the steps of every preset to reach the baseline's best test accuracy (the
+    mean over its completed seeds of each seed's maximum; steps recomputed from metrics.jsonl).
 
     Returns:
-        None when no configuration is named "baseline"; else {"baseline", "target",
-        "target_per_seed", "rows": [{"label", "experiment", "runs", "completed", "diverged",
-        "failed", "steps" (reach_stat), "multiple", "multiple_text", "max_test_accuracy"}]}
-        with the baseline first. ``multiple`` = mean preset steps / mean baseline steps
-        (over the seeds that reached the target), None when either has none.
+        None without a "baseline" configuration; else {"baseline", "target", "target_per_seed", "rows":
+        [{"label", "experiment", "runs", "completed", "diverged", "failed", "steps" (reach_stat),
+        "multiple" (mean preset steps / mean baseline steps), "multiple_text", "max_test_accuracy"}]},
+        the baseline first.
     """
     presets = [g for g in groups if g.experiment]
     base = next((g for g in presets if g.experiment == "baseline"), None)

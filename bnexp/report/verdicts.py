@@ -1,9 +1,6 @@
-"""The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged
-and failed runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's).
-
-A faster/slower or higher/lower verdict needs the evidence of :mod:`bnexp.report.evidence`
-(>= 2 completed seeds per configuration, both networks above chance); otherwise the line gives
-the numbers and ends in "insufficient evidence" with the reasons."""
+"""The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged and failed
+runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's); a faster/slower or higher/lower
+verdict needs the evidence of :mod:`bnexp.report.evidence`, else it ends in "insufficient evidence"."""
 
 from __future__ import annotations
 
