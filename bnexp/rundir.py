@@ -256,11 +256,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def read_records(run_dir: Path, name: str, required: tuple[str, ...] = ("step",)) -> list[dict]:
-    """The records of the run's JSON-lines file ``name`` (:data:`METRICS`, :data:`SHIFT` or
-    :data:`ICS`) that hold the ``required`` keys and a numeric ``step``, sorted by step.
-
-    An unreadable file reads as [] with a warning; corrupt lines as in :func:`read_jsonl`.
-    """
+    """The records of the run's JSON-lines file ``name`` (:data:`METRICS`, :data:`SHIFT`, :data:`ICS`) that
+    hold the ``required`` keys and a numeric ``step``, by step; [] with a warning for an unreadable file."""
     path = Path(run_dir) / name
     try:
         recs = read_jsonl(path)
@@ -300,11 +297,7 @@ def read_summary(run_dir: Path) -> dict | None:
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
-    """Write the run's summary.json (strict JSON, atomically).
-
-    Raises:
-        OutputError: the file could not be written.
-    """
+    """Write the run's summary.json (strict JSON, atomically); OutputError when it cannot be written."""
     write_json(Path(run_dir) / SUMMARY, summary)
 
 
@@ -343,15 +336,9 @@ def is_run_dir(path: Path) -> bool:
 
 
 def find_run_dirs(sweep_dir: Path) -> list[Path]:
-    """Run directories under ``sweep_dir`` (itself included), searched recursively, following
-    symlinked folders; a run directory is not searched further once found.
-
-    A symlink loop, a dangling symlink or an unreadable folder is skipped with a warning naming it
-    (a folder reached twice through symlinks counts once).
-
-    Returns:
-        sorted paths; [] when there are none.
-    """
+    """The sorted run directories under ``sweep_dir`` (itself included), searched recursively through
+    symlinked folders (a folder reached twice counts once) but not inside a run directory. A symlink
+    loop, a dangling symlink or an unreadable folder is skipped with a warning naming it."""
     found, seen = [], set()
 
     def walk_error(exc: OSError) -> None:
@@ -375,24 +362,18 @@ def find_run_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(found)
 
 
-def _is_loop(path: Path) -> bool:
-    """True when resolving the symlink ``path`` loops (ELOOP)."""
+def symlink_problem(path: Path) -> str | None:
+    """"a symlink loop" or "a dangling symlink (to TARGET)" when ``path`` is a symlink that leads
+    nowhere, else None."""
     import errno
 
     try:
         os.stat(path)
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
-
-
-def symlink_problem(path: Path) -> str | None:
-    """"a symlink loop" or "a dangling symlink (to TARGET)" when ``path`` is a symlink that leads
-    nowhere, else None."""
-    path = Path(path)
-    if not path.is_symlink() or path.exists():
         return None
-    return "a symlink loop" if _is_loop(path) else f"a dangling symlink (to {os.readlink(path)})"
+    except OSError as exc:
+        if not Path(path).is_symlink():
+            return None
+        return "a symlink loop" if exc.errno == errno.ELOOP else f"a dangling symlink (to {os.readlink(path)})"
 
 
 def is_complete(run_dir: Path) -> bool:

@@ -105,20 +105,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _say(kind: str, msg: str) -> None:
+    """Print "bnexp report: error: msg" (or warning) as one paragraph on stderr."""
     from rich.console import Console
+    from rich.markup import escape
 
     style = "bold red" if kind == "error" else "bold yellow"
-    Console(stderr=True).print(f"[{style}]bnexp report: {kind}:[/] {msg}", highlight=False, soft_wrap=True,
-                               markup=True)
+    Console(stderr=True).print(f"[{style}]bnexp report: {kind}:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
 
 class _WarningLine(logging.Handler):
     """Prints the warnings of reading the runs (:mod:`bnexp.rundir`) as ``bnexp report: warning:`` lines."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from rich.markup import escape
-
-        _say("warning", escape(record.getMessage()))
+        _say("warning", record.getMessage())
 
 
 def _run(ns: argparse.Namespace) -> int:
@@ -133,9 +132,7 @@ def _run(ns: argparse.Namespace) -> int:
         raise ReportError(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}); the files "
                           "already there are unchanged.") from None
     print_table(report)
-    from rich.console import Console
-
-    Console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+    print("wrote " + ", ".join(map(str, paths)))
     return 0
 
 
@@ -158,9 +155,7 @@ def report_main(args: list[str]) -> int:
     try:
         return _run(ns)
     except ReportError as exc:
-        from rich.markup import escape
-
-        _say("error", escape(str(exc)))
+        _say("error", str(exc))
         return 2
     except KeyboardInterrupt:
         print("bnexp report: interrupted; the report's files are unchanged or all replaced, never mixed.",

@@ -9,6 +9,7 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
 
@@ -222,8 +223,6 @@ def percentiles_figure(report: Report):
 
 def wrap_title(text: str, width: int) -> str:
     """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width)) or text
 
 

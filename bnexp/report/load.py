@@ -25,11 +25,9 @@ __all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_r
 # Config keys that do not change the experiment: where data lives and whether it is
 # fetched, progress display, threads, device, checkpointing, the reporting targets and
 # TensorBoard histograms. ``seed`` is what is averaged over. Any ``hydra`` key too.
-IGNORED_KEYS = frozenset({
-    "seed", "data.root", "data.download", "data.verify_checksums", "trainer.progress",
-    "trainer.num_threads", "trainer.device", "trainer.save_checkpoint", "trainer.targets",
-    "monitor.histograms",
-})
+IGNORED_KEYS = frozenset({"seed", "data.root", "data.download", "data.verify_checksums", "trainer.progress",
+                          "trainer.num_threads", "trainer.device", "trainer.save_checkpoint", "trainer.targets",
+                          "monitor.histograms"})
 # summary.json field -> the config key it stands for (used when no config file is readable).
 SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "data.name", "bn": "bn.enabled",
                   "act": "act", "lr": "lr", "batch_size": "trainer.batch_size", "max_steps": "trainer.max_steps",
@@ -128,9 +126,8 @@ def load_run(run_dir: Path) -> Run:
             config["experiment"] = s["experiment"]
     else:
         config = {key: s[f] for f, key in SUMMARY_FIELDS.items() if s.get(f) is not None}
-    seed = s.get("seed", raw.get("seed") if raw else None)
     try:
-        seed = None if seed is None else int(seed)
+        seed = int(s.get("seed", (raw or {}).get("seed")))
     except (TypeError, ValueError):
         seed = None
     return Run(run_dir, s, config, raw is not None, metrics, read_records(run_dir, SHIFT), status, seed, error,
