@@ -154,3 +154,23 @@ def test_targets_and_missing_folder_errors_are_one_line(sweep, tmp_path, capsys)
         assert report_main(args) == 2
         err = capsys.readouterr().err
         assert err.count("bnexp report: error:") == 1 and expected in err.replace("\n", "") and "Traceback" not in err
+
+
+def test_ctrl_c_while_the_report_modules_load_exits_130(monkeypatch, capsys):
+    import builtins
+    import sys
+
+    import bnexp.report
+
+    real_import = builtins.__import__
+
+    def slow_import(name, *args, **kwargs):  # Ctrl-C while pandas and matplotlib load
+        if name == "bnexp.report.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "bnexp.report.cli")
+    monkeypatch.setattr(builtins, "__import__", slow_import)
+    assert bnexp.report.report_main(["anywhere"]) == 130
+    err = capsys.readouterr().err
+    assert "bnexp report: interrupted" in err and "Traceback" not in err

@@ -7,14 +7,30 @@ covariate shift?" beside Santurkar et al. 2018. The sweep is read once into Data
 (:mod:`.load`), grouped into configurations (:mod:`.groups`), summarized over seeds with pandas
 (:mod:`.stats`, :mod:`.ics_stats`), judged (:mod:`.evidence`, :mod:`.verdicts`, :mod:`.best_rate`,
 :mod:`.noise_sweep`, :mod:`.ics_verdicts`), put together by :mod:`.build` and written by
-:mod:`.render`, :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli`.
+:mod:`.render`, :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli`. The names below load their
+module on first use, so that Ctrl-C while pandas and matplotlib load is exit 130 as well.
 """
 
-from bnexp.report.build import REPORT_FILES, Report, build_report
-from bnexp.report.cli import report_main, write_report
-from bnexp.report.ics_verdicts import ICS_FILES, ICS_TITLE
-from bnexp.report.load import ReportError
-from bnexp.report.render import render_markdown
+import importlib
+import sys
 
-__all__ = ["ICS_FILES", "ICS_TITLE", "REPORT_FILES", "Report", "ReportError", "build_report", "render_markdown",
-           "report_main", "write_report"]
+_HOME = {"REPORT_FILES": "build", "Report": "build", "build_report": "build", "write_report": "cli",
+         "ICS_FILES": "ics_verdicts", "ICS_TITLE": "ics_verdicts", "ReportError": "load", "render_markdown": "render"}
+__all__ = sorted(_HOME) + ["report_main"]
+
+
+def report_main(args: list[str]) -> int:
+    """``bnexp report SWEEP_DIR [--targets ACC ...]``: :func:`bnexp.report.cli.report_main` (exit 0, 2 for
+    a user error, 130 after Ctrl-C, also while its modules load)."""
+    try:
+        from bnexp.report.cli import report_main as main
+    except KeyboardInterrupt:
+        print("bnexp report: interrupted; no file was written.", file=sys.stderr)
+        return 130
+    return main(args)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"bnexp.report.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'bnexp.report' has no attribute {name!r}")
