@@ -169,7 +169,7 @@ def test_ctrl_c_while_the_report_modules_load_exits_130(monkeypatch, capsys):
             raise KeyboardInterrupt
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.delitem(sys.modules, "bnexp.report.cli")
+    monkeypatch.delitem(sys.modules, "bnexp.report.cli", raising=False)
     monkeypatch.setattr(builtins, "__import__", slow_import)
     assert bnexp.report.report_main(["anywhere"]) == 130
     err = capsys.readouterr().err
