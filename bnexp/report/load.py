@@ -17,16 +17,15 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.rundir import (COMPLETE_STATUSES, ICS, METRICS, SHIFT, find_run_dirs, flatten, is_run_dir, read_config,
-                          read_records, read_summary)
+from bnexp.rundir import (COMPLETE_STATUSES, ICS, METRICS, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs, flatten,
+                          is_run_dir, read_config, read_records, read_summary)
 
 __all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
 
-# Config keys that do not change the experiment: where data lives and whether it is
-# fetched, progress display, threads, device, checkpointing, the reporting targets and
-# TensorBoard histograms. ``seed`` is what is averaged over. Any ``hydra`` key too.
-IGNORED_KEYS = frozenset({"seed", "data.root", "data.download", "data.verify_checksums", "trainer.progress",
-                          "trainer.num_threads", "trainer.device", "trainer.save_checkpoint", "trainer.targets",
+# Config keys that do not change the experiment, left out of the grouping: the result-neutral keys of
+# bnexp.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
+# TensorBoard histograms; ``seed`` is what is averaged over. Any ``hydra`` key too.
+IGNORED_KEYS = frozenset({"seed", *RESULT_NEUTRAL_KEYS, "trainer.save_checkpoint", "trainer.targets",
                           "monitor.histograms"})
 # summary.json field -> the config key it stands for (used when no config file is readable).
 SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "data.name", "bn": "bn.enabled",
