@@ -119,7 +119,8 @@ def best_rate_section(groups: list[ConfigGroup], sweep: Sweep, min_seeds: int = 
             few = [f"{f['name']} has {f['best_steps']['n']} seed{'s' if f['best_steps']['n'] != 1 else ''} "
                    f"at its best rate" for f in (bn, nb) if f["best_steps"]["n"] < min_seeds]
             head = (f"Each at its best rate: {bn['name']} (lr={bn['best_lr']:g}{_edge_note(bn)}) reached {tgt} in "
-                    f"{steps_pm(bs, ' steps')}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in {steps_pm(ns, ' steps')}")
+                    f"{steps_pm(bs, ' steps')}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in "
+                    f"{steps_pm(ns, ' steps')}")
             if few:
                 verdict = None
                 line = f"{head}: insufficient evidence for a speedup verdict ({'; '.join(few)}; need {min_seeds})."
@@ -146,8 +147,8 @@ def best_rate_md(section: dict) -> list[str]:
         rows = []
         for r in fam["rates"]:
             st = r["steps"]
-            cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else
-                    steps_pm(st, ' steps') + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
+            cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else steps_pm(st, " steps")
+                    + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
             rows.append([f"{r['lr']:g}" + (" (best)" if r["lr"] == fam["best_lr"] else ""), cell, r["status"]])
         out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""), ""]
         out += md_table(["lr", f"steps to {tgt}", "status"], rows) + [""]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report import sec42 as matched_sec42  # Sec. 4.2 matched-accuracy form; `= None` once sec42.py is gone
+import bnexp.report.sec42 as matched_sec42  # Sec. 4.2 matched accuracy; `matched_sec42 = None` once sec42.py is gone
 from bnexp.report.best_rate import best_rate_section
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys

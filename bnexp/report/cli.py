@@ -41,7 +41,8 @@ def print_table(report: Report, console=None) -> None:
         t = ics_frames(report)
         out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 3]],
                                                         t["gradient"].iloc[:, [2, 4, 7]]], axis=1)) + [""]
-        out += [f"- {v}" for v in sec["verdicts"]] + [""] + [f"What this sweep supports: {p}\n" for p in sec["supports"]]
+        out += [f"- {v}" for v in sec["verdicts"]] + [""]
+        out += [f"What this sweep supports: {p}\n" for p in sec["supports"]]
     if console is None:
         console = Console()
         console = console if console.is_terminal else Console(width=max(console.width, 200))

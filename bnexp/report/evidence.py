@@ -46,7 +46,8 @@ def sweep_command(sweep_dir: Path, seeds: list[int]) -> str:
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``: its multirun.yaml's overrides
     (seed and hydra.* dropped), the seeds and a new sweep folder inside it (no run folder is reused)."""
     task = read_sweep_overrides(sweep_dir)
-    keep = [o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task else ["<the sweep's overrides>"]
+    keep = ([o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task
+            else ["<the sweep's overrides>"])
     seed = f"seed={','.join(map(str, seeds))}"
     return " ".join(["bnexp train -m", *keep, seed, f"hydra.sweep.dir={Path(sweep_dir) / seed}"])
 

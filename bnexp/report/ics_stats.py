@@ -165,7 +165,8 @@ def ics_summary(group: ConfigGroup, sweep: Sweep) -> dict | None:
                                          for n in ordered_keys(v["final_w1_first_per_layer"] for v in dist)}}
     if grad:
         out["gradient"] = {
-            "seeds": len(grad), "probes": [v["probes"] for v in grad], "layers": ordered_keys(v["layers"] for v in grad),
+            "seeds": len(grad), "probes": [v["probes"] for v in grad],
+            "layers": ordered_keys(v["layers"] for v in grad),
             **{k: value_stat([v[k] for v in grad]) for k in ("l2", "l2_rel", "cos")},
             "per_layer": {n: {k: value_stat([v["per_layer"].get(n, {}).get(k) for v in grad]) for k in GRAD_KEYS}
                           for n in ordered_keys(v["per_layer"] for v in grad)}}

@@ -128,7 +128,8 @@ def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
         per_layer = (", ".join(f"{k} {format_g(v['mean'])}" for k, v in d["final_w1_first_per_layer"].items())
                      if d else "not measured")
         dist.append([label, str(d["seeds"]) if d else "0"]
-                    + [view_cell(ics, "distribution", k) for k in ("w1_prev_mean", "final_w1_first", "final_w1_pooled_first")]
+                    + [view_cell(ics, "distribution", k)
+                       for k in ("w1_prev_mean", "final_w1_first", "final_w1_pooled_first")]
                     + [view_cell(ics, "distribution", "final_bn_input_w1_first", "no BN input"),
                        view_cell(ics, "distribution", "final_mean_shift_first"), per_layer])
         grad.append([label, "/".join(str(v["seeds"]) for v in (g, ls) if v) or "0"]
@@ -205,9 +206,9 @@ def render_csv(report: Report) -> str:
     """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a."""
     d = report.data
     layers = ordered_keys(s["stability"] for s in d["configurations"])
-    header = ["label"] + d["varying_keys"] + ["bn", "experiment", "runs", "completed", "diverged", "failed",
-                                             "incomplete"] + [f"{k}_{x}" for k in ("max_test_accuracy",
-                                                                                   "final_test_accuracy") for x in ("mean", "std")]
+    header = (["label"] + d["varying_keys"] + ["bn", "experiment", "runs", "completed", "diverged", "failed",
+                                               "incomplete"]
+              + [f"{k}_{x}" for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")])
     for tk in map(target_key, d["targets"]):
         header += [f"steps_to_{tk}_{x}" for x in ("mean", "std", "reached", "n")] + [f"speedup_{tk}",
                                                                                      f"speedup_{tk}_is_lower_bound"]

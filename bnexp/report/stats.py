@@ -196,7 +196,7 @@ def sec42_table(groups: list[ConfigGroup], sweep: Sweep, table: pd.DataFrame) ->
             text += f" [over {steps['reached']}/{steps['n']} seeds]"
         out["rows"].append({
             "label": g.label, "experiment": g.experiment, "runs": len(g.runs), "completed": len(done),
-            "diverged": sum(r.status == "diverged" for r in g.runs), "failed": sum(r.status == "failed" for r in g.runs),
+            **{k: sum(r.status == k for r in g.runs) for k in ("diverged", "failed")},
             "steps": steps, "multiple": m, "multiple_text": text,
             "max_test_accuracy": value_stat(table.loc[done, "max_test_accuracy"]),
         })
