@@ -213,45 +213,69 @@ def check_cifar10_files(root: Path, verify_checksums: bool) -> None:
                 )
 
 
-def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """One CIFAR-10 python batch: images (n, 3, 32, 32) uint8 and labels (n,) int64.
+def _cifar10_reader():
+    """torchvision's CIFAR10 reader, made to read one named batch file of the python layout.
+
+    The integrity check is :func:`check_cifar10_files`'s (presence, and the official md5s unless
+    ``data.verify_checksums=false``), so torchvision's own md5 checks are turned off here: they
+    would refuse a non-canonical copy of the standard layout, such as the re-encoded copy in
+    ../shared/data.
+    """
+    from torchvision.datasets import CIFAR10
+
+    class CIFAR10Batch(CIFAR10):
+        def __init__(self, root: Path, name: str):
+            self.train_list = [[name, None]]  # read by CIFAR10.__init__: the one file to load
+            super().__init__(str(root), train=True, download=False)
+
+        def _check_integrity(self) -> bool:
+            return True  # done by check_cifar10_files
+
+        def _load_meta(self) -> None:
+            pass  # class names are not used; batches.meta is checked by check_cifar10_files
+
+    return CIFAR10Batch
+
+
+def _read_cifar_batch(root: Path, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR-10 python batch through torchvision: images (10000, 3, 32, 32) uint8 and labels
+    (10000,) int64.
 
     Raises:
-        DataError: the pickle is unreadable or has the wrong structure or sizes.
+        DataError: the pickle is unreadable or has the wrong structure, sizes or pixel type.
     """
-    import pickle
-
     import numpy as np
 
+    path = root / CIFAR_FOLDER / name
     try:
-        with open(path, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
-        raw_data = np.asarray(entry["data"])
-        raw_labels = np.asarray(entry["labels"])
+        batch = _cifar10_reader()(root, name)
+        data, labels = np.asarray(batch.data), np.asarray(batch.targets)
     except Exception as exc:  # truncated or foreign pickles raise many exception types
         raise DataError(
             f"CIFAR-10 file {path} is unreadable ({type(exc).__name__}: {exc}): the copy is truncated "
             "or corrupt. Replace it with the official file, or delete it and run with data.download=true."
         ) from None
-    if raw_data.ndim != 2 or raw_data.shape[1] != 3072 or len(raw_labels) != len(raw_data) or len(raw_data) != 10000:
+    if data.shape != (10000, 32, 32, 3) or len(labels) != 10000:
         raise DataError(
-            f"CIFAR-10 file {path} holds data of shape {raw_data.shape} with {len(raw_labels)} labels; expected "
-            "(10000, 3072) and 10000 labels. Replace the file with a correct copy."
+            f"CIFAR-10 file {path} holds {len(data)} images of shape {data.shape[1:]} with {len(labels)} labels; "
+            "expected 10000 images of 32x32x3 and 10000 labels. Replace the file with a correct copy."
         )
-    if raw_data.dtype != np.uint8:  # pixels are bytes 0..255; anything else would be silently wrapped
-        raise DataError(f"CIFAR-10 file {path} holds pixels of type {raw_data.dtype}, expected uint8 (0..255): "
+    if data.dtype != np.uint8:  # pixels are bytes 0..255; anything else would be silently wrapped
+        raise DataError(f"CIFAR-10 file {path} holds pixels of type {data.dtype}, expected uint8 (0..255): "
                         "the copy is corrupt or not CIFAR-10. Replace it with the official file.")
-    check_labels(path, raw_labels, 10)
-    return torch.from_numpy(raw_data.reshape(-1, 3, 32, 32)), torch.from_numpy(raw_labels.astype(np.int64))
+    check_labels(path, labels, 10)
+    return torch.from_numpy(data).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels.astype(np.int64))
 
 
 def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorData:
-    """Load CIFAR-10 (python version, torchvision's layout) as tensors (unscaled, 0..255).
+    """Load CIFAR-10 (python version, torchvision's layout) as tensors (unscaled, 0..255), with
+    ``torchvision.datasets.CIFAR10``'s reader, one batch file at a time.
 
-    With ``verify_checksums`` (default) every file must match the official md5s and
-    ``torchvision.datasets.CIFAR10`` loads it. With ``verify_checksums=false`` a
-    non-canonical copy of the same layout (same structure, other bytes) is read
-    directly, with a warning.
+    With ``verify_checksums`` (default) every file must match the official md5s. With
+    ``verify_checksums=false`` a non-canonical copy of the same layout (same structure, other
+    bytes) is read, with a warning; torchvision's own md5 check, which would refuse it, is then
+    not applied (:func:`_cifar10_reader`). Either way every batch's shape, pixel type and labels
+    are checked.
 
     Raises:
         DataError: files missing, unreadable, of the wrong shape, or failing the md5 check.
@@ -268,14 +292,7 @@ def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorDa
                 "copy cifar-10-batches-py/ under a folder and point data.root (or BNEXP_DATA_ROOT) at it."
             ) from None
     check_cifar10_files(root, verify_checksums)
-    if verify_checksums:
-        from torchvision.datasets import CIFAR10
-
-        train, test = CIFAR10(str(root), train=True), CIFAR10(str(root), train=False)
-        train_x = torch.from_numpy(train.data).permute(0, 3, 1, 2).contiguous()
-        test_x = torch.from_numpy(test.data).permute(0, 3, 1, 2).contiguous()
-        train_y, test_y = torch.tensor(train.targets), torch.tensor(test.targets)
-    else:
+    if not verify_checksums:
         msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
                "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
                "differ a little from published figures.")
@@ -283,10 +300,9 @@ def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorDa
         import warnings
 
         warnings.warn(msg, stacklevel=2)
-        parts = [_read_cifar_batch(folder / n) for n in CIFAR_TRAIN]
-        train_x = torch.cat([p[0] for p in parts])
-        train_y = torch.cat([p[1] for p in parts])
-        test_x, test_y = _read_cifar_batch(folder / "test_batch")
+    parts = [_read_cifar_batch(root, n) for n in CIFAR_TRAIN]
+    train_x, train_y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    test_x, test_y = _read_cifar_batch(root, "test_batch")
     return TensorData(train_x.float(), train_y.long(), test_x.float(), test_y.long(), 10, "cifar10")
 
 

@@ -1,15 +1,19 @@
-"""The run directory: where one run's outputs live, and how they are written.
+"""The run directory schema: every file of a run folder is written and read here, by the trainer
+and by ``bnexp report`` alike.
 
 Layout of a run directory (Hydra's output dir for the job)::
 
-    .hydra/                 Hydra's composed config, overrides
+    .hydra/config.yaml      Hydra's composed config (HYDRA_CONFIG); .hydra/overrides.yaml (OVERRIDES)
+    config.yaml             the resolved config bnexp writes (CONFIG; preset interpolations as values)
     train.log               the run's log
     events.out.tfevents.*   TensorBoard: scalars, histograms, margin charts, hparams, figure
-    metrics.jsonl           one JSON record per test-set evaluation
-    shift.jsonl             one JSON record per covariate-shift monitor step
-    summary.json            final/best test accuracy, steps-to-target, wall time, status
+    metrics.jsonl           one JSON record per test-set evaluation (METRICS)
+    shift.jsonl             one JSON record per covariate-shift monitor step (SHIFT)
+    ics.jsonl               one JSON record per gradient-ICS or landscape probe (ICS)
+    summary.json            final/best test accuracy, steps-to-target, wall time, status (SUMMARY)
     percentiles.png         percentile bands of every layer's input to the nonlinearity
-    checkpoint.pt           final model, optimizer and scheduler state
+    checkpoint.pt           model, optimizer, sampler and record state (CHECKPOINT; metadata: ``step``,
+                            ``config``, ``world_size``)
 
 JSON files are written atomically (temporary file, fsync, rename), so a reader
 never sees half a summary. All JSON is strict (RFC 8259): non-finite numbers are
@@ -17,20 +21,34 @@ written as ``null`` (the run's ``status`` says why, e.g. ``diverged``). Files ge
 the permissions of the umask (0644 under the usual 022), like any other new file.
 A file-system error (permission, full disk, name too long) while writing an output
 raises :class:`~bnexp.errors.OutputError`, a user error naming the path and the fix.
+
+Reading is forgiving and never silent: a JSON-lines line that is not a JSON record is
+skipped with a warning naming the file and the line, and the records after it are kept
+(:func:`read_jsonl`); an unreadable summary or config reads as None.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from bnexp.errors import OutputError
+
+log = logging.getLogger("bnexp")
+
+# The files of a run directory (names relative to it).
+CONFIG = "config.yaml"
+HYDRA_CONFIG = ".hydra/config.yaml"
+OVERRIDES = ".hydra/overrides.yaml"
+SUMMARY = "summary.json"
+METRICS, SHIFT, ICS = "metrics.jsonl", "shift.jsonl", "ics.jsonl"
+CHECKPOINT = "checkpoint.pt"
 
 # Statuses after which a run is complete and a re-run of its sweep skips it.
 COMPLETE_STATUSES = ("finished", "diverged")
@@ -78,22 +96,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def json_safe(obj: Any) -> Any:
-    """``obj`` with every non-finite float (NaN, +-inf) replaced by None, recursively
-    (dicts, lists, tuples; numpy/torch scalars become Python numbers)."""
+    """``obj`` as plain JSON data, recursively: every non-finite float (NaN, +-inf) becomes None
+    (JSON has no NaN), numpy / torch scalars and arrays become Python numbers and lists, dict keys
+    become text, and any other non-JSON value (a path, a date read from YAML, an enum) its text."""
     if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
     if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+    if callable(getattr(obj, "tolist", None)):  # numpy / torch scalars and arrays
         try:
-            return json_safe(obj.item())
-        except (ValueError, RuntimeError):
-            return obj
-    return obj
+            return json_safe(obj.tolist())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(obj)
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
@@ -160,21 +179,94 @@ def save_figure(fig, path: Path, dpi: int = 100) -> None:
         raise OutputError(path, exc) from None
 
 
+def replace_files(files: dict[Path, bytes]) -> None:
+    """Write several files so that they change together: each is first written in full to a
+    temporary file beside it (fsync), then all replace their targets (``os.replace``) with
+    SIGINT held back until the last one is in place. A failure (full disk, permission) or a
+    Ctrl-C while the temporary files are written removes them and leaves every target as it was.
+
+    Raises:
+        OSError: a temporary file could not be written (no target has changed).
+        KeyboardInterrupt: Ctrl-C before the replacing started (no target has changed), or
+            during it (every target has changed).
+    """
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
+            staged.append((tmp, Path(path)))
+            os.fchmod(fd, 0o666 & ~current_umask())
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
+    interrupted: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+    except ValueError:  # not the main thread: signals go to the main thread anyway
+        previous = None
+    try:
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """All records of a JSON-lines file ([] if it does not exist); a torn last line is ignored."""
+    """All records of a JSON-lines file ([] if it does not exist).
+
+    A line that is not a JSON object (garbage, a torn line from an interrupted write, bytes
+    that are not UTF-8) is skipped with a warning naming the file and the line number; the
+    records before and after it are kept. Empty lines are ignored.
+
+    Raises:
+        OSError: the file exists but cannot be read (permission, a folder of that name).
+    """
     path = Path(path)
     if not path.exists():
         return []
+    lines = path.read_bytes().split(b"\n")
     out = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            torn = " (the last line, cut off by an interrupted write)" if n == len(lines) else ""
+            log.warning("%s, line %d: not a JSON record%s (%s); skipped, the other records are kept",
+                        path, n, torn, exc)
+            continue
+        if not isinstance(rec, dict):
+            log.warning("%s, line %d: a JSON %s, not a record; skipped, the other records are kept",
+                        path, n, type(rec).__name__)
+            continue
+        out.append(rec)
     return out
+
+
+def read_records(run_dir: Path, name: str, required: tuple[str, ...] = ("step",)) -> list[dict]:
+    """The records of the run's JSON-lines file ``name`` (:data:`METRICS`, :data:`SHIFT`, :data:`ICS`) that
+    hold the ``required`` keys and a numeric ``step``, by step; [] with a warning for an unreadable file."""
+    path = Path(run_dir) / name
+    try:
+        recs = read_jsonl(path)
+    except OSError as exc:
+        log.warning("%s is unreadable (%s); its records are left out", path, exc.strerror or exc)
+        return []
+    recs = [r for r in recs if all(k in r for k in required) and isinstance(r.get("step"), (int, float))
+            and not isinstance(r.get("step"), bool)]
+    return sorted(recs, key=lambda r: r["step"])
 
 
 REACHED_TOL = 1e-9  # accuracy >= target - REACHED_TOL counts as reached (float round-off of means)
@@ -195,12 +287,93 @@ def first_reached(metrics: list[dict], target: float) -> int | None:
 
 
 def read_summary(run_dir: Path) -> dict | None:
-    """The run's summary.json, or None if absent or unreadable."""
-    p = Path(run_dir) / "summary.json"
+    """The run's summary.json, or None if absent, unreadable or not a JSON object."""
+    p = Path(run_dir) / SUMMARY
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
+        s = json.loads(p.read_text())
+    except (OSError, ValueError):  # ValueError: JSONDecodeError and UnicodeDecodeError
         return None
+    return s if isinstance(s, dict) else None
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    """Write the run's summary.json (strict JSON, atomically); OutputError when it cannot be written."""
+    write_json(Path(run_dir) / SUMMARY, summary)
+
+
+def read_config(run_dir: Path) -> dict | None:
+    """The run's config as a dict: :data:`CONFIG` (the resolved config bnexp writes, with preset
+    interpolations such as ``${bnexp_mul:5,...}`` turned into values), else :data:`HYDRA_CONFIG`;
+    None when both are missing or unreadable."""
+    import yaml
+
+    for p in (Path(run_dir) / CONFIG, Path(run_dir) / HYDRA_CONFIG):
+        try:
+            cfg = yaml.safe_load(p.read_text())
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if isinstance(cfg, dict):
+            return cfg
+    return None
+
+
+def read_sweep_overrides(sweep_dir: Path) -> list[str] | None:
+    """The command-line overrides of the multirun whose folder is ``sweep_dir`` (its Hydra
+    ``multirun.yaml``: ``hydra.overrides.task``), or None without a readable one."""
+    import yaml
+
+    try:
+        task = yaml.safe_load((Path(sweep_dir) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return [str(o) for o in task] if isinstance(task, list) else None
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` is a run directory: it holds summary.json or .hydra/config.yaml."""
+    path = Path(path)
+    return (path / SUMMARY).is_file() or (path / HYDRA_CONFIG).is_file()
+
+
+def find_run_dirs(sweep_dir: Path) -> list[Path]:
+    """The sorted run directories under ``sweep_dir`` (itself included), searched recursively through
+    symlinked folders (a folder reached twice counts once) but not inside a run directory. A symlink
+    loop, a dangling symlink or an unreadable folder is skipped with a warning naming it."""
+    found, seen = [], set()
+
+    def walk_error(exc: OSError) -> None:
+        log.warning("skipped %s: %s", exc.filename, exc.strerror or exc)
+
+    for root, dirs, files in os.walk(sweep_dir, onerror=walk_error, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # reached again through a symlink: a loop or a second link
+            dirs[:] = []
+            continue
+        seen.add(real)
+        if is_run_dir(Path(root)):
+            found.append(Path(root))
+            dirs[:] = []
+            continue
+        for name in files:  # os.walk lists a symlink that leads nowhere among the files
+            problem = symlink_problem(Path(root) / name)
+            if problem:
+                log.warning("skipped %s: %s", Path(root) / name, problem)
+        dirs[:] = sorted(d for d in dirs if d != ".hydra")
+    return sorted(found)
+
+
+def symlink_problem(path: Path) -> str | None:
+    """"a symlink loop" or "a dangling symlink (to TARGET)" when ``path`` is a symlink that leads
+    nowhere, else None."""
+    import errno
+
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if not Path(path).is_symlink():
+            return None
+        return "a symlink loop" if exc.errno == errno.ELOOP else f"a dangling symlink (to {os.readlink(path)})"
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -414,6 +587,8 @@ def save_checkpoint(path: Path, state: dict) -> None:
     """Save a checkpoint atomically with ``torch.save``."""
     import io
 
+    import torch
+
     buf = io.BytesIO()
     torch.save(state, buf)
     atomic_write_bytes(path, buf.getvalue())
@@ -424,3 +599,19 @@ def check_writable(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(run_dir / ".write_test", b"ok")
     os.unlink(run_dir / ".write_test")
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Flatten nested dicts into dotted keys: {"bn": {"enabled": True}} -> {"bn.enabled": True}.
+
+    Lists stay values (they are not split into items); ``prefix`` is prepended to every key
+    (pass "bn." to get "bn.enabled").
+    """
+    out: dict = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

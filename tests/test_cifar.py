@@ -44,6 +44,21 @@ def test_non_canonical_copy_loads_with_a_warning(data_root):
     assert int(d.train_y[0]) == 6  # the first training image is a frog, as in the official set
 
 
+def test_checked_and_unchecked_copies_load_through_one_reader(cifar, data_root, monkeypatch):
+    # Declared official (its own md5s in place of torchvision's list), the same copy loads through the
+    # checked path without a warning and gives exactly the tensors of the unchecked path.
+    import bnexp.data as data
+    from torchvision.datasets.utils import calculate_md5
+
+    md5 = {n: calculate_md5(str(data_root / "cifar-10-batches-py" / n)) for n in CIFAR_FILES}
+    monkeypatch.setattr(data, "_cifar_md5s", lambda: md5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = load_cifar10(data_root, download=False, verify_checksums=True)
+    for key in ("train_x", "train_y", "test_x", "test_y"):
+        assert torch.equal(getattr(checked, key), getattr(cifar, key)), key
+
+
 def _copy_cifar(data_root: Path, dest: Path) -> Path:
     folder = dest / "cifar-10-batches-py"
     folder.mkdir(parents=True)

@@ -43,7 +43,7 @@ def test_new_keys_are_validated(key, value):
 
 # ------------------------------------------------------------------ bnexp report: evidence rule
 
-from test_report import BN_05, NOBN_05, make_ics_run, make_run  # noqa: E402  (synthetic run builders)
+from test_report import BN_05, NOBN_05, has_row, make_ics_run, make_run  # noqa: E402  (synthetic run builders)
 
 from bnexp.report import build_report, report_main  # noqa: E402
 
@@ -59,8 +59,8 @@ def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
     root = _ics_sweep(tmp_path / "one", [0])
     data = build_report(root).data
     speed = [v for v in data["verdicts"] if v.startswith("BN reached 95%")]
-    assert speed == ["BN reached 95% in 1,000 (1 seed) steps, no BN in 10,000 (1 seed): insufficient "
-                     "evidence (BN has 1 seed (need 2); no BN has 1 seed (need 2))."]
+    assert speed == ["BN reached 95% in 1,000 steps (1 seed), no BN in 10,000 (1 seed): insufficient "
+                     "evidence (BN has 1 seed (need 2): add seed=1; no BN has 1 seed (need 2): add seed=1)."]
     assert not any("fewer steps" in v or "higher by" in v for v in data["verdicts"])
     ics = data["ics"]
     comp = ics["comparisons"][0]
@@ -76,6 +76,30 @@ def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
     assert report_main([str(root)]) == 0
     md = (root / "report.md").read_text(encoding="utf-8")
     assert "± 0.00" not in md and "(1 seed)" in md
+    # a unit goes with its number, before "(1 seed)": never "95.57 (1 seed)%" or "1,000 (1 seed) steps"
+    assert "(1 seed)%" not in md and "(1 seed) steps" not in md
+    assert "final test accuracy: BN 98.50% (1 seed), noisy BN" in md
+
+
+def test_too_few_seeds_say_which_settings_and_the_command_that_adds_them(tmp_path):
+    # the README's first sweep, `bnexp train -m bn=true,false`: one seed per setting
+    root = tmp_path / "readme"
+    make_run(root, "bn=true", bn=True, lr=0.12, seed=0, knots=BN_05[0])
+    make_run(root, "bn=false", bn=False, lr=0.12, seed=0, knots=NOBN_05[0])
+    (root / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n    task: ['bn=true,false', trainer.max_steps=20000]\n")
+    first = build_report(root).data["verdicts"][0]
+    assert first == (f"Too few seeds for a verdict (2 completed seeds per configuration needed): bn=true has 1 seed (0); "
+                     f"bn=false has 1 seed (0). Add seed=1: bnexp train -m bn=true,false trainer.max_steps=20000 seed=1 "
+                     f"hydra.sweep.dir={root / 'seed=1'}, then bnexp report {root}.")
+    assert any(v.endswith("insufficient evidence (BN has 1 seed (need 2): add seed=1; no BN has 1 seed (need 2): "
+                          "add seed=1).") for v in build_report(root).data["verdicts"])
+    # that command's runs (in the new folder) make the verdicts real
+    make_run(root / "seed=1", "bn=true", bn=True, lr=0.12, seed=1, knots=BN_05[1])
+    make_run(root / "seed=1", "bn=false", bn=False, lr=0.12, seed=1, knots=NOBN_05[1])
+    verdicts = build_report(root).data["verdicts"]
+    assert not any("Too few seeds" in v or "insufficient evidence" in v for v in verdicts)
+    assert "BN reached 95% in 1,100 ± 100 steps, no BN in 11,000 ± 1,000: 10.0x fewer steps." in verdicts
 
 
 def test_two_seed_sweep_gives_verdicts(tmp_path):
@@ -136,4 +160,4 @@ def test_best_rate_section(tmp_path):
                            "11,000 ± 1,000 steps: 13.8x fewer steps.")
     assert report_main([str(root)]) == 0
     md = (root / "report.md").read_text(encoding="utf-8")
-    assert "## Each at its best learning rate" in md and "| 0.5 (best) | 11,000 ± 1,000 steps | ok |" in md
+    assert "## Each at its best learning rate" in md and has_row(md, "0.5 (best)", "11,000 ± 1,000 steps", "ok")

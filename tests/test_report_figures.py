@@ -110,6 +110,22 @@ def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     assert "Sec. 4.1, Fig. 1(a)" in fig._suptitle.get_text()
 
 
+def test_legends_name_only_the_variants_in_the_sweep(mnist, tmp_path):
+    def titles(report):
+        return [leg.get_title().get_text().replace("\n", " ") for make in (accuracy_figure, stability_figure)
+                for leg in make(report).legends]
+
+    plain = tmp_path / "plain"
+    for seed in (0, 1):
+        make_run(plain, f"bn=true,{seed}", bn=True, lr=0.5, seed=seed, knots=BN_05[seed])
+        make_run(plain, f"bn=false,{seed}", bn=False, lr=0.5, seed=seed, knots=BN_05[seed])
+    without = titles(build_report(plain))
+    assert len(without) == 2 and not any("noisy" in t for t in without)
+    assert "BN solid, no BN dashed" in without[0] and "BN plain, no BN hatched" in without[1]
+    with_noisy = titles(build_report(mnist))
+    assert "noisy BN dash-dot (darker)" in with_noisy[0] and "noisy BN dotted (darker)" in with_noisy[1]
+
+
 def test_zoom_range_by_hand():
     # finals 98 and 97 (and 10, far below: left out); top of the bands 98.5 -> span 1.5
     lo, hi = zoom_range([([50, 98], [51, 98.5]), ([40, 97], [41, 97.2]), ([10, 10], [11, 11])])
@@ -147,18 +163,11 @@ def test_stability_figure_units_hatches_and_legend_outside(mnist):
     assert hatch["no BN lr=0.5"] == "//" and hatch["BN lr=0.5"] is None and hatch["noisy BN lr=0.5"] == ".."
 
 
-def test_ics_figures_units_and_legend_outside(mnist, monkeypatch):
-    import bnexp.report.figures_ics as fi
-
+def test_ics_figures_units_and_legend_outside(mnist):
     report = build_report(mnist)
     assert report.data["ics"]["figures"]
-    captured: list = []
-    monkeypatch.setattr(fi, "save_figure", lambda fig, path, dpi: captured.append(fig))
     for name in report.data["ics"]["figures"]:
-        ICS_PLOTS[name](report, Path("unused.png"))
-    assert len(captured) == len(report.data["ics"]["figures"])
-    for fig in captured:
-        _check_axes_and_legend(fig)
+        _check_axes_and_legend(ICS_PLOTS[name](report))
 
 
 def test_ics_axis_labels_say_their_unit():
@@ -171,7 +180,7 @@ def test_ics_axis_labels_say_their_unit():
 
 def test_ics_figure_without_data_says_not_measured(cifar):
     report = build_report(cifar)
-    fig = ics_figure(report, "gradient", [("l2", "x", lambda r: ([], []))], "t")
+    fig = ics_figure(report, "gradient", [("l2", "x", lambda sweep, r: ([], []))], "t")
     assert [t.get_text() for t in fig.axes[0].texts] == ["not measured"] and len(fig.axes) == 1
 
 

@@ -13,21 +13,19 @@ tried: then a better rate may lie outside the grid, and the report says so.
 
 from __future__ import annotations
 
-from bnexp.report.fmt import format_target
+import pandas as pd
+
+from bnexp.report.fmt import format_target, md_table, steps_pm
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_label
-from bnexp.report.load import config_key
-from bnexp.report.stats import reach_stat, steps_to_target
+from bnexp.report.load import Sweep, config_key
+from bnexp.report.stats import reach_stat, target_steps
 
 BEST_RATE_TARGET = 0.95
 BEST_RATE_TITLE = "Each at its best learning rate"
 
 
 def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
-    """Configurations that differ only in ``lr``, each family sorted by rate (families of >= 2 rates).
-
-    Returns:
-        [[group, ...], ...] in the order of the first member in ``groups``.
-    """
+    """The families of configurations that differ only in ``lr`` (two rates or more), each sorted by rate."""
     fams: dict[str, list[ConfigGroup]] = {}
     for g in groups:
         if g.lr is not None and not g.key.startswith("summary:"):
@@ -35,24 +33,18 @@ def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
     return [sorted(f, key=lambda g: g.lr) for f in fams.values() if len(f) > 1]
 
 
-def best_rate(family: list[ConfigGroup], target: float = BEST_RATE_TARGET) -> dict:
-    """The best grid rate of one family (see the module docstring).
-
-    Args:
-        family: configurations differing only in ``lr`` (from :func:`rate_families`).
-        target: test accuracy in (0, 1].
+def best_rate(family: list[ConfigGroup], steps: pd.Series, target: float = BEST_RATE_TARGET) -> dict:
+    """The best grid rate of one family (see the module docstring), from every run's ``steps`` to ``target``.
 
     Returns:
-        {"target", "rates": [{"lr", "label", "steps" (reach_stat over completed seeds),
-        "diverged", "completed", "status": "ok" | "diverged (too high)" | "not reached in
-        every seed" | "no completed runs"}], "best_lr" (None if no rate qualifies),
-        "best_label", "best_steps" (reach_stat or None), "edge": None | "lowest" | "highest",
-        "grid": [rates]}.
+        {"target", "rates": [{"lr", "label", "steps" (reach_stat), "diverged", "completed", "status": "ok",
+        "diverged (too high)", "not reached in every seed" or "no completed runs"}], "grid", "best_lr",
+        "best_label", "best_steps" (None when no rate qualifies), "edge": None, "lowest" or "highest"}.
     """
     rows = []
     for g in family:
         done = g.completed
-        st = reach_stat([steps_to_target(r, target) for r in done])
+        st = reach_stat(steps.reindex([r.id for r in done]))
         div = sum(r.status == "diverged" for r in g.runs)
         if not done:
             status = "no completed runs"
@@ -82,12 +74,6 @@ def _family_name(family: list[ConfigGroup], groups: list[ConfigGroup]) -> str:
     return " ".join([v] + others) if others else v
 
 
-def _steps_text(st: dict) -> str:
-    if st["n"] == 1:
-        return f"{st['mean']:,.0f} steps (1 seed)"
-    return f"{st['mean']:,.0f} ± {st['std']:,.0f} steps"
-
-
 def _edge_note(fam: dict) -> str:
     if fam["edge"] is None:
         return ""
@@ -95,22 +81,15 @@ def _edge_note(fam: dict) -> str:
             "a better rate may lie outside it")
 
 
-def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
+def best_rate_section(groups: list[ConfigGroup], sweep: Sweep, min_seeds: int = 2,
                       target: float = BEST_RATE_TARGET) -> dict | None:
-    """The "each at its best learning rate" comparison of a sweep.
-
-    Every family of :func:`rate_families` gets its :func:`best_rate`; a BN (or noisy BN)
-    family is paired with the no-BN family of the same setting (same config except ``lr``
-    and ``bn.*``), and the speedup at the best rates is
-
-        speedup = mean no-BN steps at no BN's best rate / mean BN steps at BN's best rate.
-
-    A speedup verdict needs at least ``min_seeds`` completed seeds at both best rates;
-    otherwise the line says "insufficient evidence" and why.
+    """The "each at its best learning rate" comparison: every family's :func:`best_rate`; a BN (or noisy
+    BN) family is paired with the no-BN family of its setting, speedup = mean no-BN steps at no BN's best
+    rate / mean BN steps at BN's best rate, a verdict only with ``min_seeds`` completed seeds at both.
 
     Returns:
-        None when no family has two rates or more; else {"title", "target", "families":
-        [{"name", "variant", **best_rate}], "comparisons": [{"bn", "no_bn", "speedup",
+        None without a family of two rates or more; else {"title", "target", "families": [{"name",
+        "variant", **best_rate}], "comparisons": [{"bn", "no_bn", "bn_lr", "no_bn_lr", "speedup",
         "verdict"}], "verdicts": [sentences]}.
     """
     fams = rate_families(groups)
@@ -118,8 +97,9 @@ def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
         return None
     out = {"title": BEST_RATE_TITLE, "target": target, "families": [], "comparisons": [], "verdicts": []}
     by_setting: dict[str, dict[str, dict]] = {}
+    steps = target_steps(sweep, target)
     for fam in fams:
-        info = {"name": _family_name(fam, groups), "variant": bn_variant(fam[0]), **best_rate(fam, target)}
+        info = {"name": _family_name(fam, groups), "variant": bn_variant(fam[0]), **best_rate(fam, steps, target)}
         out["families"].append(info)
         setting = config_key(fam[0].config, ("lr", "bn", "experiment"))
         by_setting.setdefault(setting, {})[info["variant"] or info["name"]] = info
@@ -139,7 +119,8 @@ def best_rate_section(groups: list[ConfigGroup], min_seeds: int = 2,
             few = [f"{f['name']} has {f['best_steps']['n']} seed{'s' if f['best_steps']['n'] != 1 else ''} "
                    f"at its best rate" for f in (bn, nb) if f["best_steps"]["n"] < min_seeds]
             head = (f"Each at its best rate: {bn['name']} (lr={bn['best_lr']:g}{_edge_note(bn)}) reached {tgt} in "
-                    f"{_steps_text(bs)}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in {_steps_text(ns)}")
+                    f"{steps_pm(bs, ' steps')}, {nb['name']} (lr={nb['best_lr']:g}{_edge_note(nb)}) in "
+                    f"{steps_pm(ns, ' steps')}")
             if few:
                 verdict = None
                 line = f"{head}: insufficient evidence for a speedup verdict ({'; '.join(few)}; need {min_seeds})."
@@ -163,14 +144,13 @@ def best_rate_md(section: dict) -> list[str]:
            "rate counts as too high), and the speedup of BN at its best rate over no BN at its best rate "
            "(Shallue et al. 2019), beside the same-rate speedups above.", ""]
     for fam in section["families"]:
-        out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""),
-                "", f"| lr | steps to {tgt} | status |", "|---|---|---|"]
+        rows = []
         for r in fam["rates"]:
             st = r["steps"]
-            cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else
-                    _steps_text(st) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
-            mark = " (best)" if r["lr"] == fam["best_lr"] else ""
-            out.append(f"| {r['lr']:g}{mark} | {cell} | {r['status']} |")
-        out.append("")
+            cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else steps_pm(st, " steps")
+                    + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
+            rows.append([f"{r['lr']:g}" + (" (best)" if r["lr"] == fam["best_lr"] else ""), cell, r["status"]])
+        out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""), ""]
+        out += md_table(["lr", f"steps to {tgt}", "status"], rows) + [""]
     out += [f"- {v}" for v in section["verdicts"]] + [""]
     return out

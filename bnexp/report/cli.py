@@ -1,128 +1,95 @@
-"""``bnexp report SWEEP_DIR [--targets ACC ...]``: build the report, write its files, print its tables."""
+"""``bnexp report SWEEP_DIR [--targets ACC ...]``: build the report, write its files, print its tables.
+
+Every user error is one ``bnexp report: error: ...`` line and exit code 2; Ctrl-C is exit 130
+without a traceback. The report's files are written together (:func:`bnexp.rundir.replace_files`):
+a full disk or Ctrl-C leaves the previous set as it was, never a mix of old and new files.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from pathlib import Path
 
+import pandas as pd
+
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
-from bnexp.report.figures import plot_accuracy, plot_percentiles, plot_stability
+from bnexp.report.figures import FIGURES, figure_png
 from bnexp.report.figures_ics import ICS_PLOTS
-from bnexp.report.fmt import format_acc, format_g
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
-from bnexp.report.render import SEC42_TITLE, ics_rows, json_safe, main_table, render_markdown, view_cell, write_csv
-from bnexp.rundir import atomic_write_bytes, write_json
+from bnexp.report.render import SEC42_TITLE, ics_frames, main_table, md, render_files, sec42_frame
+from bnexp.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the main table (rich.table.Table), the Sec. 4.2 table and the verdicts to the terminal."""
+    """Print the main table, the Sec. 4.2 table, the verdicts and the ICS section (rich's Markdown)."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.markdown import Markdown
 
+    d, sec, matched = report.data, report.data.get("ics"), report.data.get("sec42_matched")
+    out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(report)) + [""]
+    if d["sec42"] and d["sec42"]["target"] is not None:
+        out += [f"**{SEC42_TITLE}**", ""] + md(sec42_frame(d["sec42"])) + [""]
+    out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
+    if matched:
+        out += [f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, {matched['grid']['position']} "
+                f"of the grid): {100 * matched['target']:.2f}%", ""]
+        out += [f"- {line}" for line in [matched["pass_rule"]["text"]] + matched["claims"]] + [""]
+    if sec:
+        t = ics_frames(report)
+        out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 3]],
+                                                        t["gradient"].iloc[:, [2, 4, 7]]], axis=1)) + [""]
+        out += [f"- {v}" for v in sec["verdicts"]] + [""]
+        out += [f"What this sweep supports: {p}\n" for p in sec["supports"]]
     if console is None:
         console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 200))
-    header, rows = main_table(report)
-    table = Table(title=f"bnexp report: {report.sweep_dir}", show_lines=False)
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    sec42 = report.data["sec42"]
-    if sec42 and sec42["target"] is not None:
-        t = Table(title=f"{SEC42_TITLE}: target {100 * sec42['target']:.2f}%")
-        for h in ("preset", "steps", "vs baseline", "max test acc (%)", "diverged"):
-            t.add_column(h)
-        for r in sec42["rows"]:
-            t.add_row(r["label"], r["steps"]["text"], r["multiple_text"], format_acc(r["max_test_accuracy"]),
-                      str(r["diverged"]))
-        console.print(t)
-    for v in report.data["verdicts"]:
-        console.print(f"- {v}", highlight=False, markup=False)
-    for v in (report.data.get("best_rate") or {}).get("verdicts", []):
-        console.print(f"- {v}", highlight=False, markup=False)
-    matched = report.data.get("sec42_matched")
-    if matched:
-        console.print(f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, "
-                      f"{matched['grid']['position']} of the grid): {100 * matched['target']:.2f}%", highlight=False)
-        for line in [matched["pass_rule"]["text"]] + matched["claims"]:
-            console.print(f"- {line}", highlight=False, markup=False)
-    sec = report.data.get("ics")
-    if sec:
-        t = Table(title=ICS_TITLE)
-        for h in ("configuration", "per-unit W1 from start (end)", "||G - G'|| / ||G|| (layers 2..K)", "cos(G, G')",
-                  "beta-smoothness (scale-inv.)", "probe s (grad_ics / landscape)"):
-            t.add_column(h, justify="left" if h == "configuration" else "right")
-        for label, ics in ics_rows(report):
-            pt = (ics or {}).get("probe_time_s")
-            t.add_row(label, view_cell(ics, "distribution", "final_w1_first"), view_cell(ics, "gradient", "l2_rel"),
-                      view_cell(ics, "gradient", "cos"), view_cell(ics, "landscape", "rel_beta_smoothness"),
-                      " / ".join(format_g(pt[k]["mean"]) for k in ("grad_ics", "landscape")) if pt else "not measured")
-        console.print(t)
-        for v in sec["verdicts"]:
-            console.print(f"- {v}", highlight=False, markup=False)
-        for p in sec["supports"]:
-            console.print(f"What this sweep supports: {p}", highlight=False, markup=False)
+        console = console if console.is_terminal else Console(width=max(console.width, 200))
+    console.print(Markdown("\n".join(out)))
+
+
+def report_files(report: Report) -> dict[Path, bytes]:
+    """Every file of the report by its path in ``report.out_dir``: report.md/.csv/.json, the figures, the
+    ICS figures the ICS section draws and the Sec. 4.2 matched-accuracy figure."""
+    d = report.out_dir
+    files = {d / name: data for name, data in render_files(report).items()}
+    files.update({d / name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()})
+    files.update({d / name: figure_png(ICS_PLOTS[name](report), 100)
+                  for name in (report.data.get("ics") or {}).get("figures", [])})
+    if report.data.get("sec42_matched"):  # figures_sec42 writes its figure itself: drawn aside, then read
+        import tempfile
+
+        from bnexp.report.figures_sec42 import FIGURE, plot_matched_accuracy
+
+        with tempfile.TemporaryDirectory() as tmp:
+            plot_matched_accuracy(report, Path(tmp) / FIGURE)
+            files[d / FIGURE] = (Path(tmp) / FIGURE).read_bytes()
+    return files
 
 
 def write_report(report: Report) -> list[Path]:
-    """Write :data:`REPORT_FILES`, and the :data:`ICS_FILES` the ICS section draws, into
-    ``report.out_dir``: the sweep folder, or ``RUN_DIR/report/`` (created) for a single run, so
-    that a run's own files are never overwritten. Every file is written atomically (temporary
-    file in the same folder, then ``os.replace``).
-
-    Returns:
-        the written paths.
-
-    Raises:
-        OSError: when the folder is not writable; files already there are then left as they were.
-    """
-    d = report.out_dir
-    d.mkdir(exist_ok=True)
-    atomic_write_bytes(d / "report.md", (render_markdown(report) + "\n").encode("utf-8"))
-    write_csv(report, d / "report.csv")
-    write_json(d / "report.json", json_safe(report.data))
-    plot_accuracy(report, d / "accuracy_vs_steps.png")
-    plot_percentiles(report, d / "percentiles.png")
-    plot_stability(report, d / "stability.png")
-    ics_figures = (report.data.get("ics") or {}).get("figures", [])
-    for name in ics_figures:
-        ICS_PLOTS[name](report, d / name)
-    extra = []
-    if report.data.get("sec42_matched"):
-        from bnexp.report.figures_sec42 import FIGURE, plot_matched_accuracy
-
-        plot_matched_accuracy(report, d / FIGURE)
-        extra.append(FIGURE)
-    return [d / f for f in REPORT_FILES] + [d / f for f in ics_figures + extra]
+    """Write :func:`report_files` into ``report.out_dir`` (created; ``RUN_DIR/report/`` for a single run,
+    never among the run's own files) all at once (:func:`bnexp.rundir.replace_files`) and return their
+    paths. Raises OSError (unwritable folder, full disk) with every file already there unchanged."""
+    report.out_dir.mkdir(exist_ok=True)
+    files = report_files(report)
+    replace_files(files)
+    return list(files)
 
 
 def _parse_targets(values: list[str] | None) -> list[float] | None:
-    """--targets values ("0.9 0.95" or "0.9,0.95") as floats in (0, 1].
-
-    Raises:
-        ReportError: for a value that is not a number in (0, 1].
-    """
-    if not values:
-        return None
-    out = []
-    for item in ",".join(values).split(","):
-        item = item.strip()
-        if not item:
-            continue
+    """--targets values ("0.9 0.95" or "0.9,0.95") as sorted floats in (0, 1]; ReportError for another value."""
+    out = set()
+    for item in filter(None, (v.strip() for v in ",".join(values or []).split(","))):
         try:
-            t = float(item)
+            out.add(float(item))
         except ValueError:
             raise ReportError(f"--targets: {item!r} is not a number; give test accuracies in (0, 1], "
                               "e.g. --targets 0.95 0.98.") from None
-        if not 0.0 < t <= 1.0:
-            raise ReportError(f"--targets: {item} is outside (0, 1]; targets are test accuracies, "
-                              "e.g. 0.95 for 95%.")
-        out.append(t)
-    return sorted(set(out)) or None
+        if not 0.0 < float(item) <= 1.0:
+            raise ReportError(f"--targets: {item} is outside (0, 1]; targets are test accuracies, e.g. 0.95 for 95%.")
+    return sorted(out) or None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -138,41 +105,63 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _error(msg: str) -> None:
+def _say(kind: str, msg: str) -> None:
+    """Print "bnexp report: error: msg" (or warning) as one paragraph on stderr."""
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True).print(f"[bold red]bnexp report: error:[/] {msg}", highlight=False, soft_wrap=True)
+    style = "bold red" if kind == "error" else "bold yellow"
+    Console(stderr=True).print(f"[{style}]bnexp report: {kind}:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+class _WarningLine(logging.Handler):
+    """Prints the warnings of reading the runs (:mod:`bnexp.rundir`) as ``bnexp report: warning:`` lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _say("warning", record.getMessage())
+
+
+def _run(ns: argparse.Namespace) -> int:
+    if ns.sweep_dir is None and ns.targets and len(ns.targets) > 1:
+        ns.sweep_dir = ns.targets.pop()  # "--targets 0.9 0.95 SWEEP_DIR": the greedy list took SWEEP_DIR
+    if ns.sweep_dir is None:
+        raise ReportError("give the sweep folder: bnexp report SWEEP_DIR [--targets ACC ...]")
+    report = build_report(Path(ns.sweep_dir), _parse_targets(ns.targets))
+    try:
+        paths = write_report(report)
+    except OSError as exc:
+        raise ReportError(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}); the files "
+                          "already there are unchanged.") from None
+    print_table(report)
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
 
 
 def report_main(args: list[str]) -> int:
     """``bnexp report SWEEP_DIR [--targets ACC ...]``.
 
     Returns:
-        0 when the report was written; 2 for a user error (missing folder, no runs, bad
-        --targets, unwritable folder), printed as one line without a traceback.
+        0 when the report was written; 2 for a user error (missing folder, a symlink leading
+        nowhere, no runs, bad --targets, unwritable folder or full disk), printed as one line
+        without a traceback; 130 after Ctrl-C (the report's files are then as before, or all new).
     """
-    parser = _parser()
     try:
-        ns = parser.parse_args(list(args))
+        ns = _parser().parse_args(list(args))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    if ns.sweep_dir is None and ns.targets and len(ns.targets) > 1:
-        ns.sweep_dir = ns.targets.pop()  # "--targets 0.9 0.95 SWEEP_DIR": the greedy list took SWEEP_DIR
-    if ns.sweep_dir is None:
-        _error("give the sweep folder: bnexp report SWEEP_DIR [--targets ACC ...]")
-        return 2
+    log = logging.getLogger("bnexp")
+    handler = _WarningLine(logging.WARNING)
+    log.addHandler(handler)
+    propagate, log.propagate = log.propagate, False
     try:
-        report = build_report(Path(ns.sweep_dir), _parse_targets(ns.targets))
+        return _run(ns)
     except ReportError as exc:
-        _error(str(exc))
+        _say("error", str(exc))
         return 2
-    try:
-        paths = write_report(report)
-    except OSError as exc:
-        _error(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}).")
-        return 2
-    print_table(report)
-    from rich.console import Console
-
-    Console().print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
-    return 0
+    except KeyboardInterrupt:
+        print("bnexp report: interrupted; the report's files are unchanged or all replaced, never mixed.",
+              file=sys.stderr)
+        return 130
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate

@@ -2,85 +2,60 @@
 CIFAR-10 the Sec. 4.2 Fig. 2 form), percentiles of a typical unit's input over training per
 setting and BN variant (Fig. 1(b, c)), and per-layer stability of the input distribution.
 
-Each figure has a ``*_figure(report)`` function returning the matplotlib Figure (inspected by
-the tests) and a ``plot_*(report, path)`` that writes it. Colours, line styles and labels
-follow :mod:`bnexp.report.figstyle`; the paper references :mod:`bnexp.report.paper`.
+Each ``*_figure(report)`` returns the matplotlib Figure; :data:`FIGURES` names its file and dpi.
+Colours, line styles, labels and paper references follow :mod:`bnexp.report.figstyle`.
 """
 
 from __future__ import annotations
 
 import io
-import math
-from pathlib import Path
-
+import textwrap
 
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import BAR_NOTE, STYLE_NOTE, legend_below, pyplot, styles
-from bnexp.report.groups import ConfigGroup, bn_variant, match_no_bn, pair_key
-from bnexp.report.load import Run, ordered_keys, seed_order
-from bnexp.report.paper import refs
-from bnexp.report.stats import band_keys
-from bnexp.rundir import atomic_write_bytes
-
-__all__ = ["pyplot", "save_figure", "accuracy_curve", "accuracy_figure", "plot_accuracy", "zoom_range",
-           "figure_pairs", "figure_rows", "lowest_seed_shift", "percentiles_figure", "plot_percentiles",
-           "stability_figure", "plot_stability"]
+from bnexp.report.figstyle import legend_below, pyplot, refs, style_note, styles
+from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
+from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
+from bnexp.report.stats import band_keys, numeric
 
 STEP_LABEL = "training step (SGD updates)"
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
 
 
-def save_figure(fig, path: Path, dpi: int) -> None:
-    """Write ``fig`` as PNG to ``path`` at ``dpi``, atomically, and close it.
-
-    The PNG is drawn in memory and then written to a temporary file in the same folder that
-    replaces ``path`` (``os.replace``, :func:`bnexp.rundir.atomic_write_bytes`): a reader or an
-    interrupted report never sees half a figure, and a failure leaves the previous file as it was.
-
-    Raises:
-        OSError: when ``path`` cannot be written (``path`` is then unchanged).
-    """
+def figure_png(fig, dpi: int) -> bytes:
+    """``fig`` drawn as PNG bytes at ``dpi``; the figure is closed."""
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=dpi)
     finally:
         pyplot().close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def accuracy_curve(group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
+def legend_title(*parts: str) -> str:
+    """The legend title: the non-empty ``parts`` joined by "; "."""
+    return "; ".join(p for p in parts if p)
+
+
+def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
     """Test accuracy vs step over the completed seeds: (steps, mean, min, max).
 
     At each evaluated step the mean/min/max are over the seeds evaluated at that step
     (a diverged seed stops contributing where its metrics end).
     """
-    by_step: dict[int, list[float]] = {}
-    for r in group.completed:
-        for rec in r.metrics:
-            acc = rec.get("test_accuracy")
-            if isinstance(acc, (int, float)) and math.isfinite(acc):
-                by_step.setdefault(int(rec["step"]), []).append(float(acc))
-    steps = sorted(by_step)
-    return (steps, [float(np.mean(by_step[s])) for s in steps], [min(by_step[s]) for s in steps],
-            [max(by_step[s]) for s in steps])
+    m = sweep.metrics[sweep.metrics["run"].isin([r.id for r in group.completed])]
+    acc = numeric(m.get("test_accuracy", [])).set_axis(m.index)
+    curve = acc.groupby(m["step"].astype(int)).agg(["mean", "min", "max"]).dropna()
+    return curve.index.tolist(), curve["mean"].tolist(), curve["min"].tolist(), curve["max"].tolist()
 
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
                min_span: float = 1.0) -> tuple[float, float] | None:
-    """The y range (%) of the zoomed accuracy panel: the top of the range, where the curves that
-    end near the best one are told apart.
-
-    Args:
-        curves: per configuration (means, maxima over seeds), test accuracy in %.
-        near: configurations whose final mean is within this many points of the best final
-            mean are inside the zoom; the others (e.g. a plain network still at chance) are not.
-        min_span: the smallest span (percentage points).
-
-    Returns:
-        (low, high) in %, or None without data.
-    """
+    """The y range (low, high) in % of the zoomed accuracy panel (None without data): the top of
+    the range, where the curves are told apart. ``curves``: per configuration (means, maxima over
+    seeds) in %; configurations whose final mean is within ``near`` points of the best one are
+    inside the zoom (not e.g. a plain network still at chance); the span is at least ``min_span``."""
     finals = [m[-1] for m, _ in curves if m]
     if not finals:
         return None
@@ -92,23 +67,15 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
 
 
 def accuracy_figure(report: Report):
-    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step.
-
-    Left: the whole range; right: the top of the range (:func:`zoom_range`), where the
-    gaps between well-trained configurations are a point or less. One line per
-    configuration (mean over the completed seeds), min-max band over seeds shaded, styles
-    of :mod:`bnexp.report.figstyle`; the Sec. 4.2 target (baseline's best) dotted. One
-    legend below both panels.
-
-    Returns:
-        the matplotlib Figure (two axes).
-    """
+    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step; left the
+    whole range, right its top (:func:`zoom_range`). One line per configuration (mean over the
+    completed seeds), min-max band shaded; the Sec. 4.2 target dotted; one legend below."""
     plt = pyplot()
     st = styles(report.groups)
     fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
     curves, zoom_curves = [], []
     for g in report.groups:
-        steps, mean, lo, hi = accuracy_curve(g)
+        steps, mean, lo, hi = accuracy_curve(report.sweep, g)
         if not steps:
             continue
         mean, lo, hi = (100 * np.asarray(v) for v in (mean, lo, hi))
@@ -153,44 +120,22 @@ def accuracy_figure(report: Report):
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report)['accuracy']})", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels, title=f"mean over seeds, band min-max; {STYLE_NOTE}")
+    bottom = legend_below(fig, handles, labels,
+                          title=legend_title("mean over seeds, band min-max", style_note(report.groups)))
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
 
 
-def plot_accuracy(report: Report, path: Path) -> None:
-    """Write :func:`accuracy_figure` to ``path`` (PNG, 110 dpi; see :func:`save_figure`)."""
-    save_figure(accuracy_figure(report), path, 110)
-
-
-def figure_pairs(groups: list[ConfigGroup]) -> list[tuple[ConfigGroup | None, ConfigGroup | None]]:
-    """Rows of the paired figures: (no-BN configuration, BN configuration), either may be None."""
-    rows: list[tuple[ConfigGroup | None, ConfigGroup | None]] = []
-    used: set[str] = set()
-    for g in groups:
-        if g.bn is True:
-            nb = match_no_bn(g, groups)
-            rows.append((nb, g))
-            used.update({g.key} | ({nb.key} if nb else set()))
-    rows.extend((g, None) for g in groups if g.key not in used and g.bn is not True)
-    return rows
-
-
-def lowest_seed_shift(group: ConfigGroup) -> Run | None:
-    """The completed run with the lowest seed that has shift.jsonl records."""
-    runs = [r for r in group.completed if r.shift and isinstance(r.shift[0].get("unit"), dict)]
+def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
+    """The completed run with the lowest seed whose shift.jsonl records hold the typical unit."""
+    runs = [r for r in group.completed if any(c.startswith("unit.") for c in sweep.rows("shift", r).columns)]
     return min(runs, key=seed_order) if runs else None
 
 
 def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
-    """Rows and columns of the percentile figure: one row per setting (:func:`pair_key`), one
-    column per BN variant present in the sweep, in the order no BN, BN, noisy BN (then
-    configurations whose bn.enabled is unknown). Two configurations of one setting and
-    variant (e.g. two BN presets) go to separate rows.
-
-    Returns:
-        (column names, rows as {column: configuration}).
-    """
+    """(column names, rows as {column: configuration}) of the percentile figure: one row per
+    setting (:func:`pair_key`), one column per BN variant present (no BN, BN, noisy BN, then unknown
+    ones). Two configurations of one setting and variant (two BN presets) go to separate rows."""
     order = ["no BN", "BN", "noisy BN", "configuration"]
     present = {bn_variant(g) or "configuration" for g in groups}
     columns = [c for c in order if c in present]
@@ -207,46 +152,33 @@ def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, Co
     return columns, rows
 
 
-def _percentile_panel(ax, group: ConfigGroup, label: str) -> bool:
-    """One panel of Fig. 1(b, c): the typical unit's median line and 15-85 band over steps.
-
-    Args:
-        ax: the matplotlib axes.
-        group: the configuration (its lowest seed with shift.jsonl records is shown).
-        label: the configuration's legend label (first line of the title).
-
-    Returns:
-        False when the configuration has no shift.jsonl records (the panel then says so).
-    """
+def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
+    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
+    configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
     from matplotlib.ticker import MaxNLocator
 
-    run = lowest_seed_shift(group)
-    recs = [r for r in run.shift if isinstance(r.get("unit"), dict) and band_keys(r["unit"])] if run else []
-    if not recs:
+    run = lowest_seed_shift(sweep, group)
+    rows = sweep.rows("shift", run) if run else None
+    keys = band_keys(c[5:] for c in rows.columns if c.startswith("unit.")) if run else None
+    if keys is None:
         ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
         return False
-    lo, mid, hi = band_keys(recs[0]["unit"])
-    steps = [r["step"] for r in recs]
-    ax.fill_between(steps, [r["unit"].get(lo, np.nan) for r in recs], [r["unit"].get(hi, np.nan) for r in recs],
-                    alpha=0.3, color="C0", linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
-    ax.plot(steps, [r["unit"].get(mid, np.nan) for r in recs], color="C0", label=f"median ({mid[1:]}th)",
-            marker="o" if len(recs) < 3 else None)
+    (lo, mid, hi), steps = keys, rows["step"].tolist()
+    ax.fill_between(steps, numeric(rows[f"unit.{lo}"]), numeric(rows[f"unit.{hi}"]), alpha=0.3, color="C0",
+                    linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
+    ax.plot(steps, numeric(rows[f"unit.{mid}"]), color="C0", label=f"median ({mid[1:]}th)",
+            marker="o" if len(rows) < 3 else None)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
-    u = recs[0]["unit"]
-    ax.set_title(f"{label}\nseed {run.seed}, unit {u.get('index')} of {u.get('layer')}", fontsize=8)
+    index, layer = (rows[f"unit.{k}"].iloc[0] if f"unit.{k}" in rows else None for k in ("index", "layer"))
+    index = int(index) if isinstance(index, (int, float)) and np.isfinite(index) else index
+    ax.set_title(f"{label}\nseed {run.seed}, unit {index} of {layer}", fontsize=8)
     return True
 
 
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
-    training. One row per setting, one column per BN variant (:func:`figure_rows`), y axis
-    shared within a row; the run shown is the configuration's lowest seed. A setting
-    without some variant has no panel there (its title says which are missing); the
-    legend is below the panels.
-
-    Returns:
-        the matplotlib Figure.
-    """
+    training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
+    shared within a row; a missing variant has no panel (the title says which are missing)."""
     plt = pyplot()
     st = styles(report.groups)
     columns, rows = figure_rows(report.groups)
@@ -269,7 +201,7 @@ def percentiles_figure(report: Report):
                 continue
             label = st[g.key].label + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
                                        "settings)" if missing else "")
-            if not _percentile_panel(ax, g, wrap_title(label, 58)):
+            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58)):
                 ax.set_axis_off()
                 continue
             if not handles:
@@ -289,27 +221,15 @@ def percentiles_figure(report: Report):
     return fig
 
 
-def plot_percentiles(report: Report, path: Path) -> None:
-    """Write :func:`percentiles_figure` to ``path`` (PNG, 100 dpi)."""
-    save_figure(percentiles_figure(report), path, 100)
-
-
 def wrap_title(text: str, width: int) -> str:
     """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def stability_figure(report: Report):
-    """Per-layer stability bars (Sec. 4.1's Fig. 1(b, c) in numbers): |median_end -
-    median_first| of each hidden layer's input to the nonlinearity (pre-activation units)
-    and its 15-85 spread ratio end / first, mean over finished seeds; one bar per
-    configuration, styles of :mod:`bnexp.report.figstyle`; legend below the panels.
-
-    Returns:
-        the matplotlib Figure (two axes).
-    """
+    """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
+    hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
+    finished seeds; one bar per configuration."""
     plt = pyplot()
     st = styles(report.groups)
     confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"]]
@@ -338,11 +258,11 @@ def stability_figure(report: Report):
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
                  f"({refs(report)['stability']})", fontsize=10)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels, title=f"mean over finished seeds; {BAR_NOTE}")
+    bottom = legend_below(fig, handles, labels,
+                          title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)))
     fig.tight_layout(rect=(0, bottom, 1, 0.96))
     return fig
 
 
-def plot_stability(report: Report, path: Path) -> None:
-    """Write :func:`stability_figure` to ``path`` (PNG, 100 dpi)."""
-    save_figure(stability_figure(report), path, 100)
+FIGURES = {"accuracy_vs_steps.png": (accuracy_figure, 110), "percentiles.png": (percentiles_figure, 100),
+           "stability.png": (stability_figure, 100)}  # file name -> (figure of a report, dpi)

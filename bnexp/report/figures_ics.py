@@ -1,20 +1,18 @@
 """The figures of the section "Does BN reduce internal covariate shift?": one line per configuration
-(mean over finished seeds) of each view's measurement vs step."""
+(mean over finished seeds) of each view's measurement vs step; :data:`ICS_PLOTS` names the file
+of each (written at 100 dpi)."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pandas as pd
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import STYLE_NOTE, Style, legend_below, styles
-from bnexp.report.figures import STEP_LABEL, pyplot, save_figure, wrap_title
-from bnexp.report.groups import ConfigGroup
+from bnexp.report.figstyle import legend_below, style_note, styles
+from bnexp.report.figures import STEP_LABEL, legend_title, pyplot, wrap_title
 from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
-from bnexp.report.load import Run
+from bnexp.report.stats import numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).
@@ -30,12 +28,8 @@ AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."),
 
 
 def axis_label(key: str) -> str:
-    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a
-    ``w1_*`` variant of W1, per unit or pooled, is in pre-activation units).
-
-    Raises:
-        KeyError: an unknown key (a new measure must say its unit here).
-    """
+    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a ``w1_*``
+    variant of W1 is in pre-activation units). Raises KeyError for a key without a known unit."""
     if key not in AXES and key.startswith("w1"):
         return f"W1 ({AXES['w1_first'][1]})"
     if key not in AXES:
@@ -46,49 +40,26 @@ def axis_label(key: str) -> str:
 
 def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:
     """Mean over seeds at every step of per-seed (steps, values) series (finite values only)."""
-    by_step: dict[int, list[float]] = {}
-    for steps, vals in series:
-        for st, v in zip(steps, vals):
-            if v is not None and math.isfinite(v):
-                by_step.setdefault(int(st), []).append(float(v))
-    steps = sorted(by_step)
-    return steps, [float(np.mean(by_step[s])) for s in steps]
-
-
-def _ics_groups(report: Report, view: str) -> list[tuple[ConfigGroup, list[Run]]]:
-    """The configurations with data for ``view`` and their finished runs."""
-    out = []
-    for g, s in zip(report.groups, report.data["configurations"]):
-        if s.get("ics") and s["ics"].get(view):
-            out.append((g, [r for r in g.runs if r.status == "finished"]))
-    return out
-
-
-def _ics_line(ax, style: Style, steps: list[int], vals: list[float], n: int) -> None:
-    ax.plot(steps, vals, color=style.color, linestyle=style.linestyle, linewidth=1.6,
-            marker="o" if len(steps) < 3 else None, label=f"{style.label} (n={n})")
+    steps = [int(st) for s, _ in series for st in s]
+    mean = (numeric([v for _, vals in series for v in vals]).groupby(steps).mean().dropna() if steps
+            else pd.Series(dtype=float))
+    return mean.index.tolist(), mean.tolist()
 
 
 def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], title: str, log: bool = False):
-    """One ICS figure: a panel per (key, y label, per-run series function) that has data, one
-    line per configuration (mean over finished seeds), styles of :mod:`bnexp.report.figstyle`,
-    y labels of :func:`axis_label`, one legend below the panels.
-
-    Args:
-        log: log y-scale on a panel whose plotted values are all positive.
-
-    Returns:
-        the matplotlib Figure; panels without data are left out (one panel saying "not
-        measured" when none has data).
-    """
+    """One ICS figure: a panel per (key, y label, series of a run: ``fn(sweep, run) -> (steps, values)``)
+    that has data (one "not measured" panel when none has), one line per configuration (mean over
+    finished seeds), y labels of :func:`axis_label`, log y-scale with ``log`` where all values are
+    positive, one legend below the panels."""
     plt = pyplot()
     st = styles(report.groups)
-    confs = _ics_groups(report, view)
+    confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
+             if s.get("ics") and s["ics"].get(view)]
     drawn_panels = []
     for key, ylabel, fn in panels:
         lines = []
         for g, runs in confs:
-            series = [fn(r) for r in runs]
+            series = [fn(report.sweep, r) for r in runs]
             steps, vals = mean_by_step([s for s in series if s[0]])
             if steps:
                 lines.append((g, steps, vals, sum(1 for s in series if s[0])))
@@ -101,7 +72,8 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         axes[0][0].set_axis_off()
     for ax, (key, ylabel, lines) in zip(axes[0], drawn_panels):
         for g, steps, vals, n in lines:
-            _ics_line(ax, st[g.key], steps, vals, n)
+            ax.plot(steps, vals, color=st[g.key].color, linestyle=st[g.key].linestyle, linewidth=1.6,
+                    marker="o" if len(steps) < 3 else None, label=f"{st[g.key].label} (n={n})")
         every = [v for _, _, vals, _ in lines for v in vals]
         if log and every and min(every) > 0:
             ax.set_yscale("log")
@@ -110,46 +82,41 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         ax.set_xlabel(STEP_LABEL, fontsize=8)
         ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels, title=f"mean over finished seeds; {STYLE_NOTE}")
+    bottom = legend_below(fig, handles, labels,
+                          title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])))
     fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
     fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return fig
 
 
-def _ics_figure(report: Report, path: Path, view: str, panels: list[tuple[str, str, Any]], title: str,
-                log: bool = False) -> None:
-    """Write :func:`ics_figure` to ``path`` (PNG, 100 dpi)."""
-    save_figure(ics_figure(report, view, panels, title, log), path, 100)
-
-
-def plot_ics_distribution(report: Report, path: Path) -> None:
+def ics_distribution_figure(report: Report):
     """ics_distribution.png: the BN paper's view -- Wasserstein-1 distance of each layer's input
     distribution from its first record (step 0), averaged over layers, vs step."""
-    _ics_figure(report, path, "distribution",
-                [("w1_first", "per-unit W1(now, step 0) of the layers' inputs, mean over layers",
-                  distribution_series)],
-                "Distribution view (BN paper): how far the input distributions moved from their start")
+    return ics_figure(report, "distribution",
+                      [("w1_first", "per-unit W1(now, step 0) of the layers' inputs, mean over layers",
+                        distribution_series)],
+                      "Distribution view (BN paper): how far the input distributions moved from their start")
 
 
-def plot_ics_gradient(report: Report, path: Path) -> None:
+def ics_gradient_figure(report: Report):
     """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged:
     the relative ||G - G'||_2 / ||G||_2 (left) and cos(G, G') (right) vs step."""
-    _ics_figure(report, path, "gradient",
-                [("l2_rel", "||G - G'|| / ||G||, layers 2..K", lambda r: gradient_series(r)[:2]),
-                 ("cos", "cos(G, G'), layers 2..K", lambda r: (gradient_series(r)[0], gradient_series(r)[2]))],
-                "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
+    return ics_figure(report, "gradient",
+                      [("l2_rel", "||G - G'|| / ||G||, layers 2..K", lambda sw, r: gradient_series(sw, r)[:2]),
+                       ("cos", "cos(G, G'), layers 2..K", lambda sw, r: gradient_series(sw, r)[::2])],
+                      "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
 
 
-def plot_ics_landscape(report: Report, path: Path) -> None:
+def ics_landscape_figure(report: Report):
     """ics_landscape.png: loss variation, gradient predictiveness and beta-smoothness along the
     gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4) in the scale-invariant parametrization (steps
     relative to each tensor's norm, the one verdicts use) vs step; log y-scale where all positive."""
-    panels = [(k, title, (lambda r, k=k: (landscape_series(r)[0], landscape_series(r)[1][k])))
+    panels = [(k, title, (lambda sw, r, k=k: (landscape_series(sw, r)[0], landscape_series(sw, r)[1][k])))
               for k, title in zip(REL_LANDSCAPE_KEYS, ("loss variation", "gradient predictiveness (l2 change)",
                                                        "effective beta-smoothness"))]
-    _ics_figure(report, path, "landscape", panels,
-                "Loss landscape along the gradient, scale-invariant steps (Santurkar et al. 2018)", log=True)
+    return ics_figure(report, "landscape", panels,
+                      "Loss landscape along the gradient, scale-invariant steps (Santurkar et al. 2018)", log=True)
 
 
-ICS_PLOTS = {"ics_distribution.png": plot_ics_distribution, "ics_gradient.png": plot_ics_gradient,
-             "ics_landscape.png": plot_ics_landscape}
+ICS_PLOTS = {"ics_distribution.png": ics_distribution_figure, "ics_gradient.png": ics_gradient_figure,
+             "ics_landscape.png": ics_landscape_figure}

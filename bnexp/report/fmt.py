@@ -1,10 +1,20 @@
 """How the report writes numbers: steps, accuracies, targets, multiples and other measurements.
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value
-and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread).
+and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread). A unit goes
+with the number, before "(1 seed)": "95.57% (1 seed)", "1,200 steps (1 seed)".
 """
 
 from __future__ import annotations
+
+
+def steps_pm(st: dict, unit: str = "") -> str:
+    """Mean ± std steps of a :func:`reach_stat` over the seeds that reached the target:
+    "1,200 ± 163", or "1,200 (1 seed)" when one seed reached it; ``unit`` (e.g. " steps") follows
+    the number: "1,200 ± 163 steps", "1,200 steps (1 seed)"."""
+    if st.get("reached", st.get("n")) == 1:
+        return f"{st['mean']:,.0f}{unit} (1 seed)"
+    return f"{st['mean']:,.0f} ± {st['std']:,.0f}{unit}"
 
 
 def format_steps(st: dict) -> str:
@@ -14,18 +24,7 @@ def format_steps(st: dict) -> str:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    text = steps_pm(st)
-    if st["not_reached"]:
-        text += f"; not reached ({st['not_reached']}/{st['n']})"
-    return text
-
-
-def steps_pm(st: dict) -> str:
-    """Mean ± std steps of a :func:`reach_stat` over the seeds that reached the target:
-    "1,200 ± 163", or "1,200 (1 seed)" when one seed reached it."""
-    if st.get("reached", st.get("n")) == 1:
-        return f"{st['mean']:,.0f} (1 seed)"
-    return f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    return steps_pm(st) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 
 def steps_phrase(st: dict) -> str:
@@ -33,20 +32,20 @@ def steps_phrase(st: dict) -> str:
     reach the target: "2,500 ± 500 steps in 2/3 runs (not reached in 1/3)"."""
     if st["reached"] == 0:
         return f"not reached in {st['n']}/{st['n']} runs" if st["n"] else "n/a"
-    text = (f"{st['mean']:,.0f} steps (1 seed)" if st["reached"] == 1 else
-            f"{st['mean']:,.0f} ± {st['std']:,.0f} steps")
+    text = steps_pm(st, " steps")
     if st["not_reached"]:
         text += f" in {st['reached']}/{st['n']} runs (not reached in {st['not_reached']}/{st['n']})"
     return text
 
 
-def format_acc(st: dict) -> str:
-    """Accuracy statistic in percent: "97.12 ± 0.05" ("n/a" when missing)."""
+def format_acc(st: dict, unit: str = "") -> str:
+    """Accuracy statistic in percent: "97.12 ± 0.05", with ``unit="%"`` "97.12 ± 0.05%" and
+    "95.57% (1 seed)" ("n/a" when missing)."""
     if st["mean"] is None:
         return "n/a"
     if st.get("n") == 1:
-        return f"{100 * st['mean']:.2f} (1 seed)"
-    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
+        return f"{100 * st['mean']:.2f}{unit} (1 seed)"
+    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}{unit}"
 
 
 def format_target(t: float) -> str:
@@ -82,3 +81,12 @@ def format_g(v: float | None) -> str:
 def format_ratio(v: float | None) -> str:
     """A ratio with 2 decimals: 0.5 -> "0.50" ("n/a" for None)."""
     return "n/a" if v is None else f"{v:.2f}"
+
+
+def md_table(header: list[str], rows: list[list]) -> list[str]:
+    """The lines of a markdown table: :meth:`pandas.DataFrame.to_markdown` (tabulate's pipe format),
+    cells as given (numbers are not re-parsed), "|" escaped."""
+    import pandas as pd
+
+    esc = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
+    return pd.DataFrame(esc[1:], columns=esc[0]).to_markdown(index=False, disable_numparse=True).splitlines()

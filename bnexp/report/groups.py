@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from bnexp.report.load import Run, canon, config_key, experiment_name, ordered_keys, seed_order
+import pandas as pd
+
+from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
 
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
@@ -23,16 +25,9 @@ SALIENT_KEYS = ("bn.enabled", "act", "lr")
 
 @dataclass
 class ConfigGroup:
-    """The runs (seeds) of one configuration.
-
-    Attributes:
-        key: canonical JSON of ``config`` (the grouping key).
-        config: the reduced, flattened config shared by the runs.
-        runs: the runs, sorted by seed.
-        label: short label (the keys that vary across the sweep, or the experiment name).
-        variant_label: the label naming the BN variant ("BN", "noisy BN", "no BN") plus the
-            other varying keys, see :func:`variant_label`; used by the ICS section.
-    """
+    """The runs (seeds, sorted) of one configuration: ``key`` (canonical JSON of ``config``, the reduced
+    flattened config they share), ``label`` (the keys that vary across the sweep, or the experiment
+    name) and ``variant_label`` (naming the BN variant, :func:`variant_label`; used by the ICS section)."""
 
     key: str
     config: dict
@@ -44,6 +39,11 @@ class ConfigGroup:
     def completed(self) -> list[Run]:
         """The finished and diverged runs."""
         return [r for r in self.runs if r.completed]
+
+    @property
+    def finished(self) -> list[Run]:
+        """The finished runs (diverged ones left out: their last record is not the end of training)."""
+        return [r for r in self.runs if r.status == "finished"]
 
     @property
     def bn(self) -> bool | None:
@@ -58,9 +58,7 @@ class ConfigGroup:
         if self.bn is not True:
             return False
         v = self.config.get("bn.noise")
-        if v is None:
-            return any(r.summary.get("bn_noise") is True for r in self.runs)
-        return bool(v)
+        return any(r.summary.get("bn_noise") is True for r in self.runs) if v is None else bool(v)
 
     @property
     def experiment(self) -> str | None:
@@ -78,20 +76,15 @@ class ConfigGroup:
         """trainer.max_steps of the configuration, else the largest summary ``max_steps``."""
         v = self.config.get("trainer.max_steps")
         if v is None:
-            vals = [r.summary.get("max_steps") for r in self.runs if r.summary.get("max_steps") is not None]
-            v = max(vals) if vals else None
+            v = max((r.summary["max_steps"] for r in self.runs if r.summary.get("max_steps") is not None),
+                    default=None)
         return None if v is None else int(v)
 
 
 def group_runs(runs: list[Run]) -> list[ConfigGroup]:
-    """Group runs by configuration (the reduced config; ``seed`` is not part of it).
-
-    A run without .hydra/config.yaml joins the one config-backed configuration whose
-    keys agree with all its summary fields; otherwise it forms its own configuration.
-
-    Returns:
-        the configurations, runs sorted by seed, in :func:`_group_order`; labels set.
-    """
+    """The configurations of the runs (the reduced config; ``seed`` is not part of it), labelled, in
+    :func:`_group_order`. A run without a config file joins the one config-backed configuration whose
+    keys agree with all its summary fields, else it forms its own configuration."""
     groups: dict[str, ConfigGroup] = {}
     for run in (r for r in runs if r.has_config):
         key = config_key(run.config)
@@ -116,11 +109,10 @@ def group_runs(runs: list[Run]) -> list[ConfigGroup]:
 def varying_keys(groups: list[ConfigGroup]) -> list[str]:
     """Config keys with more than one value across the configurations (missing keys ignored).
 
-    Order: ``experiment`` and ``bn.enabled`` first, then as in the first config.
+    Order: ``experiment`` and ``bn.enabled`` first, then as first seen in the configs.
     """
-    order = ordered_keys(g.config for g in groups)
-    out = [k for k in order
-           if len({json.dumps(canon(g.config[k]), sort_keys=True) for g in groups if k in g.config}) > 1]
+    values = pd.DataFrame([{k: json.dumps(canon(v), sort_keys=True) for k, v in g.config.items()} for g in groups])
+    out = [k for k in values.columns if values[k].nunique() > 1]
     front = [k for k in ("experiment", "bn.enabled") if k in out]
     return front + [k for k in out if k not in front]
 
@@ -146,29 +138,21 @@ def bn_variant(group: ConfigGroup) -> str | None:
     """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown)."""
     if group.bn is None:
         return None
-    if not group.bn:
-        return "no BN"
-    return "noisy BN" if group.noisy else "BN"
+    return "no BN" if not group.bn else "noisy BN" if group.noisy else "BN"
 
 
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """A label naming the BN variant plus the other keys that vary across the sweep.
-
-    E.g. "BN", "noisy BN lr=0.12", "no BN lr=0.12"; a preset: "BN (bn_x5 preset)" -- the
-    variant first, so that a preset whose name says BN but that was run without it reads
-    "no BN (bn_baseline preset)", not "bn_baseline: no BN" -- and when its name is shared by
-    several configurations the other varying keys follow ("noisy BN lr=0.1 (bn_baseline
-    preset)"), the keys that vary among that preset's configurations only; noisy BN at several
-    noise strengths reads "noisy BN noise_scale=3". Configurations built from summaries only
-    are marked "[no config]"; when bn.enabled is unknown the group's label is returned.
-    """
+    """A label naming the BN variant plus the other keys that vary across the sweep: "noisy BN lr=0.12";
+    a preset "BN (bn_x5 preset)", "no BN (bn_baseline preset)" (the variant first) or, when several
+    configurations share the preset, "noisy BN lr=0.1 (bn_baseline preset)"; noisy BN at several
+    strengths "noisy BN noise_scale=3"; "[no config]" for summary-only ones; the label when bn.enabled
+    is unknown."""
     v = bn_variant(group)
     if v is None:
         return group.label
-    if v == "noisy BN":  # the noise strength, when the sweep has several (scripts/ics_study.sh)
-        scales = {g.config.get("bn.noise_scale", 1.0) for g in groups if bn_variant(g) == "noisy BN"}
-        if len(scales) > 1:
-            v += f" noise_scale={group.config.get('bn.noise_scale', 1.0):g}"
+    if v == "noisy BN" and len({g.config.get("bn.noise_scale", 1.0) for g in groups
+                                if bn_variant(g) == "noisy BN"}) > 1:  # several strengths (scripts/ics_study.sh)
+        v += f" noise_scale={group.config.get('bn.noise_scale', 1.0):g}"
     exp = group.experiment
     if exp:  # the keys that vary among this preset's configurations only (e.g. a rate grid)
         same = [g for g in groups if g.experiment == exp]
@@ -176,9 +160,7 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
         label = f"{v}" + (f" {kv}" if kv else "") + f" ({exp} preset)"
     else:
         label = f"{v} {pair_label(group, groups)}".strip()
-    if group.key.startswith("summary:"):
-        label += " [no config]"
-    return label
+    return label + (" [no config]" if group.key.startswith("summary:") else "")
 
 
 def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
@@ -191,23 +173,15 @@ def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
 
 def _dedupe(labels: list[str]) -> list[str]:
     """Append " #2", " #3", ... to repeated labels."""
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label + (f" #{seen[label]}" if seen[label] > 1 else ""))
-    return out
+    s = pd.Series(labels, dtype=object)
+    return [label + (f" #{k}" if k > 1 else "") for label, k in zip(labels, s.groupby(s).cumcount() + 1)]
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
-    """Set each group's label: its experiment name, else the keys that vary across the sweep.
-
-    Experiment names shared by several configurations get the other varying keys
-    appended; configurations built from summaries only are marked "[no config]". When
-    :func:`variant_labels_apply`, configurations other than uniquely named presets get
-    their :func:`variant_label` instead ("BN lr=0.12", "noisy BN lr=0.12", "no BN lr=0.12").
-    Also sets every group's ``variant_label``.
-    """
+    """Set each group's label (its experiment name, plus the other varying keys when several share it;
+    else the keys that vary across the sweep; "[no config]" for summary-only ones; with
+    :func:`variant_labels_apply`, the :func:`variant_label` except for uniquely named presets) and
+    its ``variant_label``."""
     vary = varying_keys(groups)
     names = [g.experiment for g in groups]
     use_variants = variant_labels_apply(groups)
@@ -218,15 +192,12 @@ def label_groups(groups: list[ConfigGroup]) -> None:
         if g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
             within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
-            extra = _kv_label(g.config, within) if len(same) > 1 else ""
-            label = f"{g.experiment} {extra}".strip()
+            label = f"{g.experiment} {_kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
             label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
         if not g.config:
             label = "unknown configuration"
-        if g.key.startswith("summary:"):
-            label += " [no config]"
-        g.label = label
+        g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label
     for g, label in zip(groups, _dedupe([variant_label(g, groups) for g in groups])):
@@ -235,8 +206,7 @@ def label_groups(groups: list[ConfigGroup]) -> None:
 
 def pair_key(group: ConfigGroup) -> str:
     """The configuration without its ``bn.*`` keys and experiment name: BN and no BN of one setting share it."""
-    return ("summary:" if group.key.startswith("summary:") else "") + config_key(
-        group.config, ("bn", "experiment"))
+    return ("summary:" if group.key.startswith("summary:") else "") + config_key(group.config, ("bn", "experiment"))
 
 
 def pair_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
@@ -265,15 +235,8 @@ def _group_order(g: ConfigGroup) -> tuple:
 
 
 def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:
-    """The no-BN configuration matching a BN one: same config except bn.* and experiment, bn.enabled false.
-
-    Returns:
-        the first such configuration, or None (also when ``group`` is not a BN configuration).
-    """
+    """The first no-BN configuration with the config of the BN configuration ``group`` except bn.* and
+    experiment (:func:`pair_key`), or None."""
     if group.bn is not True:
         return None
-    pk = pair_key(group)
-    for g in groups:
-        if g.bn is False and pair_key(g) == pk:
-            return g
-    return None
+    return next((g for g in groups if g.bn is False and pair_key(g) == pair_key(group)), None)

@@ -41,17 +41,9 @@ def _view_means(bn: dict | None, nb: dict | None, view: str,
 
 
 def view_gaps(view: str, key: str, sides: list[tuple[str, dict | None, dict]]) -> list[str]:
-    """Why a comparison in ``view`` on ``key`` cannot give a verdict ([] when it can).
-
-    Args:
-        view: "distribution", "gradient" or "landscape".
-        key: the statistic the verdict rests on.
-        sides: [(name, :func:`ics_summary` or None, :func:`summarize_group` stats)].
-
-    Returns:
-        reasons: the measurement missing, fewer than 2 seeds with it, fewer than 5 records (monitor
-        records or probes) in a seed, or a network at chance.
-    """
+    """Why a comparison in ``view`` ("distribution", "gradient", "landscape") on the statistic ``key``
+    cannot give a verdict ([] when it can), for ``sides`` [(name, :func:`ics_summary`, group stats)]: the
+    measurement missing, too few seeds with it or records in a seed, or a network at chance."""
     what = {"distribution": "monitor records", "gradient": "gradient-ICS probes",
             "landscape": "landscape probes"}[view]
     gaps, seeds, records = [], [], []
@@ -79,13 +71,9 @@ def ics_comparison_sets(groups: list[ConfigGroup]) -> list[dict[str, ConfigGroup
 
 def distribution_verdict(pre: str, bn: dict | None, nb: dict | None,
                          gaps: list[str] | None = None) -> tuple[str, dict | None]:
-    """BN vs no BN in the BN paper's distribution view: the final per-unit W1 of the nonlinearity's
-    input from its start, averaged over layers (BN's own input Wu and the pooled W1 shown beside).
-
-    Returns:
-        (sentence, {"bn", "no_bn", "ratio", "reduced"}) -- reduced when BN's W1 is below
-        (1 - ICS_MARGIN) x no BN's; (a "not measured" or "insufficient evidence" sentence, None).
-    """
+    """BN vs no BN in the BN paper's distribution view (the final per-unit W1 of the nonlinearity's input
+    from its start, averaged over layers): (sentence, {"bn", "no_bn", "ratio", "reduced"}), reduced when
+    BN's is below (1 - ICS_MARGIN) x no BN's; (a "not measured" or "insufficient evidence" sentence, None)."""
     bd, nd, x, y = _view_means(bn, nb, "distribution", "final_w1_first")
     if x is None or y is None:
         return f"{pre}distribution view: not measured (shift_metrics missing for BN or no BN).", None
@@ -106,16 +94,13 @@ def distribution_verdict(pre: str, bn: dict | None, nb: dict | None,
 
 def gradient_verdict(pre: str, bn: dict | None, nb: dict | None,
                      gaps: list[str] | None = None) -> tuple[str, dict | None]:
-    """BN vs no BN in Santurkar et al.'s gradient view (Def. 2.1), layers 2..K averaged, on the
-    relative change ||G - G'|| / ||G|| (the absolute one shrinks with the gradient itself).
-
-    "less" when BN's relative change is below (1 - ICS_MARGIN) x no BN's and its cos(G, G') is
-    not lower by more than COS_MARGIN; "as much or more" when it is not lower and cos not higher
-    by more than COS_MARGIN; otherwise "mixed" (the two measures disagree).
+    """BN vs no BN in Santurkar et al.'s gradient view (Def. 2.1, layers 2..K) on ||G - G'|| / ||G||:
+    "less" when BN's is below (1 - ICS_MARGIN) x no BN's and its cos(G, G') not lower by more than
+    COS_MARGIN; "as much or more" when not lower and cos not higher by more than COS_MARGIN; else "mixed".
 
     Returns:
-        (sentence, {"bn_l2_rel", "no_bn_l2_rel", "bn_cos", "no_bn_cos", "result"}), or
-        (a "not measured" or "insufficient evidence" sentence, None).
+        (sentence, {"bn_l2_rel", "no_bn_l2_rel", "bn_cos", "no_bn_cos", "result"}), or (a "not measured"
+        or "insufficient evidence" sentence, None).
     """
     bg, ng, x, y = _view_means(bn, nb, "gradient", "l2_rel")
     if x is None or y is None:
@@ -146,14 +131,9 @@ def gradient_verdict(pre: str, bn: dict | None, nb: dict | None,
 
 def landscape_verdict(pre: str, bn: dict | None, nb: dict | None,
                       gaps: list[str] | None = None) -> tuple[str, dict | None]:
-    """BN vs no BN loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1) in the scale-invariant
-    parametrization (steps relative to each tensor's norm; raw beta-smoothness shown beside):
-    smoother when BN's rel_beta_smoothness is below (1 - ICS_MARGIN) x no BN's.
-
-    Returns:
-        (sentence, {"bn": {key: mean}, "no_bn": {key: mean}, "smoother"}), or (a "not measured" or
-        "insufficient evidence" sentence, None).
-    """
+    """BN vs no BN landscape smoothness (Santurkar et al. 2018, Sec. 3.1), scale-invariant: smoother when
+    BN's rel_beta_smoothness is below (1 - ICS_MARGIN) x no BN's. Returns (sentence, {"bn", "no_bn":
+    {key: mean}, "smoother"}), or (a "not measured" or "insufficient evidence" sentence, None)."""
     bl, nl, x, y = _view_means(bn, nb, "landscape", "rel_beta_smoothness")
     if x is None or y is None:
         return (f"{pre}landscape: not measured (no scale-invariant landscape probes for BN or no BN; the raw "
@@ -175,22 +155,11 @@ def landscape_verdict(pre: str, bn: dict | None, nb: dict | None,
 
 def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targets: list[float],
                   noisy_max_steps: int | None, gaps: list[str] | None = None) -> tuple[str, dict | None]:
-    """Noisy BN vs BN (Santurkar et al. 2018, Sec. 2.1): the steps to the highest target that BN
-    reached in all seeds, and the slowdown factor = mean noisy-BN steps / mean BN steps
-    (a lower bound max_steps / BN steps when noisy BN reached it in no seed).
-
-    Args:
-        pre: the sentence prefix ("At lr=0.5: " or "").
-        noisy, bn, nb: :func:`summarize_group` statistics of noisy BN, BN and no BN (None if absent).
-        targets: the report's targets.
-        noisy_max_steps: noisy BN's trainer.max_steps.
-        gaps: evidence gaps (:mod:`bnexp.report.evidence`); with any, the sentence gives the numbers,
-            ends in "insufficient evidence" and the result is None.
-
-    Returns:
-        (sentence, {"target", "factor", "lower_bound", "nearly_as_fast", "faster_than_no_bn"})
-        (factor None when not measurable), or (sentence, None) without a BN configuration.
-    """
+    """Noisy BN vs BN (Santurkar et al. 2018, Sec. 2.1) from the group stats of noisy BN, BN and no BN:
+    the steps to the highest target BN reached in all seeds and the slowdown factor = mean noisy-BN steps
+    / mean BN steps (at least ``noisy_max_steps`` / BN steps when noisy BN never reached it). Returns
+    (sentence, {"target", "factor", "lower_bound", "nearly_as_fast", "faster_than_no_bn"}); the result
+    is None without BN or with evidence ``gaps`` (the sentence then ends in "insufficient evidence")."""
     if bn is None:
         return f"{pre}noisy BN: no matching BN configuration, so its slowdown is not measured.", None
     full = [t for t in targets if bn["steps_to_target"][target_key(t)]["n"] > 0
@@ -211,7 +180,7 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
         return (f"{pre}noisy BN: {steps_phrase(ns)} to reach {format_target(t)} vs {bn_txt}{and_nb}"
                 + insufficient(gaps)), None
     if factor is not None and not lb:
-        line = (f"{pre}noisy BN reached {format_target(t)} in {steps_pm(ns)} steps vs "
+        line = (f"{pre}noisy BN reached {format_target(t)} in {steps_pm(ns, ' steps')} vs "
                 f"{bn_txt}{and_nb}: ")
         line += (f"injected distribution shift slows BN training by factor {factor:.2f}." if factor >= 1 else
                  f"injected distribution shift does not slow BN training (factor {factor:.2f}).")
@@ -233,7 +202,7 @@ def noisy_verdict(pre: str, noisy: dict, bn: dict | None, nb: dict | None, targe
 
 def _ics_accuracy_line(pre: str, sides: list[tuple[str, dict]]) -> str | None:
     """"final test accuracy: BN 98.10 ± 0.05%, noisy BN ..., no BN ..."."""
-    parts = [f"{name} {format_acc(s['final_test_accuracy'])}%" for name, s in sides
+    parts = [f"{name} {format_acc(s['final_test_accuracy'], '%')}" for name, s in sides
              if s["final_test_accuracy"]["mean"] is not None]
     return f"{pre}final test accuracy: {', '.join(parts)}." if len(parts) > 1 else None
 
@@ -309,18 +278,10 @@ def supports_paragraph(pre: str, comp: dict) -> str:
 
 
 def ics_section(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float]) -> dict | None:
-    """The section "Does BN reduce internal covariate shift?" (:data:`ICS_TITLE`).
-
-    Sets the BN paper's view (distribution shift of the layers' inputs; steps to a target
-    with injected shift, i.e. noisy BN) beside Santurkar et al. 2018's (gradient-based ICS,
-    Def. 2.1; loss-landscape smoothness, Sec. 3.1) for every set of matching configurations
-    (:func:`ics_comparison_sets`), with verdicts computed from the numbers and the
-    thresholds :data:`ICS_MARGIN`, :data:`COS_MARGIN` and :data:`NEARLY_AS_FAST`.
-
-    Args:
-        groups: the configurations.
-        stats: :func:`summarize_group` of each, by key (with its ``ics`` from :func:`ics_summary`).
-        targets: the report's targets.
+    """The section "Does BN reduce internal covariate shift?": the BN paper's view (distribution shift;
+    noisy BN's steps) beside Santurkar et al. 2018's (gradient-based ICS, landscape smoothness) for every
+    set of matching configurations, verdicts from the numbers and :data:`ICS_MARGIN`, :data:`COS_MARGIN`,
+    :data:`NEARLY_AS_FAST`; ``stats``: the group statistics by key (with ``ics``).
 
     Returns:
         None when no configuration has ICS data; else {"title", "configurations": [labels of

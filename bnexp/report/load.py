@@ -1,35 +1,33 @@
-"""Finding and loading the runs of a sweep folder (``bnexp report``'s input).
+"""Loading a sweep: every run directory read once (:mod:`bnexp.rundir` reads the files) into
+:class:`Run` objects, and their records into DataFrames (:class:`Sweep`).
 
-Every folder below the sweep folder holding ``summary.json`` or ``.hydra/config.yaml`` is one
-run (see :mod:`bnexp.rundir` for the layout). Each is read into a :class:`Run` whose
-``config`` is the flattened ``.hydra/config.yaml`` minus ``seed`` and :data:`IGNORED_KEYS`
-(keys that do not change what is trained), or, when the config file is missing, the
-summary's fields (:data:`SUMMARY_FIELDS`). A run is *completed* when its status is
-``finished`` or ``diverged`` and it has ``metrics.jsonl``; missing or corrupt files make it
-failed, never an exception.
+A run's ``config`` is the flattened config (``config.yaml``, else ``.hydra/config.yaml``) minus
+``seed`` and :data:`IGNORED_KEYS` (keys that do not change what is trained), or, when no config
+is readable, the summary's fields (:data:`SUMMARY_FIELDS`). A run is *completed* when its status
+is ``finished`` or ``diverged`` and it has metrics; missing or corrupt files make it failed, never
+an exception (a corrupt JSON-lines line is skipped with a warning, the later records kept).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
+import pandas as pd
 
-from bnexp.rundir import COMPLETE_STATUSES, read_jsonl, read_summary
+from bnexp.rundir import (COMPLETE_STATUSES, ICS, METRICS, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs, flatten,
+                          is_run_dir, read_config, read_records, read_summary)
 
-# Config keys that do not change the experiment: where data lives and whether it is
-# fetched, progress display, threads, device, checkpointing, the reporting targets and
-# TensorBoard histograms. ``seed`` is what is averaged over. Any ``hydra`` key too.
-IGNORED_KEYS = frozenset({
-    "seed", "data.root", "data.download", "data.verify_checksums", "trainer.progress",
-    "trainer.num_threads", "trainer.device", "trainer.save_checkpoint", "trainer.targets",
-    "monitor.histograms",
-})
-# summary.json field -> the config key it stands for (used when .hydra/config.yaml is missing).
+__all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
+
+# Config keys that do not change the experiment, left out of the grouping: the result-neutral keys of
+# bnexp.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
+# TensorBoard histograms; ``seed`` is what is averaged over. Any ``hydra`` key too.
+IGNORED_KEYS = frozenset({"seed", *RESULT_NEUTRAL_KEYS, "trainer.save_checkpoint", "trainer.targets",
+                          "monitor.histograms"})
+# summary.json field -> the config key it stands for (used when no config file is readable).
 SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "data.name", "bn": "bn.enabled",
                   "act": "act", "lr": "lr", "batch_size": "trainer.batch_size", "max_steps": "trainer.max_steps",
                   "bn_noise": "bn.noise"}
@@ -41,21 +39,11 @@ class ReportError(Exception):
 
 @dataclass
 class Run:
-    """One run directory, read from disk.
-
-    Attributes:
-        path: the run directory.
-        summary: summary.json ({} when missing or unreadable).
-        config: the reduced, flattened config used for grouping (dotted keys).
-        has_config: True when ``config`` comes from .hydra/config.yaml, False when from the summary.
-        metrics: records of metrics.jsonl (each has ``step`` and ``test_accuracy``), by step.
-        shift: records of shift.jsonl (each has ``step``), by step.
-        status: ``finished``, ``diverged``, ``failed`` or ``incomplete``.
-        seed: the run's seed, or None when unknown.
-        error: why the run failed (None otherwise).
-        ics: records of ics.jsonl (each has ``step`` and ``kind``: ``grad_ics`` or ``landscape``),
-            by step; [] when the file is absent.
-    """
+    """One run directory, read from disk: its ``summary`` ({} when unreadable), the reduced flattened
+    ``config`` used for grouping (from a config file when ``has_config``, else from the summary), the
+    records of metrics.jsonl (with ``test_accuracy``), shift.jsonl and ics.jsonl (with ``kind``) by
+    step, ``status`` (finished, diverged, failed or incomplete), ``seed`` (None when unknown), the
+    ``error`` of a failed run, and ``id``, its position in its :class:`Sweep` (column ``run``)."""
 
     path: Path
     summary: dict
@@ -67,6 +55,7 @@ class Run:
     seed: int | None
     error: str | None = None
     ics: list[dict] = field(default_factory=list)
+    id: int = -1
 
     @property
     def completed(self) -> bool:
@@ -74,57 +63,9 @@ class Run:
         return self.status in COMPLETE_STATUSES
 
 
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` is a run directory: it holds summary.json or .hydra/config.yaml."""
-    path = Path(path)
-    return (path / "summary.json").is_file() or (path / ".hydra" / "config.yaml").is_file()
-
-
-def find_run_dirs(sweep_dir: Path) -> list[Path]:
-    """Run directories under ``sweep_dir``: folders with summary.json or .hydra/config.yaml.
-
-    Searches recursively (``sweep_dir`` itself included) and does not descend into a run
-    directory once found.
-
-    Returns:
-        sorted paths; [] when there are none.
-    """
-    found = []
-    for root, dirs, _ in os.walk(sweep_dir):
-        root_p = Path(root)
-        if is_run_dir(root_p):
-            found.append(root_p)
-            dirs[:] = []
-            continue
-        dirs[:] = sorted(d for d in dirs if d != ".hydra")
-    return sorted(found)
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    """Flatten nested dicts into dotted keys: {"bn": {"enabled": True}} -> {"bn.enabled": True}.
-
-    Lists stay values (they are not split into items).
-    """
-    out: dict = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def ordered_keys(mappings: Iterable[Iterable[str]]) -> list[str]:
-    """The keys of several mappings, each once, in the order they are first seen:
-    [{"a": 1, "b": 2}, {"c": 3, "a": 4}] -> ["a", "b", "c"]."""
+    """The keys of several mappings, each once, in the order first seen: [{"a", "b"}, {"c", "a"}] -> a, b, c."""
     return list(dict.fromkeys(k for m in mappings for k in m))
-
-
-def reduce_config(flat: dict) -> dict:
-    """Drop ``seed``, :data:`IGNORED_KEYS` and every ``hydra`` key from a flattened config."""
-    return {k: v for k, v in flat.items()
-            if k not in IGNORED_KEYS and k != "hydra" and not k.startswith("hydra.")}
 
 
 def experiment_name(config: dict) -> str | None:
@@ -149,34 +90,8 @@ def canon(v: Any) -> Any:
 def config_key(config: dict, exclude: Iterable[str] = ()) -> str:
     """Canonical JSON of a flattened config (keys in ``exclude`` or under ``exclude.`` dropped)."""
     ex = tuple(exclude)
-    items = {k: canon(v) for k, v in config.items()
-             if not any(k == e or k.startswith(e + ".") for e in ex)}
+    items = {k: canon(v) for k, v in config.items() if not any(k == e or k.startswith(e + ".") for e in ex)}
     return json.dumps(items, sort_keys=True, default=str)
-
-
-def _read_config(run_dir: Path) -> dict | None:
-    """The run's config as a dict: ``config.yaml`` (the resolved config bnexp writes, with
-    preset interpolations such as ``${bnexp_mul:5,...}`` turned into values), else
-    ``.hydra/config.yaml``; None when missing or unreadable."""
-    for p in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml"):
-        try:
-            cfg = yaml.safe_load(p.read_text())
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
-            continue
-        if isinstance(cfg, dict):
-            return cfg
-    return None
-
-
-def _read_records(path: Path, required: tuple[str, ...]) -> list[dict]:
-    """Records of a JSON-lines file that are dicts holding ``required`` keys, sorted by step."""
-    try:
-        recs = read_jsonl(path)
-    except (OSError, UnicodeDecodeError):
-        return []
-    recs = [r for r in recs if isinstance(r, dict) and all(k in r for k in required)
-            and isinstance(r["step"], (int, float))]
-    return sorted(recs, key=lambda r: r["step"])
 
 
 def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | None]:
@@ -189,41 +104,74 @@ def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | N
     if st in ("running", "interrupted"):
         return "incomplete", f"status {st}"
     if st in COMPLETE_STATUSES:
-        if not metrics:
-            return "failed", "metrics.jsonl missing or empty"
-        return st, None
+        return (st, None) if metrics else ("failed", "metrics.jsonl missing or empty")
     return "failed", f"unknown status {st!r} in summary.json"
 
 
 def load_run(run_dir: Path) -> Run:
-    """Read one run directory; never raises for missing or corrupt files (the run is then failed).
-
-    The grouping config is the reduced .hydra/config.yaml (plus the summary's
-    ``experiment`` when the config has none), else the summary's :data:`SUMMARY_FIELDS`.
-    """
+    """Read one run directory; never raises for missing or corrupt files (the run is then failed). The
+    grouping config is the reduced config file (plus the summary's ``experiment`` when the config has
+    none), else the summary's :data:`SUMMARY_FIELDS`."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
-    summary = summary if isinstance(summary, dict) else None
-    raw = _read_config(run_dir)
-    metrics = _read_records(run_dir / "metrics.jsonl", ("step", "test_accuracy"))
-    shift = _read_records(run_dir / "shift.jsonl", ("step",))
-    ics = _read_records(run_dir / "ics.jsonl", ("step", "kind"))
+    raw = read_config(run_dir)
+    metrics = read_records(run_dir, METRICS, ("step", "test_accuracy"))
     status, error = _run_status(summary, metrics)
     s = summary or {}
     if raw is not None:
-        config = reduce_config(flatten(raw))
+        config = {k: v for k, v in flatten(raw).items()
+                  if k not in IGNORED_KEYS and k != "hydra" and not k.startswith("hydra.")}
         if s.get("experiment") and experiment_name(config) is None:
             config["experiment"] = s["experiment"]
     else:
         config = {key: s[f] for f, key in SUMMARY_FIELDS.items() if s.get(f) is not None}
-    seed = s.get("seed", raw.get("seed") if raw else None)
     try:
-        seed = None if seed is None else int(seed)
+        seed = int(s.get("seed", (raw or {}).get("seed")))
     except (TypeError, ValueError):
         seed = None
-    return Run(run_dir, s, config, raw is not None, metrics, shift, status, seed, error, ics)
+    return Run(run_dir, s, config, raw is not None, metrics, read_records(run_dir, SHIFT), status, seed, error,
+               read_records(run_dir, ICS, ("step", "kind")))
 
 
 def seed_order(run: Run) -> tuple:
     """Sort key of runs: by seed, runs without a known seed last, then by path."""
     return (run.seed is None, run.seed if run.seed is not None else 0, str(run.path))
+
+
+def records_frame(runs: list[Run], attr: str) -> pd.DataFrame:
+    """Every run's records of ``attr`` ("metrics", "shift" or "ics") as one DataFrame: a row per
+    record, nested keys flattened by :func:`pandas.json_normalize` ("layers.layer1.p50",
+    "shift_metrics.layer2.w1_first"), the run's :attr:`Run.id` in column ``run``, by run and step."""
+    recs = [{**rec, "run": r.id} for r in runs for rec in getattr(r, attr)]
+    return pd.json_normalize(recs) if recs else pd.DataFrame({"run": [], "step": []})
+
+
+@dataclass
+class Sweep:
+    """A sweep loaded once: its ``runs`` (in the order of their folders); ``table``, one row per run
+    (index ``run``): path, seed, status, error, the reduced config's keys and the summary's top-level
+    fields (``summary.<field>``); and ``metrics``, ``shift``, ``ics``: :func:`records_frame` of the
+    runs' metrics.jsonl, shift.jsonl and ics.jsonl (column ``run`` = :attr:`Run.id`)."""
+
+    runs: list[Run]
+    table: pd.DataFrame
+    metrics: pd.DataFrame
+    shift: pd.DataFrame
+    ics: pd.DataFrame
+
+    def rows(self, name: str, run: Run) -> pd.DataFrame:
+        """The records of one run in the frame ``name`` ("metrics", "shift" or "ics"), by step, without
+        the columns that are empty for this run (other runs' layers or keys)."""
+        frame = getattr(self, name)
+        return frame[frame["run"] == run.id].dropna(axis=1, how="all")
+
+
+def load_sweep(run_dirs: list[Path]) -> Sweep:
+    """Read every run directory (:func:`load_run`) into a :class:`Sweep`."""
+    runs = [load_run(d) for d in run_dirs]
+    for i, r in enumerate(runs):
+        r.id = i
+    table = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
+                           **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
+                          for r in runs], index=pd.RangeIndex(len(runs), name="run"))
+    return Sweep(runs, table, *(records_frame(runs, a) for a in ("metrics", "shift", "ics")))

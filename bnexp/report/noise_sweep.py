@@ -1,16 +1,12 @@
-"""The noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), ``bn.noise_scale``.
-
-Santurkar et al.'s argument needs noisy BN to carry *more* distribution shift than the plain
-network while training about as fast as BN. This section lists every noisy-BN strength of a
-setting beside BN and no BN: the per-unit Wasserstein-1 shift of the layers' inputs since the
-start (the primary distribution-shift number), and the steps to the target, and says at which
-strengths the injected shift exceeds the plain network's.
-"""
+"""The noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), ``bn.noise_scale``: their
+argument needs noisy BN to carry *more* distribution shift than the plain network while training about as
+fast as BN, so every noisy-BN strength of a setting is listed beside BN and no BN with its per-unit W1
+shift since the start and its steps to the target, saying where the injected shift exceeds no BN's."""
 
 from __future__ import annotations
 
 from bnexp.report.evidence import MIN_SEEDS, insufficient, record_gaps, seed_gaps
-from bnexp.report.fmt import format_stat, format_target, steps_phrase
+from bnexp.report.fmt import format_stat, format_target, md_table, steps_phrase
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.stats import target_key
 
@@ -23,14 +19,9 @@ def _scale(g: ConfigGroup) -> float:
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], target: float = 0.95) -> dict | None:
-    """Rows and verdicts of the noise-strength sweep.
-
-    Returns:
-        None unless some setting has a noisy-BN configuration and a no-BN one; else {"title",
-        "target", "rows": [{"context", "label", "variant", "noise_scale", "seeds", "w1" (value_stat
-        of the final per-unit W1 from the start, mean over layers), "records" (per seed),
-        "steps" (reach_stat at the target), "exceeds_no_bn" (bool or None)}], "verdicts"}.
-    """
+    """Rows and verdicts of the noise-strength sweep: None unless a setting has noisy BN and no BN; else
+    {"title", "target", "rows": [{"label", "variant", "noise_scale", "seeds", "w1" (stat of the final
+    per-unit W1 from the start), "records", "steps" (reach_stat), "exceeds_no_bn"}], "verdicts"}."""
     sets: dict[str, list[ConfigGroup]] = {}
     for g in groups:
         if bn_variant(g) is not None:
@@ -82,10 +73,8 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
 def noise_strength_md(section: dict) -> list[str]:
     """Markdown table and verdicts of :func:`noise_strength_section`."""
     tgt = format_target(section["target"])
-    out = [f"### {section['title']}", "",
-           f"| configuration | noise_scale | seeds | per-unit W1 from the start | steps to {tgt} |", "|---|---|---|---|---|"]
-    for r in section["rows"]:
-        ns = "" if r["noise_scale"] is None else f"{r['noise_scale']:g}"
-        out.append(f"| {r['label']} | {ns} | {r['seeds']} | {format_stat(r['w1'])} | "
-                   f"{steps_phrase(r['steps']) if r['steps'] else 'n/a'} |")
-    return out + [""] + [f"- {v}" for v in section["verdicts"]] + [""]
+    rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"], format_stat(r["w1"]),
+             steps_phrase(r["steps"]) if r["steps"] else "n/a"] for r in section["rows"]]
+    return ([f"### {section['title']}", ""]
+            + md_table(["configuration", "noise_scale", "seeds", "per-unit W1 from the start", f"steps to {tgt}"], rows)
+            + [""] + [f"- {v}" for v in section["verdicts"]] + [""])

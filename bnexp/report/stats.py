@@ -1,22 +1,24 @@
-"""Statistics over seeds: steps-to-target, test accuracy, speedups, layer stability, Sec. 4.2.
-
-"mean ± std" is over the seeds (completed runs) of a configuration, and std is the
-**population** standard deviation (``numpy.std``, ddof=0), so one seed gives std 0. Steps to
-a target are averaged only over the seeds that reached it; the others are counted as "not
-reached (k/n)". Missing values are None, never made up.
-"""
+"""Statistics with pandas: per run (:func:`run_table`) steps-to-target and test accuracy; over seeds
+(:func:`value_stat`, :func:`reach_stat`) mean and the **population** std (ddof=0, :data:`STD_NOTE`:
+one seed gives std 0, written "(1 seed)"); speedups, layer stability and the Sec. 4.2 table. Steps
+to a target are averaged over the seeds that reached it, the others counted "not reached (k/n)".
+Missing values are None, never made up."""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable
 
 import numpy as np
+import pandas as pd
 
 from bnexp.report.fmt import format_multiple, format_steps
 from bnexp.report.groups import ConfigGroup
-from bnexp.report.load import Run, ordered_keys
-from bnexp.rundir import first_reached
+from bnexp.report.load import Sweep, ordered_keys
+from bnexp.rundir import REACHED_TOL
+
+STD_NOTE = "std is the population standard deviation over seeds (ddof=0)"
 
 
 def target_key(target: float) -> str:
@@ -24,88 +26,91 @@ def target_key(target: float) -> str:
     return f"{target:g}"
 
 
-def steps_to_target(run: Run, target: float) -> int | None:
-    """Steps the run needed to reach ``target``: summary ``steps_to_target`` if it lists the
-    target, else recomputed from metrics.jsonl (Sec. 4.1). None = not reached."""
-    recorded = run.summary.get("steps_to_target")
-    if isinstance(recorded, dict):
-        for k, v in recorded.items():
-            try:
-                if abs(float(k) - target) < 1e-12:
-                    return None if v is None else int(v)
-            except (TypeError, ValueError):
-                continue
-    return first_reached(run.metrics, target)
-
-
 def finite(values: Iterable) -> list[float]:
     """The finite numbers among ``values`` as floats (None, booleans, NaN, inf and text left out)."""
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
-            and math.isfinite(v)]
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 
 
-def mean_std(values: Iterable) -> tuple[float | None, float | None]:
-    """(mean, population std with ddof=0) of the finite values; (None, None) when there are none."""
-    v = finite(values)
-    if not v:
-        return None, None
-    return float(np.mean(v)), float(np.std(v))
+def numeric(values) -> pd.Series:
+    """``values`` as a float Series: NaN for missing, non-numeric and non-finite entries."""
+    s = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(float)
+    return s.where(np.isfinite(s))
 
 
-def value_stat(values: list[float | None]) -> dict:
-    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (None values left out of mean/std)."""
-    m, s = mean_std(values)
-    return {"mean": m, "std": s, "n": len(finite(values)), "per_seed": list(values)}
+def optional(v, kind=float):
+    """``kind(v)``, or None for a missing value (None, NaN)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else kind(v)
 
 
-def max_accuracy(run: Run) -> float | None:
-    """The run's maximum test accuracy over metrics.jsonl (else summary best_test_accuracy)."""
-    accs = finite(r.get("test_accuracy") for r in run.metrics)
-    if accs:
-        return max(accs)
-    v = finite([run.summary.get("best_test_accuracy")])
-    return v[0] if v else None
+def value_stat(values) -> dict:
+    """{"mean", "std" (ddof=0), "n", "per_seed"} over seeds of any measurement; missing and non-finite
+    values are left out of mean and std (None when no value is left) and are None in ``per_seed``."""
+    per_seed = [optional(v, lambda x: x) for v in values]
+    s = numeric(per_seed).dropna()
+    return {"mean": float(s.mean()) if len(s) else None, "std": float(s.std(ddof=0)) if len(s) else None,
+            "n": len(s), "per_seed": per_seed}
 
 
-def final_accuracy(run: Run) -> float | None:
-    """The run's final test accuracy: summary final_test_accuracy, else the last metrics record."""
-    v = finite([run.summary.get("final_test_accuracy")])
-    if v:
-        return v[0]
-    accs = finite([run.metrics[-1].get("test_accuracy")]) if run.metrics else []
-    return accs[0] if accs else None
+def reach_stat(steps) -> dict:
+    """Steps-to-target statistics over seeds from, per seed, the step it reached the target at (None or
+    NaN: not reached): {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}, mean and std
+    over the seeds that reached it (None when none did)."""
+    per_seed = [optional(s, int) for s in steps]
+    st = value_stat([s for s in per_seed if s is not None])
+    out = {"n": len(per_seed), "reached": st["n"], "not_reached": len(per_seed) - st["n"], "mean": st["mean"],
+           "std": st["std"], "per_seed": per_seed}
+    return {**out, "text": format_steps(out)}
 
 
-def reach_stat(steps: list[int | None]) -> dict:
-    """Steps-to-target statistics over seeds.
+def first_reached(metrics: pd.DataFrame, target: float) -> pd.Series:
+    """Per run (index ``run``), the first evaluated step whose test accuracy is >= ``target``
+    (:data:`bnexp.rundir.REACHED_TOL` tolerance); runs that never reach it are absent."""
+    acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
+    return metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min()
 
-    Args:
-        steps: per seed, the step at which the target was reached, or None.
 
-    Returns:
-        {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}; mean/std (steps)
-        are over the seeds that reached the target only (None when none did).
-    """
-    reached = [s for s in steps if s is not None]
-    m, sd = mean_std(reached)
-    st = {"n": len(steps), "reached": len(reached), "not_reached": len(steps) - len(reached),
-          "mean": m, "std": sd, "per_seed": list(steps)}
-    st["text"] = format_steps(st)
-    return st
+def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
+    """(listed, steps) of ``target`` in summary.json's ``steps_to_target`` (steps NaN: not reached)."""
+    recorded = summary.get("steps_to_target")
+    for k, v in (recorded.items() if isinstance(recorded, dict) else ()):
+        try:
+            if abs(float(k) - target) < 1e-12:
+                return True, math.nan if v is None else int(v)
+        except (TypeError, ValueError):
+            continue
+    return False, math.nan
+
+
+def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
+    """The sweep's run table plus each run's ``max_test_accuracy`` (the maximum over metrics.jsonl, else
+    summary ``best_test_accuracy``), ``final_test_accuracy`` (the summary's, else the last metrics
+    record's) and ``steps_to_<target>`` for every target (:func:`target_steps`) (Sec. 4.1)."""
+    t, m = sweep.table.copy(), sweep.metrics
+    summ = {k: numeric(t.get(f"summary.{k}", pd.Series(index=t.index))).set_axis(t.index)
+            for k in ("best_test_accuracy", "final_test_accuracy")}
+    by_run = numeric(m.get("test_accuracy", [])).set_axis(m.index).groupby(m["run"])
+    t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
+    last = by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)  # the last record's, even when missing
+    t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(last)
+    for target in targets:
+        t[f"steps_to_{target_key(target)}"] = target_steps(sweep, target)
+    return t
+
+
+def target_steps(sweep: Sweep, target: float) -> pd.Series:
+    """Per run (index ``run``), the steps it needed to reach ``target``: summary ``steps_to_target``
+    when it lists the target, else the first evaluation at or above it (NaN: not reached)."""
+    recorded = [_recorded_steps(r.summary, target) for r in sweep.runs]
+    computed = first_reached(sweep.metrics, target).reindex(sweep.table.index)
+    return pd.Series([v if listed else c for (listed, v), c in zip(recorded, computed)], index=sweep.table.index,
+                     dtype=float)
 
 
 def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
-    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a): mean no-BN steps / mean BN steps.
-
-    Args:
-        bn, no_bn: :func:`reach_stat` of the BN and the matching no-BN configuration.
-        no_bn_max_steps: the no-BN runs' step budget (trainer.max_steps).
-
-    Returns:
-        {"value", "lower_bound", "text"}: the ratio when both reached the target in all
-        seeds; when BN did in all seeds and no BN in none, ``max_steps / mean BN steps``
-        with lower_bound true and text ">= X.Xx (lower bound)"; else value None, "n/a".
-    """
+    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a) from their :func:`reach_stat`:
+    {"value", "lower_bound", "text"}: mean no-BN steps / mean BN steps when both reached the target
+    in all seeds; when BN did in all and no BN in none, ``no_bn_max_steps / mean BN steps`` with
+    lower_bound true (">= X.Xx (lower bound)"); else value None, "n/a"."""
     bn_all = bn["n"] > 0 and bn["reached"] == bn["n"] and (bn["mean"] or 0) > 0
     if bn_all and no_bn["n"] > 0 and no_bn["reached"] == no_bn["n"]:
         v = no_bn["mean"] / bn["mean"]
@@ -116,110 +121,83 @@ def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
     return {"value": None, "lower_bound": None, "text": "n/a"}
 
 
-def band_keys(rec: dict) -> tuple[str, str, str] | None:
-    """(lowest, middle, highest) percentile keys of a monitor record, e.g. ("p15", "p50", "p85")."""
-    ps = []
-    for k in rec:
-        if k.startswith("p"):
-            try:
-                ps.append((float(k[1:]), k))
-            except ValueError:
-                pass
-    if len(ps) < 2:
-        return None
-    ps.sort()
-    return ps[0][1], ps[len(ps) // 2][1], ps[-1][1]
+def layer_columns(frame: pd.DataFrame, prefix: str, key: str) -> pd.DataFrame:
+    """The columns ``<prefix>.<layer>.<key>`` of a records frame as a (records x layers) float
+    DataFrame whose columns are the layer names, in the order first seen."""
+    pat = re.compile(rf"^{re.escape(prefix)}\.(.+)\.{re.escape(key)}$")
+    cols = {m.group(1): c for c in frame.columns if (m := pat.match(c))}
+    return pd.DataFrame({layer: numeric(frame[c]).set_axis(frame.index) for layer, c in cols.items()},
+                        index=frame.index)
 
 
-def layer_stability(shift: list[dict]) -> dict[str, dict]:
-    """How each layer's input to the nonlinearity moved between the first and the last monitor record.
+def band_keys(keys: Iterable[str]) -> tuple[str, str, str] | None:
+    """(lowest, middle, highest) percentile keys among ``keys``, e.g. ("p15", "p50", "p85"); None with < 2."""
+    ps = sorted((float(k[1:]), k) for k in keys if re.fullmatch(r"p\d+(\.\d*)?", k))
+    return (ps[0][1], ps[len(ps) // 2][1], ps[-1][1]) if len(ps) >= 2 else None
 
-    Implements the numbers behind Fig. 1(b, c) (Sec. 4.1), per layer of ``shift.jsonl``.
 
-    Args:
-        shift: shift.jsonl records sorted by step (at least two distinct steps needed).
-
-    Returns:
-        {layer: {"median_shift": |p50_end - p50_first| (pre-activation units),
-                 "spread_ratio": (p85 - p15)_end / (p85 - p15)_first}}; a value is None when
-        it cannot be computed (missing keys, non-finite values, zero first spread).
-        {} when there are fewer than two records.
-    """
-    if len(shift) < 2 or shift[0]["step"] == shift[-1]["step"]:
+def layer_stability(rows: pd.DataFrame) -> dict[str, dict]:
+    """How each layer's input to the nonlinearity moved from the first to the last monitor record of one
+    run (its shift.jsonl rows, by step), the numbers behind Fig. 1(b, c): {layer: {"median_shift":
+    |p50_end - p50_first| (pre-activation units), "spread_ratio": (p85 - p15)_end / (p85 - p15)_first}},
+    None where not computable (missing values, zero first spread); {} with fewer than two steps."""
+    if len(rows) < 2 or rows["step"].iloc[0] == rows["step"].iloc[-1]:
         return {}
-    first, end = shift[0].get("layers") or {}, shift[-1].get("layers") or {}
-    out = {}
-    for name, a in first.items():
-        b = end.get(name)
-        keys = band_keys(a) if isinstance(a, dict) else None
-        if not isinstance(b, dict) or keys is None:
-            continue
-        lo, mid, hi = keys
-        vals = finite([a.get(lo), a.get(mid), a.get(hi), b.get(lo), b.get(mid), b.get(hi)])
-        if len(vals) < 6:
-            out[name] = {"median_shift": None, "spread_ratio": None}
-            continue
-        spread0 = a[hi] - a[lo]
-        out[name] = {"median_shift": abs(b[mid] - a[mid]),
-                     "spread_ratio": (b[hi] - b[lo]) / spread0 if spread0 > 0 else None}
+    first, out = rows.iloc[0].dropna(), {}
+    for layer in ordered_keys([[c.split(".")[1] for c in first.index if c.startswith("layers.")]]):
+        keys = band_keys(c.rsplit(".", 1)[1] for c in first.index if c.startswith(f"layers.{layer}."))
+        if keys:
+            cols = [f"layers.{layer}.{k}" for k in keys]
+            (a_lo, a_mid, a_hi), (b_lo, b_mid, b_hi) = (numeric(rows.iloc[i].reindex(cols)) for i in (0, -1))
+            ok = not any(math.isnan(v) for v in (a_lo, a_mid, a_hi, b_lo, b_mid, b_hi))
+            out[layer] = {"median_shift": abs(b_mid - a_mid) if ok else None,
+                          "spread_ratio": (b_hi - b_lo) / (a_hi - a_lo) if ok and a_hi - a_lo > 0 else None}
     return out
 
 
-def config_stability(group: ConfigGroup) -> dict[str, dict]:
-    """Mean over the finished runs (seeds) of :func:`layer_stability`.
-
-    Diverged runs are left out (their last record is not the end of training).
-
-    Returns:
-        {layer: {"median_shift": mean, "spread_ratio": mean, "n": seeds with values,
-                 "per_seed": {"median_shift": [...], "spread_ratio": [...]}}}.
-    """
-    per_run = [layer_stability(r.shift) for r in group.runs if r.status == "finished"]
-    layers = ordered_keys(per_run)
-    out = {}
-    for layer in layers:
-        ms = [s[layer]["median_shift"] for s in per_run if layer in s]
-        sr = [s[layer]["spread_ratio"] for s in per_run if layer in s]
-        out[layer] = {"median_shift": mean_std(ms)[0], "spread_ratio": mean_std(sr)[0],
-                      "n": len(finite(ms)), "per_seed": {"median_shift": ms, "spread_ratio": sr}}
+def config_stability(group: ConfigGroup, sweep: Sweep) -> dict[str, dict]:
+    """Mean over the finished runs of :func:`layer_stability`: {layer: {"median_shift", "spread_ratio",
+    "n" (seeds with values), "per_seed": {"median_shift": [...], "spread_ratio": [...]}}}."""
+    per_run, out = [layer_stability(sweep.rows("shift", r)) for r in group.finished], {}
+    for layer in ordered_keys(per_run):
+        per_seed = {k: [s[layer][k] for s in per_run if layer in s] for k in ("median_shift", "spread_ratio")}
+        out[layer] = {**{k: value_stat(v)["mean"] for k, v in per_seed.items()},
+                      "n": value_stat(per_seed["median_shift"])["n"], "per_seed": per_seed}
     return out
 
 
-def sec42_table(groups: list[ConfigGroup]) -> dict | None:
-    """Paper Sec. 4.2 table: steps of every preset to reach the baseline's best test accuracy.
-
-    The target is the mean over the baseline's completed seeds of each seed's maximum
-    test accuracy; steps are recomputed from metrics.jsonl (first evaluation >= target).
+def sec42_table(groups: list[ConfigGroup], sweep: Sweep, table: pd.DataFrame) -> dict | None:
+    """Paper Sec. 4.2 table: the steps of every preset to reach the baseline's best test accuracy (the
+    mean over its completed seeds of each seed's maximum; steps recomputed from metrics.jsonl).
 
     Returns:
-        None when no configuration is named "baseline"; else {"baseline", "target",
-        "target_per_seed", "rows": [{"label", "experiment", "runs", "completed", "diverged",
-        "failed", "steps" (reach_stat), "multiple", "multiple_text", "max_test_accuracy"}]}
-        with the baseline first. ``multiple`` = mean preset steps / mean baseline steps
-        (over the seeds that reached the target), None when either has none.
+        None without a "baseline" configuration; else {"baseline", "target", "target_per_seed", "rows":
+        [{"label", "experiment", "runs", "completed", "diverged", "failed", "steps" (reach_stat),
+        "multiple" (mean preset steps / mean baseline steps), "multiple_text", "max_test_accuracy"}]},
+        the baseline first.
     """
     presets = [g for g in groups if g.experiment]
     base = next((g for g in presets if g.experiment == "baseline"), None)
     if base is None:
         return None
-    base_max = [max_accuracy(r) for r in base.completed]
-    target, _ = mean_std(base_max)
-    out = {"baseline": base.label, "target": target, "target_per_seed": base_max, "rows": []}
-    if target is None:
+    base_max = value_stat(table.loc[[r.id for r in base.completed], "max_test_accuracy"])
+    out = {"baseline": base.label, "target": base_max["mean"], "target_per_seed": base_max["per_seed"], "rows": []}
+    if base_max["mean"] is None:
         return out
-    base_steps = reach_stat([first_reached(r.metrics, target) for r in base.completed])
+    reached = first_reached(sweep.metrics, base_max["mean"])
+    base_steps = reach_stat(reached.reindex([r.id for r in base.completed]))
     for g in [base] + [p for p in presets if p is not base]:
-        steps = reach_stat([first_reached(r.metrics, target) for r in g.completed])
+        done = [r.id for r in g.completed]
+        steps = reach_stat(reached.reindex(done))
         m = (steps["mean"] / base_steps["mean"] if steps["reached"] and base_steps["reached"]
              and base_steps["mean"] > 0 else None)
         text = "1.00x (reference)" if g is base else format_multiple(m)
         if m is not None and steps["not_reached"] and g is not base:
             text += f" [over {steps['reached']}/{steps['n']} seeds]"
         out["rows"].append({
-            "label": g.label, "experiment": g.experiment, "runs": len(g.runs), "completed": len(g.completed),
-            "diverged": sum(r.status == "diverged" for r in g.runs),
-            "failed": sum(r.status == "failed" for r in g.runs),
+            "label": g.label, "experiment": g.experiment, "runs": len(g.runs), "completed": len(done),
+            **{k: sum(r.status == k for r in g.runs) for k in ("diverged", "failed")},
             "steps": steps, "multiple": m, "multiple_text": text,
-            "max_test_accuracy": value_stat([max_accuracy(r) for r in g.completed]),
+            "max_test_accuracy": value_stat(table.loc[done, "max_test_accuracy"]),
         })
     return out

@@ -1,9 +1,6 @@
-"""The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged
-and failed runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's).
-
-A faster/slower or higher/lower verdict needs the evidence of :mod:`bnexp.report.evidence`
-(>= 2 completed seeds per configuration, both networks above chance); otherwise the line gives
-the numbers and ends in "insufficient evidence" with the reasons."""
+"""The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged and failed
+runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's); a faster/slower or higher/lower
+verdict needs the evidence of :mod:`bnexp.report.evidence`, else it ends in "insufficient evidence"."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ from bnexp.report.evidence import chance_gaps, insufficient, seed_gaps
 from bnexp.report.fmt import format_acc, format_target, steps_phrase, steps_pm
 from bnexp.report.groups import ConfigGroup, match_no_bn, pair_label
 from bnexp.report.stats import target_key
+from bnexp.rundir import COMPLETE_STATUSES
 
 
 def _side_phrase(side: str, t: float, st: dict, max_steps: int | None, diverged: int) -> str:
@@ -20,11 +18,11 @@ def _side_phrase(side: str, t: float, st: dict, max_steps: int | None, diverged:
     if st["n"] == 0:
         return f"{side} has no completed runs"
     if st["reached"] == st["n"]:
-        return f"{side} reached {format_target(t)} in {steps_pm(st)} steps"
+        return f"{side} reached {format_target(t)} in {steps_pm(st, ' steps')}"
     if st["reached"] == 0:
         return f"{side} did not reach {format_target(t)}{within} in {st['n']}/{st['n']} runs{div}"
     return (f"{side} reached {format_target(t)} in {st['reached']}/{st['n']} runs "
-            f"({steps_pm(st)} steps over those) and did not{within} in "
+            f"({steps_pm(st, ' steps')} over those) and did not{within} in "
             f"{st['not_reached']}/{st['n']}{div}")
 
 
@@ -39,7 +37,7 @@ def target_verdict(ctx: str, t: float, bn: dict, nb: dict, sp: dict, nb_max: int
     with evidence ``gaps`` the numbers end in ": insufficient evidence (reasons)." instead."""
     pre = f"{ctx}: " if ctx else ""
     if sp["value"] is not None and not sp["lower_bound"]:
-        line = f"{pre}BN reached {format_target(t)} in {steps_pm(bn)} steps, no BN in {steps_pm(nb)}"
+        line = f"{pre}BN reached {format_target(t)} in {steps_pm(bn, ' steps')}, no BN in {steps_pm(nb)}"
         return line + (insufficient(gaps) if gaps else f": {_fewer(sp['value'])}.")
     line = f"{pre}{_side_phrase('BN', t, bn, bn_max, bn_div)}; {_side_phrase('no BN', t, nb, nb_max, nb_div)}"
     if gaps:
@@ -60,11 +58,11 @@ def accuracy_verdict(ctx: str, bn: dict, nb: dict, gaps: list[str] | None = None
     d = 100 * (fb["mean"] - fn["mean"])
     cmp = "equal" if abs(d) < 0.005 else (f"BN higher by {d:.2f} points" if d > 0 else
                                           f"BN lower by {-d:.2f} points")
-    line = f"{pre}final test accuracy BN {format_acc(fb)}%, no BN {format_acc(fn)}%"
+    line = f"{pre}final test accuracy BN {format_acc(fb, '%')}, no BN {format_acc(fn, '%')}"
     line += f": insufficient evidence ({'; '.join(gaps)})" if gaps else f": {cmp}"
     mb, mn = bn["max_test_accuracy"], nb["max_test_accuracy"]
     if mb["mean"] is not None and mn["mean"] is not None:
-        line += f" (max {format_acc(mb)}% vs {format_acc(mn)}%)"
+        line += f" (max {format_acc(mb, '%')} vs {format_acc(mn, '%')})"
     div = [f"{side} {s['diverged']}/{s['completed']} diverged" for side, s in (("BN", bn), ("no BN", nb))
            if s["diverged"]]
     if div:
@@ -76,7 +74,9 @@ def pair_gaps(bn: dict, nb: dict) -> list[str]:
     """Why a BN/no-BN comparison cannot give a verdict ([] when it can): fewer than 2 completed seeds
     on a side, or a side whose networks stay at chance (:mod:`bnexp.report.evidence`)."""
     sides = [("BN", bn), ("no BN", nb)]
-    return (seed_gaps([(name, st["completed"]) for name, st in sides])
+    seeds = {name: [r["seed"] for r in st["seeds"] if r["status"] in COMPLETE_STATUSES and r["seed"] is not None]
+             for name, st in sides}
+    return (seed_gaps([(name, st["completed"], seeds[name]) for name, st in sides])
             + chance_gaps([(name, st["final_test_accuracy"]["mean"]) for name, st in sides]))
 
 
@@ -92,10 +92,11 @@ def _context(bn_g: ConfigGroup, nb_g: ConfigGroup, groups: list[ConfigGroup]) ->
 
 
 def verdict_lines(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float],
-                  sec42: dict | None) -> list[str]:
-    """Verdict sentences computed from the statistics: per BN/no-BN pair and target (Sec. 4.1),
+                  sec42: dict | None, advice: str | None = None) -> list[str]:
+    """Verdict sentences computed from the statistics: ``advice`` first (the seeds to add,
+    :func:`bnexp.report.evidence.seed_advice`), then per BN/no-BN pair and target (Sec. 4.1),
     final accuracy, diverged and failed runs, and the Sec. 4.2 multiples."""
-    lines: list[str] = []
+    lines: list[str] = [advice] if advice else []
     for g in groups:
         nb_g = match_no_bn(g, groups)
         s = stats[g.key]
