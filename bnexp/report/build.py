@@ -11,7 +11,8 @@ from bnexp.report.ics_stats import ics_summary
 from bnexp.report.ics_verdicts import ics_section
 from bnexp.report.load import ReportError, Run, find_run_dirs, is_run_dir, load_run
 from bnexp.report.noise_sweep import noise_strength_section
-from bnexp.report.sec42 import matched_accuracy, tuned_first
+from bnexp.report.frontier import frontier_section  # issue 19: Sec. 4.2 budget-accuracy frontier
+from bnexp.report.sec42 import tuned_first
 from bnexp.report.stats import (compute_speedup, config_stability, final_accuracy, layer_stability, max_accuracy,
                                 reach_stat, sec42_table, steps_to_target, target_key, value_stat)
 from bnexp.report.verdicts import verdict_lines
@@ -95,7 +96,9 @@ def summarize_group(group: ConfigGroup, targets: list[float]) -> dict:
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep, group runs, compute every statistic, speedup, verdict, the Sec. 4.2 table,
-    the "each at its best learning rate" section (``data["best_rate"]``, None without a rate grid)
+    the "each at its best learning rate" section (``data["best_rate"]``, None without a rate grid),
+    the Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
+    :func:`bnexp.report.frontier.frontier_section`, absent unless presets ran at several budgets)
     and the ICS section (``data["ics"]``, None without ICS data; its ``noise_strength`` table).
 
     Args:
@@ -127,7 +130,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
     sec42 = sec42_table(tuned_first(groups))  # with a baseline rate grid: the tuned baseline's table
-    matched = matched_accuracy(groups)  # Sec. 4.2 at matched accuracy (bnexp.report.sec42), None without baseline
+    frontier = frontier_section(sweep_dir)  # issue 19 hook: None unless presets ran at several budgets
     ics = ics_section(groups, stats, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats)
@@ -135,8 +138,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(runs), "sec42": sec42, "configurations": [stats[g.key] for g in groups],
         "verdicts": verdict_lines(groups, stats, targets, sec42), "best_rate": best_rate_section(groups),
-        "ics": ics, "sec42_matched": matched,
-        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["matched_accuracy.png"] if matched else []),
+        "ics": ics, **(frontier or {}),  # issue 19: "frontier", "matched_accuracy", "frontier_analysis"
+        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else []),
     }
     out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir
     return Report(sweep_dir, groups, data, out_dir)

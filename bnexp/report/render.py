@@ -18,7 +18,7 @@ from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_
 from bnexp.report.load import ordered_keys
 from bnexp.report.paper import refs
 from bnexp.report.noise_sweep import noise_strength_md
-from bnexp.report.sec42 import markdown as sec42_markdown
+from bnexp.report.frontier import frontier_markdown  # issue 19 hook
 from bnexp.report.stats import finite, target_key
 from bnexp.rundir import atomic_write_bytes
 
@@ -202,8 +202,8 @@ def render_markdown(report: Report) -> str:
            f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
            "Steps to a target are averaged over the seeds that reached it; \"not reached (k/n)\": k of n completed "
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
-    if d.get("sec42_matched"):
-        out += sec42_markdown(d["sec42_matched"])
+    if d.get("matched_accuracy") is not None:  # issue 19: the Sec. 4.2 frontier section
+        out += frontier_markdown(d)
     if d["sec42"]:
         out += _sec42_md(d["sec42"])
     out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""]
