@@ -26,6 +26,7 @@ def plot_frontier(section: dict, path: Path) -> None:
     """
     fa = section["frontier_analysis"]
     plt = pyplot()
+    from matplotlib.ticker import FuncFormatter
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2))
     names = sorted(fa["presets"], key=lambda p: ORDER.index(p) if p in ORDER else 99)
     cmap = plt.get_cmap("tab10")
@@ -54,7 +55,10 @@ def plot_frontier(section: dict, path: Path) -> None:
     a_star = 100 * fa["target_accuracy"]
     ax.axhline(a_star, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("training budget (SGD steps, log2 axis); the rate halves 5 times over each run's budget")
+    ticks = sorted({b for f in fa["presets"].values() for b in f["budgets"]})
+    ax.set_xticks(ticks, [f"{b:,}" for b in ticks], rotation=45, fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("training budget (SGD steps, log2 axis; the rate halves 5 times over each run's budget)")
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title(f"Frontiers: seed mean (line), each seed (x); a* = {a_star:.2f}% (dotted)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
@@ -62,10 +66,10 @@ def plot_frontier(section: dict, path: Path) -> None:
     bx.axhline(PASS_FACTOR, color="black", ls="--", lw=1)
     bx.axvline(a_star, color="grey", ls=":", lw=1)
     bx.set_yscale("log", base=2)
+    bx.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     bx.set_xlabel("test accuracy a (%)")
     bx.set_ylabel("S(a) = B_baseline(a) / B_preset(a)")
-    bx.set_title(f"Matched-accuracy speedup; * = S(a*); dashed: pass rule {PASS_FACTOR:g}x; "
-                 "open triangles: bounds", fontsize=10)
+    bx.set_title(f"Speedup S(a); * = S(a*), dashed = pass rule {PASS_FACTOR:g}x, triangles = bounds", fontsize=10)
     bx.grid(True, which="both", alpha=0.3)
     frac = legend_below(fig, handles, labels, max_cols=len(handles))
     fig.tight_layout(rect=(0, frac, 1, 1))
