@@ -394,3 +394,27 @@ def test_frontier_cli(tmp_path, capsys):
     # a* = 0.55 at 6000; bn_x5 crosses it between 375 (0.50) and 750 (0.58): log2 B = log2 375 + 5/8
     assert "budget-accuracy frontier" in out and f"{6000 / 2 ** (math.log2(375) + 5 / 8):.2f}x" in out
     assert main([str(tmp_path / "nothing")]) == 2 and main([]) == 2
+
+
+def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
+    from bnexp.report import report_main
+
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        for b, acc in ((3000, 0.45), (6000, 0.55), (12000, 0.60)):
+            _run_dir(sweep, "baseline", b, seed, acc + 0.01 * seed, 0.6)
+        for b, acc in ((375, 0.40), (750, 0.52), (1500, 0.61)):
+            _run_dir(sweep, "bn_x5", b, seed, acc, 0.7, lr=0.125, dropout=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert report_main([str(sweep)]) == 0
+    data = json.loads((sweep / "report.json").read_text())
+    assert {"frontier", "matched_accuracy", "frontier_analysis"} <= set(data)
+    assert data["sec42"] is None  # no steps-to-target table on curves of different budgets
+    # a* = 0.605 (seed mean at 12k), bn_x5 crosses it between 750 (0.52) and 1500 (0.61)
+    b = 2 ** (math.log2(750) + (0.605 - 0.52) / (0.61 - 0.52))
+    assert data["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(12000 / b)
+    assert data["matched_accuracy"]["bn_x5"]["pass"] is (12000 / b >= 5)
+    md = (sweep / "report.md").read_text()
+    assert "budget-accuracy frontier" in md and "(frontier.png)" in md
+    assert (sweep / "frontier.png").stat().st_size > 0 and "frontier.png" in data["files"]

@@ -129,8 +129,10 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                                             stats[nb.key]["steps_to_target"][target_key(t)], nb.max_steps)
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
-    sec42 = sec42_table(tuned_first(groups))  # with a baseline rate grid: the tuned baseline's table
     frontier = frontier_section(sweep_dir)  # issue 19 hook: None unless presets ran at several budgets
+    # with a baseline rate grid: the tuned baseline's steps-to-target table; a frontier sweep has none (its
+    # presets' curves at different budgets are not comparable step by step: issue 19)
+    sec42 = None if frontier else sec42_table(tuned_first(groups))
     ics = ics_section(groups, stats, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats)
