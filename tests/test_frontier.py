@@ -282,6 +282,7 @@ def test_load_runs_diverged_as_chance_unfinished_left_out_and_tuning_winner(tmp_
     b = 2 ** (math.log2(750) + 0.52 / 0.53)
     assert sec["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(24000 / b)
     assert any("seed counts differ" in n for n in sec["frontier_analysis"]["notes"])
+    assert any("'interrupted', left out" in n for n in sec["frontier_analysis"]["notes"])  # the warning, noted
     assert frontier_section(tmp_path / "empty") is None
 
 

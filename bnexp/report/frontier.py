@@ -8,7 +8,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   over the mini-batches since the previous evaluation). A **diverged** run counts as chance
   (:data:`CHANCE`, 10 classes) for both: the recipe at that budget produced a network that
   predicts nothing, and leaving it out would raise the frontier exactly where training failed.
-  Unfinished runs (running, interrupted, failed) are left out with a warning.
+  Unfinished runs (running, interrupted, failed) are left out with a warning (and a note in the report).
 * *frontier* of a preset: seed-mean final test accuracy vs budget (each seed's frontier alike).
 * *B(a)*: the budget at which a frontier first reaches accuracy ``a``, linearly interpolated in
   log2(budget) between the two ladder points around the first crossing; undefined (None) where the
@@ -26,7 +26,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   claims (:data:`CLAIMS`) use the same machinery.
 
 Entry points: :func:`frontier_section` (sweep folder or runs table -> report dict), :func:`frontier_markdown`,
-and ``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
+``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
 """
 
 from __future__ import annotations
@@ -38,14 +38,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from bnexp.rundir import read_jsonl, read_summary
 
 CHANCE = 0.10
-GAIN = 0.005        # 0.5 points: a doubling that gains less is "converged"
-PASS_FACTOR = 5.0
-TRAINS = 0.05       # "trains": best frontier accuracy at least 5 points above chance
-TOL = 1e-9          # accuracy >= a - TOL counts as reached (float round-off of seed means)
+GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
+TRAINS, TOL = 0.05, 1e-9  # "trains": best >= chance + 5 points; accuracy >= a - TOL counts as reached
 BASELINE = "baseline"
 COLUMNS = ["preset", "budget_steps", "seed", "final_test_accuracy", "final_train_accuracy"]
 ORDER = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "baseline_sigmoid", "baseline_x5"]
@@ -71,8 +70,6 @@ def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
         ``dropout``, ``weight_decay`` (from the run's resolved config.yaml, NaN when absent) and
         ``run_dir``; diverged runs at :data:`CHANCE`. Unfinished runs are left out with a warning.
     """
-    import yaml
-
     rows = []
     for path in sorted(Path(sweep_dir).rglob("summary.json")):
         d = path.parent
@@ -102,9 +99,7 @@ def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def _config(df: pd.DataFrame) -> pd.Series:
-    """A configuration label per row: rate, dropout, weight decay ("" without those columns)."""
-    if "lr" not in df:
-        return pd.Series("", index=df.index)
+    """A configuration label per row: rate, dropout, weight decay (a loaded sweep's columns)."""
     return df.apply(lambda r: f"lr={r.lr:g}, dropout={r.dropout:g}, weight decay={r.weight_decay:g}", axis=1)
 
 
@@ -116,9 +111,10 @@ def tuning_table(runs: pd.DataFrame) -> dict | None:
         "mean_test_accuracy", "per_seed"}] by rate and dropout, "winner": index of the highest seed-mean
         final test accuracy (the first of equals), "config": the winner's label}.
     """
-    base = runs[runs.preset == BASELINE].assign(config=_config(runs[runs.preset == BASELINE]))
+    base = runs[runs.preset == BASELINE]
     if base.empty or "lr" not in base:
         return None
+    base = base.assign(config=_config(base))
     counts = base.groupby("budget_steps").config.nunique()
     if counts.max() < 2:
         return None
@@ -302,14 +298,18 @@ def frontier_section(source) -> dict | None:
         :func:`analyze`'s dict; None unless the sweep has baseline runs and some preset ran at two or
         more budgets (a single-budget sweep has no frontier).
     """
-    runs = source if isinstance(source, pd.DataFrame) else load_runs(source)
-    tuning = None
-    if "lr" in runs and not runs.empty:  # a loaded sweep: the tuning stage, one configuration per preset
-        tuning = tuning_table(runs)
-        runs = select_frontier_runs(runs, tuning)
+    with warnings.catch_warnings(record=True) as caught:  # shown only when the sweep has a frontier
+        warnings.simplefilter("always")
+        runs = source if isinstance(source, pd.DataFrame) else load_runs(source)
+        tuning = tuning_table(runs) if "lr" in runs and not runs.empty else None  # a loaded sweep
+        runs = select_frontier_runs(runs, tuning) if "lr" in runs and not runs.empty else runs
     if runs.empty or not (runs.preset == BASELINE).any() or runs.groupby("preset").budget_steps.nunique().max() < 2:
         return None
-    return analyze(runs, tuning)
+    sec = analyze(runs, tuning)
+    for w in caught:
+        warnings.warn(str(w.message))
+        sec["frontier_analysis"]["notes"].append(str(w.message))
+    return sec
 
 
 # ----------------------------------------------------------------------------- markdown

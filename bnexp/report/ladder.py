@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
@@ -210,6 +211,7 @@ def next_batches(runs: pd.DataFrame, lad: Ladder, presets, seeds) -> tuple[list[
 
 
 def _doublings(first: int, cap: int, inclusive_first: bool = False) -> list[int]:
+    """``first`` (if ``inclusive_first``), 2 first, 4 first, ... up to ``cap``."""
     out, b = [], first if inclusive_first else 2 * first
     while b <= cap:
         out.append(b)
@@ -285,7 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # runs in progress or failed: the plan treats them as missing
         runs = load_runs(a.sweep_dir)  # an empty table for a folder that does not exist yet
