@@ -1,60 +1,91 @@
 #!/usr/bin/env bash
-# Reproduce the paper's Sec. 4.2 claims on CIFAR-10 in two stages, then report (docs/cifar/PLAN.md).
+# Reproduce the paper's Sec. 4.2 claims on CIFAR-10 as budget-accuracy frontiers (issue 19; design and
+# pass rule: docs/cifar/PLAN.md), then report.
 #
 #   scripts/reproduce_cifar.sh [extra Hydra overrides ...]
 #
-# Stage 1, the baseline's rate grid: +experiment=baseline at every rate of scale.lr_grid (conf/scale/)
-#   x SEEDS. The best rate (highest plateau accuracy: mean of the last evaluations, mean over seeds) is
-#   "the baseline". When it lies at an edge of the grid, one more rate beyond that edge (x or / 2.5) is
-#   run once and the choice repeated.
-# Stage 2, the other presets at multiples of that rate (scale.base_lr=<best>): bn_baseline, baseline_x5,
-#   baseline_sigmoid (the baseline's budget), bn_x5, bn_x30, bn_x5_sigmoid (their own, shorter budget)
-#   x SEEDS.
-# Both stages are Hydra multiruns through the joblib launcher, one torch thread per job; then
-# `bnexp report` writes the matched-accuracy Sec. 4.2 section (bnexp/report/sec42.py) and the rest.
-# Environment: SCALE (cpu | gpu, default cpu), JOBS (parallel jobs, default: number of cores),
-# SEEDS (default 0,1), LR_GRID (comma-separated rates, default scale.lr_grid), SWEEP_DIR (default
-# outputs/sweeps/cifar_<scale>, + <extra overrides> when there are any), BNEXP_DATA_ROOT (default
-# ../shared/data when it exists). The copy in ../shared/data is a non-canonical (re-encoded) copy of
-# CIFAR-10, so the script passes data.verify_checksums=false when it uses it; with the official files
-# set VERIFY_CHECKSUMS=true. Failed jobs: the report covers the rest and the script exits non-zero.
-# Re-running the same command completes only the runs without a finished summary.json.
+# Every (preset, budget, seed) is one run whose rate halves 5 times over its own budget
+# (trainer.max_steps=B optim.decay_rate=0.5 optim.decay_steps=B/5, 4 evaluations) on top of the
+# presets in conf/experiment/. The ladder decisions are made in Python from the runs already in the
+# sweep folder (bnexp/report/ladder.py: `python -m bnexp.report.ladder next|plan SWEEP_DIR ...`):
+#   stage 1: the baseline at 6k steps, rates 0.025, 0.04 x dropout 0, 0.3, seeds 0, 1; the winner is the
+#            highest seed-mean final test accuracy (its 6k runs are the ladder's 6k rung: same folder);
+#   stage 2: the winner at 3k, 6k, 12k, 24k steps, and 48k when 24k gains >= 0.5 points over 12k;
+#   stage 3: bn_baseline from 1.5k and bn_x5 from 375 steps (5x the winner's rate, no dropout, weight
+#            decay / 5), doubling until the frontier reaches the baseline's best seed-mean accuracy or the
+#            last doubling gains < 0.5 points, capped at the baseline's largest budget.
+# Each batch is one Hydra multirun through the joblib launcher (one torch thread per job), longest
+# budget first, so the parallel jobs of a batch (the seeds) finish together; then `bnexp report`
+# writes the frontier section (bnexp/report/frontier.py) and the rest, copied to DOCS_DIR.
+# Environment:
+#   SCALE      cpu | gpu (default cpu; gpu: a longer ladder and 3 seeds, not run yet)
+#   PRESETS    default (bn_baseline, bn_x5) | all (+ bn_x30, bn_x5_sigmoid, baseline_sigmoid) | NAME,NAME
+#   SEEDS      comma-separated seeds (default: the scale's ladder, 0,1 on cpu)
+#   JOBS       parallel jobs (default: number of cores; a multiple of it in seeds uses every core)
+#   LADDER     overrides of the ladder, e.g. "tune=40;baseline=20,40;cap=80;bn_x5=10;bn_baseline=20"
+#   DRY_RUN=1  print the planned runs, total steps and estimated wall time; train nothing
+#   STEPS_PER_S  one job's steps/s for DRY_RUN's estimate (default 15: docs/cifar/PLAN.md)
+#   SWEEP_DIR  default outputs/sweeps/cifar_frontier_<scale>, + <extra overrides> when there are any
+#   DOCS_DIR   where the report files are copied (default docs/cifar for the default cpu run, else none)
+#   BNEXP_DATA_ROOT, VERIFY_CHECKSUMS: as in scripts/_data_env.sh (the ../shared/data copy of CIFAR-10
+#   is re-encoded, so data.verify_checksums=false is passed for it).
+# Resumable: a second call skips the complete runs (bnexp skips a folder whose summary.json is finished
+# or diverged, and resumes an interrupted one from its checkpoint), so a cut sweep completes. Failed
+# jobs: the loop stops when a batch still misses runs after it ran; the report covers the rest and the
+# script exits non-zero. Extra overrides must not repeat the ladder's keys (max_steps, schedule, rate).
 set -euo pipefail
-rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
+rc=0
 cd "$(dirname "$0")/.."
 SCALE="${SCALE:-cpu}"
 JOBS="${JOBS:-$(nproc)}"
+PRESETS="${PRESETS:-default}"
 source scripts/_sweep_name.sh
-SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/cifar_${SCALE}$(sweep_suffix "$@")}"
-SEEDS="${SEEDS:-0,1}"
+SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/cifar_frontier_${SCALE}$(sweep_suffix "$@")}"
+if [[ -z "${DOCS_DIR+x}" ]]; then
+  DOCS_DIR=""
+  if [[ $# -eq 0 && "${SCALE}" == "cpu" && -z "${LADDER:-}" && -z "${SEEDS:-}" && "${PRESETS}" == "default" ]]; then
+    DOCS_DIR="docs/cifar"
+  fi
+fi
+PLAN=("${SWEEP_DIR}" --scale "${SCALE}" --presets "${PRESETS}")
+if [[ -n "${SEEDS:-}" ]]; then PLAN+=(--seeds "${SEEDS}"); fi
+if [[ -n "${LADDER:-}" ]]; then PLAN+=(--ladder "${LADDER}"); fi
+if [[ "${DRY_RUN:-0}" == "1" ]]; then
+  echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
+  exec python -m bnexp.report.ladder plan "${PLAN[@]}" --jobs "${JOBS}" --steps-per-s "${STEPS_PER_S:-15}"
+fi
 source scripts/_data_env.sh
 THREADS=1
 if [[ "${SCALE}" == "gpu" ]]; then THREADS=0; fi
-if [[ -z "${LR_GRID:-}" ]]; then
-  LR_GRID="$(python -c "from bnexp.config import compose_config
-print(','.join(f'{x:g}' for x in compose_config(['scale=${SCALE}']).scale.lr_grid))")"
-fi
 COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${SWEEP_DIR}"
-        "trainer.num_threads=${THREADS}" trainer.progress=false "data.verify_checksums=${VERIFY}"
-        "scale=${SCALE}" "seed=${SEEDS}")
+        "trainer.num_threads=${THREADS}" trainer.progress=false "data.verify_checksums=${VERIFY}" "scale=${SCALE}")
 start=$(date +%s)
-echo "stage 1: the baseline at rates ${LR_GRID}, seeds ${SEEDS}"
-bnexp train -m "${COMMON[@]}" +experiment=baseline "scale.base_lr=${LR_GRID}" "$@" || rc=$?
-if ! PICK="$(python -m bnexp.report.sec42 best-lr "${SWEEP_DIR}")"; then
-  bnexp report "${SWEEP_DIR}" || true
-  exit 1
-fi
-read -r BEST POSITION <<< "${PICK}"
-if [[ "${POSITION}" == "low-edge" || "${POSITION}" == "high-edge" ]]; then
-  EXTRA="$(python -c "print(f'{${BEST} * (2.5 if '${POSITION}' == 'high-edge' else 0.4):g}')")"
-  echo "the best rate ${BEST} is at the ${POSITION} of the grid: running the baseline at ${EXTRA} too"
-  bnexp train -m "${COMMON[@]}" +experiment=baseline "scale.base_lr=${EXTRA}" "$@" || rc=$?
-  read -r BEST POSITION <<< "$(python -m bnexp.report.sec42 best-lr "${SWEEP_DIR}")"
-fi
-echo "stage 2: the presets at multiples of the baseline's rate ${BEST} (${POSITION})"
-bnexp train -m "${COMMON[@]}" \
-  "+experiment=bn_baseline,baseline_x5,baseline_sigmoid,bn_x5,bn_x30,bn_x5_sigmoid" "scale.base_lr=${BEST}" "$@" || rc=$?
+previous=""
+while :; do
+  if ! batch="$(python -m bnexp.report.ladder next "${PLAN[@]}")"; then rc=2; break; fi
+  if [[ -z "${batch}" ]]; then break; fi
+  if [[ "${batch}" == "${previous}" ]]; then
+    echo "error: these runs are still missing after they ran (failed jobs, see above); stopping:" >&2
+    echo "${batch}" >&2
+    rc=1
+    break
+  fi
+  previous="${batch}"
+  while IFS= read -r line; do
+    if [[ "${line}" == "#"* ]]; then echo "${line#\# }"; continue; fi
+    read -ra OVERRIDES <<< "${line}"
+    bnexp train -m "${COMMON[@]}" "${OVERRIDES[@]}" "$@" < /dev/null || rc=$?
+  done <<< "${batch}"
+done
 end=$(date +%s)
 echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs, scale ${SCALE})"
-bnexp report "${SWEEP_DIR}"
+bnexp report "${SWEEP_DIR}" || rc=$?
+if [[ -n "${DOCS_DIR}" ]]; then
+  mkdir -p "${DOCS_DIR}"
+  for f in report.md report.json report.csv frontier.png accuracy_vs_steps.png percentiles.png stability.png; do
+    if [[ -f "${SWEEP_DIR}/${f}" ]]; then cp "${SWEEP_DIR}/${f}" "${DOCS_DIR}/${f}"; fi
+  done
+  echo "copied the report into ${DOCS_DIR}"
+fi
+echo "total wall time: $(( $(date +%s) - start )) s"
 exit "${rc}"

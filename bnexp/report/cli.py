@@ -28,15 +28,20 @@ def print_table(report: Report, console=None) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    d, sec, matched = report.data, report.data.get("ics"), report.data.get("sec42_matched")
+    d, sec, matched = report.data, report.data.get("ics"), report.data.get("matched_accuracy")
     out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(report)) + [""]
     if d["sec42"] and d["sec42"]["target"] is not None:
         out += [f"**{SEC42_TITLE}**", ""] + md(sec42_frame(d["sec42"])) + [""]
     out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
-    if matched:
-        out += [f"Sec. 4.2 target (tuned baseline lr={matched['grid']['best_lr']:g}, {matched['grid']['position']} "
-                f"of the grid): {100 * matched['target']:.2f}%", ""]
-        out += [f"- {line}" for line in [matched["pass_rule"]["text"]] + matched["claims"]] + [""]
+    if matched is not None:  # the Sec. 4.2 frontier headline (bnexp.report.frontier)
+        fa = d["frontier_analysis"]
+        out += [f"**Sec. 4.2 frontier**: a* = {100 * fa['target_accuracy']:.2f}% (baseline converged: "
+                f"{fa['baseline_converged']}); pass rule: {fa['pass_rule']['verdict']}", ""]
+        for p, m in matched.items():
+            s = ("not reached" if m["speedup"] is None
+                 else f"{'>= ' if m['speedup_is_lower_bound'] else ''}{m['speedup']:.2f}x")
+            out += [f"- {p}: S(a*) = {s}, pass: {m['pass']}"]
+        out += [""]
     if sec:
         t = ics_frames(report)
         out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 3]],
@@ -51,20 +56,16 @@ def print_table(report: Report, console=None) -> None:
 
 def report_files(report: Report) -> dict[Path, bytes]:
     """Every file of the report by its path in ``report.out_dir``: report.md/.csv/.json, the figures, the
-    ICS figures the ICS section draws and the Sec. 4.2 matched-accuracy figure."""
+    ICS figures the ICS section draws and the Sec. 4.2 frontier figure."""
     d = report.out_dir
     files = {d / name: data for name, data in render_files(report).items()}
     files.update({d / name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()})
     files.update({d / name: figure_png(ICS_PLOTS[name](report), 100)
                   for name in (report.data.get("ics") or {}).get("figures", [])})
-    if report.data.get("sec42_matched"):  # figures_sec42 writes its figure itself: drawn aside, then read
-        import tempfile
+    if report.data.get("matched_accuracy") is not None:
+        from bnexp.report.figures_frontier import FIGURE, frontier_figure
 
-        from bnexp.report.figures_sec42 import FIGURE, plot_matched_accuracy
-
-        with tempfile.TemporaryDirectory() as tmp:
-            plot_matched_accuracy(report, Path(tmp) / FIGURE)
-            files[d / FIGURE] = (Path(tmp) / FIGURE).read_bytes()
+        files[d / FIGURE] = figure_png(frontier_figure(report.data), 110)
     return files
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bnexp.report.best_rate import best_rate_md
-from bnexp.report.build import Report, matched_sec42
+from bnexp.report.build import Report
 from bnexp.report.fmt import format_acc, format_g, format_stat, format_target, md_table
 from bnexp.report.groups import format_value
 from bnexp.report.ics_stats import PROBE_KINDS, REL_LANDSCAPE_KEYS
@@ -16,6 +16,7 @@ from bnexp.report.noise_sweep import noise_strength_md
 from bnexp.report.figstyle import refs
 from bnexp.report.stats import STD_NOTE, target_key
 from bnexp.rundir import dumps
+from bnexp.report.frontier import frontier_markdown
 
 SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
 ICS_INTRO = (
@@ -183,8 +184,8 @@ def render_markdown(report: Report) -> str:
            f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
            "Steps to a target are averaged over the seeds that reached it; \"not reached (k/n)\": k of n completed "
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
-    if d.get("sec42_matched"):
-        out += matched_sec42.markdown(d["sec42_matched"])
+    if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
+        out += frontier_markdown(d)
     if d["sec42"]:
         out += _sec42_md(d["sec42"])
     out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""]

@@ -1,0 +1,399 @@
+"""Paper Sec. 4.2 on CIFAR-10 as a budget-accuracy frontier (issue 19; design: docs/cifar/PLAN.md).
+
+A preset's speed is the smallest training budget at which it reaches a given test accuracy, each run
+annealing its rate over its own budget. Definitions (accuracies are fractions, budgets SGD steps):
+
+* *runs table*: one row per (preset, budget_steps, seed) with its final_test_accuracy (full test set
+  after the last step) and final_train_accuracy (the last evaluation's running training accuracy,
+  over the mini-batches since the previous evaluation). A **diverged** run counts as chance
+  (:data:`CHANCE`, 10 classes) for both: the recipe at that budget produced a network that
+  predicts nothing, and leaving it out would raise the frontier exactly where training failed.
+  Unfinished runs (running, interrupted, failed) are left out with a warning (and a note in the report).
+* *frontier* of a preset: seed-mean final test accuracy vs budget (each seed's frontier alike).
+* *B(a)*: the budget at which a frontier first reaches accuracy ``a``, linearly interpolated in
+  log2(budget) between the two ladder points around the first crossing; undefined (None) where the
+  frontier never reaches ``a`` (never extrapolated); *censored* when ``a`` is already reached at the
+  smallest budget (B(a) is then at most that budget).
+* *S(a) = B_baseline(a) / B_preset(a)* over every ``a`` both frontiers reach; censored points are
+  bounds (preset censored: S >= value; baseline censored: S <= value; both: left out).
+* *a\\**: the baseline's best seed-mean frontier accuracy; the headline is S(a*) on the seed-mean
+  frontiers, ">= x" when a* is reached at the preset's smallest budget. Per seed s: seed s of the
+  baseline with seed s of the preset, at that baseline seed's own best accuracy a*_s (a fixed a*
+  would be out of reach of any baseline seed below the seed mean).
+* *converged*: the baseline's last ladder doubling gains < :data:`GAIN` (0.5 points); otherwise
+  S(a*) is measured at the best accuracy reached so far.
+* *pass rule* (PLAN.md, before the run): S(a*) >= :data:`PASS_FACTOR` for ``bn_x5``. The other Sec. 4.2
+  claims (:data:`CLAIMS`) use the same machinery.
+
+Entry points: :func:`frontier_section` (sweep folder or runs table -> report dict), :func:`frontier_markdown`,
+``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from bnexp.rundir import read_jsonl, read_summary
+
+CHANCE = 0.10
+GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
+TRAINS, TOL = 0.05, 1e-9  # "trains": best >= chance + 5 points; accuracy >= a - TOL counts as reached
+BASELINE = "baseline"
+COLUMNS = ["preset", "budget_steps", "seed", "final_test_accuracy", "final_train_accuracy"]
+ORDER = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "baseline_sigmoid", "baseline_x5"]
+CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / Sec. 4.2.2)
+    "bn_x5": "pass rule: S(a*) >= 5 on the seed-mean frontiers (paper: 14.7x fewer steps to Inception's 72.2%)",
+    "bn_baseline": "faster than the baseline: S(a*) > 1 (paper: 2.3x)",
+    "bn_x30": "higher accuracy than bn_x5 at their largest common budget (paper: 74.8% vs 73.0%; 11.5x)",
+    "bn_x5_sigmoid": "trains (best >= chance + 5 points) where baseline_sigmoid does not (paper: 69.8% vs untrainable)",
+    "baseline_sigmoid": "does not train: best < chance + 5 points (paper: the sigmoid net without BN)",
+    "baseline_x5": "does not train at 5x the rate: best < chance + 5 points (paper: diverges)",
+}
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
+    """The runs table of a sweep folder: every run directory (a folder with summary.json) whose
+    summary names an ``experiment`` preset.
+
+    Returns:
+        DataFrame with :data:`COLUMNS` plus ``status``, ``lr`` (the run's rate), ``base_lr``,
+        ``dropout``, ``weight_decay`` (from the run's resolved config.yaml, NaN when absent) and
+        ``run_dir``; diverged runs at :data:`CHANCE`. Unfinished runs are left out with a warning.
+    """
+    rows = []
+    for path in sorted(Path(sweep_dir).rglob("summary.json")):
+        d = path.parent
+        s = read_summary(d) or {}
+        if not s.get("experiment") or not isinstance(s.get("max_steps"), int):
+            continue
+        status = s.get("status")
+        if status == "finished":
+            recs = [r for r in read_jsonl(d / "metrics.jsonl") if r.get("train_accuracy") is not None]
+            test, train = s.get("final_test_accuracy"), (recs[-1]["train_accuracy"] if recs else None)
+        elif status == "diverged":
+            test = train = CHANCE
+        else:
+            warnings.warn(f"{d}: status {status!r}, left out of the frontier (re-run the sweep to complete it)")
+            continue
+        try:
+            cfg = yaml.safe_load((d / "config.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            cfg = {}
+        num = lambda v: float(v) if isinstance(v, (int, float)) else math.nan  # noqa: E731
+        rows.append({"preset": s["experiment"], "budget_steps": int(s["max_steps"]), "seed": int(s.get("seed", 0)),
+                     "final_test_accuracy": num(test), "final_train_accuracy": num(train), "status": status,
+                     "lr": num(s.get("lr")), "base_lr": num((cfg.get("scale") or {}).get("base_lr")),
+                     "dropout": num((cfg.get("model") or {}).get("dropout")),
+                     "weight_decay": num((cfg.get("optim") or {}).get("weight_decay")), "run_dir": str(d)})
+    return pd.DataFrame(rows, columns=COLUMNS + ["status", "lr", "base_lr", "dropout", "weight_decay", "run_dir"])
+
+
+def _config(df: pd.DataFrame) -> pd.Series:
+    """A configuration label per row: rate, dropout, weight decay (a loaded sweep's columns)."""
+    return df.apply(lambda r: f"lr={r.lr:g}, dropout={r.dropout:g}, weight decay={r.weight_decay:g}", axis=1)
+
+
+def tuning_table(runs: pd.DataFrame) -> dict | None:
+    """The baseline's tuning stage: its configurations at the budget where most of them ran (>= 2).
+
+    Returns:
+        None without such a budget; else {"budget_steps", "rows": [{"lr", "dropout", "seeds",
+        "mean_test_accuracy", "per_seed"}] by rate and dropout, "winner": index of the highest seed-mean
+        final test accuracy (the first of equals), "config": the winner's label}.
+    """
+    base = runs[runs.preset == BASELINE]
+    if base.empty or "lr" not in base:
+        return None
+    base = base.assign(config=_config(base))
+    counts = base.groupby("budget_steps").config.nunique()
+    if counts.max() < 2:
+        return None
+    budget = int(counts[counts == counts.max()].index.min())
+    at = base[base.budget_steps == budget]
+    rows = [{"lr": float(g.lr.iloc[0]), "dropout": float(g.dropout.iloc[0]), "config": cfg, "seeds": len(g),
+             "mean_test_accuracy": float(g.final_test_accuracy.mean()),
+             "per_seed": {str(int(k)): float(v) for k, v in zip(g.seed, g.final_test_accuracy)}}
+            for cfg, g in at.groupby("config", sort=False)]
+    rows.sort(key=lambda r: (r["lr"], r["dropout"]))
+    win = max(range(len(rows)), key=lambda i: (rows[i]["mean_test_accuracy"], -i))
+    return {"budget_steps": budget, "rows": rows, "winner": win, "config": rows[win]["config"]}
+
+
+def select_frontier_runs(runs: pd.DataFrame, tuning: dict | None) -> pd.DataFrame:
+    """One configuration per preset: the baseline's tuning winner (else its most frequent configuration),
+    for every other preset its most frequent one (a warning when a preset has several)."""
+    cfg = _config(runs)
+    keep = pd.Series(False, index=runs.index)
+    for preset, idx in runs.groupby("preset").groups.items():
+        counts = cfg[idx].value_counts()
+        chosen = tuning["config"] if preset == BASELINE and tuning else counts.index[0]
+        if len(counts) > 1 and not (preset == BASELINE and tuning):
+            warnings.warn(f"{preset}: {len(counts)} configurations in the sweep; the frontier uses {chosen!r}")
+        keep[idx] = cfg[idx] == chosen
+    out = runs[keep]
+    dup = out.duplicated(["preset", "budget_steps", "seed"])
+    if dup.any():
+        warnings.warn(f"{int(dup.sum())} duplicate (preset, budget, seed) runs: the first of each is used")
+    return out[~dup]
+
+
+# ----------------------------------------------------------------------------- frontier arithmetic
+
+
+def mean_frontier(runs: pd.DataFrame, preset: str, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(budgets ascending, accuracies) of a preset's seed-mean frontier, or of one seed's."""
+    sel = runs[(runs.preset == preset) & ((runs.seed == seed) if seed is not None else True)]
+    f = sel.groupby("budget_steps").final_test_accuracy.mean().sort_index()
+    return f.index.to_numpy(dtype=float), f.to_numpy(dtype=float)
+
+
+def budget_to_reach(budgets, accs, a: float) -> tuple[float | None, bool]:
+    """B(a): (budget, censored). Linear in log2(budget) between the ladder points around the first
+    point at or above ``a``; (None, False) when never reached; (smallest budget, True) when the first
+    point already reaches it (the true B(a) is then at most that budget)."""
+    b, y = np.asarray(budgets, float), np.asarray(accs, float)
+    hit = np.flatnonzero(y >= a - TOL)
+    if hit.size == 0:
+        return None, False
+    i = int(hit[0])
+    if i == 0:
+        return float(b[0]), True
+    t = (a - y[i - 1]) / (y[i] - y[i - 1])
+    return float(2.0 ** (np.log2(b[i - 1]) + t * (np.log2(b[i]) - np.log2(b[i - 1])))), False
+
+
+def speedup_at(base: tuple, pre: tuple, a: float) -> dict:
+    """S(a) of two frontiers (budgets, accs): {"accuracy", "budget_baseline", "budget_preset", "speedup",
+    "bound": "exact" | "lower" | "upper" | "unknown" | None}; speedup None where either never reaches ``a``."""
+    bb, cb = budget_to_reach(*base, a)
+    bp, cp = budget_to_reach(*pre, a)
+    s = bb / bp if bb is not None and bp is not None else None
+    bound = None if s is None else {(False, False): "exact", (False, True): "lower", (True, False): "upper",
+                                    (True, True): "unknown"}[(cb, cp)]
+    return {"accuracy": a, "budget_baseline": bb, "budget_preset": bp, "speedup": s, "bound": bound}
+
+
+def speedup_curve(base: tuple, pre: tuple, points: int = 101) -> list[dict]:
+    """S(a) on ``points`` accuracies from the lower of the two frontiers' minima to the highest accuracy
+    both reach; points where both B are censored (no information) are left out."""
+    if not len(base[1]) or not len(pre[1]):
+        return []
+    lo, hi = min(base[1].min(), pre[1].min()), min(base[1].max(), pre[1].max())
+    grid = np.linspace(lo, hi, points) if hi > lo else np.array([hi])
+    return [p for p in (speedup_at(base, pre, float(a)) for a in grid) if p["bound"] not in (None, "unknown")]
+
+
+def last_gain(budgets, accs) -> float | None:
+    """Accuracy gained by the last step of a ladder (a doubling in scripts/reproduce_cifar.sh): the last
+    point minus the one before it; None with fewer than two points."""
+    return float(accs[-1] - accs[-2]) if len(accs) >= 2 else None
+
+
+# ----------------------------------------------------------------------------- the section
+
+
+def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | None) -> bool | None:
+    best = presets[preset]["best"]
+    if preset == "bn_x5":  # S(a*) >= 5; a lower bound below 5 decides nothing
+        ok = s is not None and s["speedup"] is not None and s["speedup"] >= PASS_FACTOR - TOL
+        return True if ok else (None if s and s["bound"] == "lower" else False)
+    if preset == "bn_baseline":
+        return bool(s and s["speedup"] is not None and s["speedup"] > 1)
+    if preset == "bn_x30":
+        return None if x5_vs_x30 is None else bool(x5_vs_x30[1] > x5_vs_x30[0])
+    if preset == "bn_x5_sigmoid":
+        ref = presets.get("baseline_sigmoid")
+        return None if ref is None else bool(best >= CHANCE + TRAINS and ref["best"] < CHANCE + TRAINS)
+    if preset in ("baseline_sigmoid", "baseline_x5"):
+        return bool(best < CHANCE + TRAINS)
+    return None
+
+
+def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
+    """The frontier section of a runs table (:data:`COLUMNS`; one configuration per preset).
+
+    Returns:
+        {"frontier": rows with exactly :data:`COLUMNS`, "matched_accuracy": {preset (not the baseline):
+        {"target_accuracy": a*, "baseline_converged": bool | None (None: one rung), "speedup": S(a*) or
+        None (never reached), "speedup_is_lower_bound", "speedup_per_seed": {seed as str: S at a*_s or
+        None}, "pass": bool | None (None: undecidable, e.g. a reference preset is missing)}},
+        "frontier_analysis": targets, per-preset frontiers, S(a) curves, per-seed details, tuning, verdict}.
+
+    Raises:
+        ValueError: without baseline runs, or with a missing column.
+    """
+    missing = [c for c in COLUMNS if c not in runs]
+    if missing:
+        raise ValueError(f"the runs table lacks the column(s) {missing}")
+    if not (runs.preset == BASELINE).any():
+        raise ValueError("the runs table has no baseline runs: the frontier speedup needs them")
+    rank = {p: i for i, p in enumerate(ORDER)}
+    runs = runs.sort_values(["preset", "budget_steps", "seed"], key=lambda c: c.map(rank).fillna(99)
+                            if c.name == "preset" else c)
+    names = list(dict.fromkeys(runs.preset))
+    presets = {}
+    for p in names:
+        b, y = mean_frontier(runs, p)
+        n = runs[runs.preset == p].groupby("budget_steps").seed.nunique().sort_index()
+        presets[p] = {"budgets": [int(v) for v in b], "mean_test_accuracy": [float(v) for v in y],
+                      "seeds": [int(v) for v in n], "best": float(y.max()), "last_gain": last_gain(b, y)}
+    base = mean_frontier(runs, BASELINE)
+    a_star = float(base[1].max())
+    gain = presets[BASELINE]["last_gain"]
+    converged = None if gain is None else bool(gain < GAIN)
+    x5, x30 = presets.get("bn_x5"), presets.get("bn_x30")
+    common = sorted(set(x5["budgets"]) & set(x30["budgets"])) if x5 and x30 else []
+    x5_vs_x30 = None if not common else tuple(
+        presets[p]["mean_test_accuracy"][presets[p]["budgets"].index(common[-1])] for p in ("bn_x5", "bn_x30"))
+    seeds_b = sorted(runs[runs.preset == BASELINE].seed.unique())
+    matched, details = {}, {}
+    for p in names:
+        if p == BASELINE:
+            continue
+        pre = mean_frontier(runs, p)
+        head = speedup_at(base, pre, a_star)
+        per_seed = []
+        for s in sorted(set(seeds_b) & set(runs[runs.preset == p].seed.unique())):
+            bs = mean_frontier(runs, BASELINE, s)
+            one = speedup_at(bs, mean_frontier(runs, p, s), float(bs[1].max()))
+            per_seed.append({"seed": int(s), **one})
+        vals = [d["speedup"] for d in per_seed if d["speedup"] is not None]
+        matched[p] = {"target_accuracy": a_star, "baseline_converged": converged, "speedup": head["speedup"],
+                      "speedup_is_lower_bound": head["bound"] == "lower",
+                      "speedup_per_seed": {str(d["seed"]): d["speedup"] for d in per_seed},
+                      "pass": _claim_pass(p, head, presets, x5_vs_x30)}
+        details[p] = {"headline": head, "per_seed": per_seed, "range": [min(vals), max(vals)] if vals else None,
+                      "claim": CLAIMS.get(p), "curve": speedup_curve(base, pre)}
+        if p == "bn_x30" and x5_vs_x30:
+            details[p]["x5_vs_x30"] = {"budget_steps": common[-1], "bn_x5": x5_vs_x30[0], "bn_x30": x5_vs_x30[1]}
+    b_star, cens = budget_to_reach(*base, a_star)
+    notes = [f"{p}: the seed counts differ between budgets ({v['seeds']})" for p, v in presets.items()
+             if len(set(v["seeds"])) > 1]
+    if cens:
+        notes.append("the baseline's best accuracy is at its smallest budget: no S(a*) is more than an upper bound")
+    x5m = matched.get("bn_x5")
+    verdict = "n/a" if x5m is None else {True: "PASS", False: "FAIL", None: "UNDECIDED"}[x5m["pass"]]
+    frontier = [{k: (int(r[k]) if k in ("budget_steps", "seed") else r[k]) for k in COLUMNS}
+                for r in runs[COLUMNS].to_dict("records")]
+    return {"frontier": frontier, "matched_accuracy": matched, "frontier_analysis": {
+        "target_accuracy": a_star, "target_budget": b_star, "baseline_converged": converged,
+        "baseline_last_gain": gain, "tuning": tuning, "presets": presets, "speedup": details,
+        "pass_rule": {"verdict": verdict, "factor": PASS_FACTOR}, "notes": notes}}
+
+
+def frontier_section(source) -> dict | None:
+    """The frontier section of a sweep folder (``str``/``Path``) or of a runs table (DataFrame).
+
+    Returns:
+        :func:`analyze`'s dict; None unless the sweep has baseline runs and some preset ran at two or
+        more budgets (a single-budget sweep has no frontier).
+    """
+    with warnings.catch_warnings(record=True) as caught:  # shown only when the sweep has a frontier
+        warnings.simplefilter("always")
+        runs = source if isinstance(source, pd.DataFrame) else load_runs(source)
+        tuning = tuning_table(runs) if "lr" in runs and not runs.empty else None  # a loaded sweep
+        runs = select_frontier_runs(runs, tuning) if "lr" in runs and not runs.empty else runs
+    if runs.empty or not (runs.preset == BASELINE).any() or runs.groupby("preset").budget_steps.nunique().max() < 2:
+        return None
+    sec = analyze(runs, tuning)
+    for w in caught:
+        warnings.warn(str(w.message))
+        sec["frontier_analysis"]["notes"].append(str(w.message))
+    return sec
+
+
+# ----------------------------------------------------------------------------- markdown
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None or v != v else f"{100 * v:.2f}"  # v != v: NaN
+
+
+def _x(v: float | None, bound: str | None = "exact") -> str:
+    """A speedup as text: "not reached", ">= x" (preset censored), "<= x" (baseline censored), "~x (?)" (both)."""
+    pre = {"lower": ">= ", "upper": "<= ", "unknown": "~"}.get(bound or "", "")
+    return "not reached" if v is None else f"{pre}{v:.2f}x" + (" (both bounds)" if bound == "unknown" else "")
+
+
+def frontier_markdown(section: dict) -> list[str]:
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data)."""
+    fa, ma = section["frontier_analysis"], section["matched_accuracy"]
+    a_star = fa["target_accuracy"]
+    out = ["## Sec. 4.2 on CIFAR-10: budget-accuracy frontier", "",
+           "Each run anneals its rate over its own budget; its point on the frontier is its final test accuracy. "
+           "B(a) = the budget at which a frontier first reaches a (linear in log2 budget between rungs, never "
+           "extrapolated); speedup S(a) = B_baseline(a) / B_preset(a).", ""]
+    t = fa.get("tuning")
+    if t:
+        tab = pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
+                             "seed-mean final test acc (%)": _pct(r["mean_test_accuracy"]),
+                             "per seed (%)": " / ".join(_pct(v) for v in r["per_seed"].values())} for r in t["rows"]])
+        out += [f"**Baseline tuning** at {t['budget_steps']:,} steps (rate x dropout; the ladder uses the winner, "
+                f"{t['config']}):", "", tab.to_markdown(index=False), ""]
+    fr = pd.DataFrame(section["frontier"])
+    piv = fr.pivot_table(index=["preset", "budget_steps"], columns="seed", values="final_test_accuracy")
+    piv = piv.sort_index(key=lambda c: c.map({p: i for i, p in enumerate(ORDER)}).fillna(99) if c.name == "preset" else c)
+    tab = pd.DataFrame({"preset": [i[0] for i in piv.index], "budget (steps)": [f"{i[1]:,}" for i in piv.index],
+                        "seed mean (%)": [_pct(v) for v in piv.mean(axis=1)]})
+    for s in piv.columns:
+        tab[f"seed {s} (%)"] = [_pct(v) for v in piv[s]]
+    out += ["**Frontiers** (final test accuracy):", "", tab.to_markdown(index=False), ""]
+    gain = fa["baseline_last_gain"]
+    conv = ("n/a (one rung)" if gain is None else
+            f"its last doubling gained {100 * gain:+.2f} points: " + ("**converged** (< 0.5)." if fa["baseline_converged"]
+            else "**not converged** (>= 0.5): every S(a*) is measured at the best accuracy reached so far."))
+    out += [f"Target a* = the baseline's best seed-mean frontier accuracy, **{_pct(a_star)}%** "
+            f"(B_baseline(a*) = {fa['target_budget']:,.0f} steps). Baseline: {conv}", ""]
+    rows = []
+    for p, m in ma.items():
+        d = fa["speedup"][p]
+        h, rng = d["headline"], d["range"]
+        per = ", ".join(f"seed {x['seed']}: {_x(x['speedup'], x['bound'])}" for x in d["per_seed"])
+        rows.append({"preset": p, "B_preset(a*) (steps)": "not reached" if h["budget_preset"] is None
+                     else f"{'<= ' if h['bound'] in ('lower', 'unknown') else ''}{h['budget_preset']:,.0f}",
+                     "S(a*)": _x(m["speedup"], h["bound"]),
+                     "per seed (at each seed's a*_s)": per + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x" if rng else ""),
+                     "claim": d["claim"] or "", "pass": {True: "yes", False: "no", None: "undecided"}[m["pass"]]})
+    if rows:
+        out += ["**Matched-accuracy speedup at a***:", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+    x30 = (fa["speedup"].get("bn_x30") or {}).get("x5_vs_x30")
+    if x30:
+        out += [f"bn_x30 vs bn_x5 at {x30['budget_steps']:,} steps: {_pct(x30['bn_x30'])}% vs {_pct(x30['bn_x5'])}%.", ""]
+    pr = fa["pass_rule"]
+    if pr["verdict"] != "n/a":
+        m = ma["bn_x5"]
+        out += [f"**Pass rule** (docs/cifar/PLAN.md, stated before the run: bn_x5 reaches a* with at most 1/5 of "
+                f"the baseline's budget, S(a*) >= {PASS_FACTOR:g} on the seed-mean frontiers): **{pr['verdict']}**, "
+                f"S(a*) = {_x(m['speedup'], fa['speedup']['bn_x5']['headline']['bound'])}"
+                + ("" if fa["baseline_converged"] else " (baseline not converged: measured at its best accuracy so far)")
+                + ".", ""]
+    out += ["![Frontiers on a log2 budget axis and the speedup curve S(a)](frontier.png)", ""]
+    out += [f"- note: {n}" for n in fa["notes"]] + ([""] if fa["notes"] else [])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bnexp.report.frontier SWEEP_DIR``: print the frontier section's markdown; exit 2 with one
+    message when the folder has no frontier (no baseline, or no preset at two or more budgets)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    sec = frontier_section(args[0]) if len(args) == 1 and Path(args[0]).is_dir() else None
+    if sec is None:
+        print("error: usage: python -m bnexp.report.frontier SWEEP_DIR, a folder with baseline runs and a preset "
+              "at two or more budgets", file=sys.stderr)
+        return 2
+    print("\n".join(frontier_markdown(sec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
