@@ -414,7 +414,11 @@ def check_output_location(args: list[str]) -> str | None:
 
 
 def _parse_flags(args: list[str]):
-    """Hydra's own command-line flags and the overrides, read with Hydra's parser.
+    """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
+    overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
+
+    Returns:
+        (the parsed flags, the arguments for Hydra: the overrides first, then the flags).
 
     Raises:
         UserError: an unknown flag, or flags that do not go together (``-m`` with ``--cfg``).
@@ -427,7 +431,7 @@ def _parse_flags(args: list[str]):
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parsed = get_args_parser().parse_args(args)
+            parsed = get_args_parser().parse_intermixed_args(args)
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
         raise UserError(f"{why} (bnexp train --help lists the options)") from None
@@ -435,7 +439,10 @@ def _parse_flags(args: list[str]):
         flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"
         raise UserError(f"{flag} shows one run's config and cannot be combined with -m/--multirun: drop -m and "
                         "give one value per key to see a sweep job's config.")
-    return parsed
+    flags = list(args)
+    for o in parsed.overrides:
+        flags.remove(o)
+    return parsed, list(parsed.overrides) + flags
 
 
 def train_main(args: list[str]) -> int:
@@ -451,8 +458,7 @@ def train_main(args: list[str]) -> int:
     if not CONF_DIR.is_dir():
         raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
                         "with pip install -e .")
-    args = quote_bn_overrides(args)
-    flags = _parse_flags(args)
+    flags, args = _parse_flags(quote_bn_overrides(args))
     parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
     if flags.help:
         from bnexp.usage import train_help

@@ -453,13 +453,13 @@ def describe(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:
 
 
 def _as_override(value: Any) -> str:
-    """A value as it is written on the command line: ``null``, ``true``, ``[100, 100]``, ``1e-05``."""
+    """A value as it is written on the command line: ``null``, ``true``, ``[100,100]``, ``1e-05``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_as_override(v) for v in value) + "]"
+        return "[" + ",".join(_as_override(v) for v in value) + "]"
     return value.name if isinstance(value, Enum) else str(value)
 
 

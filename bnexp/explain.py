@@ -169,6 +169,8 @@ def explain(exc: BaseException) -> str | None:
         line = re.search(r"remove \+ prefix: '([^']+)'", text)
         return (f"{m.group(1)} exists already: set it without the + (a + adds a new key), as in "
                 f"{line.group(1) if line else m.group(1) + '=VALUE'}.")
+    if override and override.startswith("~") and "does not support deletion" in str(cause):
+        return f"cannot delete {override[1:]}: it is a key of the schema, which every run needs (drop {override})."
     if isinstance(exc, ConfigCompositionException) and first.startswith("Ambiguous value for argument"):
         arg = re.search(r"'(.+)'", first).group(1)
         key, _, value = arg.partition("=")
