@@ -418,7 +418,8 @@ def _parse_flags(args: list[str]):
     overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
 
     Returns:
-        (the parsed flags, the arguments for Hydra: the overrides first, then the flags).
+        (the parsed flags, the arguments for Hydra: the flags, each as ``--name`` or ``--name=value``,
+        then the overrides).
 
     Raises:
         UserError: an unknown flag, or flags that do not go together (``-m`` with ``--cfg``).
@@ -429,9 +430,10 @@ def _parse_flags(args: list[str]):
     from hydra._internal.utils import get_args_parser
 
     err = io.StringIO()
+    parser = get_args_parser()
     try:
         with contextlib.redirect_stderr(err):
-            parsed = get_args_parser().parse_intermixed_args(args)
+            parsed = parser.parse_intermixed_args(args)
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
         raise UserError(f"{why} (bnexp train --help lists the options)") from None
@@ -439,10 +441,13 @@ def _parse_flags(args: list[str]):
         flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"
         raise UserError(f"{flag} shows one run's config and cannot be combined with -m/--multirun: drop -m and "
                         "give one value per key to see a sweep job's config.")
-    flags = list(args)
-    for o in parsed.overrides:
-        flags.remove(o)
-    return parsed, list(parsed.overrides) + flags
+    flags = []
+    for action in parser._actions:
+        value = getattr(parsed, action.dest, None)
+        if action.option_strings and action.dest != "overrides" and value not in (None, False, action.default):
+            name = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+            flags.append(name if value is True else f"{name}={value}")
+    return parsed, flags + list(parsed.overrides)
 
 
 def train_main(args: list[str]) -> int:
