@@ -540,11 +540,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         from bnexp.explain import explain
 
-        message = explain(exc)
-        if message is None:
+        message = None if _raised_in_a_job(exc) else explain(exc)
+        if message is None:  # an internal error: its traceback
             raise
         _print_error(message)
         return 2
+
+
+def _raised_in_a_job(exc: BaseException) -> bool:
+    """True when ``exc`` came out of :func:`run_job`, which handles every user error itself: what
+    escapes it is internal, even an OmegaConf error."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is run_job.__code__:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _main(argv: list[str]) -> int:

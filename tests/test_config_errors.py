@@ -165,3 +165,26 @@ def test_ctrl_c_at_any_phase_exits_130_without_traceback(tmp_path, data_root, de
     assert p.returncode == 130, (out, err)
     assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
     assert err.count("bnexp: error: interrupted") == 1, err
+
+
+def test_an_omegaconf_error_inside_a_job_is_internal_and_keeps_its_traceback(tmp_path, monkeypatch):
+    """What escapes the job (user errors are handled there) is a bug: never worded as a user error."""
+    import logging
+
+    from omegaconf.errors import ConfigKeyError
+
+    def bug(*args, **kwargs):
+        raise ConfigKeyError("a bug in bnexp")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_lead", bug)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(ConfigKeyError, match="a bug in bnexp"):
+            cli.main(["train", f"hydra.run.dir={tmp_path / 'run'}"])
+    finally:  # Hydra configured the job's logging in this process
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:], root.level = handlers, level
