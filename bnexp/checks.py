@@ -164,14 +164,19 @@ def cross_checks(cfg) -> None:
     """The checks that span several keys, after every field passed its own check.
 
     Raises:
-        ConfigError: mini-batches of 1 with BN on (paper Sec. 3.1: BN needs m > 1); more pooling
-            stages than the images allow; the monitored unit outside the last hidden layer; a
-            mini-batch or probe larger than the data set; a run that does not fit in memory.
+        ConfigError: mini-batches (or a BN-normalized probe) of 1 with BN on (paper Sec. 3.1: BN
+            needs m > 1); more pooling stages than the images allow; the monitored unit outside the
+            last hidden layer; a mini-batch or probe larger than the data set; a run that does not
+            fit in memory.
     """
     t, m, data = cfg.trainer, cfg.model, cfg.data.name
     if cfg.bn.enabled and t.batch_size < 2:
         raise ConfigError("trainer.batch_size", t.batch_size, "with bn=true the mini-batch size must be >= 2, "
                           "since BN normalizes over the mini-batch and needs m > 1 (paper Sec. 3.1)")
+    if cfg.bn.enabled and cfg.monitor.bn_stats != "population" and t.probe_size < 2:
+        raise ConfigError("trainer.probe_size", t.probe_size, "with bn=true the shift monitor normalizes the probe "
+                          "with its own mini-batch statistics, which need >= 2 images (or use "
+                          "monitor.bn_stats=population)")
     if m.name == "cnn" and len(m.channels) > max_pooling_stages(data):
         shape = input_shape(data)
         raise ConfigError("model.channels", list(m.channels),

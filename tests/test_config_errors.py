@@ -118,6 +118,7 @@ def test_added_or_deleted_keys_are_refused(overrides, needle):
     ("model.init=xavier", "model.init", "kaiming"),
     ("scale.evals=0", "scale.evals", "must be >= 1"),  # checked before the presets divide by it
     ("seed=-1", "seed", "[0, 2^62)"),
+    ("trainer.probe_size=1", "trainer.probe_size", ">= 2 images"),  # BN over a probe of one image
 ])
 def test_field_ranges_from_the_schema(override, key, allowed):
     cfg = compose_config(["+experiment=bn_x5", override] if override.startswith("scale.") else [override])
