@@ -74,6 +74,8 @@ def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
                 f"({previous}), the shell split that value at a space: {QUOTE_HINT}.")
     if "=" not in line and not line.startswith("~"):
         return f"cannot read the override {line!r}: it is not key=value (e.g. lr=0.1, model=cnn)."
+    if line.count("'") % 2 or line.count('"') % 2:
+        return f"cannot read the override {line!r}: a quote is not closed ({QUOTE_HINT})."
     return f"cannot read the override {line!r} ({reason}): {QUOTE_HINT}."
 
 

@@ -60,6 +60,7 @@ def _one_error_line(text: str) -> str:
     # the grammar: an override the shell split at a space, a character that needs quotes
     (["data.root=/tmp/my", "data"], ["'data'", "data.root=/tmp/my", "quoted", "data.root=\"/tmp/my data\""]),
     (["data.root=/tmp/(x"], ["data.root=/tmp/(x", "quoted"]),
+    (["data.root='/tmp/x"], ["data.root='/tmp/x", "a quote is not closed"]),
     # a key given twice: both values
     (["lr=0.1", "lr=0.2"], ["lr is given twice", "lr=0.1", "lr=0.2"]),
     (["bn=true", "bn=false"], ["bn is given twice", "bn='true'", "bn='false'"]),
