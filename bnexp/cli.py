@@ -1,72 +1,45 @@
 """The ``bnexp`` command line: ``bnexp train [-m] [overrides]`` and ``bnexp report SWEEP_DIR``.
 
-``bnexp train`` is a Hydra application: Hydra owns the override syntax, multirun
-(``-m``), launchers and ``--help``. The one thing done before Hydra sees the
-arguments: ``bn`` is a config group whose options are named ``true`` and
-``false``, and Hydra's grammar would read a bare ``true`` as a boolean, so the
-values of ``bn=...`` overrides are quoted (``bn=true,false`` -> ``bn='true','false'``).
+``bnexp train`` is a Hydra application: Hydra owns the override syntax, multirun (``-m``) and
+launchers. Before Hydra sees the arguments, bnexp reads them itself (:mod:`bnexp.explain`): the
+values of ``bn=...`` overrides are quoted (``bn`` is a config group whose options are named
+``true`` and ``false``, which Hydra's grammar would read as booleans), an override Hydra cannot
+read is named with a hint to quote it, a key given twice is refused, and ``--help`` lists every
+key with its default and description (from the schemas in :mod:`bnexp.config`).
 
-Exit codes: 0 success; 2 a user error (bad override or config value, missing or
-corrupt data, unwritable output folder), printed as one paragraph without a
-traceback; 1 an internal error, with its traceback.
+Errors: :func:`main` is the one place that turns an error into one ``bnexp: error: ...`` line:
+a :class:`~bnexp.errors.UserError`, or an error of Hydra's composition or OmegaConf (a wrong
+type, an unknown key or group option), worded by :func:`bnexp.explain.explain`.
+Exit codes: 0 success; 1 a sweep with failed jobs (listed at its end, :mod:`bnexp.sweepjobs`),
+or an internal error, with its traceback; 2 a user error; 130 Ctrl-C (one line, no traceback,
+at any phase), 128 + N another signal N.
+
+The module imports only the standard library at load time, so that even a Ctrl-C during the
+imports of a starting ``bnexp`` (Hydra, torch) is caught by :func:`main`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
 
 import bnexp
-from bnexp.config import CONF_DIR, quote_bn_overrides
 from bnexp.errors import UserError
 
 log = logging.getLogger("bnexp")
-
-USAGE = """\
-bnexp {version}: reproduce and explain Batch Normalization (Ioffe & Szegedy, 2015).
-
-Usage:
-  bnexp train [key=value ...]        one training run (defaults: the paper's Fig. 1 MNIST setup)
-  bnexp train -m key=v1,v2 ...       a Hydra multirun (sweep) over the given values
-  bnexp train --help                 every config group and option with its default
-  bnexp report SWEEP_DIR             tables and figures from a sweep's run directories
-
-Config groups:
-{groups}
-Top-level switches: bn=true|false|noisy  act=sigmoid|relu  lr=FLOAT  seed=INT
-Examples:
-  bnexp train
-  bnexp train model=cnn bn=true act=relu lr=0.05     (50,000 CNN steps: ~20 min on 2 CPU cores)
-  bnexp train model=cnn trainer.max_steps=5000       (~2 min on 2 CPU cores)
-  bnexp train -m bn=true,false seed=0,1,2 trainer.max_steps=5000
-  bnexp train +experiment=bn_x5 scale=cpu data.verify_checksums=false    (CIFAR-10, paper Sec. 4.2)
-Sweep scripts: scripts/reproduce_mnist.sh, scripts/reproduce_cifar.sh, scripts/ics_study.sh
-Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/data); data.download=true fetches.
-Outputs: outputs/runs/... and outputs/sweeps/...; view with: tensorboard --logdir outputs
-"""
-
-_job_started = False
-
-
-def config_groups() -> dict[str, list[str]]:
-    """{group: [options]} from the YAML files under conf/ (hydra's own groups excluded)."""
-    groups: dict[str, list[str]] = {}
-    for d in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
-        groups[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
-    return groups
-
 
 def _hydra_train():
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from bnexp.config import CONF_DIR
+
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def train_app(cfg):
-        global _job_started
-        _job_started = True
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
         return run_job(cfg, Path(hc.runtime.output_dir), multirun, list(hc.overrides.task))
@@ -82,12 +55,13 @@ def _print_error(msg: str) -> None:
     import textwrap
 
     from rich.console import Console
+    from rich.markup import escape
 
     text = "bnexp: error: " + msg
     if sys.stderr.isatty():  # a terminal: wrap at word boundaries; piped (logs, CI): one line to grep
         width = max(40, shutil.get_terminal_size((100, 24)).columns)
         text = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
-    Console(stderr=True).print(f"[bold red]bnexp: error:[/]{text[len('bnexp: error:'):]}", highlight=False,
+    Console(stderr=True).print(f"[bold red]bnexp: error:[/]{escape(text[len('bnexp: error:'):])}", highlight=False,
                                soft_wrap=True, markup=True)
     _log_to_file_only(logging.ERROR, msg)
 
@@ -128,33 +102,24 @@ def _is_fresh(run_dir: Path) -> bool:
         return False
 
 
-def _note_failed_job(run_dir: Path, message: str) -> None:
-    """Record a failed sweep job for the end-of-sweep list (file named by $BNEXP_FAILED_JOBS)."""
-    import json
-    import os
-
-    path = os.environ.get("BNEXP_FAILED_JOBS")
-    if path:
-        try:
-            with open(path, "a") as f:
-                f.write(json.dumps({"run_dir": str(run_dir), "error": message}) + "\n")
-        except OSError:
-            pass
-
-
 def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = None):
     """Run one job (one training run) in ``run_dir``; the Hydra task function's body.
 
+    - a run folder holds one configuration: a folder whose run is complete or resumable and was
+      made with a different result-changing value is refused (:func:`_refuse_other_config`);
+      the keys of ``bnexp.rundir.RESULT_NEUTRAL_KEYS`` never count;
     - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
       re-run of a sweep does only what is left and never overwrites a finished run;
     - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
-      run starts over; ``trainer.resume=false`` always starts over, ``trainer.resume=true``
-      also looks for the newest unfinished run with the same overrides beside ``run_dir``;
+      run starts over; ``trainer.resume=false`` always starts over (a complete run too),
+      ``trainer.resume=true`` also looks for the newest unfinished run with the same overrides
+      beside ``run_dir``;
     - a lock file keeps two processes out of one run directory.
 
     User errors: single run -> one message and exit code 2; in a multirun the job is
-    recorded as ``failed`` and the sweep goes on. Internal errors: recorded as ``failed``
-    with the traceback in summary.json; re-raised in a single run (traceback kept).
+    recorded as ``failed``, returns a :class:`~bnexp.sweepjobs.FailedRun` and the sweep goes
+    on. Internal errors: recorded as ``failed`` with the traceback in summary.json; re-raised
+    in a single run (traceback kept). Ctrl-C before training: one line, exit code 130.
     SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
     Under torchrun (N replicas) rank 0 does all of the above and tells the other replicas
     whether to train; they train in rank 0's run directory and write nothing.
@@ -211,8 +176,9 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
     from bnexp import distributed, rundir
     from bnexp.config import validate
-    from bnexp.records import sparse_record_warnings
     from bnexp.errors import OutputError
+    from bnexp.records import sparse_record_warnings
+    from bnexp.sweepjobs import FailedRun
     from bnexp.trainer import Interrupted, train
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
@@ -228,9 +194,11 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
+        if resume is not False:
+            _refuse_other_config(cfg, run_dir)
         if run_dir != hydra_dir:
             (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
-        if rundir.is_complete(run_dir):
+        if resume is not False and rundir.is_complete(run_dir):
             s = rundir.read_summary(run_dir)
             log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
             return s
@@ -245,11 +213,14 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             if multirun:
                 return None
             raise SystemExit(2)
-        if rundir.is_complete(run_dir):  # completed by another process since the check above
+        if resume is not False and rundir.is_complete(run_dir):  # completed by another process meanwhile
             s = rundir.read_summary(run_dir)
             log.info("%s was completed meanwhile (status %s): skipped", run_dir, s.get("status"))
             return s
         if resume is False:
+            if rundir.is_complete(run_dir):
+                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
+                            run_dir)
             rundir.clear_partial_outputs(run_dir, checkpoint=True)
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
@@ -263,6 +234,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}; re-run the same command to resume.")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
+        lock = _interrupted_before_training(run_dir, cfg, fresh, lock)
         raise SystemExit(130)
     except Exception as exc:
         user = _as_user_error(exc, run_dir)
@@ -274,19 +246,68 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             else:
                 _record_failure(run_dir, cfg, str(user), None)
             if multirun:
-                _note_failed_job(run_dir, str(user))
-                return None
+                return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
         tb = traceback.format_exc()  # internal error: keep the traceback
         _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
-            _note_failed_job(run_dir, f"internal error {type(exc).__name__}: {exc}")
-            return None
+            return FailedRun(str(run_dir), f"internal error {type(exc).__name__}: {exc}")
         raise
     finally:
         if lock is not None:
             lock.release()
+
+
+def _refuse_other_config(cfg, run_dir: Path) -> None:
+    """A run folder holds one configuration: refuse a folder whose complete or resumable run was
+    made with a different result-changing value (its ``config.yaml``, written when it started).
+
+    Keys of ``bnexp.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.changed_keys`).
+
+    Raises:
+        UserError: naming the differing keys (old -> new) and the two ways out.
+    """
+    import yaml
+
+    from bnexp import rundir
+    from bnexp.config import changed_keys, resolved
+
+    complete = rundir.is_complete(run_dir)
+    if not (complete or (run_dir / "checkpoint.pt").exists()):
+        return
+    try:
+        old = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return  # no record of its config (the checkpoint's own check still applies)
+    changes = changed_keys(old if isinstance(old, dict) else {}, resolved(cfg))
+    if not changes:
+        return
+    shown = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in changes[:6])
+    more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+    what = "a finished" if complete else "an unfinished (resumable)"
+    raise UserError(f"{run_dir} holds {what} run of another configuration ({shown}{more}). A run folder holds "
+                    "one configuration: run this one in a new folder (another hydra.run.dir, or hydra.sweep.dir "
+                    "for a sweep), or add trainer.resume=false to start this folder over (its results are "
+                    "replaced).")
+
+
+def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
+    """Ctrl-C before the training loop took over the signal (validation, data loading): one line;
+    a folder holding nothing yet is removed, an attempt in a kept folder is recorded. Returns the
+    lock still to release (None once released)."""
+    from bnexp import rundir
+
+    summary = rundir.read_summary(run_dir) or {}
+    if fresh and not summary:
+        _print_error("interrupted (Ctrl-C) before training began; nothing was written.")
+        _remove_refused_run_dir(run_dir, lock)
+        return None
+    if summary.get("status") == "running":
+        _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
+    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept: re-run the same command to "
+                 "resume or start it.")
+    return lock
 
 
 def _remove_refused_run_dir(run_dir: Path, lock) -> None:
@@ -342,9 +363,9 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
 
     try:
         prev = rundir.read_summary(run_dir) or {}
-        if prev.get("status") in rundir.COMPLETE_STATUSES:
-            log.warning("%s is complete (status %s); its summary.json is kept, this attempt's error was: %s",
-                        run_dir, prev["status"], message)
+        if prev.get("status") in rundir.COMPLETE_STATUSES:  # the console has the message already
+            _log_to_file_only(logging.WARNING, f"{run_dir} is complete (status {prev['status']}); its summary.json "
+                                               f"is kept, this attempt's error was: {message}")
             return
         if (Path(run_dir) / "checkpoint.pt").exists():
             status = prev.get("status") if prev.get("status") == "interrupted" else "interrupted"
@@ -392,78 +413,87 @@ def check_output_location(args: list[str]) -> str | None:
     return None
 
 
-def train_main(args: list[str]) -> int:
-    """``bnexp train ARGS``: run the Hydra app; map Hydra's config errors to exit code 2."""
-    if not CONF_DIR.is_dir():
-        _print_error(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
-                     "with pip install -e .")
-        return 2
-    from bnexp.config import check_override_keys
+def _parse_flags(args: list[str]):
+    """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
+    overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
 
-    if not any(a in ("--help", "-h", "--hydra-help", "--info", "--cfg", "-c") for a in args):
-        problem = check_output_location(args) or check_override_keys(args)
-        if problem:
-            _print_error(problem)
-            return 2
-    replica_dir = None
+    Returns:
+        (the parsed flags, the arguments for Hydra: the flags, each as ``--name`` or ``--name=value``,
+        then the overrides).
+
+    Raises:
+        UserError: an unknown flag, or flags that do not go together (``-m`` with ``--cfg``).
+    """
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    err = io.StringIO()
+    parser = get_args_parser()
     try:
-        args, replica_dir = replica_arguments(args)
-    except UserError as exc:
-        _print_error(str(exc))
-        return 2
-    global _job_started
-    _job_started = False
+        with contextlib.redirect_stderr(err):
+            parsed = parser.parse_intermixed_args(args)
+    except SystemExit:
+        why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
+        raise UserError(f"{why} (bnexp train --help lists the options)") from None
+    if parsed.multirun and (parsed.cfg or parsed.info or parsed.shell_completion):
+        flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"
+        raise UserError(f"{flag} shows one run's config and cannot be combined with -m/--multirun: drop -m and "
+                        "give one value per key to see a sweep job's config.")
+    flags = []
+    for action in parser._actions:
+        value = getattr(parsed, action.dest, None)
+        if action.option_strings and action.dest != "overrides" and value not in (None, False, action.default):
+            name = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+            flags.append(name if value is True else f"{name}={value}")
+    return parsed, flags + list(parsed.overrides)
+
+
+def train_main(args: list[str]) -> int:
+    """``bnexp train ARGS``: read the arguments, then run the Hydra app.
+
+    Raises:
+        UserError, Hydra's and OmegaConf's errors: for :func:`main` to show as one line.
+    """
+    from bnexp.config import CONF_DIR, quote_bn_overrides
+    from bnexp.explain import parse_overrides
+    from bnexp.sweepjobs import sweep_failures
+
+    if not CONF_DIR.is_dir():
+        raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
+                        "with pip install -e .")
+    flags, args = _parse_flags(quote_bn_overrides(args))
+    parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
+    if flags.help:
+        from bnexp.usage import train_help
+
+        print(train_help(flags.overrides))
+        return 0
+    if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
+        problem = check_output_location(args)
+        if problem:
+            raise UserError(problem)
+    args, replica_dir = replica_arguments(args)
     app = _hydra_train()
-    saved = sys.argv
-    sys.argv = ["bnexp train"] + quote_bn_overrides(args)
-    failed_log = _failed_jobs_file()
+    saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["bnexp train"] + args
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to main() instead of printing them
     try:
         app()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if code == 1 and not _job_started:
-            return 2  # Hydra already printed the composition/override error
-        return code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv = saved
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
         if replica_dir is not None:
             import shutil
 
             shutil.rmtree(replica_dir, ignore_errors=True)
-    return _report_failed_jobs(failed_log)
-
-
-def _failed_jobs_file() -> Path:
-    """A fresh file where the jobs of a multirun (also in joblib worker processes, which inherit the
-    environment) note their failures: ``$BNEXP_FAILED_JOBS``."""
-    import os
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="bnexp-failed-jobs-", suffix=".jsonl")
-    os.close(fd)
-    os.environ["BNEXP_FAILED_JOBS"] = path
-    return Path(path)
-
-
-def _report_failed_jobs(path: Path) -> int:
-    """After a multirun: list the failed jobs and return 1, or return 0 when none failed."""
-    import json
-
-    try:
-        lines = path.read_text().splitlines()
-        path.unlink()
-    except OSError:
-        lines = []
-    failed = [json.loads(line) for line in lines if line.strip()]
-    if not failed:
-        return 0
-    listing = "\n".join(f"  {f['run_dir']}: {f['error']}" for f in failed)
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]bnexp: error:[/] {len(failed)} job(s) of the sweep failed (the "
-                               f"others ran to the end); re-running the same command retries only them:\n"
-                               f"{listing}", highlight=False, soft_wrap=True)
-    return 1
+    return 1 if sweep_failures() else 0
 
 
 def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
@@ -496,12 +526,43 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``bnexp`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of the ``bnexp`` console script: the one place errors become one line.
+
+    A :class:`UserError` or an error of Hydra's composition or OmegaConf
+    (:func:`bnexp.explain.explain`) -> ``bnexp: error: ...`` and exit code 2; Ctrl-C at any phase
+    -> one line and exit code 130; any other exception is internal and keeps its traceback.
+    """
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        _print_error("interrupted (Ctrl-C).")
+        return 130
+    except Exception as exc:
+        from bnexp.explain import explain
+
+        message = None if _raised_in_a_job(exc) else explain(exc)
+        if message is None:  # an internal error: its traceback
+            raise
+        _print_error(message)
+        return 2
+
+
+def _raised_in_a_job(exc: BaseException) -> bool:
+    """True when ``exc`` came out of :func:`run_job`, which handles every user error itself: what
+    escapes it is internal, even an OmegaConf error."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is run_job.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
-        groups = "\n".join(f"  {g:11s} {('+' if g == 'experiment' else '') + g}={'|'.join(opts)}"
-                           for g, opts in config_groups().items() if g != "schema")
-        print(USAGE.format(version=bnexp.__version__, groups=groups))
+        from bnexp.usage import usage
+
+        print(usage())
         return 0 if argv else 2
     if argv[0] in ("--version", "-V"):
         print(f"bnexp {bnexp.__version__}")
@@ -513,8 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         from bnexp.report import report_main
 
         return report_main(rest)
-    _print_error(f"unknown command {cmd!r}; the commands are train and report (see bnexp --help).")
-    return 2
+    raise UserError(f"unknown command {cmd!r}; the commands are train and report (see bnexp --help).")
 
 
 if __name__ == "__main__":

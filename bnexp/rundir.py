@@ -465,10 +465,17 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
     return dst
 
 
-# Config keys that do not change a run's results: where the data lives, whether it is fetched or its
-# checksums checked, display, threads, device, resume. A checkpoint resumes across changes of these.
+# The one list of config keys that do not change what a run measures: where the data lives and whether
+# it is fetched or checksum-checked; display (progress bar, TensorBoard histograms); how often a
+# checkpoint is written and whether the last one is kept; resuming; the launcher (hydra.launcher.*).
+# trainer.device and trainer.num_threads are here too: another device or thread count changes the
+# order of floating-point sums, so results may differ in the last bits (a run resumed elsewhere is
+# not bit-identical to an uninterrupted one), but not the experiment, and a run must be able to move
+# between machines. A checkpoint resumes, and a complete run is skipped, across changes of these
+# keys; any other difference refuses the run folder (bnexp.cli). They do not name run folders either.
 RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.device",
-                       "data.root", "data.download", "data.verify_checksums")
+                       "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
+                       "data.root", "data.download", "data.verify_checksums", "hydra.launcher")
 IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 

@@ -16,3 +16,7 @@ sweep_suffix() {
   fi
   printf '+%s' "${safe}"
 }
+
+# The extra overrides come last and replace the script's own values of the same keys (e.g. seed=0
+# for the script's seed=0,1,2); bnexp train refuses a key given twice unless told so.
+export BNEXP_LAST_OVERRIDE_WINS=1

@@ -156,6 +156,29 @@ def test_help_lists_groups_and_options(run_bnexp):
     for text in ("Config groups", "model: cnn, mlp", "bn: false, noisy, true", "max_steps", "batch_size", "probe_size",
                  "targets", "population_stats"):
         assert text in r.stdout, text
+    # every key with its default and its one-line description from the schema's field metadata
+    import dataclasses
+
+    from bnexp.config import TrainerConfig
+
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ") and "=" in ln.split()[0]}
+    for f in dataclasses.fields(TrainerConfig):
+        line = lines[f"trainer.{f.name}={_as_written(f.default if f.default is not dataclasses.MISSING else f.default_factory())}"]
+        assert f.metadata["help"] in line, f.name
+    assert "data.augment=false" in lines and "'False'" not in r.stdout
+    # the values of the groups chosen on the command line
+    r = run_bnexp("train", "model=cnn", "+experiment=bn_x5", "--help")
+    assert r.returncode == 0 and "  model.channels=[8,16,32] " in r.stdout and "  lr=0.125 " in r.stdout
+
+
+def _as_written(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
 
 
 @pytest.mark.parametrize("override,needle", [

@@ -259,7 +259,8 @@ def _torchrun(tmp_path, data_root, name, *overrides):
 
     cwd = tmp_path / f"cwd_{name}"
     cwd.mkdir()
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), OMP_NUM_THREADS="1")
+    # the overrides given here replace RUN's values of the same keys (bnexp refuses a key given twice otherwise)
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), OMP_NUM_THREADS="1", BNEXP_LAST_OVERRIDE_WINS="1")
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                         "-m", "bnexp", "train", *RUN, *overrides, f"hydra.run.dir={tmp_path / name}"],
                        cwd=cwd, env=env, capture_output=True, text=True, timeout=400)

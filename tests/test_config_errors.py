@@ -1,0 +1,192 @@
+"""Bad command lines and config values: one ``bnexp: error:`` line naming the key, the value and
+what is accepted, exit code 2, no traceback and none of Hydra's internals (issue 22, items 4-5).
+
+The command-line classes run ``bnexp.cli.main`` in this process: Hydra composes (and refuses)
+before any job starts, so no folder is made and no training runs. One test per class of error:
+wrong types, unknown group options, unknown keys, unreadable overrides, a key given twice, flags
+that do not go together, several values without -m; plus the range checks declared beside the
+fields, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from bnexp import cli
+from bnexp.config import compose_config, validate
+from bnexp.errors import ConfigError, UserError
+
+from conftest import FAST, spawn_bnexp
+
+
+def _run(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["train", *args])
+    out = capsys.readouterr()
+    return code, out.err + out.out
+
+
+def _one_error_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bnexp: error: "), text
+    for internal in ("Traceback", "HYDRA_FULL_ERROR", "full_key", "object_type", "Config search path",
+                     "hydra.cc/docs"):
+        assert internal not in text, text
+    return " ".join(lines[0].split())
+
+
+@pytest.mark.parametrize("args,needles", [
+    # wrong types: the key, the value given, what the key takes (type and range from the schema)
+    (["lr=abc"], ["lr=abc", "lr takes a number", "must be > 0"]),
+    (["seed=1.5"], ["seed=1.5", "seed takes an integer"]),
+    (["trainer.max_steps=1e4"], ["trainer.max_steps=1e4", "takes an integer", "write trainer.max_steps=10000"]),
+    (["trainer.resume=maybe"], ["trainer.resume=maybe", "true or false or null"]),
+    (["model.hidden=[a]"], ["model.hidden=[a]", "a list of integers"]),
+    (["trainer.targets=[a]"], ["trainer.targets=[a]", "a list of numbers"]),
+    # an option no group (or enum) has: the options there are
+    (["act=tanh"], ["act=tanh", "one of sigmoid, relu"]),
+    (["bn=yes"], ["bn=yes", "use one of false, noisy, true"]),
+    (["model=resnet"], ["model=resnet", "use one of cnn, mlp"]),
+    (["+experiment=nope"], ["+experiment=nope", "bn_x5"]),
+    (["bn.population_stats=foo"], ["bn.population_stats=foo", "one of ema, recompute"]),
+    # unknown keys: the closest key of that node, or the model the key belongs to
+    (["trainer.max_step=10"], ["unknown config key trainer.max_step", "Did you mean trainer.max_steps?"]),
+    (["lrr=0.1"], ["unknown config key lrr", "Did you mean lr?"]),
+    (["scale.evalz=3"], ["unknown config key scale.evalz", "Did you mean scale.evals?"]),
+    (["model=cnn", "model.hidden=[10]"], ["model=cnn has no such key", "model=mlp"]),
+    # the grammar: an override the shell split at a space, a character that needs quotes
+    (["data.root=/tmp/my", "data"], ["'data'", "data.root=/tmp/my", "quoted", "data.root=\"/tmp/my data\""]),
+    (["data.root=/tmp/(x"], ["data.root=/tmp/(x", "quoted"]),
+    (["data.root='/tmp/x"], ["data.root='/tmp/x", "a quote is not closed"]),
+    # a key given twice: both values
+    (["lr=0.1", "lr=0.2"], ["lr is given twice", "lr=0.1", "lr=0.2"]),
+    (["bn=true", "bn=false"], ["bn is given twice", "bn='true'", "bn='false'"]),
+    # several values without -m; the + a preset needs; a + on an existing key
+    (["lr=0.1,0.2"], ["lr=0.1,0.2 gives several values", "-m", "lr=[0.1,0.2]"]),
+    (["experiment=bn_x5"], ["+experiment=bn_x5"]),
+    (["+lr=0.3"], ["lr exists already", "lr=0.3"]),
+    (["~trainer.max_steps"], ["cannot delete trainer.max_steps"]),
+    # flags
+    (["-m", "lr=0.1,0.2", "--cfg", "hydra"], ["--cfg", "-m"]),
+    (["--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+    (["lr=0.1", "-m", "seed=0,1", "--cfg", "job"], ["--cfg", "-m"]),  # flags and overrides in any order
+])
+def test_bad_command_line_is_one_line_exit_2(capsys, tmp_path, monkeypatch, args, needles):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BNEXP_LAST_OVERRIDE_WINS", raising=False)
+    code, text = _run(capsys, *args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert code == 2, text
+    line = _one_error_line(text)
+    for needle in needles:
+        assert needle in line, (needle, line)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_last_override_wins_when_the_scripts_say_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BNEXP_LAST_OVERRIDE_WINS", "1")
+    code, text = _run(capsys, "lr=0.1", "lr=0.2", "--help")
+    assert code == 0, text
+    assert "bnexp: note: lr=0.2 replaces the earlier lr=0.1" in text
+    assert "\n  lr=0.2 " in text  # the later value is the one composed
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    # + adds a key even to a structured node, ~ deletes one: validate() checks both against the schema
+    (["+trainer.max_step=10"], "Did you mean trainer.max_steps?"),
+    (["+lrr=0.1"], "Did you mean lr?"),
+    (["model=cnn", "+model.hidden=[10]"], "model=cnn has no such key (it belongs to model=mlp)"),
+    (["~lr"], "lr was deleted"),
+])
+def test_added_or_deleted_keys_are_refused(overrides, needle):
+    with pytest.raises(UserError) as e:
+        validate(compose_config(overrides))
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("override,key,allowed", [
+    ("trainer.eval_every=0", "trainer.eval_every", "must be >= 1"),
+    ("bn.momentum=0", "bn.momentum", "must lie in (0, 1]"),
+    ("optim.momentum=1", "optim.momentum", "must lie in [0, 1)"),
+    ("bn.noise_b=0.5", "bn.noise_b", "must be >= 1"),
+    ("monitor.percentiles=[50,15]", "monitor.percentiles", "increasing"),
+    ("trainer.targets=[0.5,1.5]", "trainer.targets", "(0, 1]"),
+    ("trainer.device=tpu", "trainer.device", "cuda:N"),
+    ("data.augment=wild", "data.augment", "standard"),
+    ("model.init=xavier", "model.init", "kaiming"),
+    ("scale.evals=0", "scale.evals", "must be >= 1"),  # checked before the presets divide by it
+    ("seed=-1", "seed", "[0, 2^62)"),
+    ("trainer.probe_size=1", "trainer.probe_size", ">= 2 images"),  # BN over a probe of one image
+])
+def test_field_ranges_from_the_schema(override, key, allowed):
+    cfg = compose_config(["+experiment=bn_x5", override] if override.startswith("scale.") else [override])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg)
+    assert e.value.key == key and allowed in e.value.allowed
+
+
+def test_every_schema_field_has_a_description_and_the_defaults_pass():
+    import dataclasses
+
+    from bnexp import config
+
+    for schema in (config.Config, config.BNConfig, config.MLPConfig, config.CNNConfig, config.DataConfig,
+                   config.OptimConfig, config.TrainerConfig, config.MonitorConfig, config.ScaleConfig):
+        for f in dataclasses.fields(schema):
+            if not dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None) \
+                    and f.name != "model":
+                assert f.metadata.get("help"), f"{schema.__name__}.{f.name} has no description"
+    for overrides in ([], ["model=cnn"], ["bn=noisy"], ["+experiment=bn_x5", "scale=gpu"]):
+        validate(compose_config(overrides))
+
+
+def test_ctrl_c_in_main_is_one_line_exit_130(capsys, monkeypatch):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "train_main", interrupted)
+    assert cli.main(["train"]) == 130
+    assert _one_error_line(capsys.readouterr().err) == "bnexp: error: interrupted (Ctrl-C)."
+
+
+@pytest.mark.parametrize("delay", [0.3, 1.5, 4.0])
+def test_ctrl_c_at_any_phase_exits_130_without_traceback(tmp_path, data_root, delay):
+    """SIGINT while Python imports bnexp, while Hydra composes, while data loads or training runs."""
+    run_dir = tmp_path / "run"
+    p = spawn_bnexp(data_root, tmp_path, "train", *FAST, "trainer.max_steps=100000", f"hydra.run.dir={run_dir}")
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+    assert p.returncode == 130, (out, err)
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
+    assert err.count("bnexp: error: interrupted") == 1, err
+
+
+def test_an_omegaconf_error_inside_a_job_is_internal_and_keeps_its_traceback(tmp_path, monkeypatch):
+    """What escapes the job (user errors are handled there) is a bug: never worded as a user error."""
+    import logging
+
+    from omegaconf.errors import ConfigKeyError
+
+    def bug(*args, **kwargs):
+        raise ConfigKeyError("a bug in bnexp")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_lead", bug)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        with pytest.raises(ConfigKeyError, match="a bug in bnexp"):
+            cli.main(["train", f"hydra.run.dir={tmp_path / 'run'}"])
+    finally:  # Hydra configured the job's logging in this process
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:], root.level = handlers, level

@@ -1,0 +1,52 @@
+"""The failed jobs of a sweep, collected by the Hydra callback bnexp.sweepjobs.FailedJobs.
+
+Launchers run a job's ``on_job_end`` in the process that ran the job (a joblib worker, a cluster
+job) on a pickled copy of the callback made after ``on_multirun_start``; the list is printed by the
+main process's ``on_multirun_end``. The end-to-end behaviour (the other jobs finish, exit code 1,
+the list on stderr) is tests/test_reliability2.py::test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from bnexp import sweepjobs
+from bnexp.sweepjobs import FailedJobs, FailedRun
+
+
+def _job(sweep_dir, name: str, status: JobStatus, value) -> tuple:
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}, "runtime": {"output_dir": str(sweep_dir / name)}}})
+    ret = JobReturn()
+    ret.status, ret.return_value = status, value
+    return cfg, ret
+
+
+def test_failed_jobs_travel_from_the_workers_to_the_end_of_the_sweep(tmp_path, capsys):
+    main = FailedJobs()
+    main.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    worker_a, worker_b = pickle.loads(pickle.dumps(main)), pickle.loads(pickle.dumps(main))  # as launchers do
+    worker_a.on_job_end(*_job(tmp_path, "seed=0", JobStatus.COMPLETED, {"status": "finished"}))
+    worker_a.on_job_end(*_job(tmp_path, "seed=1", JobStatus.COMPLETED, FailedRun(str(tmp_path / "seed=1"), "bad lr")))
+    worker_b.on_job_end(*_job(tmp_path, "seed=2", JobStatus.FAILED, RuntimeError("boom")))
+    main.on_multirun_end(OmegaConf.create({}))
+    failures = sweepjobs.sweep_failures()
+    assert failures == [{"run_dir": str(tmp_path / "seed=1"), "error": "bad lr"},
+                        {"run_dir": str(tmp_path / "seed=2"), "error": "RuntimeError: boom"}]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "2 job(s) of the sweep failed" in err and f"{tmp_path / 'seed=1'}: bad lr" in err
+    assert not list(tmp_path.glob(".failed_jobs.*"))  # the record is removed at the end
+
+
+def test_a_sweep_without_failures_lists_nothing(tmp_path, capsys):
+    cb = FailedJobs()
+    cb.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    cb.on_job_end(*_job(tmp_path, "seed=0", JobStatus.COMPLETED, {"status": "finished"}))
+    cb.on_multirun_end(OmegaConf.create({}))
+    assert sweepjobs.sweep_failures() == [] and "failed" not in capsys.readouterr().err
+    # a single run (no multirun start) records nothing
+    single = FailedJobs()
+    single.on_job_end(*_job(tmp_path, "run", JobStatus.COMPLETED, FailedRun("x", "y")))
+    assert not list(tmp_path.glob(".failed_jobs.*"))
