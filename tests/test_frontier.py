@@ -21,7 +21,7 @@ import yaml
 
 from bnexp.report.frontier import (COLUMNS, GAIN, analyze, budget_to_reach, frontier_markdown, frontier_section,
                                    load_runs, speedup_at)
-from bnexp.report import ladder as L
+from bnexp import ladder as L
 
 
 def f_lin(b):
