@@ -40,9 +40,9 @@ class Style:
 
 def refs(report) -> dict[str, str]:
     """The paper references of the report's parts ("accuracy", "percentiles", "stability", "speedup"):
-    Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 presets table, else Sec. 4.1."""
-    if report.data.get("sec42") or any(str(g.config.get("data.name", "")).lower().startswith("cifar")
-                                       for g in report.groups):
+    Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, else Sec. 4.1."""
+    if any(g.experiment == "baseline" or str(g.config.get("data.name", "")).lower().startswith("cifar")
+           for g in report.groups):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
         return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view,
                 "speedup": "Sec. 4.2, on CIFAR-10"}

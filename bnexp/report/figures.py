@@ -86,11 +86,6 @@ def accuracy_figure(report: Report):
             a.fill_between(steps, lo, hi, color=s.color, alpha=0.15, linewidth=0)
         curves.append((list(mean), list(hi)))
         zoom_curves.append((steps, mean))
-    sec42 = report.data.get("sec42")
-    if sec42 and sec42.get("target") is not None:
-        for a in (ax, zax):
-            a.axhline(100 * sec42["target"], color="gray", linestyle=":", linewidth=1,
-                      label=f"baseline best {100 * sec42['target']:.2f}%" if a is ax else None)
     ax.set_title("whole range", fontsize=9)
     zr = zoom_range(curves)
     if zr is None:

@@ -53,17 +53,6 @@ def format_target(t: float) -> str:
     return f"{100 * t:g}%"
 
 
-def format_multiple(m: float | None) -> str:
-    """Steps as a multiple of the baseline's: 0.21 -> "0.21x (4.8x fewer)", 2.5 -> "2.50x (2.5x more)"."""
-    if m is None:
-        return "n/a"
-    if abs(m - 1.0) < 1e-9:
-        return "1.00x"
-    if m < 1.0:
-        return f"{m:.2f}x ({1 / m:.1f}x fewer)" if m > 0 else f"{m:.2f}x"
-    return f"{m:.2f}x ({m:.1f}x more)"
-
-
 def format_stat(st: dict | None, missing: str = "n/a") -> str:
     """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
     if st is None or st["mean"] is None:
