@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
-from bnexp.report.figures import FIGURES, figure_png
+from bnexp.report.figstyle import figure_png
+from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError

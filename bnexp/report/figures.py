@@ -8,34 +8,16 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 
 from __future__ import annotations
 
-import io
-import textwrap
-
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import legend_below, pyplot, refs, style_note, styles
+from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplot, refs, style_note, styles,
+                                   wrap_title)
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
 from bnexp.report.stats import band_keys, numeric
 
-STEP_LABEL = "training step (SGD updates)"
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
-
-
-def figure_png(fig, dpi: int) -> bytes:
-    """``fig`` drawn as PNG bytes at ``dpi``; the figure is closed."""
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=dpi)
-    finally:
-        pyplot().close(fig)
-    return buf.getvalue()
-
-
-def legend_title(*parts: str) -> str:
-    """The legend title: the non-empty ``parts`` joined by "; "."""
-    return "; ".join(p for p in parts if p)
 
 
 def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -214,11 +196,6 @@ def percentiles_figure(report: Report):
     bottom = legend_below(fig, handles, labels)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
-
-
-def wrap_title(text: str, width: int) -> str:
-    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
-    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def stability_figure(report: Report):

@@ -17,14 +17,14 @@ def steps_pm(st: dict, unit: str = "") -> str:
     return f"{st['mean']:,.0f} ± {st['std']:,.0f}{unit}"
 
 
-def format_steps(st: dict) -> str:
+def format_steps(st: dict, unit: str = "") -> str:
     """Cell text of a :func:`reach_stat`: "1,200 ± 163", "2,200 ± 200; not reached (1/3)",
-    "not reached", or "n/a" when there are no completed runs."""
+    "not reached", or "n/a" when there are no completed runs (``unit`` as in :func:`steps_pm`)."""
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    return steps_pm(st) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+    return steps_pm(st, unit) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 
 def steps_phrase(st: dict) -> str:
