@@ -51,7 +51,7 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step; left the
     whole range, right its top (:func:`zoom_range`). One line per configuration (mean over the
-    completed seeds), min-max band shaded; the Sec. 4.2 target dotted; one legend below."""
+    completed seeds), min-max band shaded; one legend below."""
     plt = pyplot()
     st = styles(report.groups)
     fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
