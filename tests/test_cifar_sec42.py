@@ -1,22 +1,18 @@
 """CIFAR-10 Sec. 4.2 redesign (issue 11): presets with their own budgets and complete schedules, He
-init, channels-last and bf16 steps, and the matched-accuracy report on hand-made metrics."""
+init, channels-last and bf16 steps (the Sec. 4.2 report is the frontier's: tests/test_frontier.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from bnexp import precision
 from bnexp.config import compose_config, validate
 from bnexp.models import CNN, build_model, hidden_layers
-from bnexp.report import build_report
-from bnexp.report.sec42 import baseline_grid, tuned_first
 from bnexp.runtime import lr_lambda
 
 from conftest import FAST
@@ -214,58 +210,3 @@ def test_bf16_falls_back_to_fp32_with_a_warning(monkeypatch):
     with pytest.warns(UserWarning, match="bfloat16.*fp32"):
         assert precision.resolve_precision("bf16", torch.device("cpu")) is None
     assert precision.resolve_precision("fp32", torch.device("cpu")) is None
-
-
-# ----------------------------------------------------------------------- the report, hand-made metrics
-
-EVAL = 100
-BASE_STEPS, FAST_STEPS = 1000, 250
-
-
-def _run(root: Path, name: str, experiment: str, lr: float, seed: int, max_steps: int, every: int,
-         accs: list[float], bn: bool, status: str = "finished") -> None:
-    d = root / name
-    (d / ".hydra").mkdir(parents=True)
-    cfg = {"experiment": experiment, "lr": lr, "seed": seed, "bn": {"enabled": bn}, "act": "relu",
-           "model": {"name": "cnn"}, "data": {"name": "cifar10"}, "trainer": {"max_steps": max_steps}}
-    (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (d / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": i * every, "test_accuracy": a, "test_loss": 1 - a}) + "\n" for i, a in enumerate(accs)))
-    (d / "summary.json").write_text(json.dumps({"status": status, "step": max_steps, "max_steps": max_steps,
-                                                "experiment": experiment, "seed": seed}))
-
-
-def _sweep(root: Path, x5_seed1: list[float]) -> Path:
-    flat = lambda v: [0.1, 0.3] + [v] * 9  # noqa: E731
-    for seed in (0, 1):
-        _run(root, f"b01_{seed}", "baseline", 0.01, seed, BASE_STEPS, EVAL, flat(0.60), False)
-        _run(root, f"b0625_{seed}", "baseline", 0.0625, seed, BASE_STEPS, EVAL, flat(0.65), False)
-    # the best rate, 0.025: seed-mean curve 0.1 0.3 0.5 0.61 0.695 0.71 ... (plateau 0.71 from step 500)
-    _run(root, "b025_0", "baseline", 0.025, 0, BASE_STEPS, EVAL, [0.1, 0.3, 0.5, 0.60, 0.69] + [0.70] * 6, False)
-    _run(root, "b025_1", "baseline", 0.025, 1, BASE_STEPS, EVAL, [0.1, 0.3, 0.5, 0.62, 0.70] + [0.72] * 6, False)
-    # bn_x5 (5 x 0.025), evaluated every 25 of its 250 steps
-    _run(root, "x5_0", "bn_x5", 0.125, 0, FAST_STEPS, 25, [0.1, 0.5, 0.65] + [0.72] * 8, True)
-    _run(root, "x5_1", "bn_x5", 0.125, 1, FAST_STEPS, 25, x5_seed1, True)
-    return root
-
-
-def test_tuned_baseline_of_a_single_budget_rate_grid(tmp_path):
-    """The legacy rate grid (issue 11): the baseline with the highest plateau (mean of the last 3
-    evaluations) comes first for the steps-to-target table; a best rate at the grid's edge is said so.
-    Such a single-budget sweep has no frontier section (issue 19 needs a preset at several budgets)."""
-    sweep = _sweep(tmp_path / "sweep", [0.1, 0.4, 0.6, 0.69] + [0.71] * 7)
-    report = build_report(sweep)
-    grid = baseline_grid(report.groups)
-    assert [r["lr"] for r in grid["rates"]] == [0.01, 0.025, 0.0625]
-    assert [round(r["plateau"], 6) for r in grid["rates"]] == [0.60, 0.71, 0.65]
-    assert grid["best_lr"] == 0.025 and grid["position"] == "inside"
-    first = next(g for g in tuned_first(report.groups) if g.experiment == "baseline")
-    assert first.lr == 0.025
-    assert report.data["sec42"]["target"] == pytest.approx(0.71)  # mean of the seeds' maxima, (0.70 + 0.72) / 2
-    assert "matched_accuracy" not in report.data and "frontier" not in report.data
-    for p in (sweep / "b0625_0", sweep / "b0625_1"):  # make the highest rate the best: at the grid's edge
-        accs = [0.1, 0.3] + [0.80] * 9
-        (p / "metrics.jsonl").write_text("".join(json.dumps({"step": i * EVAL, "test_accuracy": a}) + "\n"
-                                                 for i, a in enumerate(accs)))
-    grid = baseline_grid(build_report(sweep).groups)
-    assert grid["best_lr"] == 0.0625 and grid["position"] == "high edge"

@@ -21,7 +21,7 @@ import yaml
 
 from bnexp.report.frontier import (COLUMNS, GAIN, analyze, budget_to_reach, frontier_markdown, frontier_section,
                                    load_runs, speedup_at)
-from bnexp.report import ladder as L
+from bnexp import ladder as L
 
 
 def f_lin(b):
@@ -411,7 +411,7 @@ def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
         assert report_main([str(sweep)]) == 0
     data = json.loads((sweep / "report.json").read_text())
     assert {"frontier", "matched_accuracy", "frontier_analysis"} <= set(data)
-    assert data["sec42"] is None  # no steps-to-target table on curves of different budgets
+    assert "sec42" not in data  # no steps-to-target table on curves of different budgets
     # a* = 0.605 (seed mean at 12k), bn_x5 crosses it between 750 (0.52) and 1500 (0.61)
     b = 2 ** (math.log2(750) + (0.605 - 0.52) / (0.61 - 0.52))
     assert data["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(12000 / b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.fmt import format_target, md_table, steps_pm
+from bnexp.report.fmt import format_steps, format_target, md_table, steps_pm
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_label
 from bnexp.report.load import Sweep, config_key
 from bnexp.report.stats import reach_stat, target_steps
@@ -144,12 +144,8 @@ def best_rate_md(section: dict) -> list[str]:
            "rate counts as too high), and the speedup of BN at its best rate over no BN at its best rate "
            "(Shallue et al. 2019), beside the same-rate speedups above.", ""]
     for fam in section["families"]:
-        rows = []
-        for r in fam["rates"]:
-            st = r["steps"]
-            cell = ("n/a" if st["n"] == 0 else "not reached" if st["reached"] == 0 else steps_pm(st, " steps")
-                    + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else ""))
-            rows.append([f"{r['lr']:g}" + (" (best)" if r["lr"] == fam["best_lr"] else ""), cell, r["status"]])
+        rows = [[f"{r['lr']:g}" + (" (best)" if r["lr"] == fam["best_lr"] else ""), format_steps(r["steps"], " steps"),
+                 r["status"]] for r in fam["rates"]]
         out += [f"**{fam['name']}**" + (f" -- best rate at the grid's {fam['edge']} edge" if fam["edge"] else ""), ""]
         out += md_table(["lr", f"steps to {tgt}", "status"], rows) + [""]
     out += [f"- {v}" for v in section["verdicts"]] + [""]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 
-import bnexp.report.sec42 as matched_sec42  # the tuned baseline first in the legacy single-budget Sec. 4.2 table
 from bnexp.report.best_rate import best_rate_section
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys
@@ -16,7 +15,7 @@ from bnexp.report.ics_verdicts import ics_section
 from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep
 from bnexp.report.noise_sweep import noise_strength_section
 from bnexp.report.stats import (STD_NOTE, compute_speedup, config_stability, layer_stability, optional, reach_stat,
-                                run_table, sec42_table, target_key, value_stat)
+                                run_table, target_key, value_stat)
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
 from bnexp.report.verdicts import verdict_lines
 from bnexp.rundir import symlink_problem
@@ -90,7 +89,7 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
-    speedup and verdict, the Sec. 4.2 table, the best-rate section (``data["best_rate"]``) and the ICS
+    speedup and verdict, the best-rate section (``data["best_rate"]``) and the ICS
     section (``data["ics"]`` with its ``noise_strength`` table) at ``targets`` (None: the summaries').
     The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
     :func:`bnexp.report.frontier.frontier_section`) is there only when presets ran at several budgets.
@@ -124,16 +123,13 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
     frontier = frontier_section(sweep_dir)  # None unless presets ran at several budgets
-    # with a baseline rate grid: the tuned baseline's steps-to-target table; a frontier sweep has none (its
-    # presets' curves at different budgets are not comparable step by step: issue 19)
-    sec42 = None if frontier else sec42_table(matched_sec42.tuned_first(groups), sweep, table)
     ics = ics_section(groups, stats, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats)
-    verdicts = verdict_lines(groups, stats, targets, sec42, seed_advice(groups, sweep_dir))
+    verdicts = verdict_lines(groups, stats, targets, seed_advice(groups, sweep_dir))
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
-        "runs": len(sweep.runs), "sec42": sec42, "configurations": [stats[g.key] for g in groups],
+        "runs": len(sweep.runs), "configurations": [stats[g.key] for g in groups],
         "verdicts": verdicts, "best_rate": best_rate_section(groups, sweep), "ics": ics,
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else []),

@@ -15,23 +15,22 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
-from bnexp.report.figures import FIGURES, figure_png
+from bnexp.report.figstyle import figure_png
+from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
-from bnexp.report.render import SEC42_TITLE, ics_frames, main_table, md, render_files, sec42_frame
+from bnexp.report.render import ics_frames, main_table, md, render_files
 from bnexp.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the main table, the Sec. 4.2 table, the verdicts and the ICS section (rich's Markdown)."""
+    """Print the main table, the verdicts and the ICS section (rich's Markdown)."""
     from rich.console import Console
     from rich.markdown import Markdown
 
     d, sec, matched = report.data, report.data.get("ics"), report.data.get("matched_accuracy")
     out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(report)) + [""]
-    if d["sec42"] and d["sec42"]["target"] is not None:
-        out += [f"**{SEC42_TITLE}**", ""] + md(sec42_frame(d["sec42"])) + [""]
     out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
     if matched is not None:  # the Sec. 4.2 frontier headline (bnexp.report.frontier)
         fa = d["frontier_analysis"]

@@ -14,6 +14,7 @@ where the percentile view is Sec. 4.1's method applied to the Sec. 4.2 networks.
 
 from __future__ import annotations
 
+import io
 import re
 import textwrap
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 
+STEP_LABEL = "training step (SGD updates)"
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
 LINE_WORDS = {"BN": "BN solid", "noisy BN": "noisy BN dash-dot (darker)", "no BN": "no BN dashed"}
@@ -40,9 +42,9 @@ class Style:
 
 def refs(report) -> dict[str, str]:
     """The paper references of the report's parts ("accuracy", "percentiles", "stability", "speedup"):
-    Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 presets table, else Sec. 4.1."""
-    if report.data.get("sec42") or any(str(g.config.get("data.name", "")).lower().startswith("cifar")
-                                       for g in report.groups):
+    Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, else Sec. 4.1."""
+    if any(g.experiment == "baseline" or str(g.config.get("data.name", "")).lower().startswith("cifar")
+           for g in report.groups):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
         return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view,
                 "speedup": "Sec. 4.2, on CIFAR-10"}
@@ -113,3 +115,23 @@ def legend_below(fig, handles: list[Any], labels: list[str], title: str | None =
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
     return min(0.45, (0.12 + 0.19 * rows) / height_in)
+
+
+def figure_png(fig, dpi: int) -> bytes:
+    """``fig`` drawn as PNG bytes at ``dpi``; the figure is closed."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    return buf.getvalue()
+
+
+def legend_title(*parts: str) -> str:
+    """The legend title: the non-empty ``parts`` joined by "; "."""
+    return "; ".join(p for p in parts if p)
+
+
+def wrap_title(text: str, width: int) -> str:
+    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
+    return "\n".join(textwrap.wrap(text, width)) or text

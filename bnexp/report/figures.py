@@ -8,34 +8,16 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 
 from __future__ import annotations
 
-import io
-import textwrap
-
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import legend_below, pyplot, refs, style_note, styles
+from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplot, refs, style_note, styles,
+                                   wrap_title)
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
 from bnexp.report.stats import band_keys, numeric
 
-STEP_LABEL = "training step (SGD updates)"
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
-
-
-def figure_png(fig, dpi: int) -> bytes:
-    """``fig`` drawn as PNG bytes at ``dpi``; the figure is closed."""
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=dpi)
-    finally:
-        pyplot().close(fig)
-    return buf.getvalue()
-
-
-def legend_title(*parts: str) -> str:
-    """The legend title: the non-empty ``parts`` joined by "; "."""
-    return "; ".join(p for p in parts if p)
 
 
 def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -69,7 +51,7 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step; left the
     whole range, right its top (:func:`zoom_range`). One line per configuration (mean over the
-    completed seeds), min-max band shaded; the Sec. 4.2 target dotted; one legend below."""
+    completed seeds), min-max band shaded; one legend below."""
     plt = pyplot()
     st = styles(report.groups)
     fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
@@ -86,11 +68,6 @@ def accuracy_figure(report: Report):
             a.fill_between(steps, lo, hi, color=s.color, alpha=0.15, linewidth=0)
         curves.append((list(mean), list(hi)))
         zoom_curves.append((steps, mean))
-    sec42 = report.data.get("sec42")
-    if sec42 and sec42.get("target") is not None:
-        for a in (ax, zax):
-            a.axhline(100 * sec42["target"], color="gray", linestyle=":", linewidth=1,
-                      label=f"baseline best {100 * sec42['target']:.2f}%" if a is ax else None)
     ax.set_title("whole range", fontsize=9)
     zr = zoom_range(curves)
     if zr is None:
@@ -219,11 +196,6 @@ def percentiles_figure(report: Report):
     bottom = legend_below(fig, handles, labels)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
-
-
-def wrap_title(text: str, width: int) -> str:
-    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
-    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def stability_figure(report: Report):

@@ -5,7 +5,6 @@ pass rule's 5x. Input: :func:`bnexp.report.frontier.analyze`'s dict (or report.j
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from bnexp.report.figstyle import legend_below, pyplot
@@ -80,6 +79,6 @@ def plot_frontier(section: dict, path: Path) -> None:
     Raises:
         OSError: when ``path`` cannot be written.
     """
-    from bnexp.report.figures import figure_png
+    from bnexp.report.figstyle import figure_png
 
     atomic_write_bytes(Path(path), figure_png(frontier_figure(section), 110))

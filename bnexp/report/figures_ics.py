@@ -9,8 +9,7 @@ from typing import Any
 import pandas as pd
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import legend_below, style_note, styles
-from bnexp.report.figures import STEP_LABEL, legend_title, pyplot, wrap_title
+from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
 from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
 from bnexp.report.stats import numeric
 

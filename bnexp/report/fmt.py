@@ -17,14 +17,14 @@ def steps_pm(st: dict, unit: str = "") -> str:
     return f"{st['mean']:,.0f} ± {st['std']:,.0f}{unit}"
 
 
-def format_steps(st: dict) -> str:
+def format_steps(st: dict, unit: str = "") -> str:
     """Cell text of a :func:`reach_stat`: "1,200 ± 163", "2,200 ± 200; not reached (1/3)",
-    "not reached", or "n/a" when there are no completed runs."""
+    "not reached", or "n/a" when there are no completed runs (``unit`` as in :func:`steps_pm`)."""
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    return steps_pm(st) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+    return steps_pm(st, unit) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 
 def steps_phrase(st: dict) -> str:
@@ -51,17 +51,6 @@ def format_acc(st: dict, unit: str = "") -> str:
 def format_target(t: float) -> str:
     """0.95 -> "95%", 0.975 -> "97.5%"."""
     return f"{100 * t:g}%"
-
-
-def format_multiple(m: float | None) -> str:
-    """Steps as a multiple of the baseline's: 0.21 -> "0.21x (4.8x fewer)", 2.5 -> "2.50x (2.5x more)"."""
-    if m is None:
-        return "n/a"
-    if abs(m - 1.0) < 1e-9:
-        return "1.00x"
-    if m < 1.0:
-        return f"{m:.2f}x ({1 / m:.1f}x fewer)" if m > 0 else f"{m:.2f}x"
-    return f"{m:.2f}x ({m:.1f}x more)"
 
 
 def format_stat(st: dict | None, missing: str = "n/a") -> str:

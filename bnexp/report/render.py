@@ -18,7 +18,6 @@ from bnexp.report.stats import STD_NOTE, target_key
 from bnexp.rundir import dumps
 from bnexp.report.frontier import frontier_markdown
 
-SEC42_TITLE = "Steps to reach the baseline's best accuracy (paper Sec. 4.2 form)"
 ICS_INTRO = (
     "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift the change in "
     "the distribution of a layer's inputs during training: *W1 step to step* is the per-unit Wasserstein-1 distance "
@@ -57,28 +56,9 @@ def main_table(report: Report) -> pd.DataFrame:
                   + [f"steps to {format_target(t)}" for t in targets] + ["diverged", "failed"], rows)
 
 
-def sec42_frame(sec42: dict) -> pd.DataFrame:
-    """The Sec. 4.2 table (text cells)."""
-    tgt = f"{100 * sec42['target']:.2f}%"
-    rows = [[r["label"], f"{r['completed']}/{r['runs']}", r["steps"]["text"], r["multiple_text"],
-             format_acc(r["max_test_accuracy"]), f"{r['diverged']}/{r['runs']} diverged" if r["diverged"] else "0"]
-            for r in sec42["rows"]]
-    return _frame(["preset", "runs", f"steps to {tgt}", "steps vs baseline", "max test acc (%)", "diverged"], rows)
-
-
 def md(frame: pd.DataFrame) -> list[str]:
     """A table's markdown lines (:func:`bnexp.report.fmt.md_table`)."""
     return md_table(list(frame.columns), frame.values.tolist())
-
-
-def _sec42_md(sec42: dict) -> list[str]:
-    out = [f"## {SEC42_TITLE}", ""]
-    if sec42["target"] is None:
-        return out + ["The baseline has no completed runs, so there is no target (n/a).", ""]
-    n = sum(v is not None for v in sec42["target_per_seed"])
-    return out + [f"Target: the baseline's best test accuracy, {100 * sec42['target']:.2f}% = mean over {n} baseline "
-                  "seeds of each seed's maximum test accuracy. Steps are the first evaluation at or above it (from "
-                  "metrics.jsonl), mean ± std over the seeds that reached it.", ""] + md(sec42_frame(sec42)) + [""]
 
 
 def _speedup_md(report: Report) -> list[str]:
@@ -176,7 +156,7 @@ def _ics_md(report: Report) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    """The text of report.md: Sec. 4.2 table (if any), verdicts, main table, speedups, figures,
+    """The text of report.md: the Sec. 4.2 frontier (if any), verdicts, main table, speedups, figures,
     stability, the ICS section (if any), failed runs."""
     d, ref = report.data, refs(report)
     out = ["# Batch Normalization sweep report", "",
@@ -186,8 +166,6 @@ def render_markdown(report: Report) -> str:
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
-    if d["sec42"]:
-        out += _sec42_md(d["sec42"])
     out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""]
     out += ["## Results per configuration", ""] + md(main_table(report)) + [""]
     out += _speedup_md(report) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])

@@ -1,6 +1,6 @@
 """Statistics with pandas: per run (:func:`run_table`) steps-to-target and test accuracy; over seeds
 (:func:`value_stat`, :func:`reach_stat`) mean and the **population** std (ddof=0, :data:`STD_NOTE`:
-one seed gives std 0, written "(1 seed)"); speedups, layer stability and the Sec. 4.2 table. Steps
+one seed gives std 0, written "(1 seed)"); speedups and layer stability. Steps
 to a target are averaged over the seeds that reached it, the others counted "not reached (k/n)".
 Missing values are None, never made up."""
 
@@ -13,7 +13,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from bnexp.report.fmt import format_multiple, format_steps
+from bnexp.report.fmt import format_steps
 from bnexp.report.groups import ConfigGroup
 from bnexp.report.load import Sweep, ordered_keys
 from bnexp.rundir import REACHED_TOL
@@ -165,39 +165,3 @@ def config_stability(group: ConfigGroup, sweep: Sweep) -> dict[str, dict]:
                       "n": value_stat(per_seed["median_shift"])["n"], "per_seed": per_seed}
     return out
 
-
-def sec42_table(groups: list[ConfigGroup], sweep: Sweep, table: pd.DataFrame) -> dict | None:
-    """Paper Sec. 4.2 table: the steps of every preset to reach the baseline's best test accuracy (the
-    mean over its completed seeds of each seed's maximum; steps recomputed from metrics.jsonl).
-
-    Returns:
-        None without a "baseline" configuration; else {"baseline", "target", "target_per_seed", "rows":
-        [{"label", "experiment", "runs", "completed", "diverged", "failed", "steps" (reach_stat),
-        "multiple" (mean preset steps / mean baseline steps), "multiple_text", "max_test_accuracy"}]},
-        the baseline first.
-    """
-    presets = [g for g in groups if g.experiment]
-    base = next((g for g in presets if g.experiment == "baseline"), None)
-    if base is None:
-        return None
-    base_max = value_stat(table.loc[[r.id for r in base.completed], "max_test_accuracy"])
-    out = {"baseline": base.label, "target": base_max["mean"], "target_per_seed": base_max["per_seed"], "rows": []}
-    if base_max["mean"] is None:
-        return out
-    reached = first_reached(sweep.metrics, base_max["mean"])
-    base_steps = reach_stat(reached.reindex([r.id for r in base.completed]))
-    for g in [base] + [p for p in presets if p is not base]:
-        done = [r.id for r in g.completed]
-        steps = reach_stat(reached.reindex(done))
-        m = (steps["mean"] / base_steps["mean"] if steps["reached"] and base_steps["reached"]
-             and base_steps["mean"] > 0 else None)
-        text = "1.00x (reference)" if g is base else format_multiple(m)
-        if m is not None and steps["not_reached"] and g is not base:
-            text += f" [over {steps['reached']}/{steps['n']} seeds]"
-        out["rows"].append({
-            "label": g.label, "experiment": g.experiment, "runs": len(g.runs), "completed": len(done),
-            **{k: sum(r.status == k for r in g.runs) for k in ("diverged", "failed")},
-            "steps": steps, "multiple": m, "multiple_text": text,
-            "max_test_accuracy": value_stat(table.loc[done, "max_test_accuracy"]),
-        })
-    return out

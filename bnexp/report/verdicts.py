@@ -1,11 +1,11 @@
 """The verdict sentences of Sec. 4.1 (BN vs no BN: steps to each target, test accuracy, diverged and failed
-runs) and Sec. 4.2 (each preset's steps as a multiple of the baseline's); a faster/slower or higher/lower
+runs; Sec. 4.2's are the frontier's, :mod:`bnexp.report.frontier`); a faster/slower or higher/lower
 verdict needs the evidence of :mod:`bnexp.report.evidence`, else it ends in "insufficient evidence"."""
 
 from __future__ import annotations
 
 from bnexp.report.evidence import chance_gaps, insufficient, seed_gaps
-from bnexp.report.fmt import format_acc, format_target, steps_phrase, steps_pm
+from bnexp.report.fmt import format_acc, format_target, steps_pm
 from bnexp.report.groups import ConfigGroup, match_no_bn, pair_label
 from bnexp.report.stats import target_key
 from bnexp.rundir import COMPLETE_STATUSES
@@ -92,10 +92,10 @@ def _context(bn_g: ConfigGroup, nb_g: ConfigGroup, groups: list[ConfigGroup]) ->
 
 
 def verdict_lines(groups: list[ConfigGroup], stats: dict[str, dict], targets: list[float],
-                  sec42: dict | None, advice: str | None = None) -> list[str]:
+                  advice: str | None = None) -> list[str]:
     """Verdict sentences computed from the statistics: ``advice`` first (the seeds to add,
     :func:`bnexp.report.evidence.seed_advice`), then per BN/no-BN pair and target (Sec. 4.1),
-    final accuracy, diverged and failed runs, and the Sec. 4.2 multiples."""
+    final accuracy, diverged and failed runs."""
     lines: list[str] = [advice] if advice else []
     for g in groups:
         nb_g = match_no_bn(g, groups)
@@ -128,23 +128,5 @@ def verdict_lines(groups: list[ConfigGroup], stats: dict[str, dict], targets: li
         if s["incomplete"]:
             lines.append(f"{g.label}: {s['incomplete']}/{s['runs']} runs are incomplete (running or "
                          "interrupted) and are left out.")
-    lines.extend(_sec42_verdicts(sec42))
     return lines
 
-
-def _sec42_verdicts(sec42: dict | None) -> list[str]:
-    """One line per preset of the Sec. 4.2 table."""
-    if not sec42 or sec42["target"] is None:
-        return []
-    tgt = f"{100 * sec42['target']:.2f}%"
-    base = steps_phrase(sec42["rows"][0]["steps"])
-    out = []
-    for row in sec42["rows"][1:]:
-        st = row["steps"]
-        if st["reached"] == 0:
-            out.append(f"{row['label']} did not reach the baseline's best accuracy ({tgt}) in "
-                       f"{st['n']}/{st['n']} runs.")
-            continue
-        out.append(f"{row['label']} reached the baseline's best accuracy ({tgt}) in {steps_phrase(st)}, "
-                   f"the baseline in {base}: {row['multiple_text']}.")
-    return out

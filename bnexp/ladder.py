@@ -12,9 +12,9 @@ Stages, each (preset, budget, seed) one run whose rate halves 5 times over its o
    reaches a* (the baseline's best seed-mean accuracy) or its last doubling gained < 0.5 points, capped at
    the baseline's largest budget.
 
-``python -m bnexp.report.ladder next SWEEP_DIR [options]`` prints the next batch: ``#`` lines to show, then one
+``python -m bnexp.ladder next SWEEP_DIR [options]`` prints the next batch: ``#`` lines to show, then one
 line of Hydra overrides per multirun (longest budget first; nothing when the sweep is complete).
-``python -m bnexp.report.ladder plan SWEEP_DIR [options]`` prints every planned run, what is done, and the
+``python -m bnexp.ladder plan SWEEP_DIR [options]`` prints every planned run, what is done, and the
 total steps and estimated wall time (the script's DRY_RUN=1). Options: --scale cpu|gpu, --presets
 default|all|NAME,NAME, --seeds 0,1, --ladder "key=value;..." (overrides of the scale's ladder, e.g.
 ``tune=40;baseline=20,40;cap=80;bn_x5=10``), --jobs N, --steps-per-s X, --overhead-s X (plan only).
@@ -258,7 +258,7 @@ def plan_table(runs: pd.DataFrame, lad: Ladder, presets, seeds) -> pd.DataFrame:
 
 
 def _args(argv):
-    p = argparse.ArgumentParser(prog="python -m bnexp.report.ladder", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bnexp.ladder", description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["next", "plan"])
     p.add_argument("sweep_dir")
     p.add_argument("--scale", default="cpu")
