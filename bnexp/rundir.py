@@ -286,7 +286,8 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
         raise OutputError(src, exc) from None
     removed = cut_records_after(run_dir, -1)
     logging.getLogger("bnexp").warning(
-        "checkpoint %s is unreadable (%s): kept as %s; the run starts over from step 0, and the %d "
+        "checkpoint %s is not a readable checkpoint of this run (%s): kept as %s; the run starts over from "
+        "step 0, and the %d "
         "records and TensorBoard events of the earlier attempt were removed so that no step appears twice",
         src, reason, dst.name, removed)
     return dst
@@ -382,3 +383,19 @@ def check_writable(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(run_dir / ".write_test", b"ok")
     os.unlink(run_dir / ".write_test")
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Flatten nested dicts into dotted keys: {"bn": {"enabled": True}} -> {"bn.enabled": True}.
+
+    Lists stay values (they are not split into items). ``prefix`` is put before every key as is
+    (``flatten(d, "cfg.")``).
+    """
+    out: dict = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
