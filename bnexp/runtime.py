@@ -182,6 +182,7 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 
 # ----- TensorBoard's writer thread -------------------------------------------------------------
+WRITER_QUEUE = 1000  # events the writer thread may lag behind the loop
 _QUIET_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 _previous_excepthook = None
 
@@ -219,7 +220,9 @@ def open_writer(run_dir: Path, resumed_from: int | None = None):
     from torch.utils.tensorboard import SummaryWriter
 
     kwargs = {} if resumed_from is None else {"purge_step": resumed_from + 1}
-    writer = SummaryWriter(log_dir=str(run_dir), **kwargs)
+    # a long queue: a monitor record adds ~150 events at once, and with tensorboard's default of
+    # 10 the loop would wait for the thread (pure-Python checksums, one open() per event) to write them
+    writer = SummaryWriter(log_dir=str(run_dir), max_queue=WRITER_QUEUE, **kwargs)
     if threading.excepthook is not _quiet_hook:
         _previous_excepthook, threading.excepthook = threading.excepthook, _quiet_hook
     _QUIET_THREADS.update(_writer_threads(writer))
