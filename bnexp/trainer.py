@@ -8,23 +8,17 @@ probe -- are objects of :mod:`bnexp.measurements`, each with its own cadence; th
 hands them a :class:`~bnexp.measurements.StepContext` before or after the update of a
 step, and writes the checkpoints itself. :meth:`Trainer.run` reads top to bottom.
 
-Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state
-(model with BN running statistics, optimizer, scheduler, every RNG, the mini-batch
-sampler's permutation and position, the shift monitor, metrics so far) is written
-atomically to ``checkpoint.pt``; a run started in a directory holding an unfinished
-run's checkpoint continues from it and ends bit-identical (on CPU) to an
-uninterrupted run. SIGINT/SIGTERM -- from the moment :func:`train` starts, also while the
-data loads -- stop the run at the end of a step, save a checkpoint and record ``interrupted``.
-A non-finite value found by any measurement (loss, parameters, pre-activations), also
-at step 0, stops the run with status ``diverged`` and the step; the function then
-returns normally, so a sweep goes on. A checkpoint that is not a readable checkpoint of
-this run (truncated, keys missing, other shapes) is set aside (kept) and the run starts
-over with the earlier attempt's records and TensorBoard events cut; one of another config
-is refused (:class:`~bnexp.errors.CheckpointMismatch`). A file of the run that cannot be
-written (a full disk, also in TensorBoard's writer thread) ends the run with status
-``failed`` and one :class:`~bnexp.errors.OutputError`. The cluster's preemption/timeout
-signal (SIGUSR2 under submitit) saves a checkpoint at the end of the current step and
-hands over to submitit, which requeues the job (:mod:`bnexp.preemption`).
+Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model
+with BN running statistics, optimizer, scheduler, every RNG, the sampler's position, the
+monitor, records so far) is written atomically to ``checkpoint.pt``; a run started in a folder
+holding an unfinished run's checkpoint continues from it and ends bit-identical (on CPU) to an
+uninterrupted run; a checkpoint that is not this run's is set aside or refused (:mod:`bnexp.resume`).
+SIGINT/SIGTERM -- from the moment :func:`train` starts -- stop the run at the end of a step,
+save a checkpoint and record ``interrupted``; the cluster's preemption signal does the same and
+hands over to submitit's requeue (:mod:`bnexp.preemption`). A non-finite value found by any
+measurement, also at step 0, ends the run ``diverged`` (normally, so a sweep goes on). A file
+of the run that cannot be written (a full disk, also in TensorBoard's writer thread) ends it
+``failed`` with one :class:`~bnexp.errors.OutputError`.
 
 Data parallelism (``torchrun --nproc-per-node=N``, :mod:`bnexp.distributed`): one process
 is a replica group of one, so the same loop runs either way: every replica draws the same
@@ -50,12 +44,13 @@ from torch import nn
 from bnexp import distributed, rundir
 from bnexp.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.data import BatchSampler, load_data, make_augmenter
-from bnexp.errors import CheckpointMismatch, ConfigError, OutputError, UserError
+from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.models import build_model
 from bnexp.monitor import ShiftMonitor
 from bnexp.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
 from bnexp.preemption import Preempted, PreemptionGuard
+from bnexp.resume import check_same_run, incompatibility, missing_keys
 from bnexp.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, open_writer, resolve_device,
                            rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
 from bnexp.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
@@ -65,9 +60,6 @@ __all__ = ["Trainer", "train", "Interrupted", "evaluate"]
 log = logging.getLogger("bnexp")
 
 PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
-# what load_state_dict reads from a checkpoint; one without them is not a checkpoint of a run
-CHECKPOINT_KEYS = ("step", "model", "optimizer", "scheduler", "sampler", "rng", "measurements", "logs",
-                   "train_time", "config")
 
 
 class Trainer:
@@ -257,11 +249,12 @@ class Trainer:
             state = torch.load(path, map_location=self.device, weights_only=False)
         except Exception as exc:  # truncated or not a torch file
             return self._start_over(f"{type(exc).__name__}: {exc}")
-        missing = [k for k in CHECKPOINT_KEYS if k not in state] if isinstance(state, dict) else ["all"]
+        missing = missing_keys(state)
         if missing:
             return self._start_over(f"not a bnexp checkpoint: missing {', '.join(missing)}")
-        self._check_same_run(state)
-        problem = self._incompatible(state)
+        check_same_run(state, OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
+                       self.replicas.world_size, self.run_dir)
+        problem = incompatibility(state, self.model, self.optimizer)
         if problem:
             return self._start_over(problem)
         try:
@@ -280,41 +273,6 @@ class Trainer:
         if self.is_main:  # (the other replicas read the same file and start over too)
             rundir.set_aside_unreadable_checkpoint(self.run_dir, reason)
         return False
-
-    def _check_same_run(self, state: dict) -> None:
-        """Raise :class:`CheckpointMismatch` for another config's checkpoint (result-neutral keys
-        aside) or one written with another number of replicas."""
-        mine = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
-        if state["config"] != mine:
-            old, new = rundir.flatten(state["config"] or {}), rundir.flatten(mine)
-            changed = sorted(k for k in set(old) | set(new)
-                             if old.get(k) != new.get(k) and k not in rundir.RESULT_NEUTRAL_KEYS)
-            if changed:
-                raise CheckpointMismatch(
-                    f"the checkpoint in {self.run_dir} belongs to a run with a different config "
-                    f"(differs in: {', '.join(changed)}); use a new run directory, or "
-                    "trainer.resume=false to start this one over.")
-        n_saved, n = int(state.get("world_size", 1)), self.replicas.world_size
-        if n_saved != n:
-            raise CheckpointMismatch(
-                f"the checkpoint in {self.run_dir} was written by a run with {n_saved} replica(s); this one "
-                f"has {n}. Resume it with the same number of processes (torchrun --nproc-per-node={n_saved} "
-                "..., or no torchrun for 1 replica).")
-
-    def _incompatible(self, state: dict) -> str | None:
-        """Why ``state`` cannot be loaded into this run's network and optimizer (None: it can)."""
-        mine, theirs = self.model.state_dict(), state["model"]
-        if not isinstance(theirs, dict) or set(mine) != set(theirs):
-            diff = sorted(set(mine) ^ set(theirs)) if isinstance(theirs, dict) else ["all"]
-            return f"its network has other layers ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
-        shapes = [k for k in mine if not isinstance(theirs[k], torch.Tensor) or theirs[k].shape != mine[k].shape]
-        if shapes:
-            return f"its network has other shapes ({', '.join(shapes[:4])})"
-        groups = state["optimizer"].get("param_groups") if isinstance(state["optimizer"], dict) else None
-        own = self.optimizer.state_dict()["param_groups"]
-        if not groups or [len(g["params"]) for g in groups] != [len(g["params"]) for g in own]:
-            return "its optimizer state does not match this network"
-        return None
 
     # ----- outputs ------------------------------------------------------------------
     def _begin(self) -> dict:
