@@ -149,3 +149,58 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
         assert "checkpoint saved" in (d / "train.log").read_text()
     assert "Traceback" not in err, err[-3000:]
     assert p.returncode != 0
+
+
+def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch, caplog):
+    """wait_for_sweep_siblings: a sibling run folder that is ``running`` under a live lock is waited
+    for (until the timeout); one that is interrupted, finished or unlocked is not; outside a sweep
+    under SweepSignals nothing is waited for."""
+    from bnexp import rundir
+    from bnexp.runtime import SWEEP_ENV, wait_for_sweep_siblings
+
+    sweep = tmp_path / "sweep"
+    mine, busy, done = sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"
+    for d, status in ((mine, "running"), (busy, "running"), (done, "interrupted")):
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"status": status}))
+    locks = [rundir.RunLock(d) for d in (mine, busy, done)]
+    assert all(lock.acquire() for lock in locks)
+    try:
+        t0 = time.time()
+        wait_for_sweep_siblings(mine, timeout_s=0.5)  # no SweepSignals: returns at once
+        assert time.time() - t0 < 0.3
+        monkeypatch.setenv(SWEEP_ENV, str(sweep))
+        t0 = time.time()
+        with caplog.at_level("WARNING", logger="bnexp"):
+            wait_for_sweep_siblings(mine, timeout_s=0.5, poll_s=0.05)
+        assert time.time() - t0 >= 0.5 and "1 run(s) of the sweep" in caplog.text
+        (busy / "summary.json").write_text(json.dumps({"status": "interrupted"}))  # it saved
+        t0 = time.time()
+        wait_for_sweep_siblings(mine, timeout_s=5)
+        assert time.time() - t0 < 1
+        (busy / "summary.json").write_text(json.dumps({"status": "running"}))
+        locks[1].release()  # its process is gone: nothing to wait for
+        t0 = time.time()
+        wait_for_sweep_siblings(mine, timeout_s=5)
+        assert time.time() - t0 < 1
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def test_sweep_signals_callback_ignores_sigint_in_a_joblib_launcher_only(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from bnexp.runtime import SWEEP_ENV, SweepSignals
+
+    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    before = signal.getsignal(signal.SIGINT)
+    for target, ignored in (("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", True),
+                            ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", False)):
+        cfg = OmegaConf.create({"hydra": {"launcher": {"_target_": target}, "sweep": {"dir": str(tmp_path)}}})
+        cb = SweepSignals()
+        cb.on_multirun_start(cfg)
+        assert (signal.getsignal(signal.SIGINT) is signal.SIG_IGN) == ignored
+        assert (os.environ.get(SWEEP_ENV) == str(tmp_path.resolve())) == ignored
+        cb.on_multirun_end(cfg)
+        assert signal.getsignal(signal.SIGINT) is before and SWEEP_ENV not in os.environ
