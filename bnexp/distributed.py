@@ -298,6 +298,47 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return (((int(seed) * 1_000_003) ^ (int(rank) * 998_244_353)) + int(step) * 2_654_435_761) % (2**63 - 1)
 
 
+def needs_step_seed(model: torch.nn.Module, replicas: Replicas) -> bool:
+    """Whether the step loop reseeds torch's global RNG per (replica, step) (:func:`step_seed`).
+
+    Only N > 1 replicas of a model that draws from the global RNG in training (dropout) need
+    it: one process keeps a single stream (its state is checkpointed), and without dropout no
+    training computation draws from the global RNG (noisy BN has its own generators; the
+    sampler and the augmentation too), so reseeding would change nothing but cost time.
+    """
+    from torch.nn.modules.dropout import _DropoutNd
+
+    return replicas.distributed and any(isinstance(m, _DropoutNd) for m in model.modules())
+
+
+def local_share(batch: torch.Tensor, replicas: Replicas, share: int) -> torch.Tensor:
+    """This replica's rows [rank*share, (rank+1)*share) of a global mini-batch; the batch itself for N = 1.
+
+    The per-step, check-free form of :func:`replica_share` (``share`` = m/N from :func:`bn_plan`).
+    """
+    if replicas.world_size == 1:
+        return batch
+    return batch[replicas.rank * share:(replicas.rank + 1) * share]
+
+
+def data_parallel(model: torch.nn.Module, replicas: Replicas, device: torch.device) -> torch.nn.Module:
+    """What the step loop calls: ``model`` itself for N = 1, else DDP around it (gradients averaged
+    over the replicas at each backward).
+
+    No buffer broadcast at each forward: BN buffers are identical (``bn.sync``) or averaged by
+    :class:`StepAgreement` (torch >= 2.15 renamed ``broadcast_buffers`` to ``forward_sync_buffers``).
+    """
+    if not replicas.distributed:
+        return model
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    key = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters
+           else "broadcast_buffers")
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **{key: False})
+
+
 class StepAgreement:
     """What the replicas settle together after every step: one all-reduce (N > 1 only).
 
@@ -308,6 +349,8 @@ class StepAgreement:
     replicas identical for checkpoints; (b) flags any replica raised (a signal arrived, the
     run diverged), so that all stop at the same step.
 
+    For one process (a replica group of one) both calls return at once: nothing to agree on.
+
     Args:
         replicas: this process's place.
         buffers: the buffers to average (empty: only flags).
@@ -317,11 +360,12 @@ class StepAgreement:
         self.replicas = replicas
         self.buffers = [b for b in buffers if b.is_floating_point()]
         self.sizes = [b.numel() for b in self.buffers]
+        self.distributed = replicas.distributed
 
-    def __call__(self, *flags: bool) -> list[bool]:
+    def __call__(self, *flags: bool) -> tuple[bool, ...]:
         """Average the buffers in place; returns, per flag, whether any replica raised it."""
-        if not self.replicas.distributed:
-            return [bool(f) for f in flags]
+        if not self.distributed:
+            return flags
         dev = self.buffers[0].device if self.buffers else torch.device(
             "cuda" if self.replicas.backend == "nccl" else "cpu")
         parts = [b.detach().reshape(-1).to(torch.float64) for b in self.buffers]
@@ -333,4 +377,10 @@ class StepAgreement:
             for b, k in zip(self.buffers, self.sizes):
                 b.copy_((vec[offset:offset + k] / self.replicas.world_size).view_as(b))
                 offset += k
-        return [bool(v > 0) for v in vec[offset:].tolist()]
+        return tuple(bool(v > 0) for v in vec[offset:].tolist())
+
+    def average_buffers(self) -> None:
+        """Average the per-replica BN buffers now (before measurements that read them); a no-op
+        for one process or when there are none. Every replica must call it at the same step."""
+        if self.distributed and self.buffers:
+            self()

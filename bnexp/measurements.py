@@ -1,10 +1,14 @@
 """Measurements taken during training, each a small object with its own cadence.
 
 The step loop (:meth:`bnexp.trainer.Trainer.run`) knows nothing about what is measured:
-it draws the mini-batch, calls the measurements due *before* the update with that
-mini-batch, does forward, loss, backward and the SGD update, then calls the
-measurements due *after* the update. A :class:`Schedule` tells it the next step at which
-anything is due, so on all other steps the loop does one integer comparison per phase.
+it draws the mini-batch, lets the measurements due *before* the update see it, does
+forward, loss, backward and the SGD update, then lets the measurements due *after* the
+update see the result. A :class:`Schedule` tells it the next step at which anything is
+due, so on all other steps the loop does one integer comparison per phase.
+
+What a measurement sees is a :class:`StepContext` -- the step, the model, the optimizer,
+the current learning rate, the mini-batch, this step's loss and logits, the TensorBoard
+writer, the progress bar and the few run facts it needs -- never the trainer itself.
 
 A measurement (:class:`Measurement`) has
 
@@ -12,7 +16,7 @@ A measurement (:class:`Measurement`) has
   the update, ``at_end`` -- also due at the last step, ``at_start`` -- also taken once
   before the first step of a fresh run;
 * :meth:`~Measurement.before_update` / :meth:`~Measurement.after_update` -- the work at a
-  due step, given the trainer (which holds the model, optimizer, writer, step, logs);
+  due step; :meth:`~Measurement.observe` -- a cheap look at every step (the train loss);
 * :meth:`~Measurement.state_dict` / :meth:`~Measurement.load_state_dict` -- whatever it
   carries between steps, saved in checkpoints so that resume is exact;
 * :meth:`~Measurement.finish` -- after the last step.
@@ -20,24 +24,28 @@ A measurement (:class:`Measurement`) has
 Adding a measurement: write a subclass here and add it (with its config key) to
 :func:`build_measurements`. The records of ``metrics.jsonl``, ``shift.jsonl`` and
 ``ics.jsonl`` go through a :class:`RecordLog` each, which the trainer checkpoints and
-rewrites on resume.
+rewrites on resume. Checkpoints are written by the loop, not by a measurement.
 
-A measurement that finds the run numerically broken raises :class:`Diverged`; the loop
-stops the run with status ``diverged``.
+A measurement that finds the run numerically broken raises :class:`Diverged`; the
+schedule hands it to the loop, which stops the run with status ``diverged`` (with N
+data-parallel replicas, all of them at the same step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from bnexp import rundir
-from bnexp.distributed import all_sum
+from bnexp.distributed import Replicas, all_sum
 from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.ics import gradient_ics, landscape_probe, layer_param_groups
 from bnexp.models import hidden_layers
@@ -100,6 +108,49 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 50
     return float(loss_sum) / len(y), float(correct) / len(y)
 
 
+@dataclass(eq=False)
+class StepContext:
+    """What a measurement sees: filled by the step loop, read by the measurements.
+
+    Run facts (set once): ``model``, ``optimizer``, ``test_x`` (T, C, H, W) and ``test_y`` (T,),
+    ``max_steps``, ``run_dir``, ``title`` (of the figures: ``bn=... act=... lr=... seed=...``),
+    ``amp_dtype`` (``trainer.precision``'s autocast dtype, None for fp32), ``replicas``,
+    ``t_start`` (the run's wall-clock start, seconds since the epoch), ``writer`` (TensorBoard
+    ``SummaryWriter``, None on replicas other than rank 0), ``progress`` (:class:`bnexp.runtime.Progress`).
+
+    Per step (the loop updates these):
+
+    * ``step`` -- updates done so far (a ``before`` measurement is taken for update ``step + 1``);
+    * ``epoch`` -- passes over the training set begun by the mini-batch sampler;
+    * ``lr`` -- the learning rate of the next update (:func:`bnexp.runtime.learning_rate`, read
+      once per step after the scheduler's step), the one source of the current rate;
+    * ``x``, ``y`` -- the step's global mini-batch, (B, C, H, W) inputs and (B,) labels;
+    * ``loss``, ``logits``, ``labels`` -- this replica's share of the step after the update: the
+      detached mean cross-entropy (nats, 0-d), (B/N, classes) logits and (B/N,) labels.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    max_steps: int
+    run_dir: Path
+    title: str = ""
+    amp_dtype: torch.dtype | None = None
+    replicas: Replicas = Replicas()
+    t_start: float = 0.0
+    writer: Any = None
+    progress: Any = None
+    step: int = 0
+    epoch: int = 0
+    lr: float = 0.0
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+
+
 class Measurement:
     """Base class: a measurement taken every ``every`` steps, before or after the update.
 
@@ -139,16 +190,19 @@ class Measurement:
             nxt = min(nxt, max_steps)
         return nxt
 
-    def start(self, tr) -> None:
+    def start(self, ctx: StepContext) -> None:
         """Taken once before the first step of a fresh run (only if ``at_start``)."""
 
-    def before_update(self, tr, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Work before the update, on the step's mini-batch x (B, ...) and labels y (B,)."""
+    def before_update(self, ctx: StepContext) -> None:
+        """Work before the update that makes step ``ctx.step + 1``, on its mini-batch ``ctx.x``, ``ctx.y``."""
 
-    def after_update(self, tr) -> None:
-        """Work after the update; ``tr.step`` is the number of updates done."""
+    def observe(self, ctx: StepContext) -> None:
+        """A look at every step right after its update (cheap: no host transfer); ``ctx.step`` updates done."""
 
-    def finish(self, tr) -> None:
+    def after_update(self, ctx: StepContext) -> None:
+        """Work after the update at a due step; ``ctx.step`` is the number of updates done."""
+
+    def finish(self, ctx: StepContext) -> None:
         """After the last step of a finished or diverged run."""
 
     def state_dict(self) -> dict:
@@ -163,12 +217,13 @@ class TrainLoss(Measurement):
     """Mean training loss and accuracy over the mini-batches since the last record, every
     ``trainer.log_every`` steps; stops the run on a non-finite loss.
 
-    The step loop appends (loss, logits, labels) of every step to :attr:`window`, as
-    device tensors, so the step does no host transfer; they are summed here. The sums
-    since the last test evaluation are kept for its ``train_loss``/``train_accuracy``.
-    With N data-parallel replicas each holds its share's loss (mean over m/N examples) and
-    logits; the window sums are added over the replicas (one all-reduce), so the record is
-    over the global mini-batches, and every replica takes the same divergence decision.
+    Every step :meth:`observe` keeps the step's (loss, logits, labels) from the context in
+    :attr:`window`, as device tensors, so the step does no host transfer; they are summed at
+    the due step. The sums since the last test evaluation are kept for its
+    ``train_loss``/``train_accuracy``. With N data-parallel replicas each holds its share's
+    loss (mean over m/N examples) and logits; the window sums are added over the replicas (one
+    all-reduce), so the record is over the global mini-batches, and every replica takes the
+    same divergence decision.
 
     Raises:
         Diverged: the summed loss is NaN or infinite.
@@ -187,27 +242,29 @@ class TrainLoss(Measurement):
         self.correct = 0.0   # correctly classified training examples
         self.n = 0           # mini-batches
 
-    def after_update(self, tr) -> None:
-        step, window = tr.step, self.window
+    def observe(self, ctx: StepContext) -> None:
+        self.window.append((ctx.loss, ctx.logits, ctx.labels))
+
+    def after_update(self, ctx: StepContext) -> None:
+        step, window, replicas = ctx.step, self.window, ctx.replicas
         n = len(window)
         losses, logits, labels = zip(*window)
         window.clear()
         loss_sum = float(torch.stack(losses).sum())
         # one argmax over all the window's logits (few large ops instead of 3 small ones per step)
         correct = float((torch.cat(logits).argmax(1) == torch.cat(labels)).sum())
-        replicas = getattr(tr, "replicas", None)
-        if replicas is not None and replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
+        if replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
             loss_sum, correct = all_sum([loss_sum, correct], replicas)
             loss_sum /= replicas.world_size
         if not math.isfinite(loss_sum):
             raise Diverged(step, "training loss")
-        if tr.writer is not None:
-            tr.writer.add_scalar("Train/loss", loss_sum / n, step)
-            tr.writer.add_scalar("Train/accuracy", correct / (n * self.batch_size), step)
+        if ctx.writer is not None:
+            ctx.writer.add_scalar("Train/loss", loss_sum / n, step)
+            ctx.writer.add_scalar("Train/accuracy", correct / (n * self.batch_size), step)
         self.loss_sum += loss_sum
         self.correct += correct
         self.n += n
-        tr.progress.update(step, loss=loss_sum / n)
+        ctx.progress.update(step, loss=loss_sum / n)
 
     def take(self) -> tuple[float | None, float | None]:
         """(mean train loss, train accuracy) since the last call, or (None, None) if no step was summed."""
@@ -234,8 +291,9 @@ def _params_finite(model: nn.Module) -> bool:
 class TestEvaluation(Measurement):
     """Test loss and accuracy on the full test set, every ``trainer.eval_every`` steps, at
     step 0 and at the end: one ``metrics.jsonl`` record (with the train loss/accuracy since
-    the previous evaluation and the learning rate) and TensorBoard scalars ``Test/*``
-    (capitalized: TensorBoard sorts tag groups by name, upper case first, and opens the first two).
+    the previous evaluation and the learning rate of the next update) and TensorBoard
+    scalars ``Test/*``, ``Train/learning_rate`` (capitalized: TensorBoard sorts tag groups by name,
+    upper case first, and opens the first two).
 
     Raises:
         Diverged: a parameter is NaN or infinite.
@@ -251,31 +309,30 @@ class TestEvaluation(Measurement):
         self.train_loss = train_loss
         self.metrics = metrics
 
-    def _record(self, tr, train_loss, train_acc) -> dict:
-        test_loss, test_acc = evaluate(tr.model, tr.data.test_x, tr.data.test_y,
-                                       autocast_dtype=getattr(tr, "amp_dtype", None))
-        step = tr.step
-        rec = {"step": step, "epoch": tr.sampler.epoch, "test_loss": test_loss, "test_accuracy": test_acc,
+    def _record(self, ctx: StepContext, train_loss, train_acc) -> dict:
+        test_loss, test_acc = evaluate(ctx.model, ctx.test_x, ctx.test_y, autocast_dtype=ctx.amp_dtype)
+        step = ctx.step
+        rec = {"step": step, "epoch": ctx.epoch, "test_loss": test_loss, "test_accuracy": test_acc,
                "train_loss": train_loss, "train_accuracy": train_acc,
-               "lr": tr.optimizer.param_groups[0]["lr"], "wall_time_s": time.time() - tr.t_start}
+               "lr": ctx.lr, "wall_time_s": time.time() - ctx.t_start}
         self.metrics.append(rec)
-        tr.writer.add_scalar("Test/loss", test_loss, step)
-        tr.writer.add_scalar("Test/accuracy", test_acc, step)
-        tr.writer.add_scalar("Train/learning_rate", rec["lr"], step)
+        ctx.writer.add_scalar("Test/loss", test_loss, step)
+        ctx.writer.add_scalar("Test/accuracy", test_acc, step)
+        ctx.writer.add_scalar("Train/learning_rate", rec["lr"], step)
         return rec
 
-    def start(self, tr) -> None:
-        self._record(tr, None, None)
+    def start(self, ctx: StepContext) -> None:
+        self._record(ctx, None, None)
 
-    def after_update(self, tr) -> None:
-        step = tr.step
-        if not _params_finite(tr.model):
+    def after_update(self, ctx: StepContext) -> None:
+        step = ctx.step
+        if not _params_finite(ctx.model):
             raise Diverged(step, "parameters")
         train_loss, train_acc = self.train_loss.take()
-        rec = self._record(tr, train_loss, train_acc)
-        tr.progress.update(step, acc=f"{rec['test_accuracy']:.4f}")
-        if not tr.progress.enabled:
-            log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %s", step, tr.max_steps,
+        rec = self._record(ctx, train_loss, train_acc)
+        ctx.progress.update(step, acc=f"{rec['test_accuracy']:.4f}")
+        if not ctx.progress.enabled:
+            log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %s", step, ctx.max_steps,
                      rec["test_accuracy"], rec["test_loss"], f"{train_loss:.4f}" if train_loss is not None else "-")
 
 
@@ -283,7 +340,10 @@ class ShiftRecord(Measurement):
     """The covariate-shift monitor (:class:`bnexp.monitor.ShiftMonitor`) every
     ``trainer.hist_every`` steps, at step 0 and at the end: one ``shift.jsonl`` record,
     ``shift/*``, ``ics/*`` scalars and ``preact/*`` histograms; at the finish the
-    percentile-band figure (paper Fig. 1(b, c)) as ``percentiles.png``."""
+    percentile-band figure (paper Fig. 1(b, c)) as ``percentiles.png``.
+
+    The monitor's history is the ``shift.jsonl`` log's records: checkpoints store them once
+    (as the log), and :meth:`load_state_dict` gives them back to the monitor."""
 
     name = "monitor"
     at_start = True
@@ -295,24 +355,24 @@ class ShiftRecord(Measurement):
         self.monitor = monitor
         self.shift = shift
 
-    def start(self, tr) -> None:
-        self.after_update(tr)
+    def start(self, ctx: StepContext) -> None:
+        self.after_update(ctx)
 
-    def after_update(self, tr) -> None:
-        self.shift.append(self.monitor.record(tr.step, tr.writer))
+    def after_update(self, ctx: StepContext) -> None:
+        self.shift.append(self.monitor.record(ctx.step, ctx.writer))
 
-    def finish(self, tr) -> None:
+    def finish(self, ctx: StepContext) -> None:
         if self.monitor.history:
-            cfg = tr.cfg
-            fig = self.monitor.figure(f"bn={cfg.bn.enabled} act={tr.hp['act']} lr={cfg.lr:g} seed={cfg.seed}")
-            rundir.save_figure(fig, tr.run_dir / "percentiles.png", dpi=100)  # atomic
-            tr.writer.add_figure("shift/percentile_bands", fig, tr.step)
+            fig = self.monitor.figure(ctx.title)
+            rundir.save_figure(fig, ctx.run_dir / "percentiles.png", dpi=100)  # atomic
+            ctx.writer.add_figure("shift/percentile_bands", fig, ctx.step)
 
     def state_dict(self) -> dict:
         return self.monitor.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.monitor.load_state_dict(state)
+        """Restore the monitor's trackers; its history from the shift log (restored before this)."""
+        self.monitor.load_state_dict(state, history=self.shift.records)
 
 
 class GradientICS(Measurement):
@@ -329,27 +389,27 @@ class GradientICS(Measurement):
         super().__init__(every)
         self.ics = ics
 
-    def before_update(self, tr, x: torch.Tensor, y: torch.Tensor) -> None:
-        step = tr.step + 1
-        groups, weights = layer_param_groups(tr.model)
-        res = gradient_ics(tr.model, nn.functional.cross_entropy, x, y, tr.optimizer, groups, weights)
-        names = [name for name, _ in hidden_layers(tr.model)] + ["classifier"]
+    def before_update(self, ctx: StepContext) -> None:
+        step, model = ctx.step + 1, ctx.model
+        groups, weights = layer_param_groups(model)
+        res = gradient_ics(model, nn.functional.cross_entropy, ctx.x, ctx.y, ctx.optimizer, groups, weights)
+        names = [name for name, _ in hidden_layers(model)] + ["classifier"]
         layers = {name: r for name, r in zip(names, res)}
         for name, r in layers.items():
             if r.get("trivial"):
                 continue
             for k in ("l2", "l2_rel", "cos"):
-                tr.writer.add_scalar(f"grad_ics/{name}/{k}", r[k], step)
+                ctx.writer.add_scalar(f"grad_ics/{name}/{k}", r[k], step)
         self.ics.append({"step": step, "kind": "grad_ics", "layers": layers})
 
 
 class Landscape(Measurement):
     """Loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1, Fig. 4) along the gradient
     every ``monitor.landscape_every`` steps, before that step's update, with step sizes =
-    ``monitor.landscape_step_sizes`` x the current learning rate (raw) and the scale-invariant
-    probe with steps ``monitor.landscape_rel_step_sizes`` relative to each parameter tensor's norm
-    (the one verdicts use): ``landscape/*`` and ``landscape_rel/*`` scalars and an ``ics.jsonl``
-    record ``{"step", "kind": "landscape", ...}``."""
+    ``monitor.landscape_step_sizes`` x the current learning rate (``ctx.lr``; raw) and the
+    scale-invariant probe with steps ``monitor.landscape_rel_step_sizes`` relative to each
+    parameter tensor's norm (the one verdicts use): ``landscape/*`` and ``landscape_rel/*``
+    scalars and an ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}``."""
 
     name = "landscape"
     phase = "before"
@@ -362,95 +422,116 @@ class Landscape(Measurement):
         self.rel_step_sizes = None if rel_step_sizes is None else [float(s) for s in rel_step_sizes]
         self.ics = ics
 
-    def before_update(self, tr, x: torch.Tensor, y: torch.Tensor) -> None:
-        step = tr.step + 1
-        lr = tr.optimizer.param_groups[0]["lr"]
-        res = landscape_probe(tr.model, nn.functional.cross_entropy, x, y, [m * lr for m in self.step_sizes],
-                              self.rel_step_sizes)
+    def before_update(self, ctx: StepContext) -> None:
+        step = ctx.step + 1
+        res = landscape_probe(ctx.model, nn.functional.cross_entropy, ctx.x, ctx.y,
+                              [m * ctx.lr for m in self.step_sizes], self.rel_step_sizes)
         for k in ("loss_variation", "grad_predictiveness", "beta_smoothness"):
-            tr.writer.add_scalar(f"landscape/{k}", res[k], step)
+            ctx.writer.add_scalar(f"landscape/{k}", res[k], step)
             if f"rel_{k}" in res:
-                tr.writer.add_scalar(f"landscape_rel/{k}", res[f"rel_{k}"], step)
+                ctx.writer.add_scalar(f"landscape_rel/{k}", res[f"rel_{k}"], step)
         self.ics.append({"step": step, "kind": "landscape", **res})
-
-
-class Checkpoint(Measurement):
-    """The complete run state to ``checkpoint.pt`` every ``trainer.ckpt_every`` steps before
-    the last (the trainer writes the final one itself)."""
-
-    name = "checkpoint"
-
-    def due(self, step: int, max_steps: int) -> bool:
-        return step % self.every == 0 and step < max_steps
-
-    def after_update(self, tr) -> None:
-        tr.checkpoint_in_loop()
 
 
 class Schedule:
     """The measurements of a run in call order, and the next step at which any is due.
 
+    Every replica keeps the whole list, so that the due steps -- where the loop may run a
+    collective (averaging per-replica BN statistics) -- are the same on every replica; only
+    rank 0 calls the measurements that are not ``all_replicas``.
+
     Args:
         measurements: in the order they are called at a step where several are due.
         max_steps: the last step.
+        is_main: this process is rank 0 (or the only one).
+        probe_time: seconds per ``timed`` measurement name, added to (the trainer's, checkpointed).
+        probes: a context-manager factory entered around the measurements of a step (rank 0's
+            measurements with synchronized BN layers run them locally); None: nothing.
+        sync: called on every replica before the ``after`` measurements of a due step (the trainer
+            averages per-replica BN statistics there, so the measurements see their average).
 
     Attributes:
         next_before / next_after: the next step (count after the update) at which a
             ``before`` / ``after`` measurement may be due; the loop compares against these.
     """
 
-    def __init__(self, measurements: list[Measurement], max_steps: int):
+    def __init__(self, measurements: list[Measurement], max_steps: int, is_main: bool = True,
+                 probe_time: dict[str, float] | None = None, probes: Callable[[], Any] | None = None,
+                 sync: Callable[[], None] | None = None):
         self.all = list(measurements)
         self.max_steps = int(max_steps)
+        self.calls = [m for m in self.all if is_main or m.all_replicas]
         self.before = [m for m in self.all if m.phase == "before"]
         self.after = [m for m in self.all if m.phase == "after"]
+        self.observers = [m for m in self.calls if type(m).observe is not Measurement.observe]
+        self.probe_time = probe_time if probe_time is not None else {}
+        self.probes = probes or contextlib.nullcontext
+        self.sync = sync
         self.next_before = self.next_after = NEVER
+        self.pending: Diverged | None = None  # found before the update, handed over after it
 
     def reset(self, step: int) -> None:
         """Compute the next due steps from ``step`` (at the start or after a resume)."""
         self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
         self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
 
-    def _call(self, tr, m: Measurement, fn, *args) -> None:
-        if m.timed:
-            t0 = time.time()
-            try:
-                fn(*args)
-            finally:
-                tr.probe_time[m.name] += time.time() - t0
-        else:
-            fn(*args)
+    def _run(self, method: str, due: list[Measurement], ctx: StepContext) -> Diverged | None:
+        """Call ``method`` of each of ``due`` this process takes; the first :class:`Diverged` stops and is returned."""
+        with self.probes():
+            for m in due:
+                if m not in self.calls:
+                    continue
+                t0 = time.time()
+                try:
+                    getattr(m, method)(ctx)
+                except Diverged as exc:
+                    return exc
+                finally:
+                    if m.timed:
+                        self.probe_time[m.name] = self.probe_time.get(m.name, 0.0) + time.time() - t0
+        return None
 
-    def run_start(self, tr) -> None:
-        """The ``at_start`` measurements, before the first step of a fresh run."""
-        for m in self.all:
-            if m.at_start:
-                self._call(tr, m, m.start, tr)
+    def start(self, ctx: StepContext) -> Diverged | None:
+        """The ``at_start`` measurements, before the first step of a fresh run.
 
-    def run_before(self, tr, x: torch.Tensor, y: torch.Tensor) -> None:
-        """The ``before`` measurements due at step ``tr.step + 1``."""
-        step = tr.step + 1
-        for m in self.before:
-            if m.due(step, self.max_steps):
-                self._call(tr, m, m.before_update, tr, x, y)
+        Returns:
+            the :class:`Diverged` a measurement raised (e.g. non-finite values at step 0), else None.
+        """
+        return self._run("start", [m for m in self.all if m.at_start], ctx)
+
+    def before_update(self, ctx: StepContext) -> None:
+        """The ``before`` measurements due at step ``ctx.step + 1`` (call when ``ctx.step + 1 >= next_before``).
+
+        A :class:`Diverged` one of them raises is returned by the step's :meth:`after_update`.
+        """
+        step = ctx.step + 1
+        self.pending = self._run("before_update", [m for m in self.before if m.due(step, self.max_steps)], ctx)
         self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
 
-    def run_after(self, tr) -> None:
-        """The ``after`` measurements due at step ``tr.step``.
+    def after_update(self, ctx: StepContext) -> Diverged | None:
+        """Every step: the observers; at a due step the ``after`` measurements due at ``ctx.step``.
 
-        Raises:
-            Diverged: from a measurement.
+        Returns:
+            the :class:`Diverged` a measurement raised (the later ones of the step are skipped), else None.
         """
-        step = tr.step
-        for m in self.after:
-            if m.due(step, self.max_steps):
-                self._call(tr, m, m.after_update, tr)
+        for m in self.observers:
+            m.observe(ctx)
+        step = ctx.step
+        if self.pending is not None:
+            diverged, self.pending = self.pending, None
+            return diverged
+        if step < self.next_after:
+            return None
+        if self.sync is not None:
+            self.sync()
+        diverged = self._run("after_update", [m for m in self.after if m.due(step, self.max_steps)], ctx)
         self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
+        return diverged
 
-    def finish(self, tr) -> None:
-        """Every measurement's :meth:`Measurement.finish`."""
-        for m in self.all:
-            m.finish(tr)
+    def finish(self, ctx: StepContext) -> None:
+        """Every measurement's :meth:`Measurement.finish` (those this process takes)."""
+        for m in self.calls:
+            m.finish(ctx)
 
 
 def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.device) -> list[Measurement]:
@@ -458,7 +539,8 @@ def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.d
 
     Before the update: gradient ICS (``monitor.grad_ics``), landscape probe (``monitor.landscape``).
     After it: train loss (``trainer.log_every``), test evaluation (``trainer.eval_every``),
-    covariate-shift monitor (``trainer.hist_every``), checkpoint (``trainer.ckpt_every``).
+    covariate-shift monitor (``trainer.hist_every``). Checkpoints (``trainer.ckpt_every``) are
+    the loop's.
 
     Args:
         cfg: the run config.
@@ -476,6 +558,5 @@ def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.d
                              list(mcfg.landscape_rel_step_sizes)))
     out += [train_loss,
             TestEvaluation(tcfg.eval_every, train_loss, logs["metrics"]),
-            ShiftRecord(tcfg.hist_every, monitor, logs["shift"]),
-            Checkpoint(tcfg.ckpt_every)]
+            ShiftRecord(tcfg.hist_every, monitor, logs["shift"])]
     return out

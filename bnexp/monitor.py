@@ -365,14 +365,15 @@ class ShiftMonitor:
         return plot_percentile_bands(self.history, self.percentiles, title)
 
     def state_dict(self) -> dict:
-        """The monitor's history and shift-tracker snapshots (for checkpoints)."""
-        return {"history": self.history,
-                "tracker": self.tracker.state_dict() if self.tracker is not None else None,
+        """The shift trackers' snapshots (for checkpoints). The history is not included: it is the
+        run's ``shift.jsonl`` records, which the checkpoint holds once, as the record log's."""
+        return {"tracker": self.tracker.state_dict() if self.tracker is not None else None,
                 "bn_tracker": self.bn_tracker.state_dict() if self.bn_tracker is not None else None}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`."""
-        self.history = list(state["history"])
+    def load_state_dict(self, state: dict, history: list[dict] | None = None) -> None:
+        """Restore :meth:`state_dict`, with ``history`` the records so far (the shift log's); None:
+        the ``"history"`` an older checkpoint stored in ``state``, else none."""
+        self.history = list(history if history is not None else state.get("history", []))
         if self.tracker is not None and state.get("tracker") is not None:
             self.tracker.load_state_dict(state["tracker"])
         if self.bn_tracker is not None and state.get("bn_tracker") is not None:

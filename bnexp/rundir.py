@@ -461,7 +461,8 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
         raise OutputError(src, exc) from None
     removed = cut_records_after(run_dir, -1)
     logging.getLogger("bnexp").warning(
-        "checkpoint %s is unreadable (%s): kept as %s; the run starts over from step 0, and the %d "
+        "checkpoint %s is not a readable checkpoint of this run (%s): kept as %s; the run starts over from "
+        "step 0, and the %d "
         "records and TensorBoard events of the earlier attempt were removed so that no step appears twice",
         src, reason, dst.name, removed)
     return dst

@@ -24,7 +24,7 @@ module can import them.
 from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,
                                   ghost_batch_norm, replica_local, sync_batch_norm)
 from bnexp.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
-                                 batch_statistics)
+                                 batch_norm_train_with_statistics, batch_statistics)
 from bnexp.bn.noisy import NoisyBatchNorm, sample_noise
 from bnexp.bn.population import BN_TYPES, bn_layers, recompute_population_statistics
 from bnexp.bn.reference import ReferenceBatchNorm
@@ -32,6 +32,7 @@ from bnexp.bn.reference import ReferenceBatchNorm
 __all__ = [
     "batch_statistics",
     "batch_norm_train",
+    "batch_norm_train_with_statistics",
     "batch_norm_backward",
     "batch_norm_inference",
     "ReferenceBatchNorm",

@@ -66,9 +66,29 @@ def batch_norm_train(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
     Returns:
         y, same shape as x.
     """
-    mu, sigma2, _ = batch_statistics(x)
+    return batch_norm_train_with_statistics(x, gamma, beta, eps)[0]
+
+
+def batch_norm_train_with_statistics(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5
+                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """:func:`batch_norm_train` that also returns the statistics it normalized with (Algorithm 1),
+    so a layer updating running averages does not compute them a second time.
+
+    Args:
+        x: (m, d) or (N, C, H, W) activations.
+        gamma, beta: (d,) or (C,) learned scale and shift.
+        eps: the constant added to the variance for numerical stability.
+
+    Returns:
+        (y, mu_B, sigma2_B, m): y of x's shape; mu_B and the biased sigma2_B, two (d,) tensors inside
+        the autograd graph (detach them for running averages); m values per statistic.
+
+    Raises:
+        ValueError: for inputs of another rank.
+    """
+    mu, sigma2, m = batch_statistics(x)
     x_hat = (x - _per_feature(mu, x)) / torch.sqrt(_per_feature(sigma2, x) + eps)
-    return _per_feature(gamma, x) * x_hat + _per_feature(beta, x)
+    return _per_feature(gamma, x) * x_hat + _per_feature(beta, x), mu, sigma2, m
 
 
 def batch_norm_backward(dl_dy: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor,

@@ -51,7 +51,13 @@ def sample_noise(shape: Sequence[int], unit_dim: int, generator: torch.Generator
     shape = tuple(int(s) for s in shape)
     if not -len(shape) <= unit_dim < len(shape):
         raise ValueError(f"unit_dim {unit_dim} out of range for shape {shape}")
-    unit_dim = unit_dim % len(shape)
+    return _draw_noise(shape, unit_dim % len(shape), generator, a, b, c, d, dtype)
+
+
+def _draw_noise(shape: tuple[int, ...], unit_dim: int, generator: torch.Generator, a: float, b: float, c: float,
+                d: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`sample_noise` without the checks (ranges validated once by the caller; ``unit_dim`` >= 0):
+    the per-step path of :class:`NoisyBatchNorm`."""
     units = shape[unit_dim]
     dev = generator.device
     mu_t = (torch.rand(units, generator=generator, device=dev, dtype=dtype) * 2 - 1) * a
@@ -130,8 +136,8 @@ class NoisyBatchNorm(nn.Module):
             return y
         if x.dim() < 2:
             raise ValueError(f"expected an input with a unit dimension 1, got shape {tuple(x.shape)}")
-        gen = self._generator_for(y.device)
-        s, m, mu_t, sigma_t = sample_noise(y.shape, 1, gen, self.a, self.b, self.c, self.d, dtype=y.dtype)
+        gen = self._generator_for(y.device)  # the ranges were checked once, in __init__
+        s, m, mu_t, sigma_t = _draw_noise(tuple(y.shape), 1, gen, self.a, self.b, self.c, self.d, y.dtype)
         self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
         return s * y + m
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bnexp.bn.functional import batch_norm_inference, batch_norm_train, batch_statistics
+from bnexp.bn.functional import batch_norm_inference, batch_norm_train_with_statistics
 
 
 class ReferenceBatchNorm(nn.Module):
@@ -35,10 +35,19 @@ class ReferenceBatchNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(num_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Alg. 1 with the mini-batch statistics (training; running averages updated with the same
+        statistics, computed once), or Alg. 2's inference map with the running averages (eval).
+
+        Args:
+            x: (m, d) or (N, C, H, W).
+
+        Returns:
+            y, same shape as x.
+        """
         if self.training:
+            y, mu, sigma2, m = batch_norm_train_with_statistics(x, self.weight, self.bias, self.eps)
             with torch.no_grad():
-                mu, sigma2, m = batch_statistics(x)
-                self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mu)
-                self.running_var.mul_(1 - self.momentum).add_(self.momentum * sigma2 * m / (m - 1))
-            return batch_norm_train(x, self.weight, self.bias, self.eps)
+                self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mu.detach())
+                self.running_var.mul_(1 - self.momentum).add_(self.momentum * sigma2.detach() * m / (m - 1))
+            return y
         return batch_norm_inference(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps)
