@@ -463,16 +463,6 @@ def _as_override(value: Any) -> str:
     return value.name if isinstance(value, Enum) else str(value)
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     """The result-changing differences between two resolved configs: [(key, old value, new value)].
 
@@ -480,7 +470,7 @@ def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     old config lacks (added to bnexp after that run was made). Texts compare case-insensitively
     (``'False'``, the old spelling of data.augment's default, is ``'false'``).
     """
-    from bnexp.rundir import RESULT_NEUTRAL_KEYS
+    from bnexp.rundir import RESULT_NEUTRAL_KEYS, flatten
 
     def neutral(key: str) -> bool:
         return any(key == n or key.startswith(n.rstrip(".") + ".") for n in RESULT_NEUTRAL_KEYS)
@@ -488,5 +478,5 @@ def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     def same(a, b) -> bool:
         return a == b or (isinstance(a, str) and isinstance(b, str) and a.casefold() == b.casefold())
 
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return [(k, a[k], b.get(k)) for k in a if not neutral(k) and not same(a[k], b.get(k))]

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bnexp import rundir
 from bnexp.errors import CheckpointMismatch
 
 # what Trainer.load_state_dict reads; a file without them is not a checkpoint of a run
@@ -48,9 +47,9 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
             and the two ways out), or the checkpoint was written with another N.
     """
     if state["config"] != config:
-        old, new = rundir.flatten(state["config"] or {}), rundir.flatten(config)
-        changed = sorted(k for k in set(old) | set(new)
-                         if old.get(k) != new.get(k) and k not in rundir.RESULT_NEUTRAL_KEYS)
+        from bnexp.config import changed_keys  # the one rule, shared with the run-folder check of the CLI
+
+        changed = sorted(k for k, _, _ in changed_keys(state["config"] or {}, config))
         if changed:
             raise CheckpointMismatch(
                 f"the checkpoint in {run_dir} belongs to a run with a different config "
