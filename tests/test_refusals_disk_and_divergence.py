@@ -1,4 +1,4 @@
-"""Reliability, round 2 (issue 13): one test per class, with real processes, files and data.
+"""Failure classes, one test per class, with real processes, files and data:
 
 1 no path loses checkpointed work; 2 every config value validated for what can run;
 3 datasets checked for content; 4 file-system errors are user errors; 5 non-finite values
