@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import inspect
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +68,14 @@ def wait_for(predicate, timeout: float = 300.0) -> None:
 
 # Fast settings for end-to-end runs on real data.
 FAST = ["trainer.progress=false", "trainer.num_threads=1"]
+
+
+def pytest_configure(config):
+    """Run as a terminal's foreground job would, also when started in the background: a shell starts
+    background jobs with SIGINT ignored, which every child inherits, so Ctrl-C tests (in this process
+    and in the bnexp processes they start) would see nothing. Python's own handler is put back."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # a test (or one of its fixtures, or a helper of its module it calls) that runs any of these
