@@ -173,19 +173,20 @@ def test_dataset_content_is_checked_naming_the_file(run_bnexp, tmp_path, data_ro
     assert not (tmp_path / "r").exists()
 
     # CIFAR-10 batches of the wrong pixel type or with bad labels (read without checksums)
-    from bnexp.data import _read_cifar_batch
+    from bnexp.data import CIFAR_FOLDER, _read_cifar_batch
     from bnexp.errors import DataError
 
-    batch = tmp_path / "data_batch_1"
+    batch = tmp_path / CIFAR_FOLDER / "data_batch_1"
+    batch.parent.mkdir()
     good = {"data": np.zeros((10000, 3072), np.uint8), "labels": [3] * 10000}
     for entry, needle in [({**good, "data": np.full((10000, 3072), 300.0)}, "pixels of type float64"),
                           ({**good, "labels": [3] * 9999 + [10]}, "label 10 is at position 9999")]:
         batch.write_bytes(pickle.dumps(entry))
         with pytest.raises(DataError, match=needle) as e:
-            _read_cifar_batch(batch)
+            _read_cifar_batch(tmp_path, batch.name)
         assert str(batch) in str(e.value)
     batch.write_bytes(pickle.dumps(good))
-    x, y = _read_cifar_batch(batch)
+    x, y = _read_cifar_batch(tmp_path, batch.name)
     assert x.shape == (10000, 3, 32, 32) and int(y.max()) == 3
 
 
