@@ -26,9 +26,7 @@
 #   DRY_RUN=1  print the planned runs, total steps and estimated wall time; train nothing
 #   STEPS_PER_S  one job's steps/s for DRY_RUN's estimate (default 15: docs/cifar/PLAN.md)
 #   SWEEP_DIR  default outputs/sweeps/cifar_frontier_<scale>, + <extra overrides> when there are any
-#   DOCS_DIR   where the report files are copied (default docs/cifar for the default cpu run, else none);
-#              DOCS_DIR/runs keeps the finished runs' small files (config, jsonl, summary; no checkpoint or
-#              TensorBoard events), committed as they land: a fresh checkout's sweep starts from them
+#   DOCS_DIR   where the report files are copied (default docs/cifar for the default cpu run, else none)
 #   BNEXP_DATA_ROOT, VERIFY_CHECKSUMS: as in scripts/_data_env.sh (the ../shared/data copy of CIFAR-10
 #   is re-encoded, so data.verify_checksums=false is passed for it).
 # Resumable: a second call skips the complete runs (bnexp skips a folder whose summary.json is finished
@@ -61,20 +59,6 @@ THREADS=1
 if [[ "${SCALE}" == "gpu" ]]; then THREADS=0; fi
 COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir=${SWEEP_DIR}"
         "trainer.num_threads=${THREADS}" trainer.progress=false "data.verify_checksums=${VERIFY}" "scale=${SCALE}")
-# the finished runs kept in DOCS_DIR/runs (an earlier session's) seed the sweep folder, and every
-# finished run is kept there after each batch, so a sweep cut by the end of a session loses nothing
-keep_runs() {  # keep_runs FROM TO: copy FROM's finished run folders missing in TO, without big files
-  local from="$1" to="$2" d n
-  [[ -d "${from}" ]] || return 0
-  for d in "${from}"/*/; do
-    n="$(basename "${d}")"
-    if [[ -e "${to}/${n}" ]] || ! grep -qs '"status": "\(finished\|diverged\)"' "${d}/summary.json"; then continue; fi
-    mkdir -p "${to}/${n}"
-    cp -a "${d}." "${to}/${n}/"
-    rm -f "${to}/${n}/checkpoint.pt" "${to}/${n}"/events.out.tfevents.* "${to}/${n}/.lock"
-  done
-}
-if [[ -n "${DOCS_DIR}" ]]; then keep_runs "${DOCS_DIR}/runs" "${SWEEP_DIR}"; fi
 start=$(date +%s)
 previous=""
 while :; do
@@ -91,7 +75,6 @@ while :; do
     if [[ "${line}" == "#"* ]]; then echo "${line#\# }"; continue; fi
     read -ra OVERRIDES <<< "${line}"
     bnexp train -m "${COMMON[@]}" "${OVERRIDES[@]}" "$@" < /dev/null || rc=$?
-    if [[ -n "${DOCS_DIR}" ]]; then keep_runs "${SWEEP_DIR}" "${DOCS_DIR}/runs"; fi
   done <<< "${batch}"
 done
 end=$(date +%s)
