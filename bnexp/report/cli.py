@@ -1,4 +1,5 @@
 """``bnexp report SWEEP_DIR [--targets ACC ...]``: build the report, write its files, print its tables.
+``bnexp report --update-docs [FILE ...]``: rewrite the docs' number blocks (:mod:`.docs_numbers`).
 
 Every user error is one ``bnexp report: error: ...`` line and exit code 2; Ctrl-C is exit 130
 without a traceback. The report's files are written together (:func:`bnexp.rundir.replace_files`):
@@ -102,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder holding the run directories (searched recursively), or one run directory")
     p.add_argument("--targets", nargs="+", metavar="ACC",
                    help="test accuracies in (0, 1] to report steps for (default: the runs' trainer.targets)")
+    p.add_argument("--update-docs", nargs="*", metavar="FILE",
+                   help="instead of a report: rewrite the <!-- bnexp:numbers --> blocks of FILE (default: README.md "
+                        "and docs/**/*.md) from their report.json (bnexp/report/docs_numbers.py)")
     return p
 
 
@@ -122,6 +126,10 @@ class _WarningLine(logging.Handler):
 
 
 def _run(ns: argparse.Namespace) -> int:
+    if ns.update_docs is not None:  # issue 20: numbers in the docs come from report.json
+        from bnexp.report.docs_numbers import update_docs_command
+
+        return update_docs_command(ns.update_docs, ns.sweep_dir, ns.targets)
     if ns.sweep_dir is None and ns.targets and len(ns.targets) > 1:
         ns.sweep_dir = ns.targets.pop()  # "--targets 0.9 0.95 SWEEP_DIR": the greedy list took SWEEP_DIR
     if ns.sweep_dir is None:

@@ -1,0 +1,271 @@
+"""Run numbers in README.md and docs/**/*.md come from report.json (issue 20, item 6).
+
+The first test is the guard: every ``<!-- bnexp:numbers source=... view=... -->`` block of the committed
+pages is regenerated from its source and must equal the committed text. The rule for a source that
+does not exist yet (a sweep still running): the block holds exactly the pending sentence, which says
+so on the page; once the file exists, the block must match its view. The other tests check the
+parser, the rewriter, the command and each view on synthetic report.json data with hand-computed text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bnexp.report import report_main
+from bnexp.report.claims import Claim, evaluate
+from bnexp.report.docs_numbers import (VIEWS, DocsError, check_docs, markdown_files, parse_blocks, pending_text,
+                                       rewrite, update_docs)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ----------------------------------------------------------------------------- the guard
+
+
+def test_every_committed_block_matches_its_report_json():
+    """A committed block differs from its source's view (or holds the pending sentence although its source
+    exists) -> fail, naming the file, the marker's line and the view."""
+    problems = check_docs(REPO)
+    assert not problems, "docs blocks out of date with their report.json:\n" + "\n".join(problems)
+
+
+def test_committed_blocks_name_registered_views_and_pending_only_when_source_is_absent():
+    for f in markdown_files(REPO):
+        for b in parse_blocks(f.read_text(), f, REPO):
+            assert b.view in VIEWS, f"{f.relative_to(REPO)}:{b.line}: unknown view {b.view}"
+            pending = pending_text(b.source) in b.body
+            assert pending == (not (REPO / b.source).is_file()), (
+                f"{f.relative_to(REPO)}:{b.line} view {b.view}: pending text must be there exactly while "
+                f"{b.source} is absent")
+
+
+# ----------------------------------------------------------------------------- synthetic report.json
+
+def _row(preset, budget, seed, test, train):
+    return {"preset": preset, "budget_steps": budget, "seed": seed, "final_test_accuracy": test,
+            "final_train_accuracy": train}
+
+
+def _matched(speedup, per_seed, passed, lower=False, a_star=0.61, converged=False):
+    return {"target_accuracy": a_star, "baseline_converged": converged, "speedup": speedup,
+            "speedup_is_lower_bound": lower, "speedup_per_seed": per_seed, "pass": passed}
+
+
+REPORT = {
+    "frontier": [_row("bn_x5", 375, 0, 0.55, 0.50), _row("bn_x5", 375, 1, 0.57, 0.54),
+                 _row("baseline", 6000, 0, 0.60, 0.61), _row("baseline", 6000, 1, 0.62, 0.63),
+                 _row("baseline", 3000, 0, 0.50, 0.48), _row("baseline", 3000, 1, 0.52, 0.50),
+                 _row("bn_x5", 750, 0, 0.65, 0.60)],
+    "matched_accuracy": {"bn_baseline": _matched(2.0, {"0": 1.5, "1": 2.5}, True),
+                         "bn_x5": _matched(4.0, {"0": 3.5, "1": 4.5}, False)},
+}
+
+
+def _cells(table: str) -> list[list[str]]:
+    """A pipe table's rows as stripped cells, the separator row left out."""
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.strip().splitlines()]
+    return [r for r in rows if not all(set(c) <= set("-:") for c in r)]
+
+
+def test_cifar_headline_by_hand():
+    assert VIEWS["cifar_headline"](REPORT) == (
+        "**Result** (seed-mean frontiers over 2 seeds): the target a\\* is the baseline's best seed-mean final "
+        "test accuracy, **61.00%**; the baseline had **not converged** (its last budget doubling gained >= 0.5 "
+        "points), so S(a\\*) is measured at its best accuracy so far. "
+        "BN-x5: S(a\\*) = **4.00x** (per seed 3.50x-4.50x), pass rule S(a\\*) >= 5: **FAIL**. "
+        "BN-Baseline: S(a\\*) = **2.00x** (per seed 1.50x-2.50x).")
+
+
+def test_cifar_headline_bounds_missing_seeds_and_pass_words():
+    rep = {"frontier": REPORT["frontier"], "matched_accuracy": {
+        "bn_x5": _matched(8.0, {"0": 6.0, "1": None}, True, lower=True, a_star=0.5512, converged=True)}}
+    assert VIEWS["cifar_headline"](rep) == (
+        "**Result** (seed-mean frontiers over 2 seeds): the target a\\* is the baseline's best seed-mean final "
+        "test accuracy, **55.12%**; the baseline **converged** (its last budget doubling gained < 0.5 points). "
+        "BN-x5: S(a\\*) = **>= 8.00x** (seed 0: 6.00x; not reached in seed 1), pass rule S(a\\*) >= 5: **PASS**.")
+    rep["matched_accuracy"]["bn_x5"] = _matched(None, {"0": None}, None, converged=None)
+    text = VIEWS["cifar_headline"](rep)
+    assert "S(a\\*) = **not reached** (not reached in seed 0)" in text and "**UNDECIDED**" in text
+    assert "whether the baseline converged is unknown" in text
+    # the baseline reached a* at its smallest budget: frontier_analysis says the headline is an upper bound
+    rep["matched_accuracy"]["bn_x5"] = _matched(2.0, {}, False)
+    rep["frontier_analysis"] = {"speedup": {"bn_x5": {"headline": {"bound": "upper"}}}}
+    assert "S(a\\*) = **<= 2.00x**, pass rule" in VIEWS["cifar_headline"](rep)
+
+
+def test_cifar_frontier_table_by_hand():
+    cells = _cells(VIEWS["cifar_frontier"](REPORT))
+    assert cells == [
+        ["preset", "budget (steps)", "test acc, seed mean (%)", "seed 0 (%)", "seed 1 (%)", "train acc, seed mean (%)"],
+        ["Baseline", "3,000", "51.00", "50.00", "52.00", "49.00"],
+        ["Baseline", "6,000", "61.00", "60.00", "62.00", "62.00"],
+        ["BN-x5", "375", "56.00", "55.00", "57.00", "52.00"],
+        ["BN-x5", "750", "65.00", "65.00", "-", "60.00"]]
+
+
+def test_cifar_matched_table_by_hand():
+    text = VIEWS["cifar_matched"](REPORT)
+    head, table = text.split("\n\n", 1)
+    assert head == ("Target a\\* = **61.00%**, the baseline's best seed-mean final test accuracy; the baseline had "
+                    "**not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is measured at "
+                    "its best accuracy so far.")
+    assert _cells(table) == [["preset", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
+                             ["BN-Baseline", "2.00x", "seed 0: 1.50x, seed 1: 2.50x", "-", "yes"],
+                             ["BN-x5", "4.00x", "seed 0: 3.50x, seed 1: 4.50x", "-", "no"]]
+
+
+def test_views_read_what_the_frontier_analysis_writes():
+    """The views on bnexp.report.frontier's own output (through JSON, as report.json holds it). Baseline
+    frontier 50/60/64% at 3k/6k/12k: a* = 64%, last doubling +4 points (not converged), B_baseline = 12,000.
+    bn_x5 60/64% at 375/750: B = 750, S = 16. bn_baseline 55/62/66% at 1.5k/3k/6k: 64% is halfway between
+    3k and 6k in accuracy, so B = 3,000 * 2 ** 0.5 and S = 12,000 / 4,243 = 2 * sqrt(2) = 2.83."""
+    from bnexp.report.frontier import COLUMNS, analyze
+    import pandas as pd
+
+    spec = {"baseline": {3000: 0.50, 6000: 0.60, 12000: 0.64}, "bn_x5": {375: 0.60, 750: 0.64},
+            "bn_baseline": {1500: 0.55, 3000: 0.62, 6000: 0.66}}
+    runs = pd.DataFrame([_row(p, b, s, a, a - 0.01) for p, ladder in spec.items() for b, a in ladder.items()
+                         for s in (0, 1)], columns=COLUMNS)
+    rep = json.loads(json.dumps(analyze(runs)))
+    assert VIEWS["cifar_headline"](rep) == (
+        "**Result** (seed-mean frontiers over 2 seeds): the target a\\* is the baseline's best seed-mean final "
+        "test accuracy, **64.00%**; the baseline had **not converged** (its last budget doubling gained >= 0.5 "
+        "points), so S(a\\*) is measured at its best accuracy so far. "
+        "BN-x5: S(a\\*) = **16.00x** (per seed 16.00x-16.00x), pass rule S(a\\*) >= 5: **PASS**. "
+        "BN-Baseline: S(a\\*) = **2.83x** (per seed 2.83x-2.83x).")
+    cells = _cells(VIEWS["cifar_matched"](rep).split("\n\n", 1)[1])
+    assert [c[0] for c in cells[1:]] == ["BN-Baseline", "BN-x5"] and all(c[3] != "-" for c in cells[1:])
+    assert [c[:3] for c in _cells(VIEWS["cifar_frontier"](rep))[1:4]] == [
+        ["Baseline", "3,000", "50.00"], ["Baseline", "6,000", "60.00"], ["Baseline", "12,000", "64.00"]]
+
+
+def test_claims_view_renders_evaluate_rows():
+    row = evaluate(Claim("BN reduces shift", "no-BN / BN scale-free W1", ">", 1.0), {0: 1.5, 1: 2.5, 2: 3.5})
+    cells = _cells(VIEWS["claims"]({"claims": [row]}))
+    assert cells[0][:3] == ["claim", "quantity", "rule"]
+    got = dict(zip(cells[0], cells[1]))
+    # mean of 1.5, 2.5, 3.5 is 2.5; sample std (ddof=1) is sqrt((1 + 0 + 1) / 2) = 1
+    assert got["claim"] == "BN reduces shift" and got["rule"] == "> 1" and got["per seed"] == "0: 1.5, 1: 2.5, 2: 3.5"
+    assert got["mean"] == "2.5" and got["std (ddof=1)"] == "1" and got["verdict"] == row["verdict"]
+    assert VIEWS["claims"]({"ics": {"claims": [row]}}) == VIEWS["claims"]({"claims": [row]})
+
+
+# ----------------------------------------------------------------------------- parser and rewriter
+
+OPEN = "<!-- bnexp:numbers source=docs/r.json view=cifar_headline -->"
+CLOSE = "<!-- /bnexp:numbers -->"
+
+
+def _repo(tmp_path: Path, page: str, report: dict | None = REPORT) -> Path:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    if report is not None:
+        (tmp_path / "docs" / "r.json").write_text(json.dumps(report))
+    (tmp_path / "README.md").write_text(page)
+    return tmp_path / "README.md"
+
+
+def test_parse_blocks_lines_attributes_and_fenced_code(tmp_path):
+    text = "\n".join(["# t", OPEN, "old", CLOSE, "```", OPEN, "```", "",
+                      "<!-- bnexp:numbers view=claims source=docs/ics/report.json -->", CLOSE, ""])
+    blocks = parse_blocks(text, tmp_path / "README.md", tmp_path)
+    assert [(b.line, b.source, b.view, b.body) for b in blocks] == [
+        (2, "docs/r.json", "cifar_headline", "old"), (9, "docs/ics/report.json", "claims", "")]
+
+
+@pytest.mark.parametrize("lines, line, words", [
+    ([OPEN, "x"], 1, "never closed"),
+    (["a", CLOSE], 2, "without an opening"),
+    ([OPEN, OPEN, CLOSE], 2, "inside the block opened at line 1"),
+    (["<!-- bnexp:numbers source=docs/r.json -->", CLOSE], 1, "lacks view"),
+    (["<!-- bnexp:numbers source=docs/r.json view=a color=red -->", CLOSE], 1, "cannot read 'color=red'"),
+    (["<!-- bnexp:numbers source=a.json view=a view=b -->", CLOSE], 1, "view is given twice"),
+])
+def test_malformed_markers_name_file_and_line(tmp_path, lines, line, words):
+    with pytest.raises(DocsError, match=rf"^README\.md:{line}: .*{words}"):
+        parse_blocks("\n".join(lines), tmp_path / "README.md", tmp_path)
+
+
+def test_rewrite_fills_blocks_keeps_the_rest_and_is_idempotent(tmp_path):
+    page = "\n".join(["# Title", "before", OPEN, "stale 5.0x", CLOSE, "after  ", ""])
+    path = _repo(tmp_path, page)
+    out, result = rewrite(page, path, tmp_path)
+    assert out == "\n".join(["# Title", "before", OPEN, "", VIEWS["cifar_headline"](REPORT), "", CLOSE, "after  ", ""])
+    assert [(b.line, changed, pending) for b, changed, pending in result] == [(3, True, False)]
+    again, result = rewrite(out, path, tmp_path)
+    assert again == out and [c for _, c, _ in result] == [False]
+
+
+def test_a_tampered_block_is_detected(tmp_path):
+    path = _repo(tmp_path, "\n".join(["# T", OPEN, CLOSE, ""]))
+    update_docs([str(path)], echo=lambda s: None)
+    assert check_docs(tmp_path) == []
+    good = path.read_text()
+    path.write_text(good.replace("**4.00x**", "**4.10x**"))
+    assert check_docs(tmp_path) == ["README.md:2 view cifar_headline: the committed text differs from docs/r.json; "
+                                    "run `bnexp report --update-docs README.md`"]
+
+
+def test_pending_while_the_source_is_absent_then_it_must_match(tmp_path):
+    path = _repo(tmp_path, "\n".join(["# T", OPEN, CLOSE, ""]), report=None)
+    assert update_docs([str(path)], echo=lambda s: None) == [path]
+    assert path.read_text() == "\n".join(["# T", OPEN, "", pending_text("docs/r.json"), "", CLOSE, ""])
+    assert check_docs(tmp_path) == []
+    # the source appears: the pending sentence is now a difference, until --update-docs writes the numbers
+    (tmp_path / "docs" / "r.json").write_text(json.dumps(REPORT))
+    assert [p.split(":")[:2] for p in check_docs(tmp_path)] == [["README.md", "2 view cifar_headline"]]
+    update_docs([str(path)], echo=lambda s: None)
+    assert check_docs(tmp_path) == [] and "**4.00x**" in path.read_text()
+
+
+def test_numbers_without_their_source_are_an_error(tmp_path):
+    path = _repo(tmp_path, "\n".join(["# T", OPEN, "BN-x5: 4.3x", CLOSE, ""]), report=None)
+    with pytest.raises(DocsError, match=r"^README\.md:2: the source docs/r\.json .* does not exist"):
+        check_docs(tmp_path)
+
+
+@pytest.mark.parametrize("report, marker, words", [
+    (REPORT, "<!-- bnexp:numbers source=docs/r.json view=nope -->", "unknown view 'nope'"),
+    ({"frontier": []}, OPEN, "view cifar_headline cannot render docs/r.json: report.json has no matched_accuracy"),
+    (REPORT, "<!-- bnexp:numbers source=/abs/r.json view=claims -->", "must be a report.json path relative"),
+    (REPORT, "<!-- bnexp:numbers source=docs/r.json view=claims -->", "report.json has no claims"),
+])
+def test_unrenderable_blocks_name_file_and_line(tmp_path, report, marker, words):
+    _repo(tmp_path, "\n".join(["# T", "", marker, CLOSE, ""]), report=report)
+    with pytest.raises(DocsError, match=rf"^README\.md:3: .*{words}"):
+        check_docs(tmp_path)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_report_update_docs_command(tmp_path, monkeypatch, capsys):
+    page = "\n".join(["# T", OPEN, CLOSE, ""])
+    path = _repo(tmp_path, page)
+    (tmp_path / "docs" / "page.md").write_text("no blocks here\n")
+    monkeypatch.chdir(tmp_path / "docs")  # the repository root is found above the working folder
+    assert report_main(["--update-docs"]) == 0
+    assert "**4.00x**" in path.read_text() and (tmp_path / "docs" / "page.md").read_text() == "no blocks here\n"
+    assert "1 file rewritten" in capsys.readouterr().out
+    before = path.read_bytes()
+    assert report_main(["--update-docs", str(path)]) == 0  # idempotent
+    assert path.read_bytes() == before and "0 files rewritten" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--update-docs", "README.md"], "README.md:2: unknown view 'nope'"),
+    (["--update-docs", "missing.md"], "missing.md: no such markdown file"),
+    (["sweep_folder", "--update-docs"], "takes markdown files, not a sweep folder"),
+    (["--targets", "0.9", "--update-docs", "README.md"], "takes no --targets"),
+])
+def test_report_update_docs_errors_are_one_line_exit_2_and_write_nothing(tmp_path, monkeypatch, capsys, args, words):
+    page = "\n".join(["# T", "<!-- bnexp:numbers source=docs/r.json view=nope -->", "old", CLOSE, ""])
+    path = _repo(tmp_path, page)
+    monkeypatch.chdir(tmp_path)
+    assert report_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("bnexp report: error:") == 1 and words in " ".join(err.split()) and "Traceback" not in err
+    assert path.read_text() == page
