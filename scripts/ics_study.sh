@@ -15,7 +15,12 @@
 # Environment: JOBS, MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR (outputs/sweeps/ics_cifar; both
 # + <extra overrides> when there are any), CIFAR_OVERRIDES (space-separated overrides for the CIFAR-10
 # part only, e.g. "scale.baseline_steps=3000": half the preset's budget, its schedule scaled with it),
-# NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh).
+# NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh),
+# MNIST_DOCS_DIR, CIFAR_DOCS_DIR: where each part's report.md/.json/.csv and figures are copied (defaults
+# docs/ics/mnist and docs/ics/cifar for the default run: no extra overrides, NOISE_SCALES and, for the
+# CIFAR-10 part, CIFAR_OVERRIDES unset; otherwise none; set one to copy a run with overrides, e.g. the CIFAR-10
+# part at a reduced budget, or to "" to copy nothing). Then `bnexp report --update-docs` rewrites the docs'
+# numbers from the copied report.json (scripts/_report_docs.sh).
 set -euo pipefail
 rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
 cd "$(dirname "$0")/.."
@@ -24,6 +29,16 @@ source scripts/_sweep_name.sh
 MNIST_DIR="${MNIST_DIR:-outputs/sweeps/ics_mnist$(sweep_suffix "$@")}"
 read -r -a CIFAR_EXTRA <<< "${CIFAR_OVERRIDES:-}"
 CIFAR_DIR="${CIFAR_DIR:-outputs/sweeps/ics_cifar$(sweep_suffix "$@" ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"})}"
+source scripts/_report_docs.sh
+# only the default run (no extra overrides, default noise strengths) writes into docs/ unless told to
+if [[ -z "${MNIST_DOCS_DIR+x}" ]]; then
+  MNIST_DOCS_DIR=""
+  if [[ $# -eq 0 && -z "${NOISE_SCALES:-}" ]]; then MNIST_DOCS_DIR="docs/ics/mnist"; fi
+fi
+if [[ -z "${CIFAR_DOCS_DIR+x}" ]]; then
+  CIFAR_DOCS_DIR=""
+  if [[ $# -eq 0 && -z "${NOISE_SCALES:-}" && -z "${CIFAR_OVERRIDES:-}" ]]; then CIFAR_DOCS_DIR="docs/ics/cifar"; fi
+fi
 NOISE_SCALES="${NOISE_SCALES:-1,3,10}"
 source scripts/_data_env.sh
 # every probe value is kept for the Wasserstein distances (the default keeps 20,000 per layer, for speed)
@@ -45,6 +60,6 @@ bnexp train -m "${CIFAR_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@"
   ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"} || rc=$?
 end=$(date +%s)
 echo "MNIST part: $((mid - start)) s, CIFAR-10 part: $((end - mid)) s, total $((end - start)) s (${JOBS} jobs)"
-bnexp report "${MNIST_DIR}"
-bnexp report "${CIFAR_DIR}"
+if bnexp report "${MNIST_DIR}"; then copy_report "${MNIST_DIR}" "${MNIST_DOCS_DIR}"; else rc=$?; fi
+if bnexp report "${CIFAR_DIR}"; then copy_report "${CIFAR_DIR}" "${CIFAR_DOCS_DIR}"; else rc=$?; fi
 exit "${rc}"

@@ -269,3 +269,61 @@ def test_report_update_docs_errors_are_one_line_exit_2_and_write_nothing(tmp_pat
     err = capsys.readouterr().err
     assert err.count("bnexp report: error:") == 1 and words in " ".join(err.split()) and "Traceback" not in err
     assert path.read_text() == page
+
+
+# ----------------------------------------------------------------------------- the scripts' copy into docs/
+
+
+def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path):
+    """scripts/_report_docs.sh: the report's files and figures (not the runs' files) reach DOCS_DIR; a run
+    with extra overrides gets no docs folder; an empty DOCS_DIR copies nothing."""
+    import subprocess
+
+    sweep = tmp_path / "sweep"
+    (sweep / "bn=true,seed=0").mkdir(parents=True)
+    for name in ("report.md", "report.json", "report.csv", "accuracy_vs_steps.png", "ics_gradient.png",
+                 "multirun.yaml", "bn=true,seed=0/percentiles.png", "bn=true,seed=0/summary.json"):
+        (sweep / name).write_text(name)
+    lib = REPO / "scripts" / "_report_docs.sh"
+    run = lambda cmd: subprocess.run(["bash", "-c", f"set -euo pipefail; source '{lib}'; {cmd}"], cwd=tmp_path,
+                                     capture_output=True, text=True, timeout=60)  # noqa: E731
+    r = run("docs_dir_default docs/mnist; echo; docs_dir_default docs/mnist lr=0.1; echo end")
+    assert r.returncode == 0 and r.stdout == "docs/mnist\nend\n", r.stderr
+    r = run(f"copy_report '{sweep}' docs/x; copy_report '{sweep}' ''")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "docs" / "x").iterdir()) == [
+        "accuracy_vs_steps.png", "ics_gradient.png", "report.csv", "report.json", "report.md"]
+    assert (tmp_path / "docs" / "x" / "report.json").read_text() == "report.json"
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["x"]
+
+
+@pytest.mark.parametrize("args, env, copied", [
+    ((), {}, {"mnist", "cifar"}),
+    (("trainer.max_steps=40",), {}, set()),
+    ((), {"NOISE_SCALES": "1,3"}, set()),
+    ((), {"CIFAR_OVERRIDES": "scale.baseline_steps=3000"}, {"mnist"}),
+    ((), {"CIFAR_OVERRIDES": "scale.baseline_steps=3000", "CIFAR_DOCS_DIR": "docs/ics/cifar"}, {"mnist", "cifar"}),
+    ((), {"MNIST_DOCS_DIR": ""}, {"cifar"}),
+])
+def test_ics_study_copies_into_docs_ics_for_the_default_run(tmp_path, args, env, copied):
+    """scripts/ics_study.sh's copy rule, with a stand-in `bnexp` on PATH (trains nothing; `report` writes a
+    report.json and a figure) in a copy of scripts/, so the repository's docs/ are never touched."""
+    import os
+    import shutil
+    import subprocess
+
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    fake = tmp_path / "bin" / "bnexp"
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env bash\nif [[ "$1" == report ]]; then mkdir -p "$2"; echo "{}" > "$2/report.json"; '
+                    'echo png > "$2/ics_gradient.png"; fi\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", "scripts/ics_study.sh", *args], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+                                            JOBS="1", VERIFY_CHECKSUMS="false", **env))
+    assert r.returncode == 0, r.stderr
+    docs = tmp_path / "docs" / "ics"
+    got = {p.name for p in docs.iterdir()} if docs.exists() else set()
+    assert got == copied
+    for part in copied:
+        assert sorted(p.name for p in (docs / part).iterdir()) == ["ics_gradient.png", "report.json"]
