@@ -17,6 +17,7 @@ Usage:
   bnexp train -m key=v1,v2 ...       a Hydra multirun (sweep) over the given values
   bnexp train --help                 every config group, and every key with its default and description
   bnexp report SWEEP_DIR             tables and figures from a sweep's run directories
+  bnexp report --update-docs [FILE]  rewrite the docs' run numbers from their report.json
 
 Config groups:
 {groups}
