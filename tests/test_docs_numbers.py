@@ -96,6 +96,17 @@ def test_cifar_headline_bounds_missing_seeds_and_pass_words():
     assert "S(a\\*) = **<= 2.00x**, pass rule" in VIEWS["cifar_headline"](rep)
 
 
+def test_per_seed_bounds_from_frontier_analysis_are_marked():
+    """A per-seed S that is a bound (frontier_analysis.speedup[p].per_seed[i].bound) is written with its sign."""
+    rep = {"frontier": REPORT["frontier"], "matched_accuracy": {"bn_x5": _matched(9.0, {"0": 8.0, "1": 10.0}, True)},
+           "frontier_analysis": {"speedup": {"bn_x5": {"headline": {"bound": "exact"}, "claim": "S >= 5",
+                                                       "per_seed": [{"seed": 0, "bound": "exact"},
+                                                                    {"seed": 1, "bound": "lower"}]}}}}
+    assert "S(a\\*) = **9.00x** (per seed 8.00x-10.00x; seed 1: >= 10.00x)" in VIEWS["cifar_headline"](rep)
+    row = _cells(VIEWS["cifar_matched"](rep).split("\n\n", 1)[1])[1]
+    assert row == ["BN-x5", "9.00x", "seed 0: 8.00x, seed 1: >= 10.00x", "S >= 5", "yes"]
+
+
 def test_cifar_frontier_table_by_hand():
     cells = _cells(VIEWS["cifar_frontier"](REPORT))
     assert cells == [
@@ -146,7 +157,7 @@ def test_claims_view_renders_evaluate_rows():
     row = evaluate(Claim("BN reduces shift", "no-BN / BN scale-free W1", ">", 1.0), {0: 1.5, 1: 2.5, 2: 3.5})
     cells = _cells(VIEWS["claims"]({"claims": [row]}))
     assert cells[0][:3] == ["claim", "quantity", "rule"]
-    got = dict(zip(cells[0], cells[1]))
+    got = dict(zip(cells[0], cells[1], strict=True))
     # mean of 1.5, 2.5, 3.5 is 2.5; sample std (ddof=1) is sqrt((1 + 0 + 1) / 2) = 1
     assert got["claim"] == "BN reduces shift" and got["rule"] == "> 1" and got["per seed"] == "0: 1.5, 1: 2.5, 2: 3.5"
     assert got["mean"] == "2.5" and got["std (ddof=1)"] == "1" and got["verdict"] == row["verdict"]
@@ -222,7 +233,7 @@ def test_pending_while_the_source_is_absent_then_it_must_match(tmp_path):
 
 
 def test_numbers_without_their_source_are_an_error(tmp_path):
-    path = _repo(tmp_path, "\n".join(["# T", OPEN, "BN-x5: 4.3x", CLOSE, ""]), report=None)
+    _repo(tmp_path, "\n".join(["# T", OPEN, "BN-x5: 4.3x", CLOSE, ""]), report=None)
     with pytest.raises(DocsError, match=r"^README\.md:2: the source docs/r\.json .* does not exist"):
         check_docs(tmp_path)
 
@@ -285,8 +296,11 @@ def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path):
                  "multirun.yaml", "bn=true,seed=0/percentiles.png", "bn=true,seed=0/summary.json"):
         (sweep / name).write_text(name)
     lib = REPO / "scripts" / "_report_docs.sh"
-    run = lambda cmd: subprocess.run(["bash", "-c", f"set -euo pipefail; source '{lib}'; {cmd}"], cwd=tmp_path,
-                                     capture_output=True, text=True, timeout=60)  # noqa: E731
+
+    def run(cmd):
+        return subprocess.run(["bash", "-c", f"set -euo pipefail; source '{lib}'; {cmd}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
     r = run("docs_dir_default docs/mnist; echo; docs_dir_default docs/mnist lr=0.1; echo end")
     assert r.returncode == 0 and r.stdout == "docs/mnist\nend\n", r.stderr
     r = run(f"copy_report '{sweep}' docs/x; copy_report '{sweep}' ''")

@@ -47,9 +47,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import md_table
@@ -133,10 +133,23 @@ def _pct(v) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}"
 
 
+def _details(report: dict, preset: str) -> dict:
+    """frontier_analysis.speedup[preset] ({} when report.json has no frontier_analysis)."""
+    return ((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
+
+
 def _headline_bound(report: dict, preset: str) -> str | None:
     """The headline S(a*)'s bound ("exact", "lower", "upper", "unknown") from frontier_analysis, if present."""
-    return (((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}).get("headline", {}) \
-        .get("bound")
+    return (_details(report, preset).get("headline") or {}).get("bound")
+
+
+def _seed_bounds(report: dict, preset: str) -> dict[str, str]:
+    """{seed: "lower" | "upper" | "unknown"} for the per-seed S that are bounds (frontier_analysis's per_seed)."""
+    return {str(d.get("seed")): d["bound"] for d in _details(report, preset).get("per_seed") or []
+            if d.get("bound") in BOUND_PREFIX}
+
+
+BOUND_PREFIX = {"lower": ">= ", "upper": "<= ", "unknown": "~"}
 
 
 def speedup_text(m: dict, bound: str | None = None) -> str:
@@ -145,31 +158,39 @@ def speedup_text(m: dict, bound: str | None = None) -> str:
     s = m.get("speedup")
     if s is None:
         return "not reached"
-    pre = ">= " if m.get("speedup_is_lower_bound") else {"upper": "<= ", "unknown": "~"}.get(bound or "", "")
+    pre = ">= " if m.get("speedup_is_lower_bound") else BOUND_PREFIX.get(bound or "", "")
     return f"{pre}{s:.2f}x"
 
 
-def per_seed_text(m: dict) -> str:
+def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
-    seed 1" for seeds without a value; "" without per-seed values."""
+    seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
+    :func:`_seed_bounds`); "" without per-seed values."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
+    bounds = bounds or {}
     vals = [v for v in per.values() if v is not None]
     missing = sorted((k for k, v in per.items() if v is None), key=lambda k: (len(k), k))
     if len(vals) >= 2:
         text = f"per seed {min(vals):.2f}x-{max(vals):.2f}x"
     elif len(vals) == 1:
-        text = next(f"seed {k}: {v:.2f}x" for k, v in per.items() if v is not None)
+        text = next(f"seed {k}: {BOUND_PREFIX.get(bounds.get(k), '')}{v:.2f}x" for k, v in per.items() if v is not None)
+        bounds = {}
     else:
         text = ""
+    for k in sorted(bounds, key=lambda k: (len(k), k)):
+        if per.get(k) is not None:
+            text += f"; seed {k}: {BOUND_PREFIX[bounds[k]]}{per[k]:.2f}x"
     if missing:
         text += ("; " if text else "") + f"not reached in seed {', '.join(missing)}"
     return text
 
 
-def _each_seed(m: dict) -> str:
-    """``speedup_per_seed`` seed by seed: "seed 0: 3.50x, seed 1: not reached" ("-" without values)."""
+def _each_seed(m: dict, bounds: dict[str, str]) -> str:
+    """``speedup_per_seed`` seed by seed: "seed 0: 3.50x, seed 1: >= 8.00x, seed 2: not reached" ("-" without
+    values; ``bounds`` as in :func:`per_seed_text`)."""
     per = sorted((m.get("speedup_per_seed") or {}).items(), key=lambda kv: (len(str(kv[0])), str(kv[0])))
-    return ", ".join(f"seed {k}: " + ("not reached" if v is None else f"{v:.2f}x") for k, v in per) or "-"
+    return ", ".join(f"seed {k}: " + ("not reached" if v is None else f"{BOUND_PREFIX.get(bounds.get(str(k)), '')}"
+                                      f"{v:.2f}x") for k, v in per) or "-"
 
 
 def _seeds(report: dict) -> int | None:
@@ -201,7 +222,7 @@ def cifar_headline(report: dict) -> str:
         m = ma.get(p)
         if m is None:
             continue
-        per = per_seed_text(m)
+        per = per_seed_text(m, _seed_bounds(report, p))
         s = f"{NAMES[p]}: S(a\\*) = **{speedup_text(m, _headline_bound(report, p))}**" + (f" ({per})" if per else "")
         if p == "bn_x5":
             s += f", pass rule S(a\\*) >= 5: **{PASS_WORDS[m.get('pass')]}**"
@@ -218,14 +239,19 @@ def cifar_matched(report: dict) -> str:
     if not ma:
         raise ViewDataError("report.json's matched_accuracy is empty")
     first = next(iter(ma.values()))
-    claims = ((report.get("frontier_analysis") or {}).get("speedup") or {})
-    rows = [[NAMES.get(p, p), speedup_text(m, _headline_bound(report, p)), _each_seed(m),
-             (claims.get(p) or {}).get("claim") or "-", {True: "yes", False: "no", None: "undecided"}[m.get("pass")]]
+    rows = [[NAMES.get(p, p), speedup_text(m, _headline_bound(report, p)), _each_seed(m, _seed_bounds(report, p)),
+             _details(report, p).get("claim") or "-", {True: "yes", False: "no", None: "undecided"}[m.get("pass")]]
             for p, m in ma.items()]
     head = (f"Target a\\* = **{_pct(first['target_accuracy'])}%**, the baseline's best seed-mean final test "
             f"accuracy; {_converged_sentence(first.get('baseline_converged'))}.")
     return "\n".join([head, "", *md_table(["preset", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
                                           rows)])
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    """Mean of ``key`` over ``rows`` where it is a number (None/NaN left out); None when there is none."""
+    v = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return sum(v) / len(v) if v else None
 
 
 @view("cifar_frontier")
@@ -244,12 +270,8 @@ def cifar_frontier(report: dict) -> str:
         sel = [r for r in rows if r["preset"] == p and int(r["budget_steps"]) == b]
         by_seed = {int(r["seed"]): r["final_test_accuracy"] for r in sel}
 
-        def mean(k):
-            v = [r[k] for r in sel if r[k] is not None and not math.isnan(r[k])]
-            return sum(v) / len(v) if v else None
-
-        out.append([NAMES.get(p, p), f"{b:,}", _pct(mean("final_test_accuracy")),
-                    *(_pct(by_seed.get(s)) for s in seeds), _pct(mean("final_train_accuracy"))])
+        out.append([NAMES.get(p, p), f"{b:,}", _pct(_mean(sel, "final_test_accuracy")),
+                    *(_pct(by_seed.get(s)) for s in seeds), _pct(_mean(sel, "final_train_accuracy"))])
     return "\n".join(md_table(["preset", "budget (steps)", "test acc, seed mean (%)",
                                *(f"seed {s} (%)" for s in seeds), "train acc, seed mean (%)"], out))
 
@@ -462,7 +484,7 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
         root = repo_root(p.parent)
         text = p.read_text()
         out, result = rewrite(text, p, root)
-        for b, changed, pending in result:
+        for b, _, pending in result:
             if pending:
                 echo(f"{_rel(p, root)}:{b.line} view {b.view}: pending ({b.source} does not exist yet)")
         if out != text:
