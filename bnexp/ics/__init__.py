@@ -10,8 +10,10 @@ The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view
    quantify how far the distribution of a
    layer's values (e.g. the input to its nonlinearity, as captured by
    :meth:`bnexp.monitor.ShiftMonitor.capture` on a fixed probe set) moved since the
-   previous and since the first snapshot. Cheap: one sort of at most ``max_values``
-   values and one pass over the activations per layer.
+   previous and since the first snapshot, raw (W1 in the values' units) and scale-free
+   (:func:`per_unit_relative_w1`: W1 in initial spreads; :func:`per_unit_ks`: the
+   Kolmogorov-Smirnov distance), each with its sampling-noise floor. Cheap: a few sorts of
+   at most ``max_values`` values and one pass over the activations per layer.
 
 2. The optimization view of Santurkar, Tsipras, Ilyas & Madry, "How Does Batch
    Normalization Help Optimization?" (NeurIPS 2018):
@@ -35,8 +37,8 @@ convolutional activation is (P, C, H, W) -- the units are the C channels, each
 pooled over (P, H, W), as BN normalizes them (BN paper Sec. 3.2).
 """
 
-from bnexp.ics.distribution import (DistributionShiftTracker, per_unit_shift, per_unit_wasserstein1, unit_moments,
-                                    wasserstein1)
+from bnexp.ics.distribution import (DistributionShiftTracker, ks_distance, per_unit_ks, per_unit_relative_w1,
+                                    per_unit_shift, per_unit_wasserstein1, unit_moments, wasserstein1)
 from bnexp.ics.gradient import gradient_ics, landscape_probe, layer_param_groups
 
 __all__ = [
@@ -44,6 +46,9 @@ __all__ = [
     "unit_moments",
     "per_unit_shift",
     "per_unit_wasserstein1",
+    "ks_distance",
+    "per_unit_ks",
+    "per_unit_relative_w1",
     "DistributionShiftTracker",
     "gradient_ics",
     "layer_param_groups",
