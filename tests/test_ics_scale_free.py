@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -212,3 +213,258 @@ def test_checkpoint_keeps_the_initial_spreads():
     u = state["first"]["l"]["units"].double()
     want = torch.quantile(u, 0.85, dim=0) - torch.quantile(u, 0.15, dim=0)
     assert torch.allclose(tr3.spread["l"], want, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------- monitor: the records and the layout
+
+def test_monitor_records_the_scale_free_keys_with_the_charts_spread():
+    from bnexp.models import MLP
+    from bnexp.monitor import ShiftMonitor
+
+    torch.manual_seed(0)
+    model = MLP(12, [8, 6], 3, "relu", SimpleNamespace(enabled=False), init_std=0.3)
+    probe = torch.randn(200, 12, generator=torch.Generator().manual_seed(1))
+    mon = ShiftMonitor(model, probe, [10, 50, 90], histograms=False, shift_max_values=10 ** 6)
+    x0 = mon.capture()
+    mon.record(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5).add_(0.1)
+    x1 = mon.capture()
+    rec = mon.record(1)["shift_metrics"]
+    for name in ("layer1", "layer2"):
+        a, b = x0[name].double().numpy(), x1[name].double().numpy()
+        spread = np.percentile(a, 90, axis=0) - np.percentile(a, 10, axis=0)  # the monitor's outer percentiles
+        w1 = [scipy_stats.wasserstein_distance(a[:, j], b[:, j]) for j in range(a.shape[1])]
+        ks = [scipy_stats.ks_2samp(a[:, j], b[:, j]).statistic for j in range(a.shape[1])]
+        r = rec[name]
+        assert r["w1_rel_first"] == pytest.approx(np.mean(np.array(w1) / spread), rel=1e-5)
+        assert r["ks_first"] == pytest.approx(np.mean(ks), abs=1e-12)
+        assert r["w1_floor"] == r["ks_floor"] == r["w1_rel_floor"] == 0.0  # nothing subsampled
+    layout = mon.custom_scalars_layout()["internal covariate shift (unitless)"]
+    pats = [v[1][0] for k, v in layout.items() if k.startswith("layer1: KS") or k.startswith("layer1: W1")]
+    assert [[t for t in ("ics/layer1/ks_first", "ics/layer1/ks_floor", "ics/layer1/w1_rel_first",
+                         "ics/layer1/w1_rel_floor", "ics/layer1/w1_first") if re.search(p, t)] for p in pats] == [
+        ["ics/layer1/ks_first", "ics/layer1/ks_floor"], ["ics/layer1/w1_rel_first", "ics/layer1/w1_rel_floor"]]
+
+
+# ---------------------------------------------------------------------------- gradient ICS per unit of movement
+
+def _linear_with_bias(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(3, 4, bias=True), nn.Linear(4, 2, bias=False)).double()
+
+
+def _sse(out, target):
+    return 0.5 * ((out - target) ** 2).sum()
+
+
+def _hand_gradients(W1, b1, W2, X, T):
+    """SSE of out = (X W1^T + b1) W2^T: (G_W1, G_b1, G_W2) in closed form."""
+    H = X @ W1.T + b1
+    R = H @ W2.T - T
+    back = R @ W2                      # dL/dH
+    return back.T @ X, back.sum(0), R.T @ H
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_move_rel_is_the_earlier_layers_relative_sgd_step(wd):
+    model = _linear_with_bias()
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(6, 3, generator=gen, dtype=torch.float64)
+    T = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    lr = 0.05
+    opt = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=wd)
+    W1, b1, W2 = (p.detach().clone() for p in (model[0].weight, model[0].bias, model[1].weight))
+    G_W1, G_b1, G_W2 = _hand_gradients(W1, b1, W2, X, T)
+    # SGD: Delta = -lr (G + wd W) for layer 1's weight and bias, the earlier layers of layer 2
+    dW1, db1 = -lr * (G_W1 + wd * W1), -lr * (G_b1 + wd * b1)
+    move = math.sqrt(float(dW1.pow(2).sum() + db1.pow(2).sum())) / math.sqrt(float(W1.pow(2).sum() + b1.pow(2).sum()))
+    G_W2_after = _hand_gradients(W1 + dW1, b1 + db1, W2, X, T)[2]  # G' of layer 2
+    l2_rel = float((G_W2 - G_W2_after).norm() / G_W2.norm())
+
+    from bnexp.ics import gradient_ics
+    out = gradient_ics(model, _sse, X, T, opt, [["0.weight", "0.bias"], ["1.weight"]], ["0.weight", "1.weight"])
+    assert out[1]["move_rel"] == pytest.approx(move, rel=1e-10)
+    assert out[1]["l2_rel"] == pytest.approx(l2_rel, rel=1e-9)
+    assert out[1]["l2_rel_per_move"] == pytest.approx(l2_rel / move, rel=1e-9)
+    assert math.isnan(out[0]["move_rel"]) and math.isnan(out[0]["l2_rel_per_move"])  # no earlier layers
+
+
+def test_l2_rel_per_move_does_not_vanish_with_the_step():
+    """A network that barely moves (a small rate) scores a small l2_rel; per unit of movement it does not."""
+    from bnexp.ics import gradient_ics
+
+    gen = torch.Generator().manual_seed(6)
+    X = torch.randn(8, 3, generator=gen, dtype=torch.float64)
+    T = torch.randn(8, 2, generator=gen, dtype=torch.float64)
+    groups, weights = [["0.weight", "0.bias"], ["1.weight"]], ["0.weight", "1.weight"]
+    res = {}
+    for lr in (1e-2, 1e-5):
+        m = _linear_with_bias(1)
+        res[lr] = gradient_ics(m, _sse, X, T, torch.optim.SGD(m.parameters(), lr=lr), groups, weights)[1]
+    assert res[1e-5]["l2_rel"] < 2e-3 * res[1e-2]["l2_rel"]
+    assert res[1e-5]["move_rel"] == pytest.approx(1e-3 * res[1e-2]["move_rel"], rel=1e-9)  # SGD: step ~ lr
+    assert res[1e-5]["l2_rel_per_move"] == pytest.approx(res[1e-2]["l2_rel_per_move"], rel=0.05)
+    # the whole earlier parameter set, not only the weight: a frozen-at-zero earlier layer moves nothing
+    m = _linear_with_bias(1)
+    with torch.no_grad():
+        m[0].weight.zero_()
+        m[0].bias.zero_()
+    r = gradient_ics(m, _sse, X, T, torch.optim.SGD([m[1].weight], lr=0.1), groups, weights)[1]
+    assert math.isnan(r["move_rel"]) and math.isnan(r["l2_rel_per_move"])
+
+
+# ---------------------------------------------------------------------------- filter-normalized landscape
+
+def test_filter_normalize_gives_every_filter_its_weight_filters_norm():
+    from bnexp.ics import filter_normalize, filter_norms
+
+    gen = torch.Generator().manual_seed(7)
+    weights = [torch.randn(5, 3, generator=gen), torch.randn(5, generator=gen),          # Linear weight, bias
+               torch.randn(4, 2, 3, 3, generator=gen), torch.ones(4)]                    # Conv weight, BN gamma
+    weights[0][2] = 0.0                                                                  # a dead filter
+    direction = [torch.randn(w.shape, generator=gen, dtype=torch.float64) * 7 for w in weights]
+    direction[2][1] = 0.0                                                                # a zero direction filter
+    d = filter_normalize(direction, weights)
+    for di, w, raw in zip(d, weights, direction):
+        if w.dim() < 2:
+            assert torch.equal(di, torch.zeros_like(di))  # biases and BN parameters are not moved
+            continue
+        want = torch.stack([w[f].double().norm() for f in range(w.shape[0])])
+        have = torch.stack([di[f].norm() for f in range(w.shape[0])])
+        if w.dim() == 4:
+            want[1] = 0.0
+        assert torch.allclose(have, want, rtol=1e-12, atol=0), have - want
+        assert torch.allclose(filter_norms(w), torch.stack([w[f].double().norm() for f in range(w.shape[0])]))
+        # each filter keeps its direction
+        for f in range(w.shape[0]):
+            if have[f] > 0:
+                cos = float((di[f] * raw[f]).sum() / (di[f].norm() * raw[f].norm()))
+                assert cos == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError):
+        filter_normalize(direction[:1], weights)
+    with pytest.raises(ValueError):
+        filter_norms(torch.ones(3))
+
+
+class _QuadraticMatrix(nn.Module):
+    """L = 1/2 vec(W)^T A vec(W) + 1/2 ||b - 1||^2 with a (2, 3) weight W (two filters) and a bias b."""
+
+    def __init__(self, W, b):
+        super().__init__()
+        self.W = nn.Parameter(W.clone())
+        self.b = nn.Parameter(b.clone())
+
+    def forward(self, x):
+        return self.W, self.b
+
+
+def _quad_matrix_loss(out, A):
+    W, b = out
+    w = W.reshape(-1)
+    return 0.5 * w @ A @ w + 0.5 * ((b - 1) ** 2).sum()
+
+
+def test_filter_normalized_probe_quadratic_closed_form():
+    from bnexp.ics import landscape_probe
+
+    gen = torch.Generator().manual_seed(8)
+    Q, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen, dtype=torch.float64))
+    A = Q @ torch.diag(torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)) @ Q.T
+    W = torch.tensor([[1.0, -2.0, 0.5], [0.2, 0.3, -0.1]], dtype=torch.float64)
+    b = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    alphas = [0.01, 0.05, 0.2]
+    out = landscape_probe(_QuadraticMatrix(W, b), _quad_matrix_loss, None, A, [0.1], fn_step_sizes=alphas)
+    g = (A @ W.reshape(-1)).reshape(2, 3)
+    n = W.norm(dim=1, keepdim=True)
+    d = g / g.norm(dim=1, keepdim=True) * n              # each gradient filter rescaled to its weight's norm
+    bias_loss = 0.5 * float(((b - 1) ** 2).sum())        # b is not moved
+    losses = [0.5 * float((W - a * d).reshape(-1) @ A @ (W - a * d).reshape(-1)) + bias_loss for a in [0.0] + alphas]
+    assert out["fn_step_sizes"] == [0.0] + alphas
+    assert out["fn_losses"] == pytest.approx(losses, rel=1e-12)
+    assert out["fn_loss_variation"] == pytest.approx(max(losses) - min(losses), rel=1e-10)
+    # grad_q = n_f grad_f; moving by -alpha d changes it by -alpha n_f (A d)_f; ||d_q|| = alpha sqrt(2)
+    Ad = (A @ d.reshape(-1)).reshape(2, 3)
+    assert out["fn_grad_predictiveness"] == pytest.approx(max(alphas) * float((n * Ad).norm()), rel=1e-10)
+    assert out["fn_beta_smoothness"] == pytest.approx(float((n * Ad).norm()) / math.sqrt(2), rel=1e-10)
+    # the random direction: filter-normalized standard normal draw of a generator seeded with fn_seed
+    r = torch.Generator().manual_seed(0)
+    rW = torch.randn((2, 3), generator=r, dtype=torch.float64)
+    dr = rW / rW.norm(dim=1, keepdim=True) * n
+    rlosses = [0.5 * float((W + a * dr).reshape(-1) @ A @ (W + a * dr).reshape(-1)) + bias_loss
+               for a in [0.0] + alphas]
+    assert out["fn_random_losses"] == pytest.approx(rlosses, rel=1e-12)
+    assert out["fn_random_loss_variation"] == pytest.approx(max(rlosses) - min(rlosses), rel=1e-10)
+    other = landscape_probe(_QuadraticMatrix(W, b), _quad_matrix_loss, None, A, [0.1], fn_step_sizes=alphas, fn_seed=1)
+    assert other["fn_random_losses"] != out["fn_random_losses"] and other["fn_losses"] == out["fn_losses"]
+    with pytest.raises(ValueError):
+        landscape_probe(_QuadraticMatrix(W, b), _quad_matrix_loss, None, A, [0.1], fn_step_sizes=[-1.0])
+
+
+FN_KEYS = ("fn_loss_variation", "fn_grad_predictiveness", "fn_beta_smoothness", "fn_losses",
+           "fn_random_loss_variation", "fn_random_losses")
+
+
+def _relu_net_and_batch():
+    from bnexp.models import MLP
+
+    torch.manual_seed(0)
+    model = MLP(8, [6, 5], 3, "relu", SimpleNamespace(enabled=False), init_std=0.5).double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 8, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (32,), generator=gen)
+    return model, x, y
+
+
+def _probe(model, x, y):
+    from bnexp.ics import landscape_probe
+
+    return landscape_probe(model, nn.functional.cross_entropy, x, y, [0.1, 0.5], rel_step_sizes=[0.01, 0.05],
+                           fn_step_sizes=[0.01, 0.05, 0.2])
+
+
+def _assert_fn_equal(a, b):
+    for k in FN_KEYS:
+        assert b[k] == pytest.approx(a[k], rel=1e-7, abs=1e-12), k
+
+
+def test_filter_normalized_measures_are_invariant_to_relu_rescaling_raw_are_not():
+    model, x, y = _relu_net_and_batch()
+    a = _probe(model, x, y)
+    scaled = copy.deepcopy(model)
+    c = 8.0
+    with torch.no_grad():  # relu(c z) = c relu(z): layer 1 (weight and bias) by c, layer 2's weight by 1/c
+        scaled.hidden[0].affine.weight.mul_(c)
+        scaled.hidden[0].affine.bias.mul_(c)
+        scaled.hidden[1].affine.weight.div_(c)
+    b = _probe(scaled, x, y)
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-12)  # the same function
+    _assert_fn_equal(a, b)
+    assert a["fn_loss_variation"] > 0 and a["fn_beta_smoothness"] > 0 and a["fn_random_loss_variation"] > 0
+    assert not b["beta_smoothness"] == pytest.approx(a["beta_smoothness"], rel=0.1)
+    assert not b["loss_variation"] == pytest.approx(a["loss_variation"], rel=0.01)
+    # whole tensors were rescaled, so the per-tensor relative probe is unchanged too (docs/ics/measurements.md);
+    # what sets the two apart is a rescale per filter (next test)
+    for k in ("rel_loss_variation", "rel_grad_predictiveness", "rel_beta_smoothness"):
+        assert b[k] == pytest.approx(a[k], rel=1e-7), k
+
+
+def test_filter_normalized_measures_are_invariant_to_per_filter_rescaling_before_bn_rel_are_not():
+    from bnexp.models import MLP
+
+    torch.manual_seed(0)
+    bn_cfg = SimpleNamespace(enabled=True, eps=1e-12, momentum=0.1, impl="torch", noise=False)
+    model = MLP(8, [6, 5], 3, "relu", bn_cfg, init_std=0.5).double()
+    _, x, y = _relu_net_and_batch()
+    a = _probe(model, x, y)
+    scaled = copy.deepcopy(model)
+    with torch.no_grad():  # every unit's row before BN by its own factor: BN normalizes it away
+        for layer in scaled.hidden:
+            w = layer.affine.weight
+            w.mul_(torch.logspace(-1, 1, w.shape[0], dtype=torch.float64)[:, None])
+    b = _probe(scaled, x, y)
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-9)
+    for k in FN_KEYS:
+        assert b[k] == pytest.approx(a[k], rel=1e-6, abs=1e-12), k
+    assert not b["rel_beta_smoothness"] == pytest.approx(a["rel_beta_smoothness"], rel=0.05)

@@ -1,7 +1,8 @@
 """Measurements of internal covariate shift (ICS), from two views.
 
 The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view in
-:mod:`bnexp.ics.gradient`; this package re-exports their public names.
+:mod:`bnexp.ics.gradient` and :mod:`bnexp.ics.landscape`; this package re-exports their
+public names.
 
 1. The distribution view of the BN paper (Ioffe & Szegedy 2015, Sec. 1-2): ICS is
    "the change in the distribution of network activations due to the change in
@@ -19,11 +20,13 @@ The distribution view is in :mod:`bnexp.ics.distribution`, the optimization view
    Normalization Help Optimization?" (NeurIPS 2018):
 
    * :func:`gradient_ics` -- their Def. 2.1 (Sec. 2.2, Fig. 3): how much the gradient
-     of a layer's weights changes when the layers before it take their update.
+     of a layer's weights changes when the layers before it take their update, also
+     per unit of the earlier layers' relative movement (``l2_rel_per_move``).
    * :func:`landscape_probe` -- the loss-landscape smoothness of Sec. 3.1, Fig. 4:
      loss variation, gradient predictiveness and "effective" beta-smoothness along
-     the gradient direction, raw and in a parametrization BN's scale invariance does
-     not confound (steps relative to each parameter tensor's norm).
+     the gradient direction, raw, with steps relative to each parameter tensor's norm,
+     and filter-normalized (Li et al. 2018, :func:`filter_normalize`) along the gradient
+     and along a fixed random direction.
    (The "noisy BN" of their Sec. 2.1, Fig. 2 -- BN with deliberately injected
    distributional instability -- is a BN variant and lives in :mod:`bnexp.bn.noisy`.)
 
@@ -39,7 +42,8 @@ pooled over (P, H, W), as BN normalizes them (BN paper Sec. 3.2).
 
 from bnexp.ics.distribution import (DistributionShiftTracker, ks_distance, per_unit_ks, per_unit_relative_w1,
                                     per_unit_shift, per_unit_wasserstein1, unit_moments, wasserstein1)
-from bnexp.ics.gradient import gradient_ics, landscape_probe, layer_param_groups
+from bnexp.ics.gradient import gradient_ics, layer_param_groups
+from bnexp.ics.landscape import filter_normalize, filter_norms, landscape_probe
 
 __all__ = [
     "wasserstein1",
@@ -53,4 +57,6 @@ __all__ = [
     "gradient_ics",
     "layer_param_groups",
     "landscape_probe",
+    "filter_normalize",
+    "filter_norms",
 ]
