@@ -377,9 +377,12 @@ class ShiftRecord(Measurement):
 
 class GradientICS(Measurement):
     """Gradient-based ICS (Santurkar et al. 2018, Def. 2.1) every ``monitor.grad_ics_every``
-    steps, on that step's mini-batch before its update: ``grad_ics/<layer>/{l2,l2_rel,cos}``
-    scalars (not for layer 1, whose G' = G by definition) and an ``ics.jsonl`` record
-    ``{"step", "kind": "grad_ics", "layers": {...}}`` with every layer (layer 1 ``trivial``)."""
+    steps, on that step's mini-batch before its update:
+    ``grad_ics/<layer>/{l2,l2_rel,cos,move_rel,l2_rel_per_move}`` scalars (not for layer 1,
+    whose G' = G by definition) and an ``ics.jsonl`` record ``{"step", "kind": "grad_ics",
+    "layers": {...}}`` with every layer (layer 1 ``trivial``), each holding the keys of
+    :func:`bnexp.ics.gradient_ics` (``l2``, ``l2_rel``, ``cos``, ``g_norm``, ``move_rel``,
+    ``l2_rel_per_move``, ``trivial``)."""
 
     name = "grad_ics"
     phase = "before"
@@ -398,38 +401,52 @@ class GradientICS(Measurement):
         for name, r in layers.items():
             if r.get("trivial"):
                 continue
-            for k in ("l2", "l2_rel", "cos"):
+            for k in ("l2", "l2_rel", "cos", "move_rel", "l2_rel_per_move"):
                 ctx.writer.add_scalar(f"grad_ics/{name}/{k}", r[k], step)
         self.ics.append({"step": step, "kind": "grad_ics", "layers": layers})
 
 
 class Landscape(Measurement):
     """Loss-landscape smoothness (Santurkar et al. 2018, Sec. 3.1, Fig. 4) along the gradient
-    every ``monitor.landscape_every`` steps, before that step's update, with step sizes =
-    ``monitor.landscape_step_sizes`` x the current learning rate (``ctx.lr``; raw) and the
-    scale-invariant probe with steps ``monitor.landscape_rel_step_sizes`` relative to each
-    parameter tensor's norm (the one verdicts use): ``landscape/*`` and ``landscape_rel/*``
-    scalars and an ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}``."""
+    every ``monitor.landscape_every`` steps, before that step's update (:func:`bnexp.ics.landscape_probe`):
+
+    * raw, with step sizes = ``monitor.landscape_step_sizes`` x the current learning rate
+      (``ctx.lr``): ``landscape/*`` scalars, record keys ``loss_variation``, ...;
+    * per-tensor relative, steps ``monitor.landscape_rel_step_sizes`` relative to each parameter
+      tensor's norm: ``landscape_rel/*``, ``rel_*``;
+    * filter-normalized (Li et al. 2018), the same relative steps per filter, along the
+      gradient and along a fixed random direction (seed ``fn_seed``): ``landscape_fn/*``
+      (``loss_variation``, ``grad_predictiveness``, ``beta_smoothness``,
+      ``random_loss_variation``), ``fn_*``;
+
+    and one ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}`` with every key."""
 
     name = "landscape"
     phase = "before"
     timed = True
 
     def __init__(self, every: int, step_sizes: list[float], ics: RecordLog,
-                 rel_step_sizes: list[float] | None = None):
+                 rel_step_sizes: list[float] | None = None, fn_step_sizes: list[float] | None = None,
+                 fn_seed: int = 0):
         super().__init__(every)
         self.step_sizes = [float(s) for s in step_sizes]
         self.rel_step_sizes = None if rel_step_sizes is None else [float(s) for s in rel_step_sizes]
+        self.fn_step_sizes = None if fn_step_sizes is None else [float(s) for s in fn_step_sizes]
+        self.fn_seed = int(fn_seed)
         self.ics = ics
 
     def before_update(self, ctx: StepContext) -> None:
         step = ctx.step + 1
         res = landscape_probe(ctx.model, nn.functional.cross_entropy, ctx.x, ctx.y,
-                              [m * ctx.lr for m in self.step_sizes], self.rel_step_sizes)
+                              [m * ctx.lr for m in self.step_sizes], self.rel_step_sizes,
+                              fn_step_sizes=self.fn_step_sizes, fn_seed=self.fn_seed)
         for k in ("loss_variation", "grad_predictiveness", "beta_smoothness"):
             ctx.writer.add_scalar(f"landscape/{k}", res[k], step)
-            if f"rel_{k}" in res:
-                ctx.writer.add_scalar(f"landscape_rel/{k}", res[f"rel_{k}"], step)
+            for prefix in ("rel", "fn"):
+                if f"{prefix}_{k}" in res:
+                    ctx.writer.add_scalar(f"landscape_{prefix}/{k}", res[f"{prefix}_{k}"], step)
+        if "fn_random_loss_variation" in res:
+            ctx.writer.add_scalar("landscape_fn/random_loss_variation", res["fn_random_loss_variation"], step)
         self.ics.append({"step": step, "kind": "landscape", **res})
 
 
@@ -554,8 +571,10 @@ def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.d
     if mcfg.grad_ics:
         out.append(GradientICS(mcfg.grad_ics_every, logs["ics"]))
     if mcfg.landscape:
+        # the filter-normalized probe takes the relative steps too: alpha = the fraction of its
+        # own norm every filter moves (no key of its own, so configs stay as they are)
         out.append(Landscape(mcfg.landscape_every, list(mcfg.landscape_step_sizes), logs["ics"],
-                             list(mcfg.landscape_rel_step_sizes)))
+                             list(mcfg.landscape_rel_step_sizes), list(mcfg.landscape_rel_step_sizes)))
     out += [train_loss,
             TestEvaluation(tcfg.eval_every, train_loss, logs["metrics"]),
             ShiftRecord(tcfg.hist_every, monitor, logs["shift"])]

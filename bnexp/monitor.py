@@ -134,9 +134,12 @@ class ShiftMonitor:
         unit: index of the "typical" unit (channel for conv layers) of the last hidden layer.
         histograms: also log TensorBoard histograms.
         max_values: cap on the values per layer used for percentiles and histograms.
-        shift_metrics: also compute the distribution-shift metrics of :mod:`bnexp.ics`.
+        shift_metrics: also compute the distribution-shift metrics of :mod:`bnexp.ics`
+            (:class:`bnexp.ics.DistributionShiftTracker`: raw per-unit W1 and the scale-free
+            ``w1_rel_*`` (W1 in initial outermost-percentile spreads, p15-p85 by default, taken
+            from at most ``max_values`` values) and ``ks_*``, with their sampling-noise floors).
         shift_max_values: cap on the values per layer those metrics keep (sorting them is
-            the monitor's main cost).
+            the monitor's main cost); the floors are the noise of this cap.
         bn_stats: ``batch`` | ``population`` | ``probe``: the statistics BN normalizes the
             probe with (see the module docstring).
         batch_size: m, the mini-batch size of ``batch`` mode (``trainer.batch_size``).
@@ -150,6 +153,8 @@ class ShiftMonitor:
             {"step": int, "bn_stats": "batch",
              "layers": {"layer1": {"p15", "p50", "p85", "mean", "std"}, ...},
              "shift_metrics": {"layer1": {DistributionShiftTracker.KEYS}, ...},
+             #   w1_prev/first (raw), w1_rel_prev/first, ks_prev/first (scale-free),
+             #   w1_floor, w1_rel_floor, ks_floor (sampling-noise floors), w1_pooled_*, ...
              "unit": {"layer": "layer3", "index": 0, "p15", "p50", "p85", "mean", "std"},
              # BN networks only: the same for the BN input Wu
              "bn_input": {"layer1": {...}, ...}, "bn_input_shift_metrics": {...},
@@ -166,10 +171,16 @@ class ShiftMonitor:
         self.bn_stats = bn_stats
         self.batch_size = int(batch_size)
         self.model = model
-        self.tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
-        self.bn_tracker = DistributionShiftTracker(max_values=shift_max_values) if shift_metrics else None
-        self.probe_x = probe_x
         self.percentiles = list(percentiles)
+        # w1_rel's initial spreads: the outermost percentiles, as the "relative to its start" chart
+        # (relative_bands); its values cap, max_values, as the chart's percentiles
+        spread = (min(self.percentiles), max(self.percentiles)) if len(self.percentiles) > 1 else (15.0, 85.0)
+        self.tracker = self.bn_tracker = None
+        if shift_metrics:
+            self.tracker, self.bn_tracker = (
+                DistributionShiftTracker(max_values=shift_max_values, spread_percentiles=spread,
+                                         spread_max_values=max(max_values, shift_max_values)) for _ in range(2))
+        self.probe_x = probe_x
         self.unit = unit
         self.histograms = histograms
         self.max_values = max_values
@@ -254,7 +265,9 @@ class ShiftMonitor:
 
         TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``,
         the same percentiles relative to the first record (``shift_rel/...``, see
-        :func:`relative_bands`), ``ics/<layer>/<key>``, histograms ``preact/<layer>``; for BN networks also
+        :func:`relative_bands`), ``ics/<layer>/<key>`` for every key of
+        :attr:`bnexp.ics.DistributionShiftTracker.KEYS` (raw ``w1_*``, scale-free ``w1_rel_*`` and
+        ``ks_*``, floors ``*_floor``), histograms ``preact/<layer>``; for BN networks also
         ``bn_input/<layer>/<p15|...>``, ``bn_input/typical_unit/...``, ``ics_bn_input/<layer>/<key>``
         and histograms ``bn_input/<layer>``.
 
@@ -305,7 +318,10 @@ class ShiftMonitor:
            ``bn_input/<layer>/<pNN>``, written by the monitor's BN-input records).
            One category per layer because TensorBoard keeps the order of categories but
            not always that of margin charts within one.
-        3. ``internal covariate shift (unitless)`` (with shift metrics): per layer the mean
+        3. ``internal covariate shift (unitless)`` (with shift metrics): per layer the
+           scale-free shift from the first record, each with its sampling-noise floor -- the
+           Kolmogorov-Smirnov distance (``ics/<layer>/ks_first``, ``ks_floor``) and W1 in
+           initial spreads (``ics/<layer>/w1_rel_first``, ``w1_rel_floor``) -- and the mean
            over units of |log(std / first std)|; with ``grad_ics`` the relative gradient
            change ``grad_ics/<layer>/l2_rel`` of layers 2..K (layer 1's is zero by
            definition, Santurkar et al. 2018 Def. 2.1). |delta mean| / first std is left
@@ -349,6 +365,11 @@ class ShiftMonitor:
             layout[f"{label}: input to the nonlinearity g"] = charts
         ics: dict = {}
         if self.tracker is not None:
+            for name in names:
+                ics[f"{name}: KS distance to the first record, and its sampling-noise floor"] = [
+                    "Multiline", [rf"^ics/{re.escape(name)}/ks_(first|floor)$"]]
+                ics[f"{name}: W1 to the first record / initial {lo}-{hi} spread, and its floor"] = [
+                    "Multiline", [rf"^ics/{re.escape(name)}/w1_rel_(first|floor)$"]]
             for name in names:
                 ics[f"{name}: |log(std / first std)|, mean over units"] = [
                     "Multiline", [rf"^ics/{re.escape(name)}/log_std_ratio_first$"]]

@@ -35,12 +35,22 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     assert g["layers"]["layer2"]["l2"] > 0.0
     assert g["layers"]["layer1"]["trivial"] is True and g["layers"]["layer2"]["trivial"] is False
     assert g["layers"]["layer2"]["l2_rel"] == pytest.approx(g["layers"]["layer2"]["l2"] / g["layers"]["layer2"]["g_norm"])
+    l2 = g["layers"]["layer2"]  # per unit of movement of layer 1 over the same update (issue 20)
+    assert l2["move_rel"] > 0 and l2["l2_rel_per_move"] == pytest.approx(l2["l2_rel"] / l2["move_rel"])
+    assert g["layers"]["layer1"]["move_rel"] is None  # NaN (no earlier layers), written as null
     land = next(r for r in recs if r["kind"] == "landscape")
     assert land["rel_step_sizes"] == [0.0, 0.005, 0.01, 0.02, 0.05, 0.1] and land["rel_beta_smoothness"] > 0
+    # filter-normalized (Li et al. 2018): the same relative steps, per filter
+    assert land["fn_step_sizes"] == land["rel_step_sizes"] and land["fn_beta_smoothness"] > 0
+    assert len(land["fn_losses"]) == len(land["fn_random_losses"]) == 6 and land["fn_random_loss_variation"] > 0
     shift = read_jsonl(run_dir / "shift.jsonl")
     first = shift[0]["shift_metrics"]["layer1"]
-    assert first["w1_first"] == 0.0 and first["w1_prev"] == 0.0
-    assert shift[-1]["shift_metrics"]["layer1"]["w1_first"] > 0.0
+    assert first["w1_first"] == 0.0 and first["w1_prev"] == 0.0 and first["ks_first"] == 0.0
+    last = shift[-1]["shift_metrics"]["layer1"]
+    assert last["w1_first"] > 0.0 and 0 < last["ks_first"] <= 1 and last["w1_rel_first"] > 0
+    for rec in ("shift_metrics", "bn_input_shift_metrics"):  # floors: per layer, per record, both captures
+        assert all(set(v) >= {"w1_floor", "w1_rel_floor", "ks_floor", "w1_rel_prev", "ks_prev"}
+                   for r in shift for v in r[rec].values())
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -51,7 +61,9 @@ def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
     for tag in ("grad_ics/layer2/l2", "grad_ics/layer2/l2_rel", "grad_ics/layer2/cos", "landscape/beta_smoothness",
                 "landscape_rel/beta_smoothness", "bn_input/layer1/p50", "ics_bn_input/layer1/w1_first",
                 "landscape/loss_variation", "landscape/grad_predictiveness", "ics/layer1/w1_first",
-                "ics/layer3/mean_shift_prev"):
+                "ics/layer3/mean_shift_prev", "ics/layer1/ks_first", "ics/layer1/w1_rel_first", "ics/layer1/ks_floor",
+                "ics_bn_input/layer1/ks_first", "grad_ics/layer2/l2_rel_per_move", "grad_ics/layer2/move_rel",
+                "landscape_fn/beta_smoothness", "landscape_fn/random_loss_variation"):
         assert tag in tags, tag
 
 

@@ -188,7 +188,8 @@ def test_grad_ics_scalars_leave_out_layer1_and_fill_the_layout(sweep):
 
     ea = _accumulator(sweep / "bn=false")
     grad = sorted(t for t in ea.Tags()["scalars"] if t.startswith("grad_ics/"))
-    assert grad == [f"grad_ics/{n}/{k}" for n in ("classifier", "layer2", "layer3") for k in ("cos", "l2", "l2_rel")]
+    assert grad == [f"grad_ics/{n}/{k}" for n in ("classifier", "layer2", "layer3")
+                    for k in ("cos", "l2", "l2_rel", "l2_rel_per_move", "move_rel")]
     recs = [json.loads(line) for line in (sweep / "bn=false" / "ics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if r["kind"] == "grad_ics"]
     assert [r["step"] for r in recs] == [40, 80, 120]

@@ -1,13 +1,15 @@
-"""Gradient-based ICS and loss-landscape smoothness: the optimization view of Santurkar,
-Tsipras, Ilyas & Madry, "How Does Batch Normalization Help Optimization?" (NeurIPS 2018).
+"""Gradient-based ICS: the optimization view of Santurkar, Tsipras, Ilyas & Madry, "How Does
+Batch Normalization Help Optimization?" (NeurIPS 2018).
 
 * :func:`gradient_ics` -- their Def. 2.1 (Sec. 2.2, Fig. 3): how much the gradient of a
-  layer's weights changes when the layers before it take their update.
-* :func:`landscape_probe` -- the loss-landscape smoothness of Sec. 3.1, Fig. 4.
+  layer's weights changes when the layers before it take their update, absolute, relative
+  to the gradient and per unit of the earlier layers' relative movement.
 
-Both work on ``copy.deepcopy`` copies of the model in training mode (BN with batch
-statistics, dropout active) and leave the model, its gradients, its BN running buffers,
-the optimizer and torch's global RNG state as they found them.
+It works on ``copy.deepcopy`` copies of the model in training mode (BN with batch
+statistics, dropout active) and leaves the model, its gradients, its BN running buffers,
+the optimizer and torch's global RNG state as it found them. The loss-landscape smoothness
+of their Sec. 3.1, Fig. 4 is in :mod:`bnexp.ics.landscape`, which shares this module's
+copy and RNG helpers.
 """
 
 from __future__ import annotations
@@ -135,6 +137,17 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
         gradients vanish (a plateau) scores a small ``l2`` for scale reasons alone. For
         layer 0, G'_0 = G_0 by definition (nothing before it changes): l2 = l2_rel = 0,
         cos = 1, and "trivial" is True (the only such layer); leave it out of summaries.
+        Per unit of movement: "move_rel" = ||W'_<i - W_<i||_2 / ||W_<i||_2, the relative
+        movement of all parameters of layers 0..i-1 (every name in their
+        ``layer_param_names``, flattened together) over the same update that gives G'_i
+        (dimensionless; NaN for layer 0, which has no earlier layers, and when ||W_<i|| = 0),
+        and "l2_rel_per_move" = l2_rel / move_rel (NaN when move_rel is 0 or NaN). ``l2_rel``
+        grows with how far the earlier layers moved -- for a small step, G' - G is about
+        (d^2 L / dW_i dW_<i) Delta W_<i -- so a network that barely moves them (a plateau, a
+        small rate) scores a small ``l2_rel`` without being stable; ``l2_rel_per_move`` is the
+        gradient change per relative movement of the earlier layers (issue 20). It is
+        unchanged when the loss is multiplied by k and the rate divided by k (same step), like
+        ``l2_rel``; unlike ``l2_rel`` it does not fall to 0 as the step does.
 
     Raises:
         ValueError: mismatched list lengths, unknown or repeated parameter names, a weight
@@ -172,11 +185,20 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
             if grad is None:
                 raise ValueError(f"weight {w!r} received no gradient")
             g_now.append(grad.detach().to(torch.float64).clone())
+        before = {n: work_params[n].detach().to(torch.float64).clone()
+                  for names in layer_param_names[:-1] for n in names}
         replica = _replica_optimizer(optimizer, model, work)
         replica.step()
         updated = {n: work_params[n].detach().clone()
                    for names in layer_param_names[:-1] for n in names}
         del replica, work, work_params
+        # ||Delta W_<i||^2 and ||W_<i||^2: sums over the layers before i of all their parameters
+        moved_sq, norm_sq = [0.0], [0.0]
+        for names in layer_param_names[:-1]:
+            moved_sq.append(moved_sq[-1] + sum(float((updated[n].to(torch.float64) - before[n]).pow(2).sum())
+                                               for n in names))
+            norm_sq.append(norm_sq[-1] + sum(float(before[n].pow(2).sum()) for n in names))
+        del before
 
         results = []
         for i, w in enumerate(weight_names):
@@ -198,9 +220,13 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
             gn, gpn = float(g.norm()), float(g_prime.norm())
             cos = (float((g * g_prime).sum()) / (gn * gpn)) if gn > 0 and gpn > 0 else math.nan
             l2 = float((g - g_prime).norm())
-            results.append({"l2": l2, "l2_rel": l2 / gn if gn > 0 else math.nan,
+            l2_rel = l2 / gn if gn > 0 else math.nan
+            move_rel = math.sqrt(moved_sq[i]) / math.sqrt(norm_sq[i]) if norm_sq[i] > 0 else math.nan
+            results.append({"l2": l2, "l2_rel": l2_rel,
                             "cos": max(-1.0, min(1.0, cos)) if not math.isnan(cos) else cos,
-                            "g_norm": gn, "trivial": i == 0})
+                            "g_norm": gn, "move_rel": move_rel,
+                            "l2_rel_per_move": l2_rel / move_rel if move_rel > 0 else math.nan,
+                            "trivial": i == 0})
         return results
     finally:
         rng.reset()
@@ -245,148 +271,3 @@ def layer_param_groups(model: nn.Module) -> tuple[list[list[str]], list[str]]:
         groups.append([n for n, _ in rest])
         weights.append(cands[0])
     return groups, weights
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. Landscape smoothness (Santurkar et al. 2018, Sec. 3.1, Fig. 4)
-# ----------------------------------------------------------------------------------------------
-
-def _grads_of(trainable: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().to(torch.float64) for p in trainable]
-
-
-def _check_steps(name: str, etas: list[float]) -> None:
-    if not etas:
-        raise ValueError(f"{name} is empty")
-    if any(not math.isfinite(e) or e < 0 for e in etas):
-        raise ValueError(f"{name} must be finite and >= 0, got {etas}")
-
-
-def landscape_probe(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                    x: torch.Tensor, y: torch.Tensor, step_sizes: Sequence[float],
-                    rel_step_sizes: Sequence[float] | None = None) -> dict:
-    """Smoothness of the loss landscape along the gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4).
-
-    Raw parametrization. With w all trainable parameters (flattened), L the loss on the
-    batch (x, y) and g = grad L(w), for each step size eta the loss and gradient at
-    w - eta g are taken:
-
-        loss_variation      = max - min of {L(w - eta g) : eta in {0} + step_sizes}
-        grad_predictiveness = max_eta ||grad L(w) - grad L(w - eta g)||_2
-        beta_smoothness     = max_eta ||grad L(w) - grad L(w - eta g)||_2 / ||eta g||_2
-
-    The first is the "variation in loss" (Lipschitzness of the loss), the second the
-    "l2 changes in gradient" (gradient predictiveness) and the third the "effective
-    beta-smoothness" of Fig. 4. For a quadratic L = 1/2 w^T A w, beta_smoothness = ||A g|| / ||g||
-    <= lambda_max(A). Units: loss units; loss per parameter unit; loss per parameter unit^2.
-
-    Scale-invariant parametrization (``rel_step_sizes``). A BN network's loss does not
-    change when the weights W before a BN layer are multiplied by c > 0, while its
-    gradient shrinks by 1/c and its raw beta-smoothness by 1/c^2: since such weight norms
-    grow several-fold in training, raw numbers mix smoothness with weight growth. Here
-    every parameter tensor p is measured relative to its current norm n_p = ||p||
-    (p = n_p q, n_p held fixed): grad_q = n_p grad_p, and a step of length rho in q
-    (Delta p = -rho n_p grad_q_p / ||grad_q||, i.e. each tensor moves by a fraction of
-    its own norm; tensors with n_p = 0 stay put) gives
-
-        rel_loss_variation      = max - min of {L(w + Delta(rho)) : rho in {0} + rel_step_sizes}
-        rel_grad_predictiveness = max_rho ||grad_q L(w) - grad_q L(w + Delta(rho))||_2
-        rel_beta_smoothness     = max_rho ||grad_q L(w) - grad_q L(w + Delta(rho))||_2 / rho
-
-    all unchanged when any tensor is rescaled by c > 0 before a BN layer. rho is a
-    relative weight change (sqrt of the sum over tensors of (||Delta p|| / ||p||)^2);
-    for L = 1/2 w^T A w with one tensor, rel_beta_smoothness = ||w||^2 ||A g|| / ||g||.
-    Units: loss units; loss per relative change; loss per relative change^2.
-
-    Every evaluation runs on a fresh ``copy.deepcopy(model)`` in training mode (BN with
-    batch statistics) starting from the same global RNG state (same dropout masks); the
-    model, its gradients, BN buffers and training flag and torch's RNG state are unchanged
-    afterwards, and no optimizer is involved.
-
-    Args:
-        model: the network.
-        loss_fn: loss_fn(model(x), y) -> scalar loss.
-        x, y: the mini-batch.
-        step_sizes: the etas, each finite and >= 0 (eta = 0 adds nothing new).
-        rel_step_sizes: the rhos of the scale-invariant probe, each finite and >= 0; None
-            skips it.
-
-    Returns:
-        {"loss_variation": float, "grad_predictiveness": float, "beta_smoothness": float
-        (NaN if g = 0 or no eta > 0), "loss": L(w), "grad_norm": ||g||_2,
-        "step_sizes": [0.0, *step_sizes], "losses": [L(w), L(w - eta_1 g), ...]} -- the
-        lists aligned, their first entry the current point; with ``rel_step_sizes`` also
-        "rel_loss_variation", "rel_grad_predictiveness", "rel_beta_smoothness" (NaN if
-        grad_q = 0 or no rho > 0), "rel_grad_norm": ||grad_q||_2, "rel_step_sizes",
-        "rel_losses". Norms in float64.
-
-    Raises:
-        ValueError: empty or negative/non-finite step sizes, a non-scalar loss, or a model
-            with no trainable parameters.
-
-    Cost: 1 + len(step_sizes) + len(rel_step_sizes) forward/backward passes and deep
-    copies (one alive at a time).
-    """
-    etas = [float(e) for e in step_sizes]
-    _check_steps("step_sizes", etas)
-    rhos = None if rel_step_sizes is None else [float(r) for r in rel_step_sizes]
-    if rhos is not None:
-        _check_steps("rel_step_sizes", rhos)
-    rng = _RngKeeper()
-    try:
-        m = _fresh_copy(model)
-        trainable = [p for p in m.parameters() if p.requires_grad]
-        if not trainable:
-            raise ValueError("the model has no trainable parameters")
-        loss0 = float(_loss_and_grads(m, loss_fn, x, y, rng))
-        grads = _grads_of(trainable)
-        params = [p.detach().clone() for p in trainable]
-        del m, trainable
-
-        def at(deltas: list[torch.Tensor]) -> tuple[float, list[torch.Tensor]]:
-            """Loss and per-tensor gradients at params + deltas, on a fresh copy."""
-            mm = _fresh_copy(model)
-            tr = [p for p in mm.parameters() if p.requires_grad]
-            with torch.no_grad():
-                for p, p0, d in zip(tr, params, deltas):
-                    p.copy_((p0.to(torch.float64) + d).to(p.dtype))
-            loss = float(_loss_and_grads(mm, loss_fn, x, y, rng))
-            return loss, _grads_of(tr)
-
-        g64 = torch.cat([g.reshape(-1) for g in grads])
-        g_norm = float(g64.norm())
-        losses = [loss0]
-        diffs, betas = [], []
-        for eta in etas:
-            loss, g_eta = at([-eta * g for g in grads])
-            losses.append(loss)
-            diff = float((g64 - torch.cat([g.reshape(-1) for g in g_eta])).norm())
-            diffs.append(diff)
-            if eta > 0 and g_norm > 0:
-                betas.append(diff / (eta * g_norm))
-        out = {"loss_variation": max(losses) - min(losses),
-               "grad_predictiveness": max(diffs),
-               "beta_smoothness": max(betas) if betas else math.nan,
-               "loss": loss0, "grad_norm": g_norm,
-               "step_sizes": [0.0] + etas, "losses": losses}
-        if rhos is not None:
-            norms = [float(p.to(torch.float64).norm()) for p in params]
-            gq = [n * g for n, g in zip(norms, grads)]
-            gq64 = torch.cat([g.reshape(-1) for g in gq])
-            gq_norm = float(gq64.norm())
-            rel_losses, rel_diffs, rel_betas = [loss0], [], []
-            for rho in rhos:
-                scale = rho / gq_norm if gq_norm > 0 else 0.0
-                loss, g_rho = at([-scale * n * g for n, g in zip(norms, gq)])
-                rel_losses.append(loss)
-                diff = float((gq64 - torch.cat([(n * g).reshape(-1) for n, g in zip(norms, g_rho)])).norm())
-                rel_diffs.append(diff)
-                if rho > 0 and gq_norm > 0:
-                    rel_betas.append(diff / rho)
-            out.update({"rel_loss_variation": max(rel_losses) - min(rel_losses),
-                        "rel_grad_predictiveness": max(rel_diffs),
-                        "rel_beta_smoothness": max(rel_betas) if rel_betas else math.nan,
-                        "rel_grad_norm": gq_norm, "rel_step_sizes": [0.0] + rhos, "rel_losses": rel_losses})
-        return out
-    finally:
-        rng.reset()
