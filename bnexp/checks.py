@@ -160,20 +160,142 @@ def check_memory(cfg) -> None:
                                   + f"), but {avail / gb:.1f} GiB are available; make it smaller")
 
 
+def option_value(v: Any) -> Any:
+    """A config value as plain Python: an Enum's value (``Normalizer.layer`` -> ``"layer"``), else the value."""
+    return getattr(v, "value", v)
+
+
+def uses_batch_statistics(bn) -> bool:
+    """True for Batch Normalization (``bn=true|noisy``): a normalizer whose statistics are taken over
+    the mini-batch; False for ``bn=false`` and the per-example ``bn=layer`` / ``bn=group``."""
+    return bool(bn.enabled) and option_value(bn.get("norm", "batch")) == "batch"
+
+
+def normalized_layers(cfg) -> list[tuple[str, int, str, bool]]:
+    """The hidden layers a normalizer acts on, input to output: (name, width, config key, conv).
+
+    ``layer1``, ``layer2``, ... as :func:`bnexp.models.hidden_layers` names them; the width is the
+    layer's units (fully-connected) or channels (conv), the key the config entry that sets it
+    (``model.hidden[0]``, ``model.channels[1]``, ``model.fc``).
+    """
+    m = cfg.model
+    if m.name == "mlp":
+        return [(f"layer{i + 1}", int(w), f"model.hidden[{i}]", False) for i, w in enumerate(m.hidden)]
+    out = [(int(w), f"model.channels[{i}]", True) for i, w in enumerate(m.channels) for _ in range(m.convs_per_stage)]
+    out.append((int(m.fc), "model.fc", False))
+    return [(f"layer{i + 1}", w, key, conv) for i, (w, key, conv) in enumerate(out)]
+
+
+# A group of k units of a fully-connected layer normalizes to a point of a (k-2)-sphere: k = 1 gives
+# 0 and k = 2 gives (-1, 1) or (1, -1), whose derivative is 0 (up to eps); k >= 3 is a normalizer.
+MIN_GROUP_UNITS = 3
+
+# bn.* keys that only concern batch statistics (BN's running averages, Alg. 2, ghost batches,
+# cross-replica statistics, noisy BN): with bn=layer / bn=group they must keep their defaults.
+BATCH_ONLY_KEYS = {
+    "noise": "noisy BN is batch normalization with injected noise, bn=noisy",
+    "noise_a": "the noise ranges belong to noisy BN, bn=noisy",
+    "noise_b": "the noise ranges belong to noisy BN, bn=noisy",
+    "noise_c": "the noise ranges belong to noisy BN, bn=noisy",
+    "noise_d": "the noise ranges belong to noisy BN, bn=noisy",
+    "noise_scale": "the noise strength belongs to noisy BN, bn=noisy",
+    "ghost_batch_size": "ghost batches split the mini-batch for BN's statistics",
+    "population_stats": "there are no running (population) statistics: the statistics are each example's own, the "
+                        "same in training and at inference",
+    "recompute_batches": "there are no population statistics to recompute",
+    "momentum": "there are no running averages",
+    "sync": "no statistics are shared across replicas",
+}
+
+
+def check_normalizer(cfg) -> None:
+    """The combinations of ``bn``'s normalizer keys that make sense (docs/normalizers.md).
+
+    * ``bn=false``: no normalizer, so ``bn.norm`` other than batch, ``bn.position=after`` and
+      ``bn.groups`` are refused;
+    * ``bn.groups`` only with ``bn=group``;
+    * ``bn=layer`` / ``bn=group`` normalize each example by itself: the batch-only keys
+      (:data:`BATCH_ONLY_KEYS`) and ``monitor.bn_stats`` must keep their defaults;
+    * ``bn=group``: ``bn.groups`` must divide every normalized layer's width; a group (for
+      ``bn=layer`` the whole layer) of a fully-connected layer needs >= 3 units
+      (:data:`MIN_GROUP_UNITS`: one unit normalizes to 0, two to -1 and +1 with no gradient).
+
+    Raises:
+        ConfigError: naming the first offending key (with the layer and its width where one is at fault).
+    """
+    from bnexp.config import BNConfig, MonitorConfig
+
+    bn, defaults = cfg.bn, BNConfig()
+    norm, position = option_value(bn.get("norm", "batch")), option_value(bn.get("position", "before"))
+    groups = bn.get("groups", defaults.groups)
+    if not bn.enabled:
+        if norm != "batch":
+            raise ConfigError("bn.norm", norm, f"bn=false has no normalizer: use bn={norm} (not bn=false "
+                                               f"bn.norm={norm})")
+        if position != "before":
+            raise ConfigError("bn.position", position, "bn=false has no normalizer to place: use it with bn=true, "
+                                                       "noisy, layer or group")
+    if groups != defaults.groups and (not bn.enabled or norm != "group"):
+        raise ConfigError("bn.groups", groups, f"is used only with bn=group (this run has "
+                                               f"bn={'false' if not bn.enabled else norm})")
+    if not bn.enabled or norm == "batch":
+        return
+    for key, why in BATCH_ONLY_KEYS.items():
+        value, default = option_value(bn.get(key)), option_value(getattr(defaults, key))
+        if value != default:
+            raise ConfigError(f"bn.{key}", value, f"has no meaning with bn={norm}, which normalizes each example by "
+                                                  f"itself: {why}; leave it at its default "
+                                                  f"({'null' if default is None else default})")
+    bn_stats, default_stats = option_value(cfg.monitor.bn_stats), MonitorConfig().bn_stats
+    if bn_stats != default_stats:
+        raise ConfigError("monitor.bn_stats", bn_stats, f"chooses the statistics BN normalizes the probe with; bn="
+                                                        f"{norm} normalizes each probe image by itself: use "
+                                                        f"{default_stats} (the default)")
+    layers = normalized_layers(cfg)
+    g = groups if norm == "group" else 1
+    for name, width, key, conv in layers:
+        if width % g:
+            fit = _common_groups([w for _, w, _, c in layers], [c for *_, c in layers])
+            raise ConfigError("bn.groups", g, f"must divide the width of every normalized layer: {name} has {width} "
+                                              f"{'channels' if conv else 'units'} ({key})"
+                                              + (f"; bn.groups={fit} divides them all" if fit else ""))
+        if conv:  # a group of one channel still has the H x W values of its positions
+            continue
+        if width // g < MIN_GROUP_UNITS:
+            k = width // g
+            what = "every value would normalize to 0 (beta)" if k == 1 else \
+                "they would normalize to -1 and +1, through which no gradient passes"
+            raise ConfigError("bn.groups" if g > 1 else key, g if g > 1 else width,
+                              f"bn={norm} leaves groups of {k} unit{'s' if k > 1 else ''} in {name} ({width} units, "
+                              f"{key}): {what}; a fully-connected layer needs >= {MIN_GROUP_UNITS} units per group"
+                              + (f" (bn.groups <= {width // MIN_GROUP_UNITS})" if g > 1 and width >= 3 else ""))
+
+
+def _common_groups(widths: list[int], conv: list[bool]) -> int | None:
+    """The largest G <= 32 dividing every width and leaving >= MIN_GROUP_UNITS units per fully-connected
+    group, or None."""
+    ok = [g for g in range(2, 33) if all(w % g == 0 and (c or w // g >= MIN_GROUP_UNITS)
+                                         for w, c in zip(widths, conv))]
+    return max(ok, default=None)
+
+
 def cross_checks(cfg) -> None:
     """The checks that span several keys, after every field passed its own check.
 
     Raises:
-        ConfigError: mini-batches (or a BN-normalized probe) of 1 with BN on (paper Sec. 3.1: BN
-            needs m > 1); more pooling stages than the images allow; the monitored unit outside the
-            last hidden layer; a mini-batch or probe larger than the data set; a run that does not
+        ConfigError: a normalizer combination that makes no sense (:func:`check_normalizer`);
+            mini-batches (or a BN-normalized probe) of 1 with BN on (paper Sec. 3.1: BN needs
+            m > 1; LayerNorm / GroupNorm need no mini-batch); more pooling stages than the images
+            allow; the monitored unit outside the last hidden layer; a mini-batch or probe larger than the data set; a run that does not
             fit in memory.
     """
     t, m, data = cfg.trainer, cfg.model, cfg.data.name
-    if cfg.bn.enabled and t.batch_size < 2:
+    check_normalizer(cfg)
+    batch_stats = uses_batch_statistics(cfg.bn)
+    if batch_stats and t.batch_size < 2:
         raise ConfigError("trainer.batch_size", t.batch_size, "with bn=true the mini-batch size must be >= 2, "
                           "since BN normalizes over the mini-batch and needs m > 1 (paper Sec. 3.1)")
-    if cfg.bn.enabled and cfg.monitor.bn_stats != "population" and t.probe_size < 2:
+    if batch_stats and cfg.monitor.bn_stats != "population" and t.probe_size < 2:
         raise ConfigError("trainer.probe_size", t.probe_size, "with bn=true the shift monitor normalizes the probe "
                           "with its own mini-batch statistics, which need >= 2 images (or use "
                           "monitor.bn_stats=population)")

@@ -57,6 +57,29 @@ class PopulationStats(str, Enum):
     recompute = "recompute"
 
 
+class Normalizer(str, Enum):
+    """Which normalizer ``bn.enabled`` puts on every hidden layer (set by the group options
+    ``bn=true|noisy`` (batch), ``bn=layer``, ``bn=group``; docs/normalizers.md).
+
+    ``batch``: Batch Normalization (Alg. 1), statistics per unit over the mini-batch.
+    ``layer``: Layer Normalization (Ba et al. 2016), statistics per example over all its units
+    (conv: over (C, H, W)). ``group``: Group Normalization (Wu & He 2018), statistics per example
+    over groups of ``bn.groups`` consecutive units (conv: channels, each with its H x W positions).
+    """
+
+    batch = "batch"
+    layer = "layer"
+    group = "group"
+
+
+class Position(str, Enum):
+    """Where the normalizer sits: ``before`` the nonlinearity, z = g(N(Wu)) (paper Sec. 3.2, the
+    layer's bias dropped), or ``after`` it, z = N(g(Wu + b)) (the bias kept)."""
+
+    before = "before"
+    after = "after"
+
+
 class Schedule(str, Enum):
     """Learning-rate schedule, applied per step."""
 
@@ -67,9 +90,19 @@ class Schedule(str, Enum):
 
 @dataclass
 class BNConfig:
-    """Batch Normalization (group ``bn``: true, false, noisy) on Wu before every hidden nonlinearity."""
+    """Normalization of every hidden layer (group ``bn``: true, false, noisy, layer, group): by default
+    Batch Normalization on Wu before the nonlinearity (paper Sec. 3.2). The keys after ``position``
+    concern batch statistics and keep their defaults with ``bn=layer`` / ``bn=group``
+    (:func:`bnexp.checks.check_normalizer`)."""
 
-    enabled: bool = opt(True, "BN on Wu before every hidden nonlinearity; the layer's bias is dropped (Sec. 3.1-3.2)")
+    enabled: bool = opt(True, "BN (or bn.norm's normalizer) on Wu before every hidden nonlinearity; the layer's "
+                              "bias is dropped (Sec. 3.1-3.2)")
+    norm: Normalizer = opt(Normalizer.batch, "the normalizer: batch (BN, bn=true|noisy) | layer (LayerNorm per "
+                                             "example, bn=layer) | group (GroupNorm, bn=group), docs/normalizers.md")
+    groups: int = opt(4, "bn=group: G groups of width/G consecutive units (channels); must divide every hidden "
+                         "width (4 divides those of every preset)", c.at_least(1))
+    position: Position = opt(Position.before, "before the nonlinearity, g(N(Wu)) (Sec. 3.2; bias dropped) | after "
+                                              "it, N(g(Wu + b)) (bias kept)")
     population_stats: PopulationStats = opt(PopulationStats.ema, "inference statistics: ema (running averages) | "
                                             "recompute (Alg. 2, steps 10-12, after training)")
     recompute_batches: int = opt(100, "K training mini-batches averaged when population_stats=recompute",
@@ -79,7 +112,8 @@ class BNConfig:
     impl: str = opt("torch", "torch (nn.BatchNorm1d/2d, fast) | reference (bnexp.bn, written from Alg. 1)",
                     c.one_of("torch", "reference"))
     # "noisy BN" (Santurkar et al. 2018, Sec. 2.1): after each BN layer, in training only, y <- s*y + m
-    noise: bool = opt(False, "noisy BN (Santurkar et al. 2018): y <- s*y + m after each BN layer, in training only")
+    noise: bool = opt(False, "noisy BN (Santurkar et al. 2018): y <- s*y + m after each BN layer in training; "
+                             "evaluation: y <- E[s]*y + E[m] = (1 + b)/2 * y")
     noise_a: float = opt(0.5, "noisy BN: mu_t ~ U(-a, a) per unit and step", c.at_least(0))
     noise_b: float = opt(1.25, "noisy BN: sigma_t ~ U(1, b) per unit and step", c.at_least(1))
     noise_c: float = opt(0.1, "noisy BN: m ~ U(mu_t - c, mu_t + c) per activation", c.at_least(0))
@@ -480,3 +514,26 @@ def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
 
     a, b = flatten(old), flatten(new)
     return [(k, a[k], b.get(k)) for k in a if not neutral(k) and not same(a[k], b.get(k))]
+
+
+NORMALIZER_NAMES = {"batch": "BN", "layer": "LayerNorm", "group": "GroupNorm"}
+
+
+def normalizer_variant(config: dict) -> str | None:
+    """The normalizer of a run as a report label, from its flattened config (``{"bn.enabled": ...}``).
+
+    "no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", with " after g" for ``bn.position=after``
+    (e.g. "BN after g"); None when ``bn.enabled`` is unknown. Keys an older run's config lacks take
+    their defaults (batch normalization before the nonlinearity), so old runs keep "BN" / "no BN".
+    """
+    enabled = config.get("bn.enabled")
+    if enabled is None:
+        return None
+    if not enabled:
+        return "no BN"
+    norm = str(getattr(config.get("bn.norm"), "value", config.get("bn.norm") or "batch"))
+    name = NORMALIZER_NAMES.get(norm, norm)
+    if norm == "batch" and config.get("bn.noise"):
+        name = "noisy BN"
+    position = str(getattr(config.get("bn.position"), "value", config.get("bn.position") or "before"))
+    return name + (" after g" if position == "after" else "")

@@ -5,6 +5,10 @@ BN on Wu (with the bias dropped, since BN's beta replaces it; paper Sec. 3.1-3.2
 then the nonlinearity g. The input to g -- the pre-activation, which is the BN
 output when BN is on -- is what the covariate-shift monitor records; it is exposed
 as the input of the ``act`` sub-module of every hidden layer.
+
+The normalizer is BN (``bn.norm=batch``), LayerNorm (``layer``) or GroupNorm (``group``), all
+from :mod:`bnexp.bn`; ``bn.position=after`` puts it after g instead, z = N(g(Wu + b)), with the
+bias kept (docs/normalizers.md). This module only chooses and places the layers.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.bn import GhostBatchNorm, NoisyBatchNorm, ReferenceBatchNorm
+from bnexp.bn import DEFAULT_GROUPS, GhostBatchNorm, GroupNorm, LayerNorm, NoisyBatchNorm, ReferenceBatchNorm
 from bnexp.errors import ConfigError
 
 
@@ -29,27 +33,63 @@ def make_activation(name: str) -> nn.Module:
 
 
 class HiddenLayer(nn.Module):
-    """z = g(BN(Wu)) with BN on, z = g(Wu + b) without (paper Sec. 3.2).
+    """z = g(BN(Wu)) with BN on, z = g(Wu + b) without (paper Sec. 3.2); with ``after``,
+    z = BN(g(Wu + b)).
 
     Args:
-        affine: ``nn.Linear`` or ``nn.Conv2d``, created without bias when BN is on.
-        bn: a BN layer for the affine output (``nn.BatchNorm1d`` after a linear map,
-            ``nn.BatchNorm2d`` -- per channel over (N, H, W) -- after a convolution),
-            or None.
+        affine: ``nn.Linear`` or ``nn.Conv2d``, created without bias when a normalizer
+            precedes g.
+        bn: the normalizer of this layer (``nn.BatchNorm1d`` after a linear map,
+            ``nn.BatchNorm2d`` -- per channel over (N, H, W) -- after a convolution, or
+            another :mod:`bnexp.bn` layer: LayerNorm, GroupNorm, noisy BN), or None.
         act: the nonlinearity g.
+        after: apply ``bn`` to g's output instead of g's input (``bn.position=after``).
     """
 
-    def __init__(self, affine: nn.Module, bn: nn.Module | None, act: nn.Module):
+    def __init__(self, affine: nn.Module, bn: nn.Module | None, act: nn.Module, after: bool = False):
         super().__init__()
         self.affine = affine
         self.bn = bn  # None without BN (no Identity call: the step loop is overhead-bound on CPU)
         self.act = act
+        self.after = bool(after and bn is not None)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z = self.affine(u)
-        if self.bn is not None:
+        if self.bn is not None and not self.after:
             z = self.bn(z)
-        return self.act(z)
+        z = self.act(z)
+        if self.after:
+            z = self.bn(z)
+        return z
+
+
+def _option(bn_cfg, key: str, default: str) -> str:
+    """``bn_cfg.<key>`` as text (an Enum's value), ``default`` when the node lacks it."""
+    v = getattr(bn_cfg, key, None)
+    return default if v is None else str(getattr(v, "value", v))
+
+
+def norm_after(bn_cfg) -> bool:
+    """True when ``bn.position=after`` (the normalizer follows the nonlinearity and the bias stays)."""
+    return bn_cfg is not None and bool(bn_cfg.enabled) and _option(bn_cfg, "position", "before") == "after"
+
+
+def _norm_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
+    """The normalizer of a layer of ``num_features`` units (channels): BN (``bn.norm=batch``, see
+    :func:`_bn_layer`), :class:`bnexp.bn.LayerNorm` or :class:`bnexp.bn.GroupNorm` (``bn.groups``
+    groups; a node without the key: :data:`bnexp.bn.DEFAULT_GROUPS`)."""
+    kind = _option(bn_cfg, "norm", "batch")
+    impl, eps = _option(bn_cfg, "impl", "torch"), float(bn_cfg.eps)
+    if kind == "batch":
+        return _bn_layer(num_features, conv, bn_cfg)
+    if kind == "layer":
+        return LayerNorm(num_features, eps=eps, impl=impl)
+    if kind == "group":
+        g = int(getattr(bn_cfg, "groups", DEFAULT_GROUPS))
+        if num_features % g:
+            raise ConfigError("bn.groups", g, f"must divide the width of every normalized layer ({num_features})")
+        return GroupNorm(num_features, g, eps=eps, impl=impl)
+    raise ConfigError("bn.norm", kind, "use batch, layer or group")
 
 
 def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
@@ -118,8 +158,9 @@ class MLP(nn.Module):
         hidden: widths of the hidden layers.
         num_classes: output width.
         act: ``sigmoid`` or ``relu``.
-        bn_cfg: the ``bn`` config node (``enabled``, ``eps``, ``momentum``, ``impl``, ``noise``,
-            ``ghost_batch_size``), or None for no BN.
+        bn_cfg: the ``bn`` config node (``enabled``, ``norm``, ``groups``, ``position``, ``eps``,
+            ``momentum``, ``impl``, ``noise``, ``ghost_batch_size``), or None for no BN; a node
+            without ``norm`` / ``position`` means BN before g.
         init_std: std of the Gaussian weight init (``init="normal"``).
         dropout: dropout probability before the classifier.
         init: ``normal``, ``kaiming`` or ``torch``; None: ``normal`` when ``init_std`` is given,
@@ -130,12 +171,13 @@ class MLP(nn.Module):
                  bn_cfg=None, init_std: float | None = 0.01, dropout: float = 0.0, init: str | None = None):
         super().__init__()
         use_bn = bn_cfg is not None and bn_cfg.enabled
+        after = norm_after(bn_cfg)
         layers = []
         width = in_features
         for h in hidden:
-            layers.append(HiddenLayer(nn.Linear(width, h, bias=not use_bn),
-                                      _bn_layer(h, False, bn_cfg) if use_bn else None,
-                                      make_activation(act)))
+            layers.append(HiddenLayer(nn.Linear(width, h, bias=not use_bn or after),
+                                      _norm_layer(h, False, bn_cfg) if use_bn else None,
+                                      make_activation(act), after))
             width = h
         self.hidden = nn.ModuleList(layers)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
@@ -148,9 +190,11 @@ class MLP(nn.Module):
             # HiddenLayer.forward inlined: on CPU this small net is bound by per-call
             # overhead; the sub-modules (and the monitor's hooks on ``act``) are called as usual.
             h = layer.affine(h)
-            if layer.bn is not None:
+            if layer.bn is not None and not layer.after:
                 h = layer.bn(h)
             h = layer.act(h)
+            if layer.after:
+                h = layer.bn(h)
         if self.dropout is not None:
             h = self.dropout(h)
         return self.classifier(h)
@@ -161,7 +205,9 @@ class CNN(nn.Module):
 
     Stages of ``convs_per_stage`` [3x3 conv (padding 1) -> BN2d -> g] followed by a
     2x2 max-pool; then flatten -> fc hidden layer [linear -> BN1d -> g] -> (dropout)
-    -> linear classifier. With BN on, the conv and fc biases are dropped.
+    -> linear classifier. With BN on, the conv and fc biases are dropped. LayerNorm /
+    GroupNorm take BN's place; ``bn.position=after`` puts the normalizer after g
+    (biases kept).
 
     Args:
         in_shape: (C, H, W).
@@ -177,21 +223,22 @@ class CNN(nn.Module):
                  dropout: float = 0.0, init: str | None = None):
         super().__init__()
         use_bn = bn_cfg is not None and bn_cfg.enabled
+        after = norm_after(bn_cfg)
         c, h, w = in_shape
         stages = []
         for out_c in channels:
             for _ in range(convs_per_stage):
-                stages.append(HiddenLayer(nn.Conv2d(c, out_c, 3, padding=1, bias=not use_bn),
-                                          _bn_layer(out_c, True, bn_cfg) if use_bn else None,
-                                          make_activation(act)))
+                stages.append(HiddenLayer(nn.Conv2d(c, out_c, 3, padding=1, bias=not use_bn or after),
+                                          _norm_layer(out_c, True, bn_cfg) if use_bn else None,
+                                          make_activation(act), after))
                 c = out_c
             stages.append(nn.MaxPool2d(2))
             h, w = h // 2, w // 2
         if h < 1 or w < 1:
             raise ValueError(f"{len(channels)} pooling stages are too many for {in_shape[1]}x{in_shape[2]} inputs")
         self.features = nn.Sequential(*stages)
-        self.fc = HiddenLayer(nn.Linear(c * h * w, fc, bias=not use_bn),
-                              _bn_layer(fc, False, bn_cfg) if use_bn else None, make_activation(act))
+        self.fc = HiddenLayer(nn.Linear(c * h * w, fc, bias=not use_bn or after),
+                              _norm_layer(fc, False, bn_cfg) if use_bn else None, make_activation(act), after)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.classifier = nn.Linear(fc, num_classes)
         _init_weights(self, init, init_std)
@@ -215,7 +262,9 @@ def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int,
 
     BN layers: ``nn.BatchNorm1d/2d`` (``bn.impl=torch``), :class:`bnexp.bn.ReferenceBatchNorm`
     (``bn.impl=reference``), :class:`bnexp.bn.GhostBatchNorm` when ``bn.ghost_batch_size``
-    is set; wrapped in :class:`bnexp.bn.NoisyBatchNorm` for ``bn=noisy``.
+    is set; wrapped in :class:`bnexp.bn.NoisyBatchNorm` for ``bn=noisy``. ``bn=layer`` /
+    ``bn=group``: :class:`bnexp.bn.LayerNorm` / :class:`bnexp.bn.GroupNorm` in their place.
+    ``bn.position=after``: the normalizer follows the nonlinearity, biases kept.
 
     Args:
         cfg: the whole run config.
@@ -226,7 +275,8 @@ def build_model(cfg, in_shape: tuple[int, int, int], num_classes: int,
 
     Raises:
         ValueError: unknown model name, or too many pooling stages for the input size.
-        ConfigError: a bad ``model.init``, or ``model.init_std`` set with ``model.init`` kaiming / torch.
+        ConfigError: a bad ``model.init``, or ``model.init_std`` set with ``model.init`` kaiming / torch;
+            ``bn.groups`` not dividing a layer's width.
     """
     m = cfg.model
     if m.get("init") in ("kaiming", "torch") and m.init_std is not None:

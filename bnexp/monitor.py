@@ -15,7 +15,7 @@ Which statistics BN normalizes the probe with is ``monitor.bn_stats``:
   (the first floor(P / m) * m images; all P if P < m), each normalized by its own
   statistics: what the nonlinearity sees in training (Alg. 1).
 * ``population`` -- the running averages, as at inference (Alg. 2); noisy BN adds no
-  noise there.
+  noise there (it scales by the noise's expected E[s], as in evaluation).
 * ``probe`` -- the whole probe's statistics (a single mini-batch of P images).
 
 In ``batch`` and ``probe`` modes every BN unit's mean and std over the probe are beta
@@ -330,8 +330,8 @@ class ShiftMonitor:
 
         Args:
             grad_ics: the run records gradient-based ICS.
-            bn_input: add the BN-input charts; None: when the network has BN layers (the
-                monitor records BN's input for every BN network).
+            bn_input: add the BN-input charts; None: when the network has normalizer layers (the
+                monitor records the input of every hidden layer's BN, LayerNorm or GroupNorm).
 
         Returns:
             {category: {chart title: ["Margin", [value, lower, upper]] | ["Multiline", [regex, ...]]}}
@@ -340,7 +340,7 @@ class ShiftMonitor:
         lo, mid, hi = (pkey(p) for p in (self.percentiles[0], self.percentiles[len(self.percentiles) // 2],
                                          self.percentiles[-1]))
         if bn_input is None:
-            bn_input = bool(bn_layers(self.model))
+            bn_input = any(layer.bn is not None for _, layer in self.layers)
         names = self.layer_names()
         layout: dict = {"training": {
             "test accuracy": ["Multiline", ["^Test/accuracy$"]],

@@ -7,7 +7,7 @@ What the HParams dashboard (TensorBoard 2.x) shows, and why it is written this w
   10em (160 px) wide, so ten columns overflow a 1600 px window. The experiment
   therefore lists only the **keys the sweep varies** (read from the sweep's
   ``multirun.yaml``, see :mod:`bnexp.runnames`; ``bn.noise`` too when ``bn=noisy`` is
-  swept), or ``bn``, ``act``, ``lr``, ``seed`` for a single run, and as many metrics as
+  swept, ``bn.norm`` when ``bn=layer`` or ``bn=group`` is), or ``bn``, ``act``, ``lr``, ``seed`` for a single run, and as many metrics as
   leave at most :data:`TABLE_COLUMNS` columns: final test accuracy, then
   ``steps_to_<target>`` for the targets in increasing order, then best test accuracy
   (with one swept key, all of them: the dashboard shows five and offers the rest).
@@ -98,7 +98,8 @@ def sweep_values(overrides: Iterable[str]) -> dict[str, list[str]]:
     Returns:
         ``{column: [value as text, ...]}`` for every swept key: ``+experiment`` is the
         ``experiment`` column, ``hydra.*`` keys are left out, and ``bn`` with a ``noisy``
-        option adds ``bn.noise`` (``bn=true`` and ``bn=noisy`` both have BN layers). A sweep
+        option adds ``bn.noise`` (``bn=true`` and ``bn=noisy`` both have BN layers), with a
+        ``layer`` or ``group`` option ``bn.norm`` (``batch``, ``layer``, ``group``). A sweep
         whose values cannot be listed (``interval(...)``) maps to ``[]``. The last override
         of a key wins, as in Hydra's basic sweeper. E.g. ``{"bn": ["true", "false"],
         "seed": ["0", "1"]}`` for the example.
@@ -116,6 +117,7 @@ def sweep_values(overrides: Iterable[str]) -> dict[str, list[str]]:
         out.pop(key, None)
         if key == "bn":
             out.pop("bn.noise", None)
+            out.pop("bn.norm", None)
         if not o.is_sweep_override():
             continue
         try:
@@ -125,6 +127,8 @@ def sweep_values(overrides: Iterable[str]) -> dict[str, list[str]]:
         out[key] = values
         if key == "bn" and "noisy" in values:
             out["bn.noise"] = ["False", "True"]
+        if key == "bn" and {"layer", "group"} & set(values):  # bn=true,layer: both have bn.enabled true
+            out["bn.norm"] = sorted({v if v in ("layer", "group") else "batch" for v in values})
     return out
 
 

@@ -43,6 +43,7 @@ from torch import nn
 
 from bnexp import distributed, rundir
 from bnexp.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
+from bnexp.checks import option_value, uses_batch_statistics
 from bnexp.data import BatchSampler, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
@@ -303,6 +304,9 @@ class Trainer:
             "device": str(self.device), "num_parameters": sum(p.numel() for p in self.model.parameters()),
             "resumed_from_step": self.resumed_from,
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
+            # the normalizer (batch / layer / group) and its place (before / after g); None without one
+            "bn_norm": option_value(cfg.bn.get("norm", "batch")) if cfg.bn.enabled else None,
+            "bn_position": option_value(cfg.bn.get("position", "before")) if cfg.bn.enabled else None,
             "precision": "bf16" if self.amp_dtype is not None else "fp32",
             "channels_last": self.channels_last,
             "replicas": self.replicas.world_size,
@@ -473,7 +477,7 @@ class Trainer:
             "final_test_accuracy": final_acc, "final_test_loss": final_loss,
             "best_test_accuracy": best["test_accuracy"], "best_step": best["step"],
             "targets": self.targets, "steps_to_target": steps_to_target,
-            "population_stats": pop if cfg.bn.enabled else None, **extra,
+            "population_stats": pop if uses_batch_statistics(cfg.bn) else None, **extra,
             "train_time_s": self.train_time,
             "steps_per_s": self.step / self.train_time if self.train_time > 0 else None,
             "probe_time_s": {k: round(v, 3) for k, v in self.probe_time.items()},

@@ -638,7 +638,8 @@ def test_noisy_bn_training_noise_matches_helper_and_changes():
     assert bool((zero.last_mu.abs() <= 0.5).all())
 
 
-def test_noisy_bn_eval_is_plain_bn_and_state_dict():
+def test_noisy_bn_eval_is_expected_scale_times_bn_and_state_dict():
+    """Eval: E[s] * bn(x) + E[m] with E[s] = (1 + b) / 2 (1.125 for b = 1.25) and E[m] = 0, no noise."""
     bn = nn.BatchNorm1d(4)
     noisy = NoisyBatchNorm(bn, seed=3)
     gen = torch.Generator().manual_seed(13)
@@ -646,14 +647,57 @@ def test_noisy_bn_eval_is_plain_bn_and_state_dict():
         noisy(torch.randn(8, 4, generator=gen) * 2 + 1)  # update running stats
     noisy.eval()
     x = torch.randn(5, 4, generator=gen)
-    assert torch.equal(noisy(x), bn(x))
+    assert noisy.expected_scale == 1.125 and noisy.expected_shift == 0.0
+    assert torch.equal(noisy(x), bn(x) * 1.125)
     assert torch.equal(noisy(x), noisy(x))  # no noise in eval
     plain = nn.BatchNorm1d(4)
     assert set(noisy.state_dict()) == {f"bn.{k}" for k in plain.state_dict()}
     fresh = NoisyBatchNorm(nn.BatchNorm1d(4))
     fresh.load_state_dict({f"bn.{k}": v for k, v in bn.state_dict().items()})
     fresh.eval()
-    assert torch.equal(fresh(x), bn(x))
+    assert torch.equal(fresh(x), bn(x) * 1.125)
+    # noise_scale 0 (b = 1, the identity noise): eval is exactly plain BN
+    identity = NoisyBatchNorm(bn, a=0.0, b=1.0, c=0.0, d=0.0).eval()
+    assert identity.expected_scale == 1.0 and torch.equal(identity(x), bn(x))
+
+
+@pytest.mark.parametrize("a,b,c,d", [(0.5, 1.25, 0.1, 0.1), (5.0, 3.5, 1.0, 1.0)])
+def test_noisy_bn_eval_is_the_mean_of_training_over_the_noise(a, b, c, d):
+    """For a frozen input, the eval output equals the Monte Carlo mean of K training outputs.
+
+    The inner BN is put where training and eval normalize alike: running statistics set to the
+    input's batch statistics (biased variance, as Alg. 1 uses in training) and momentum 0, so
+    bn(x) = y in both modes and only the noise differs. Per activation, s * y + m has variance
+    y^2 Var[s] + Var[m] with Var[s] = (b - 1)^2 / 12 + d^2 (sigma_t ~ U(1, b), then N(sigma_t, d^2))
+    and Var[m] = a^2 / 3 + c^2 / 3 (mu_t ~ U(-a, a), then U(mu_t - c, mu_t + c)), and each step's
+    draws are independent, so the mean of K = 1000 steps is within 5 standard errors sqrt(Var / K) of
+    its expectation (a miss somewhere among the 24 activations has probability 24 * 5.7e-7 ~ 1.4e-5).
+    """
+    gen = torch.Generator().manual_seed(21)
+    x = torch.randn(6, 4, generator=gen, dtype=DT) * 3 + 1
+    bn = nn.BatchNorm1d(4, momentum=0.0).double()
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, 2.0, 0.5, -1.0]))
+        bn.bias.copy_(torch.tensor([0.0, 1.0, -2.0, 0.3]))
+        bn.running_mean.copy_(x.mean(0))
+        bn.running_var.copy_(x.var(0, unbiased=False))
+    noisy = NoisyBatchNorm(bn, a, b, c, d, seed=22)
+    k = 1_000
+    with torch.no_grad():
+        y = bn(x)  # training mode: batch statistics
+        total = torch.zeros_like(x)
+        for _ in range(k):
+            total += noisy(x)
+        mc_mean = total / k
+        noisy.eval()
+        torch.testing.assert_close(bn(x), y)  # the inner BN normalizes alike in both modes
+        want = noisy(x)
+    torch.testing.assert_close(want, (1 + b) / 2 * y)
+    var = y ** 2 * ((b - 1) ** 2 / 12 + d ** 2) + (a ** 2 + c ** 2) / 3
+    z = (mc_mean - want).abs() / torch.sqrt(var / k)
+    assert float(z.max()) < 5.0, z
+    # and the no-noise eval output (scale 1) would be far off wherever |y| is not small
+    assert float(((mc_mean - y).abs() / torch.sqrt(var / k)).max()) > 10.0
 
 
 def test_noisy_bn_seeded_reproducibility_and_noise_state():

@@ -48,7 +48,7 @@ def _one_error_line(text: str) -> str:
     (["trainer.targets=[a]"], ["trainer.targets=[a]", "a list of numbers"]),
     # an option no group (or enum) has: the options there are
     (["act=tanh"], ["act=tanh", "one of sigmoid, relu"]),
-    (["bn=yes"], ["bn=yes", "use one of false, noisy, true"]),
+    (["bn=yes"], ["bn=yes", "use one of false, group, layer, noisy, true"]),
     (["model=resnet"], ["model=resnet", "use one of cnn, mlp"]),
     (["+experiment=nope"], ["+experiment=nope", "bn_x5"]),
     (["bn.population_stats=foo"], ["bn.population_stats=foo", "one of ema, recompute"]),

@@ -11,20 +11,24 @@
   Alg. 1 with all-reduced sums) and :class:`GhostBatchNorm` (``bn.ghost_batch_size``).
 * :mod:`bnexp.bn.population` -- finding a network's BN layers and the Alg. 2 recomputation
   of population statistics (``bn.population_stats=recompute``).
+* :mod:`bnexp.bn.groupnorm` -- the batch-free controls: :class:`LayerNorm` (Ba et al. 2016,
+  ``bn=layer``) and :class:`GroupNorm` (Wu & He 2018, ``bn=group``), per example, with BN's
+  per-channel gamma and beta; :func:`group_norm` is their math.
 
 Shapes: a fully-connected activation is (m, d) -- statistics per feature over the m
 examples of the mini-batch; a convolutional activation is (N, C, H, W) -- statistics per
 channel over (N, H, W), i.e. over m = N*H*W values (Sec. 3.2).
 
 The modules depend only on torch and on each other (functional <- reference <- population;
-functional <- distributed; noisy stands alone), never on the rest of bnexp, so every other
-module can import them.
+functional <- distributed; noisy and groupnorm stand alone), never on the rest of bnexp, so
+every other module can import them.
 """
 
 from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,
                                   ghost_batch_norm, replica_local, sync_batch_norm)
 from bnexp.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
                                  batch_norm_train_with_statistics, batch_statistics)
+from bnexp.bn.groupnorm import DEFAULT_GROUPS, GroupNorm, LayerNorm, group_norm, group_statistics, layer_norm
 from bnexp.bn.noisy import NoisyBatchNorm, sample_noise
 from bnexp.bn.population import BN_TYPES, bn_layers, recompute_population_statistics
 from bnexp.bn.reference import ReferenceBatchNorm
@@ -47,4 +51,10 @@ __all__ = [
     "ghost_batch_norm",
     "sync_batch_norm",
     "replica_local",
+    "GroupNorm",
+    "LayerNorm",
+    "group_norm",
+    "group_statistics",
+    "layer_norm",
+    "DEFAULT_GROUPS",
 ]

@@ -4,7 +4,9 @@ Optimization?", Sec. 2.1, Fig. 2).
 
 After the BN transform, every activation is scaled and shifted by noise whose
 distribution changes every step; :mod:`bnexp.ics` measures what this does to
-internal covariate shift.
+internal covariate shift. Evaluation multiplies by the noise's expected scale E[s]
+(and adds its expected shift E[m] = 0), so inference sees the training-time
+activation on average (:class:`NoisyBatchNorm`).
 """
 
 from __future__ import annotations
@@ -81,7 +83,19 @@ class NoisyBatchNorm(nn.Module):
     :func:`sample_noise` drawn afresh at every forward call: per unit j (feature of a
     (N, d) input, channel of an (N, C, H, W) one) mu_t ~ U(-a, a), sigma_t ~ U(1, b); per
     activation m ~ U(mu_t - c, mu_t + c), s ~ N(sigma_t, d^2). The noise is a constant
-    for autograd. In eval mode the output is exactly bn(x) (running statistics, no noise).
+    for autograd.
+
+    In eval mode the noise is replaced by its expectation: y = E[s] * bn(x) + E[m] with bn's
+    running statistics, where (the noise is independent of x)
+
+        E[s] = E[E[s | sigma_t]] = E[sigma_t] = (1 + b) / 2,
+        E[m] = E[E[m | mu_t]] = E[mu_t] = (-a + a) / 2 = 0,
+
+    so for a frozen input whose BN output is y the eval output is the training output's mean over
+    the noise, E[s * y + m] = E[s] * y + E[m] (:attr:`expected_scale`, :attr:`expected_shift`).
+    Without this, a network trained with every activation scaled by E[s] (1.125 for the default
+    b = 1.25) would be evaluated at scale 1 (a train/eval mismatch). With b = 1 (``bn.noise_scale=0``)
+    E[s] = 1 and the eval output is exactly bn(x).
 
     The noise comes from the module's own seeded ``torch.Generator`` (never torch's
     global RNG), created lazily on the device of the first training input. If a later
@@ -130,10 +144,24 @@ class NoisyBatchNorm(nn.Module):
         self._generator = g
         return g
 
+    @property
+    def expected_scale(self) -> float:
+        """E[s] = E[sigma_t] = (1 + b) / 2, with sigma_t ~ U(1, b) and s ~ N(sigma_t, d^2)."""
+        return (1.0 + self.b) / 2.0
+
+    @property
+    def expected_shift(self) -> float:
+        """E[m] = E[mu_t] = 0, with mu_t ~ U(-a, a) and m ~ U(mu_t - c, mu_t + c)."""
+        return (-self.a + self.a) / 2.0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Training: s * bn(x) + m with fresh noise; eval: E[s] * bn(x) + E[m]. Same shape as x."""
         y = self.bn(x)
         if not self.training:
-            return y
+            scale, shift = self.expected_scale, self.expected_shift
+            if scale != 1.0:
+                y = y * scale
+            return y + shift if shift != 0.0 else y
         if x.dim() < 2:
             raise ValueError(f"expected an input with a unit dimension 1, got shape {tuple(x.shape)}")
         gen = self._generator_for(y.device)  # the ranges were checked once, in __init__
