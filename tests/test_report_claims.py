@@ -53,7 +53,8 @@ def write_run(root, variant: str, seed: int, *, shift: dict | None = None, knots
     for step in (1000, 2000, 3000):
         if grad is not None:  # layer1 is trivially 0, the classifier is no hidden layer: both left out
             ics.append({"step": step, "kind": "grad_ics", "layers": {
-                "layer1": {"l2_rel": 0.0, "l2_rel_per_move": 0.0}, "classifier": {"l2_rel": 9.0, "l2_rel_per_move": 99.0},
+                "layer1": {"l2_rel": 0.0, "l2_rel_per_move": 0.0},
+                "classifier": {"l2_rel": 9.0, "l2_rel_per_move": 99.0},
                 **{layer: {"l2_rel": grad / 10, "l2_rel_per_move": grad, "move_rel": 0.1} for layer in LAYERS[1:]}}})
         if beta is not None:
             ics.append({"step": step, "kind": "landscape", "beta_smoothness": 100 * beta, "fn_beta_smoothness": beta,

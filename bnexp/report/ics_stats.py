@@ -1,21 +1,14 @@
-"""The measurements of internal covariate shift, one row per run (:func:`ics_run_frame`), read with
-pandas from the sweep's record frames (:class:`bnexp.report.load.Sweep`).
+"""The measurements of internal covariate shift, one row per run (:func:`ics_run_frame`), read with pandas
+from the sweep's record frames (:class:`bnexp.report.load.Sweep`); docs/ics/measurements.md defines the keys.
 
-Columns (absent when no run recorded the key; docs/ics/measurements.md defines every key):
-
-* ``shift.<key>`` / ``bn_input.<key>``: the BN paper's distribution view, shift.jsonl's per-layer
-  ``shift_metrics`` (inputs to the nonlinearity) and ``bn_input_shift_metrics`` (BN's input Wu),
-  mean over the hidden layers of the last record; ``<key>.last``: the last hidden layer alone. Keys
-  ``*_prev`` (record to record) are the mean over every record after the first instead. The
-  scale-free ``ks_first`` (Kolmogorov-Smirnov distance, unitless) and ``w1_rel_first`` (W1 / the
-  unit's initial p15-p85 spread) beside the raw ``w1_first`` (pre-activation units), and each
-  measure's sampling-noise floor ``ks_floor``, ``w1_rel_floor``, ``w1_floor``.
-* ``grad.<key>``: Santurkar et al. 2018's gradient-based ICS (Def. 2.1, ics.jsonl ``grad_ics``), mean
-  over the probes of layers 2..K (layer 1 is 0 by definition, the classifier is not a hidden layer):
-  ``l2_rel_per_move`` (||G - G'|| / ||G|| per unit of the earlier layers' relative movement),
-  ``l2_rel``, ``l2``, ``cos``, ``move_rel``.
-* ``land.<key>``: loss-landscape probes (Sec. 3.1, ics.jsonl ``landscape``), mean over probes:
-  filter-normalized ``fn_*`` (Li et al. 2018), scale-invariant ``rel_*``, raw.
+* ``shift.<key>``, ``bn_input.<key>``: the BN paper's distribution view (shift.jsonl ``shift_metrics`` of the
+  inputs to the nonlinearity, ``bn_input_shift_metrics`` of BN's input Wu), the last record's mean over the
+  hidden layers; ``<key>.last``: the last hidden layer; ``*_prev`` keys: mean over the records after the first.
+  Scale-free ``ks_first``, ``w1_rel_first`` beside the raw ``w1_first``; sampling-noise floors ``*_floor``.
+* ``grad.<key>``: gradient-based ICS (Santurkar et al. 2018, Def. 2.1; ics.jsonl ``grad_ics``), mean over
+  probes and layers 2..K (layer 1 is 0 by definition; the classifier is no hidden layer).
+* ``land.<key>``: landscape probes (Sec. 3.1; ics.jsonl ``landscape``), mean over probes: filter-normalized
+  ``fn_*`` (Li et al. 2018), scale-invariant ``rel_*``, raw.
 * ``time.<kind>``: summary.json ``probe_time_s`` (seconds per run); ``final_train_accuracy``.
 """
 
@@ -66,21 +59,21 @@ def _distribution(shift: pd.DataFrame, prefix: str, tag: str) -> pd.DataFrame:
 
 
 def _gradient(ics: pd.DataFrame) -> pd.DataFrame:
+    """grad_ics probes in long form, layers 2..K only."""
     long = layer_long(_records(ics, "grad_ics"), "layers")
-    first = long.groupby("run")["layer"].transform("first")
-    long = long[(long["layer"] != first) & (long["layer"] != "classifier")]
-    return long.groupby(["run", "key"])["value"].mean().unstack().filter(items=GRAD_KEYS).add_prefix("grad.")
+    return long[(long["layer"] != long.groupby("run")["layer"].transform("first")) & (long["layer"] != "classifier")]
 
 
 def ics_run_frame(sweep: Sweep) -> pd.DataFrame:
     """One row per run (index ``run``, as :attr:`Sweep.table`) with the columns of the module docstring
     (NaN where a run lacks a measure)."""
-    land = _records(sweep.ics, "landscape")
-    keys = [k for k in LANDSCAPE_KEYS if k in land]
+    land, grad = _records(sweep.ics, "landscape"), _gradient(sweep.ics).groupby(["run", "key"])["value"].mean()
     times = {r.id: r.summary["probe_time_s"] for r in sweep.runs if isinstance(r.summary.get("probe_time_s"), dict)}
-    parts = [_distribution(sweep.shift, "shift_metrics", "shift"), _distribution(sweep.shift, "bn_input_shift_metrics",
-                                                                              "bn_input"), _gradient(sweep.ics),
-             land[keys].apply(pd.to_numeric, errors="coerce").groupby(land["run"]).mean().add_prefix("land."),
+    parts = [_distribution(sweep.shift, "shift_metrics", "shift"),
+             _distribution(sweep.shift, "bn_input_shift_metrics", "bn_input"),
+             grad.unstack().filter(items=GRAD_KEYS).add_prefix("grad."),
+             land.filter(items=LANDSCAPE_KEYS).apply(pd.to_numeric, errors="coerce").groupby(land["run"]).mean()
+             .add_prefix("land."),
              pd.DataFrame.from_dict(times, orient="index").filter(items=PROBE_KINDS).add_prefix("time."),
              pd.to_numeric(sweep.metrics.get("train_accuracy", pd.Series(dtype=float)), errors="coerce")
              .groupby(sweep.metrics["run"]).last().rename("final_train_accuracy")]
@@ -88,25 +81,22 @@ def ics_run_frame(sweep: Sweep) -> pd.DataFrame:
 
 
 def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list[int], list[float]]:
-    """(steps, value) of one run for a figure: ``view`` "shift" (shift_metrics, mean over layers),
-    "grad" (grad_ics, mean over layers 2..K) or "land" (a landscape probe's ``key``)."""
+    """(steps, values) of ``key`` in one run, for a figure: ``view`` "shift" (mean over layers), "grad"
+    (mean over layers 2..K) or "land" (landscape probes)."""
     if view == "land":
         rows = _records(sweep.rows("ics", run), "landscape")
         s = pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce").groupby(rows["step"]).mean()
     else:
-        rows = sweep.rows("shift", run) if view == "shift" else _records(sweep.rows("ics", run), "grad_ics")
-        long = layer_long(rows, "shift_metrics" if view == "shift" else "layers")
-        if view == "grad":
-            long = long[(long["layer"] != long["layer"].iloc[0]) & (long["layer"] != "classifier")] if len(long) else long
+        long = (layer_long(sweep.rows("shift", run), "shift_metrics") if view == "shift"
+                else _gradient(sweep.rows("ics", run)))
         s = long[long["key"] == key].groupby("step")["value"].mean()
-    s = s.dropna()
-    return [int(i) for i in s.index], s.tolist()
+    return [int(i) for i in s.dropna().index], s.dropna().tolist()
 
 
 def ics_summary(group: ConfigGroup, table: pd.DataFrame) -> dict | None:
-    """The ICS measurements of one configuration over its finished runs (the report's run table with
-    :func:`ics_run_frame`'s columns): None without any; else {"label", "variant", "seeds", "measures":
-    {column: :func:`bnexp.report.stats.value_stat`}} (mean and population std, as the report's tables)."""
+    """The ICS measures of one configuration's finished runs (``table``: the report's run table with
+    :func:`ics_run_frame`'s columns): None without any, else {"label", "variant", "seeds", "measures":
+    {column: :func:`bnexp.report.stats.value_stat`}}."""
     rows = table[(table["group"] == group.key) & (table["status"] == "finished")]
     vals = rows[[c for c in rows if c.startswith(ICS_PREFIXES)]].dropna(axis=1, how="all")
     if vals.columns.empty:

@@ -1,35 +1,30 @@
 """The claims table (issue 20): each statement the report makes about BN, internal covariate shift and
 speed is one row of :mod:`bnexp.report.claims`, its quantity, direction and threshold fixed here
-(:data:`CLAIMS`) before any run. There is no tally: no row counts for an account.
+(:data:`CLAIMS`) before any run. There is no tally: no row counts for or against an account.
 
-Every quantity is a ratio per seed: seed s of one configuration divided by seed s of the other (the
-pairing is by ``seed``; unpaired seeds count as missing). Thresholds:
+Every quantity is a per-seed ratio, seed s of one configuration over seed s of the other:
 
-* "BN reduces shift": no-BN / BN shift of the inputs to the nonlinearity from the start (last
-  record vs step 0), > 1 (BN's shift is smaller). Primary: the Kolmogorov-Smirnov distance
-  ``ks_first`` (rank-based, unitless); secondary: ``w1_rel_first``, W1 divided by the unit's initial
-  p15-p85 spread. Both are unchanged by a rescaling of the pre-activations, so a net whose
-  pre-activations merely grow cannot manufacture the verdict; the raw ``w1_first`` (pre-activation
-  units) is in the tables, never in a verdict. When BN's value is within :data:`AT_FLOOR` x its
-  sampling-noise floor (``ks_floor``, ``w1_rel_floor``) the reason says so.
+* "BN reduces shift": no-BN / BN shift of the inputs to the nonlinearity from step 0 to the last
+  record, > 1. Primary: the Kolmogorov-Smirnov distance ``ks_first`` (rank-based, unitless); secondary:
+  ``w1_rel_first``, W1 over the unit's initial p15-p85 spread. Neither changes when the pre-activations
+  are rescaled, so a net whose pre-activations merely grow cannot manufacture the verdict; the raw
+  ``w1_first`` is in the tables, never in a verdict. BN within :data:`AT_FLOOR` x its sampling-noise
+  floor (``ks_floor``, ``w1_rel_floor``) is named in the reason.
 * "BN trains in fewer steps": no-BN / BN steps to the main target (:func:`main_target`), > 1.
-* "BN reduces gradient ICS": BN / no-BN ``l2_rel_per_move`` (||G - G'|| / ||G|| of layers 2..K per
-  unit of the earlier layers' relative movement, Santurkar et al. 2018 Def. 2.1 made independent of
-  how far those layers moved), < 1; ``l2_rel`` is in the tables.
-* "BN smooths the landscape": BN / no-BN ``fn_beta_smoothness`` (effective beta-smoothness along
-  filter-normalized gradient directions, Li et al. 2018, so both nets are probed on equal footing),
-  < 1; the raw ``beta_smoothness`` is in the tables.
-* "Noisy BN keeps BN's speed" (Santurkar et al. 2018, Sec. 2.1): BN / noisy-BN steps to the main
-  target, > 0.8 (noisy BN needs at most 1.25x BN's steps), and "Noisy BN still faster than no BN":
-  no-BN / noisy-BN steps, > 1. Both at the weakest ``bn.noise_scale`` whose KS shift from the start
-  (mean over layers) exceeds no BN's in every paired seed; without one the claim is "premise not
-  met": the experiment did not inject more shift than the plain net has, so it tests nothing.
+* "BN reduces gradient ICS": BN / no-BN ``l2_rel_per_move``, ||G - G'|| / ||G|| (Santurkar et al. 2018,
+  Def. 2.1) per unit of the earlier layers' relative movement, < 1 (``l2_rel`` is in the tables).
+* "BN smooths the landscape": BN / no-BN ``fn_beta_smoothness``, beta-smoothness along filter-normalized
+  directions (Li et al. 2018: both nets on equal footing), < 1 (the raw value is in the tables).
+* "Noisy BN keeps BN's speed" (Santurkar et al. 2018, Sec. 2.1): BN / noisy-BN steps, > 0.8 (noisy BN
+  needs at most 1.25x BN's steps); "Noisy BN still faster than no BN": no-BN / noisy-BN steps, > 1. Both
+  at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
+  seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
 
-A run that never reached the target stands in with its budget (trainer.max_steps): the ratio is then
-a bound, and the verdict it can give only the one the bound implies ("supported" from a lower bound of
-a ">" claim); otherwise it is inconclusive. A seed whose run never left chance (final test accuracy <=
-chance + :data:`bnexp.report.evidence.CHANCE_MARGIN`) makes the claim inconclusive; so does a measure
-the records lack (runs written before it existed).
+A run that never reached the target stands in with its budget (trainer.max_steps), so the ratio is a
+bound and the only verdict it can give is the one the bound implies ("supported" from a lower bound of
+a ">" claim), else inconclusive. A seed whose run never left chance (final test accuracy <= chance +
+:data:`bnexp.report.evidence.CHANCE_MARGIN`) or a measure the records lack (runs written before it
+existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
@@ -38,33 +33,27 @@ import pandas as pd
 
 from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, evaluate
 from bnexp.report.evidence import CHANCE_MARGIN, NUM_CLASSES
-from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, pair_label
+from bnexp.report.groups import ConfigGroup, comparison_sets, noise_scale, pair_label
 from bnexp.report.stats import target_key
 from bnexp.rundir import COMPLETE_STATUSES
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
-# Figures of the ICS section and the column prefix each needs (written only when some run has it).
 ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved from sampling noise
 CHANCE = 1.0 / NUM_CLASSES + CHANCE_MARGIN
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
+SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spread"))
 SPECS: tuple[tuple[Claim, str, str, str], ...] = (  # (claim, numerator side, denominator side, column)
-    (Claim("BN reduces shift", "no-BN / BN KS distance from the start, last hidden layer", ">", 1.0),
-     "no BN", "BN", "shift.ks_first.last"),
-    (Claim("BN reduces shift", "no-BN / BN KS distance from the start, mean over hidden layers", ">", 1.0),
-     "no BN", "BN", "shift.ks_first"),
-    (Claim("BN reduces shift", "no-BN / BN W1 / initial p15-p85 spread from the start, last hidden layer", ">",
-           1.0), "no BN", "BN", "shift.w1_rel_first.last"),
-    (Claim("BN reduces shift", "no-BN / BN W1 / initial p15-p85 spread from the start, mean over hidden layers",
-           ">", 1.0), "no BN", "BN", "shift.w1_rel_first"),
+    *((Claim("BN reduces shift", f"no-BN / BN {what} from the start, {where}", ">", 1.0), "no BN", "BN",
+       f"shift.{key}{end}") for key, what in SHIFT for end, where in ((".last", "last hidden layer"),
+                                                                      ("", "mean over hidden layers"))),
     (Claim("BN trains in fewer steps", "no-BN / BN steps to the main target", ">", 1.0), "no BN", "BN", "steps"),
     (Claim("BN reduces gradient ICS", "BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier "
            "layers (l2_rel_per_move), layers 2..K", "<", 1.0), "BN", "no BN", "grad.l2_rel_per_move"),
     (Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, "
            "filter-normalized (fn_beta_smoothness)", "<", 1.0), "BN", "no BN", "land.fn_beta_smoothness"),
-    (Claim("Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target", ">", 0.8), "BN", "noisy BN",
-     "steps"),
+    (Claim("Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target", ">", 0.8), "BN", "noisy BN", "steps"),
     (Claim("Noisy BN still faster than no BN", "no-BN / noisy-BN steps to the main target", ">", 1.0), "no BN",
      "noisy BN", "steps"),
 )
@@ -75,28 +64,6 @@ def main_target(targets: list[float]) -> float:
     """The report's main target: the lower median of the sweep's targets (trainer.targets, fixed before
     the run): 95% of MNIST's [0.9, 0.95, 0.97, 0.98], 60% of the CIFAR-10 presets' [0.5, 0.6, 0.7, 0.8]."""
     return sorted(targets)[(len(targets) - 1) // 2]
-
-
-def noise_scale(g: ConfigGroup) -> float:
-    """bn.noise_scale of a configuration (1.0 when absent)."""
-    v = g.config.get("bn.noise_scale", 1.0)
-    return float(v) if isinstance(v, (int, float)) else 1.0
-
-
-def comparison_sets(groups: list[ConfigGroup]) -> list[dict]:
-    """Matching configurations (same config except bn.* and experiment, :func:`pair_key`) with BN or
-    noisy BN and no BN: [{"BN": first BN group or None, "no BN": group, "noisy": [by noise_scale]}]."""
-    sets: dict[str, dict] = {}
-    for g in groups:
-        v = bn_variant(g)
-        if v is not None:
-            s = sets.setdefault(pair_key(g), {"BN": None, "no BN": None, "noisy": []})
-            if v == "noisy BN":
-                s["noisy"].append(g)
-            elif s[v] is None:
-                s[v] = g
-    return [{**s, "noisy": sorted(s["noisy"], key=noise_scale)} for s in sets.values()
-            if s["no BN"] is not None and (s["BN"] is not None or s["noisy"])]
 
 
 def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFrame:
@@ -111,14 +78,12 @@ def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFra
 
 def exceeds(noisy: pd.DataFrame, plain: pd.DataFrame, col: str = PREMISE_KEY) -> bool | None:
     """Whether noisy BN's ``col`` exceeds no BN's in every paired seed (None: no paired values)."""
-    if col not in noisy or col not in plain:
-        return None
-    pair = pd.concat([noisy[col], plain[col]], axis=1).dropna()
-    return None if pair.empty else bool((pair.iloc[:, 0] > pair.iloc[:, 1]).all())
+    pair = pd.concat([noisy[col], plain[col]], axis=1).dropna() if col in noisy and col in plain else ()
+    return bool((pair.iloc[:, 0] > pair.iloc[:, 1]).all()) if len(pair) else None
 
 
-def _seeds(index) -> str:
-    return ", ".join(str(int(s)) for s in index)
+def _seeds(mask: pd.Series) -> str:
+    return ", ".join(str(int(s)) for s in mask.index[mask])
 
 
 def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], col: str,
@@ -129,30 +94,27 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     missing = missing or (f"{col.split('.')[1]} is not in the records of {' and '.join(lacking)}" if lacking else None)
     ratio = pd.Series(dtype=float) if premise or missing else a[col] / b[col]
     notes, bounds = [], set()
-    if col == "steps" and not ratio.empty:
-        both = (a["censored"] & b["censored"]).reindex(ratio.index, fill_value=False)
-        ratio[both] = float("nan")
+    if col == "steps" and not ratio.empty:  # a budget standing in for the steps makes the ratio a bound
+        both = a["censored"] & b["censored"]
+        ratio = ratio.mask(both.reindex(ratio.index, fill_value=False))
         for side, cens, kind in ((names[0], a["censored"] & ~b["censored"], "a lower"),
                                  (names[1], b["censored"] & ~a["censored"], "an upper")):
             if cens.any():
                 bounds.add(kind)
-                notes.append(f"{side} did not reach the target in seed(s) {_seeds(cens[cens].index)}: its budget "
-                             f"stands in, so the ratio is {kind} bound")
-        if both.any():
-            notes.append(f"neither reached the target in seed(s) {_seeds(both[both].index)}: no value")
-    never = sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]]))
-    row = evaluate(claim, ratio.to_dict(), never, premise, missing)
+                notes.append(f"{side} did not reach the target in seed(s) {_seeds(cens)}: its budget stands in, "
+                             f"so the ratio is {kind} bound")
+        notes += [f"neither reached the target in seed(s) {_seeds(both)}: no value"] if both.any() else []
+    row = evaluate(claim, ratio.to_dict(), sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])),
+                   premise, missing)
     # a lower bound can only show a ">" claim supported (an upper bound only "not supported"), "<" mirrored
     safe = {SUPPORTED: {">": "a lower", "<": "an upper"}, NOT_SUPPORTED: {">": "an upper", "<": "a lower"}}
     if bounds and row["verdict"] in safe and bounds != {safe[row["verdict"]][claim.direction]}:
-        row["reason"] += f", but the bounds below cannot show it {row['verdict']}"
-        row["verdict"] = INCONCLUSIVE
+        row.update(verdict=INCONCLUSIVE, reason=f"{row['reason']}, but the bounds below cannot show it "
+                                                f"{row['verdict']}")
     floor = col.replace("_first", "_floor")
-    if col.startswith("shift.") and floor in b and not missing:
-        at = b[col] <= AT_FLOOR * b[floor]
-        if at.any():
-            notes.append(f"BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) in "
-                         f"seed(s) {_seeds(at[at].index)}: not resolved from sampling noise")
+    if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
+        notes.append(f"BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) in "
+                     f"seed(s) {_seeds(at)}: not resolved from sampling noise")
     row["reason"] = "; ".join([row["reason"], *notes])
     return row
 
@@ -165,28 +127,22 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
     t, rows = main_target(targets), []
     for s in comparison_sets(groups):
         side = {v: seed_frame(table, s[v], t) for v in ("BN", "no BN") if s[v] is not None}
-        setting = pair_label(s["no BN"], groups)
-        chosen, premise, missing = None, None, None
+        chosen = premise = missing = None
         if s["noisy"]:
             got = [(g, exceeds(seed_frame(table, g, t), side["no BN"])) for g in s["noisy"]]
             chosen = next((g for g, ok in got if ok), None)
-            scales = ", ".join(f"{noise_scale(g):g}" for g in s["noisy"])
             if all(ok is None for _, ok in got):
-                missing = (f"{PREMISE_KEY.split('.')[1]} is not in the records of noisy BN or no BN: the premise "
-                           "(more shift than no BN) cannot be checked")
+                missing = "ks_first is not in the records of noisy BN or no BN: the premise cannot be checked"
             elif chosen is None:
-                premise = (f"no noisy-BN strength (noise_scale {scales}) has a KS shift from the start above no "
-                           "BN's in every seed")
+                premise = (f"no noisy-BN strength (noise_scale {', '.join(f'{noise_scale(g):g}' for g in s['noisy'])}"
+                           ") has a KS shift from the start above no BN's in every seed")
             side["noisy BN"] = seed_frame(table, chosen or s["noisy"][0], t)
-        for claim, num, den, col in SPECS:
-            if num not in side or den not in side:
-                continue
+        for claim, num, den, col in (spec for spec in SPECS if spec[1] in side and spec[2] in side):
             noisy = "noisy BN" in (num, den)
             row = claim_row(claim, side[num], side[den], (num, den), col, *((premise, missing) if noisy else ()))
-            if noisy and chosen is not None:
-                row["reason"] += (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the "
-                                  "start exceeds no BN's in every seed")
-            rows.append({**row, "setting": setting, "target": t,
+            at = (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the start exceeds no "
+                  "BN's in every seed") if noisy and chosen else ""
+            rows.append({**row, "reason": row["reason"] + at, "setting": pair_label(s["no BN"], groups), "target": t,
                          **({"noise_scale": noise_scale(chosen) if chosen else None} if noisy else {})})
     return rows
 

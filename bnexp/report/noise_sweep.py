@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
-from bnexp.report.groups import ConfigGroup, bn_variant
-from bnexp.report.ics_verdicts import CHANCE, comparison_sets, exceeds, main_target, noise_scale, seed_frame
+from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale
+from bnexp.report.ics_verdicts import CHANCE, exceeds, main_target, seed_frame
 from bnexp.report.stats import target_key, value_stat
 
 NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
@@ -54,5 +54,6 @@ def noise_strength_md(section: dict) -> list[str]:
                                                       if r["at_chance"] else ""), format_acc(r["final_train_accuracy"])]
             + [r["steps_to_target"][target_key(t)]["text"] for t in section["targets"]] for r in section["rows"]]
     head = (["configuration", "noise_scale", "seeds", *SHIFT_KEYS.values(), "KS above no BN's in every seed",
-             "final test acc (%)", "final train acc (%)"] + [f"steps to {format_target(t)}" for t in section["targets"]])
+             "final test acc (%)", "final train acc (%)"]
+            + [f"steps to {format_target(t)}" for t in section["targets"]])
     return [f"### {section['title']}", "", *md_table(head, rows), "", NOTE.format(chance=100 * CHANCE), ""]

@@ -121,15 +121,6 @@ def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
     return {"value": None, "lower_bound": None, "text": "n/a"}
 
 
-def layer_columns(frame: pd.DataFrame, prefix: str, key: str) -> pd.DataFrame:
-    """The columns ``<prefix>.<layer>.<key>`` of a records frame as a (records x layers) float
-    DataFrame whose columns are the layer names, in the order first seen."""
-    pat = re.compile(rf"^{re.escape(prefix)}\.(.+)\.{re.escape(key)}$")
-    cols = {m.group(1): c for c in frame.columns if (m := pat.match(c))}
-    return pd.DataFrame({layer: numeric(frame[c]).set_axis(frame.index) for layer, c in cols.items()},
-                        index=frame.index)
-
-
 def band_keys(keys: Iterable[str]) -> tuple[str, str, str] | None:
     """(lowest, middle, highest) percentile keys among ``keys``, e.g. ("p15", "p50", "p85"); None with < 2."""
     ps = sorted((float(k[1:]), k) for k in keys if re.fullmatch(r"p\d+(\.\d*)?", k))
