@@ -70,7 +70,8 @@ def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
     assert "± 0.00" not in md and "(1 seed)" in md
     # a unit goes with its number, before "(1 seed)": never "95.57 (1 seed)%" or "1,000 (1 seed) steps"
     assert "(1 seed)%" not in md and "(1 seed) steps" not in md
-    assert "| 98.50 (1 seed) |" in md and "| 0.05 (1 seed) |" in md  # BN's final accuracy, KS from start
+    assert has_row(md, "BN", "1", "98.50 (1 seed)", "98.50 (1 seed)")  # max and final test accuracy
+    assert has_row(md, "BN", "1", "0.05 (1 seed)")  # KS from start
 
 
 def test_too_few_seeds_say_which_settings_and_the_command_that_adds_them(tmp_path):

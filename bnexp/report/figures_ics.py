@@ -10,17 +10,18 @@ import pandas as pd
 
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
-from bnexp.report.ics_stats import layer_mean_series
+from bnexp.report.ics_stats import gradient_long, layer_long, records
+from bnexp.report.load import Run, Sweep
 from bnexp.report.stats import numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).
-AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS distance from step 0", "unitless"),
-        "w1_rel_first": ("W1 from step 0 / initial p15-p85 spread", "unitless"),
+AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS from step 0", "unitless"),
+        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"),
         "l2": ("||G - G'||_2", "nats per weight unit"), "l2_rel": ("||G - G'|| / ||G||", "unitless"),
-        "l2_rel_per_move": ("(||G - G'|| / ||G||) / (||dW_<i|| / ||W_<i||)", "unitless"),
+        "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
         "fn_loss_variation": ("loss variation", "nats"),
-        "fn_beta_smoothness": ("effective beta-smoothness", "nats per filter-normalized step squared"),
+        "fn_beta_smoothness": ("effective beta-smoothness", "nats per step squared"),
         "cos": ("cos(G, G')", "unitless"),
         "loss_variation": ("loss variation", "nats"),
         "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
@@ -39,6 +40,19 @@ def axis_label(key: str) -> str:
         raise KeyError(f"no axis label known for the ICS figure panel {key!r}: add it to figures_ics.AXES")
     name, unit = AXES[key]
     return f"{name} ({unit})"
+
+
+def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key`` in one run, for a figure: ``view`` "shift" (mean over layers), "grad"
+    (mean over layers 2..K) or "land" (landscape probes)."""
+    if view == "land":
+        rows = records(sweep.rows("ics", run), "landscape")
+        s = pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce").groupby(rows["step"]).mean()
+    else:
+        long = (layer_long(sweep.rows("shift", run), "shift_metrics") if view == "shift"
+                else gradient_long(sweep.rows("ics", run)))
+        s = long[long["key"] == key].groupby("step")["value"].mean()
+    return [int(i) for i in s.dropna().index], s.dropna().tolist()
 
 
 def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:

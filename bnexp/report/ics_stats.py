@@ -9,7 +9,7 @@ from the sweep's record frames (:class:`bnexp.report.load.Sweep`); docs/ics/meas
   probes and layers 2..K (layer 1 is 0 by definition; the classifier is no hidden layer).
 * ``land.<key>``: landscape probes (Sec. 3.1; ics.jsonl ``landscape``), mean over probes: filter-normalized
   ``fn_*`` (Li et al. 2018), scale-invariant ``rel_*``, raw.
-* ``time.<kind>``: summary.json ``probe_time_s`` (seconds per run); ``final_train_accuracy``.
+* ``time.<kind>``: summary.json ``probe_time_s`` (seconds per run).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import pandas as pd
 
 from bnexp.report.groups import ConfigGroup, bn_variant
-from bnexp.report.load import Run, Sweep
+from bnexp.report.load import Sweep
 from bnexp.report.stats import value_stat
 
 GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel")
@@ -42,7 +42,8 @@ def layer_long(frame: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return long.dropna(subset=["value"])
 
 
-def _records(ics: pd.DataFrame, kind: str) -> pd.DataFrame:
+def records(ics: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The ics.jsonl records of ``kind`` ("grad_ics", "landscape")."""
     return ics[ics["kind"] == kind] if "kind" in ics else ics.iloc[:0]
 
 
@@ -58,39 +59,24 @@ def _distribution(shift: pd.DataFrame, prefix: str, tag: str) -> pd.DataFrame:
     return pd.concat([mean, end.last().unstack().add_suffix(".last")], axis=1).add_prefix(f"{tag}.")
 
 
-def _gradient(ics: pd.DataFrame) -> pd.DataFrame:
-    """grad_ics probes in long form, layers 2..K only."""
-    long = layer_long(_records(ics, "grad_ics"), "layers")
+def gradient_long(ics: pd.DataFrame) -> pd.DataFrame:
+    """The grad_ics probes as :func:`layer_long`, layers 2..K only."""
+    long = layer_long(records(ics, "grad_ics"), "layers")
     return long[(long["layer"] != long.groupby("run")["layer"].transform("first")) & (long["layer"] != "classifier")]
 
 
 def ics_run_frame(sweep: Sweep) -> pd.DataFrame:
     """One row per run (index ``run``, as :attr:`Sweep.table`) with the columns of the module docstring
     (NaN where a run lacks a measure)."""
-    land, grad = _records(sweep.ics, "landscape"), _gradient(sweep.ics).groupby(["run", "key"])["value"].mean()
+    land, grad = records(sweep.ics, "landscape"), gradient_long(sweep.ics).groupby(["run", "key"])["value"].mean()
     times = {r.id: r.summary["probe_time_s"] for r in sweep.runs if isinstance(r.summary.get("probe_time_s"), dict)}
     parts = [_distribution(sweep.shift, "shift_metrics", "shift"),
              _distribution(sweep.shift, "bn_input_shift_metrics", "bn_input"),
              grad.unstack().filter(items=GRAD_KEYS).add_prefix("grad."),
              land.filter(items=LANDSCAPE_KEYS).apply(pd.to_numeric, errors="coerce").groupby(land["run"]).mean()
              .add_prefix("land."),
-             pd.DataFrame.from_dict(times, orient="index").filter(items=PROBE_KINDS).add_prefix("time."),
-             pd.to_numeric(sweep.metrics.get("train_accuracy", pd.Series(dtype=float)), errors="coerce")
-             .groupby(sweep.metrics["run"]).last().rename("final_train_accuracy")]
+             pd.DataFrame.from_dict(times, orient="index").filter(items=PROBE_KINDS).add_prefix("time.")]
     return pd.concat(parts, axis=1).reindex(sweep.table.index).astype(float)
-
-
-def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of ``key`` in one run, for a figure: ``view`` "shift" (mean over layers), "grad"
-    (mean over layers 2..K) or "land" (landscape probes)."""
-    if view == "land":
-        rows = _records(sweep.rows("ics", run), "landscape")
-        s = pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce").groupby(rows["step"]).mean()
-    else:
-        long = (layer_long(sweep.rows("shift", run), "shift_metrics") if view == "shift"
-                else _gradient(sweep.rows("ics", run)))
-        s = long[long["key"] == key].groupby("step")["value"].mean()
-    return [int(i) for i in s.dropna().index], s.dropna().tolist()
 
 
 def ics_summary(group: ConfigGroup, table: pd.DataFrame) -> dict | None:

@@ -20,11 +20,10 @@ Every quantity is a per-seed ratio, seed s of one configuration over seed s of t
   at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
   seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
 
-A run that never reached the target stands in with its budget (trainer.max_steps), so the ratio is a
-bound and the only verdict it can give is the one the bound implies ("supported" from a lower bound of
-a ">" claim), else inconclusive. A seed whose run never left chance (final test accuracy <= chance +
-:data:`bnexp.report.evidence.CHANCE_MARGIN`) or a measure the records lack (runs written before it
-existed) makes the claim inconclusive.
+A target not reached within the budget (trainer.max_steps) counts as the budget: the ratio is then a
+bound and can only give the verdict the bound implies ("supported" from a lower bound of a ">" claim),
+else inconclusive. A seed that never left chance (final test accuracy <= :data:`CHANCE`) or a measure
+the records lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
@@ -90,8 +89,10 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
               premise: str | None = None, missing: str | None = None) -> dict:
     """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named
     ``names``), with the chance check, a missing measure, step bounds and BN's noise floor in the reason."""
-    lacking = [n for n, s in zip(names, (a, b)) if col not in s or s[col].isna().all()]
-    missing = missing or (f"{col.split('.')[1]} is not in the records of {' and '.join(lacking)}" if lacking else None)
+    lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
+               if col not in s or s[col].isna().all()]
+    key = col.split(".")[1] if "." in col else col
+    missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}" if lacking else None)
     ratio = pd.Series(dtype=float) if premise or missing else a[col] / b[col]
     notes, bounds = [], set()
     if col == "steps" and not ratio.empty:  # a budget standing in for the steps makes the ratio a bound

@@ -124,11 +124,10 @@ def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
 
 def claims_section_md(report: Report) -> list[str]:
     """The "Claims" section: how to read a verdict, then one table per setting (:func:`claims_md`)."""
-    rows, out = report.data.get("claims") or [], []
+    rows = report.data.get("claims") or []
     if not rows:
         return []
-    t = format_target(rows[0]["target"])
-    out = ["## Claims", "", CLAIMS_HOWTO + f" The main target is {t}.", ""]
+    out = ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", ""]
     for setting in dict.fromkeys(r["setting"] for r in rows):
         out += ([f"At {setting}:", ""] if setting else []) + claims_md([r for r in rows if r["setting"] == setting])
     return out

@@ -84,7 +84,8 @@ def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
 def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
     """The sweep's run table plus each run's ``max_test_accuracy`` (the maximum over metrics.jsonl, else
     summary ``best_test_accuracy``), ``final_test_accuracy`` (the summary's, else the last metrics
-    record's) and ``steps_to_<target>`` for every target (:func:`target_steps`) (Sec. 4.1)."""
+    record's), ``final_train_accuracy`` (the last metrics record with one) and ``steps_to_<target>`` for
+    every target (:func:`target_steps`) (Sec. 4.1)."""
     t, m = sweep.table.copy(), sweep.metrics
     summ = {k: numeric(t.get(f"summary.{k}", pd.Series(index=t.index))).set_axis(t.index)
             for k in ("best_test_accuracy", "final_test_accuracy")}
@@ -92,6 +93,8 @@ def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
     t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
     last = by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)  # the last record's, even when missing
     t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(last)
+    train = numeric(m.get("train_accuracy", pd.Series(index=m.index, dtype=float))).set_axis(m.index)
+    t["final_train_accuracy"] = train.groupby(m["run"]).last().reindex(t.index)
     for target in targets:
         t[f"steps_to_{target_key(target)}"] = target_steps(sweep, target)
     return t
