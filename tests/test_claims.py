@@ -62,6 +62,9 @@ def test_premise_and_chance_override_the_numbers():
     assert evaluate(RATIO, strong, premise="no noise strength shifts more than no BN")["verdict"] == PREMISE_NOT_MET
     row = evaluate(RATIO, strong, never_learned=[2])
     assert row["verdict"] == INCONCLUSIVE and "2" in row["reason"]
+    row = evaluate(RATIO, {}, missing="ks_first is not in the records of BN")
+    assert row["verdict"] == INCONCLUSIVE and row["reason"] == "ks_first is not in the records of BN"
+    assert evaluate(RATIO, {}, premise="p", missing="m")["verdict"] == PREMISE_NOT_MET
 
 
 def test_bad_claims_are_refused_and_the_table_renders():
@@ -71,4 +74,6 @@ def test_bad_claims_are_refused_and_the_table_renders():
         Claim("x", "q", ">", float("nan"))
     md = "\n".join(claims_md([evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0})]))
     assert "BN reduces shift" in md and "supported" in md and "0: 2" in md
+    grad = claims_md([evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5})])
+    assert "\\|\\|G - G'\\|\\|" in grad[2] and grad[2].count(" | ") == 8  # "|" in a cell is escaped
     assert claims_md([]) == []

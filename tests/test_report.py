@@ -484,9 +484,10 @@ def test_corrupt_files_do_not_crash(tmp_path):
 
 # ------------------------------------------- Does BN reduce internal covariate shift?
 
-# Hand-chosen ICS numbers. Two settings: at lr=0.5 the data favour Santurkar et al. (BN has MORE
-# gradient-based ICS, a smoother landscape, noisy BN nearly as fast); at lr=0.12 the opposite
-# (BN has less gradient-based ICS, a rougher landscape, noisy BN much slower).
+# Hand-chosen ICS numbers. Two settings: at lr=0.5 BN has MORE gradient-based ICS, a smoother landscape
+# and noisy BN is nearly as fast; at lr=0.12 the opposite. The scale-free shift measures are fixed
+# fractions of the raw W1 (KS = W1 / 4, W1 / spread = W1 / 2), gradient ICS per move = 10 x l2_rel,
+# the filter-normalized landscape 5 x the raw one.
 # Distribution view: layer i's final W1 from start = W1_BASE * i * (1 + seed), so over layers 1-3 the
 # mean is 2 * W1_BASE * (1 + seed): seeds 0, 1 -> mean 3 * W1_BASE, std W1_BASE.
 W1_BASE = {"BN": 0.1, "noisy BN": 0.5, "no BN": 0.4}
@@ -512,10 +513,12 @@ NOISY_KNOTS = {  # 98% at 2,400 / 2,600 (lr=0.5, factor 2500 / 2250) or 9,000 / 
 }
 
 
-def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool = True, land: bool = True) -> Path:
-    """A run of the ICS study: config with bn.noise, shift.jsonl with shift_metrics (steps 0, 10,000,
-    20,000), ics.jsonl with grad_ics and landscape probes at steps 1,000 and 2,000, and summary.json
-    with bn_noise and probe_time_s."""
+def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool = True, land: bool = True,
+                 new: bool = True) -> Path:
+    """A run of the ICS study: config with bn.noise, shift.jsonl with shift_metrics (6 records, steps 0 to
+    20,000), ics.jsonl with 6 grad_ics and landscape probes, and summary.json with bn_noise and
+    probe_time_s; ``new=False``: without the scale-free, per-move and filter-normalized keys (runs
+    written before they existed)."""
     bn = variant != "no BN"
     knots = {"BN": BN_05[seed], "no BN": NOBN_05[seed], "noisy BN": NOISY_KNOTS[lr][seed]}[variant]
     d = make_run(root, f"{variant.replace(' ', '_')},lr={lr},seed={seed}", bn=bn, lr=lr, seed=seed, knots=knots)
@@ -540,10 +543,15 @@ def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool =
                 vals = {"w1_prev": 3 * k, "w1_first": base * i * (1 + seed), "mean_shift_prev": 0.0,
                         "mean_shift_first": ms * i, "log_std_ratio_prev": 0.0, "log_std_ratio_first": 0.1}
             vals["w1_pooled_first"] = vals["w1_first"] / 2  # pooled <= per unit
+            if new:
+                vals.update(ks_first=vals["w1_first"] / 4, w1_rel_first=vals["w1_first"] / 2,
+                            ks_prev=vals["w1_prev"] / 4, ks_floor=0.01, w1_rel_floor=0.01, w1_floor=0.01)
             sm[f"layer{i}"] = vals
         r["shift_metrics"] = sm
         if bn:  # BN's own input Wu moves like the plain network's layer inputs
-            r["bn_input_shift_metrics"] = {f"layer{i}": {"w1_first": 4 * vals["w1_first"]} for i in (1, 2, 3)}
+            r["bn_input_shift_metrics"] = {f"layer{i}": {"w1_first": 4 * vals["w1_first"],
+                                                         **({"ks_first": vals["w1_first"]} if new else {})}
+                                           for i in (1, 2, 3)}
     _write_jsonl(d / "shift.jsonl", shift)
     gk, lk = ICS_SETTINGS[lr][variant]
     ics = []
@@ -551,14 +559,18 @@ def make_ics_run(root: Path, variant: str, lr: float, seed: int, *, grad: bool =
         p = i % 2
         if grad:  # ||G|| = 2, so ||G - G'|| / ||G|| = l2 / 2
             l2, cos = GRAD[gk]["l2"][p], GRAD[gk]["cos"]
-            ics.append({"step": step, "kind": "grad_ics", "layers": {
-                "layer1": {"l2": 0.0, "l2_rel": 0.0, "cos": 1.0, "g_norm": 2.0, "trivial": True},
-                "layer2": {"l2": l2[0], "l2_rel": l2[0] / 2, "cos": cos[0], "g_norm": 2.0, "trivial": False},
-                "layer3": {"l2": l2[1], "l2_rel": l2[1] / 2, "cos": cos[1], "g_norm": 2.0, "trivial": False},
-                "classifier": {"l2": 5.0, "l2_rel": 2.5, "cos": 0.1, "g_norm": 2.0, "trivial": False}}})
+            layers = {"layer1": {"l2": 0.0, "l2_rel": 0.0, "cos": 1.0, "g_norm": 2.0, "trivial": True},
+                      "layer2": {"l2": l2[0], "l2_rel": l2[0] / 2, "cos": cos[0], "g_norm": 2.0, "trivial": False},
+                      "layer3": {"l2": l2[1], "l2_rel": l2[1] / 2, "cos": cos[1], "g_norm": 2.0, "trivial": False},
+                      "classifier": {"l2": 5.0, "l2_rel": 2.5, "cos": 0.1, "g_norm": 2.0, "trivial": False}}
+            if new:
+                for v in layers.values():
+                    v.update(move_rel=0.1, l2_rel_per_move=10 * v["l2_rel"])
+            ics.append({"step": step, "kind": "grad_ics", "layers": layers})
         if land:  # the scale-invariant values are 10x the raw ones
             ics.append({"step": step, "kind": "landscape", **{key: v[p] for key, v in LAND[lk].items()},
                         **{f"rel_{key}": 10 * v[p] for key, v in LAND[lk].items()},
+                        **({f"fn_{key}": 5 * v[p] for key, v in LAND[lk].items()} if new else {}),
                         "loss": 1.0, "grad_norm": 1.0, "step_sizes": [0.0, 0.1], "losses": [1.0, 0.9]})
     if ics:
         _write_jsonl(d / "ics.jsonl", ics)
@@ -617,120 +629,49 @@ def test_ics_labels_of_presets_and_older_sweeps():
 
 def test_ics_means_over_seeds(ics_sweep):
     report = build_report(ics_sweep)
-    bn, nb = _ics(report, "BN lr=0.5"), _ics(report, "no BN lr=0.5")
-    d = bn["distribution"]
-    assert d["seeds"] == 2
-    assert d["w1_prev_mean"]["mean"] == pytest.approx(0.1)  # mean of 0.05 and 0.15 (step 0 excluded)
-    assert d["final_w1_first"]["mean"] == pytest.approx(0.3)  # layers avg 0.2 (seed 0), 0.4 (seed 1)
-    assert d["final_w1_first"]["std"] == pytest.approx(0.1)
-    assert d["final_w1_first"]["per_seed"] == pytest.approx([0.2, 0.4])
-    assert d["final_mean_shift_first"]["mean"] == pytest.approx(0.02)
-    assert d["final_w1_first_per_layer"]["layer3"]["mean"] == pytest.approx(0.45)  # 0.3 and 0.6
-    assert nb["distribution"]["final_w1_first"]["mean"] == pytest.approx(1.2)
-    assert nb["distribution"]["w1_prev_mean"]["mean"] == pytest.approx(0.4)
-    g = bn["gradient"]
-    assert g["layers"] == ["layer2", "layer3"]  # layer1 (0 by definition) and the classifier left out
-    assert g["l2"]["mean"] == pytest.approx(0.7) and g["l2"]["std"] == pytest.approx(0.0)
-    assert g["cos"]["mean"] == pytest.approx(0.8)
-    assert g["per_layer"]["layer2"]["l2"]["mean"] == pytest.approx(0.6)
-    assert g["per_layer"]["classifier"]["l2"]["mean"] == pytest.approx(5.0)
-    assert g["per_layer"]["layer1"]["cos"]["mean"] == pytest.approx(1.0)
-    assert nb["gradient"]["l2"]["mean"] == pytest.approx(0.35) and nb["gradient"]["cos"]["mean"] == pytest.approx(0.9)
-    ls = bn["landscape"]
-    assert (ls["beta_smoothness"]["mean"], ls["loss_variation"]["mean"], ls["grad_predictiveness"]["mean"]) == \
-        pytest.approx((3.0, 0.2, 2.0))
-    assert nb["landscape"]["beta_smoothness"]["mean"] == pytest.approx(15.0)
-    pt = bn["probe_time_s"]
-    assert pt["grad_ics"]["mean"] == pytest.approx(3.5) and pt["grad_ics"]["std"] == pytest.approx(0.5)
-    assert pt["landscape"]["mean"] == pytest.approx(4.0)
+    bn, nb = (_ics(report, label)["measures"] for label in ("BN lr=0.5", "no BN lr=0.5"))
+    assert _ics(report, "BN lr=0.5")["seeds"] == [0, 1]
+    assert bn["shift.w1_prev"]["mean"] == pytest.approx(0.1)  # mean of 0.05 and 0.15 (step 0 excluded)
+    assert bn["shift.w1_first"]["mean"] == pytest.approx(0.3)  # layers avg 0.2 (seed 0), 0.4 (seed 1)
+    assert bn["shift.w1_first"]["std"] == pytest.approx(0.1)
+    assert bn["shift.w1_first"]["per_seed"] == pytest.approx([0.2, 0.4])
+    assert bn["shift.w1_first.last"]["mean"] == pytest.approx(0.45)  # layer3: 0.3 and 0.6
+    assert bn["shift.ks_first"]["mean"] == pytest.approx(0.075)
+    assert bn["shift.w1_rel_first"]["mean"] == pytest.approx(0.15)
+    assert bn["shift.ks_prev"]["mean"] == pytest.approx(0.025) and bn["shift.ks_floor"]["mean"] == pytest.approx(0.01)
+    assert bn["shift.mean_shift_first"]["mean"] == pytest.approx(0.02)
+    assert bn["bn_input.w1_first"]["mean"] == pytest.approx(1.8)  # BN's own input Wu: 4 x layer3's
+    assert nb["shift.w1_first"]["mean"] == pytest.approx(1.2) and nb["shift.w1_prev"]["mean"] == pytest.approx(0.4)
+    assert "bn_input.w1_first" not in nb
+    # layer2..layerK: layer1 (0 by definition) and the classifier (l2 = 5) left out
+    assert bn["grad.l2"]["mean"] == pytest.approx(0.7) and bn["grad.l2"]["std"] == pytest.approx(0.0)
+    assert bn["grad.cos"]["mean"] == pytest.approx(0.8) and bn["grad.l2_rel"]["mean"] == pytest.approx(0.35)
+    assert bn["grad.l2_rel_per_move"]["mean"] == pytest.approx(3.5)  # 10 x l2_rel
+    assert bn["grad.move_rel"]["mean"] == pytest.approx(0.1)
+    assert nb["grad.l2"]["mean"] == pytest.approx(0.35) and nb["grad.cos"]["mean"] == pytest.approx(0.9)
+    assert [bn[f"land.{k}"]["mean"] for k in ("beta_smoothness", "loss_variation", "grad_predictiveness")] == \
+        pytest.approx([3.0, 0.2, 2.0])
+    assert bn["land.fn_beta_smoothness"]["mean"] == pytest.approx(15.0) and bn["land.rel_beta_smoothness"]["mean"] == 30
+    assert nb["land.beta_smoothness"]["mean"] == pytest.approx(15.0)
+    assert bn["time.grad_ics"]["mean"] == pytest.approx(3.5) and bn["time.grad_ics"]["std"] == pytest.approx(0.5)
+    assert bn["time.landscape"]["mean"] == pytest.approx(4.0)
 
 
-def test_ics_verdicts_favouring_santurkar(ics_sweep):
-    sec = build_report(ics_sweep).data["ics"]
-    comp = next(c for c in sec["comparisons"] if c["context"] == "lr=0.5")
-    assert comp["labels"] == {"BN": "BN lr=0.5", "noisy BN": "noisy BN lr=0.5", "no BN": "no BN lr=0.5"}
-    assert comp["distribution"]["reduced"] is True and comp["distribution"]["ratio"] == pytest.approx(0.25)
-    assert comp["gradient"]["result"] == "as much or more"
-    assert comp["landscape"]["smoother"] is True
-    assert comp["noisy"]["target"] == 0.98 and comp["noisy"]["factor"] == pytest.approx(2500 / 2250)
-    assert comp["noisy"]["nearly_as_fast"] is True and comp["noisy"]["faster_than_no_bn"] is True
-    v = sec["verdicts"]
-    assert ("At lr=0.5: distribution view: at the end, the inputs to BN's nonlinearities moved a per-unit W1 of "
-            "0.3 ± 0.1 from their start (BN's own input Wu: 1.8 ± 0.6), no BN's 1.2 ± 0.4: BN reduces this measure "
-            "of covariate shift (ratio 0.25; step-to-step W1 BN 0.1 vs no BN 0.4)." in v)
-    # verdicts use the relative ||G - G'|| / ||G|| (||G|| = 2 in the fixture), the absolute one beside it
-    assert ("At lr=0.5: gradient view (Santurkar Def. 2.1): mean ||G - G'|| / ||G|| BN 0.35 ± 0 vs no BN 0.175 ± 0 "
-            "(absolute ||G - G'|| 0.7 vs 0.35), cos BN 0.8 vs no BN 0.9: BN shows as much or more gradient-based "
-            "ICS." in v)
-    # and the scale-invariant landscape (10x the raw values in the fixture), the raw one beside it
-    assert ("At lr=0.5: landscape (scale-invariant): beta-smoothness BN 30 ± 0 vs no BN 150 ± 0, loss variation BN 2 "
-            "vs no BN 6, gradient predictiveness BN 20 vs no BN 60 (raw beta-smoothness 3 vs 15): BN's loss "
-            "landscape is smoother along the gradient." in v)
-    assert ("At lr=0.5: noisy BN reached 98% in 2,500 ± 100 steps vs BN 2,250 ± 250 (and no BN not reached in 2/2 "
-            "runs): injected distribution shift slows BN training by factor 1.11." in v)
-    assert any(line.startswith("At lr=0.5: noisy BN's layer inputs moved a per-unit W1 of 1.5 ± 0.5") and "visible" in line
-               for line in v)
-    assert any(line.startswith("At lr=0.5: final test accuracy: BN 98.55 ± 0.05%, noisy BN") for line in v)
-    sup = comp["supports"]
-    assert "BN's gains coexist with injected covariate shift (noisy BN is nearly as fast as BN: factor 1.11" in sup
-    assert "BN shows as much or more gradient-based ICS" in sup and "smoother along the gradient" in sup
-    assert sup.endswith("This supports Santurkar et al.'s account (BN helps by making the optimization landscape "
-                        "smoother) over the reduction of internal covariate shift.")
-    assert "Not measured" not in sup and "BN paper's account" not in sup
-
-
-def test_ics_verdicts_favouring_the_bn_paper(ics_sweep):
-    sec = build_report(ics_sweep).data["ics"]
-    comp = next(c for c in sec["comparisons"] if c["context"] == "lr=0.12")
-    assert comp["gradient"]["result"] == "less"
-    assert comp["landscape"]["smoother"] is False
-    assert comp["noisy"]["factor"] == pytest.approx(10000 / 2250) and comp["noisy"]["nearly_as_fast"] is False
-    v = sec["verdicts"]
-    assert ("At lr=0.12: gradient view (Santurkar Def. 2.1): mean ||G - G'|| / ||G|| BN 0.175 ± 0 vs no BN 0.35 ± 0 "
-            "(absolute ||G - G'|| 0.35 vs 0.7), cos BN 0.9 vs no BN 0.8: BN shows less gradient-based ICS." in v)
-    assert any(line.startswith("At lr=0.12: landscape (scale-invariant): beta-smoothness BN 150 ± 0 vs no BN 30 ± 0")
-               and line.endswith("BN's loss landscape is not smoother along the gradient.") for line in v)
-    assert ("At lr=0.12: noisy BN reached 98% in 10,000 ± 1,000 steps vs BN 2,250 ± 250 (and no BN not reached in "
-            "2/2 runs): injected distribution shift slows BN training by factor 4.44." in v)
-    sup = comp["supports"]
-    assert "injected covariate shift costs BN much of its speed (noisy BN needs 4.4x BN's steps)" in sup
-    assert "This supports the BN paper's account (BN helps by reducing internal covariate shift)" in sup
-    assert "Santurkar et al.'s account (BN helps" not in sup
-
-
-def test_ics_verdict_functions_both_directions():
-    from bnexp.report.ics_verdicts import distribution_verdict, gradient_verdict, supports_paragraph
-
-    def st(mean):
-        return {"mean": mean, "std": 0.0, "n": 2, "per_seed": [mean, mean]}
-
-    def dist(w1):
-        return {"distribution": {"final_w1_first": st(w1), "w1_prev_mean": st(w1 / 2)}}
-
-    line, res = distribution_verdict("", dist(0.95), dist(1.0))  # within the 10% margin
-    assert res["reduced"] is False and "BN does not reduce this measure of covariate shift (ratio 0.95" in line
-    line, res = distribution_verdict("", dist(0.5), dist(1.0))
-    assert res["reduced"] is True and "BN reduces this measure" in line
-    assert distribution_verdict("", None, dist(1.0))[1] is None
-    assert "not measured" in distribution_verdict("", None, dist(1.0))[0]
-
-    def grad(l2_rel, cos):
-        return {"gradient": {"l2": st(10 * l2_rel), "l2_rel": st(l2_rel), "cos": st(cos)}}
-
-    assert gradient_verdict("", grad(0.5, 0.9), grad(1.0, 0.9))[1]["result"] == "less"
-    assert gradient_verdict("", grad(1.0, 0.8), grad(1.0, 0.9))[1]["result"] == "as much or more"
-    line, res = gradient_verdict("", grad(0.5, 0.5), grad(1.0, 0.9))  # lower l2_rel but much lower cos
-    assert res["result"] == "mixed" and "disagree" in line
-    # with evidence gaps: the numbers and "insufficient evidence", no result
-    line, res = gradient_verdict("", grad(0.5, 0.9), grad(1.0, 0.9), ["BN has 1 seed (need 2)"])
-    assert res is None and line.endswith(": insufficient evidence (BN has 1 seed (need 2)).")
-    line, res = distribution_verdict("", dist(0.5), dist(1.0), ["no BN has 2 monitor records in a seed (need 5)"])
-    assert res is None and "insufficient evidence" in line and "reduces" not in line
-    comp = {"labels": {"BN": "BN", "no BN": "no BN"}, "distribution": {"reduced": False, "ratio": 0.95},
-            "gradient": {"result": "less"}, "landscape": None, "noisy": None}
-    sup = supports_paragraph("", comp)
-    assert "BN does not reduce the distribution shift of its layers' inputs (per-unit W1 ratio 0.95)" in sup
-    assert "The evidence is mixed" in sup and "Not measured: noisy BN, the loss landscape." in sup
+def test_ics_claims_of_the_two_settings(ics_sweep):
+    # 2 seeds per configuration: every verdict is "inconclusive", but the per-seed ratios are there
+    rows = {(r["setting"], r["name"], r["quantity"]): r for r in build_report(ics_sweep).data["claims"]}
+    assert {r["verdict"] for r in rows.values()} == {"inconclusive"}
+    grad = "BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier layers (l2_rel_per_move), layers 2..K"
+    assert rows[("lr=0.5", "BN reduces gradient ICS", grad)]["per_seed"] == pytest.approx({0: 2.0, 1: 2.0})
+    assert rows[("lr=0.12", "BN reduces gradient ICS", grad)]["per_seed"] == pytest.approx({0: 0.5, 1: 0.5})
+    land = "BN / no-BN effective beta-smoothness along the gradient, filter-normalized (fn_beta_smoothness)"
+    assert rows[("lr=0.5", "BN smooths the landscape", land)]["per_seed"] == pytest.approx({0: 0.2, 1: 0.2})
+    ks = rows[("lr=0.5", "BN reduces shift", "no-BN / BN KS distance from the start, mean over hidden layers")]
+    assert ks["per_seed"] == pytest.approx({0: 4.0, 1: 4.0}) and ks["reason"] == "2 seed(s), fewer than 3"
+    # noisy BN (KS 0.25, 0.5) exceeds no BN (0.2, 0.4) in both seeds: its premise is met at noise_scale 1
+    keep = rows[("lr=0.12", "Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target")]
+    assert keep["noise_scale"] == 1.0 and keep["target"] == 0.97
+    assert keep["per_seed"] == pytest.approx({0: 1500 / 6000, 1: 1800 / 7000})
 
 
 def test_ics_report_files(ics_sweep, capsys):
@@ -738,40 +679,43 @@ def test_ics_report_files(ics_sweep, capsys):
     for name in rep.ICS_FILES:
         assert (ics_sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     md = (ics_sweep / "report.md").read_text(encoding="utf-8")
-    assert "## Does BN reduce internal covariate shift?" in md and "### What this sweep supports" in md
-    # per-unit W1 step to step, from start, pooled, BN input, |dmean|/std
-    assert has_row(md, "BN lr=0.5", "2", "0.1 ± 0", "0.3 ± 0.1", "0.15 ± 0.05", "1.8 ± 0.6", "0.02 ± 0")
-    assert has_row(md, "no BN lr=0.5", "2", "0.4 ± 0", "1.2 ± 0.4", "0.6 ± 0.2", "no BN input", "0.6 ± 0")
-    # relative and absolute ||G - G'||, cos, scale-invariant landscape, raw beta
-    assert has_row(md, "no BN lr=0.5", "2/2", "0.175 ± 0", "0.35 ± 0", "0.9 ± 0", "6 ± 0", "60 ± 0", "150 ± 0", "15 ± 0")
+    assert "## Does BN reduce internal covariate shift?" in md and "## Claims" in md
+    assert "What this sweep supports" not in md
+    # KS (mean, last layer, floor), W1 / spread (mean, last layer, floor), raw W1, BN input KS, KS step to step
+    assert has_row(md, "BN lr=0.5", "2", "0.075 ± 0.025", "0.1125 ± 0.038", "0.01 ± 0", "0.15 ± 0.05",
+                   "0.225 ± 0.075", "0.01 ± 0", "0.3 ± 0.1", "0.45 ± 0.15", "0.025 ± 0")
+    assert has_row(md, "no BN lr=0.5", "2", "0.3 ± 0.1", "0.45 ± 0.15", "0.01 ± 0", "0.6 ± 0.2", "0.9 ± 0.3",
+                   "0.01 ± 0", "1.2 ± 0.4", "not measured", "0.1 ± 0")
+    # per move, relative and movement, cos, filter-normalized beta and loss variation, scale-invariant, raw beta
+    assert has_row(md, "no BN lr=0.5", "2", "1.75 ± 0", "0.175 ± 0", "0.1 ± 0", "0.9 ± 0", "75 ± 0", "3 ± 0",
+                   "150 ± 0", "15 ± 0")
     assert has_row(md, "BN lr=0.5", "1 ± 0", "2 ± 0", "3.5 ± 0.5", "4 ± 0")
     for name in rep.ICS_FILES:
         assert f"]({name})" in md
     data = json.loads((ics_sweep / "report.json").read_text())
-    assert data["ics"]["title"] == rep.ICS_TITLE and len(data["ics"]["supports"]) == 2
-    assert set(rep.ICS_FILES) <= set(data["files"])
-    conf = next(c for c in data["configurations"] if c["label"] == "BN lr=0.5")
-    assert conf["ics"]["distribution"]["final_w1_first_per_layer"]["layer1"]["mean"] == pytest.approx(0.15)
+    assert data["ics"]["title"] == rep.ICS_TITLE and data["ics"]["main_target"] == 0.97
+    assert len(data["claims"]) == 18 and set(rep.ICS_FILES) <= set(data["files"])
     out = capsys.readouterr().out
-    assert rep.ICS_TITLE in out and "What this sweep supports" in out
+    assert rep.ICS_TITLE in out and "BN smooths the landscape" in out
 
 
 def test_ics_partly_measured_and_absent(tmp_path, sweep):
-    # Only the distribution view (no ics.jsonl): the other views are "not measured", one figure only.
+    # Only the distribution view (no ics.jsonl) of runs written before the scale-free measures: the
+    # other views are "not measured", one figure only, every claim row still there
     root = tmp_path / "partial"
     for variant in ("BN", "no BN"):
-        make_ics_run(root, variant, 0.5, 0, grad=False, land=False)
+        make_ics_run(root, variant, 0.5, 0, grad=False, land=False, new=False)
     report = build_report(root)
     assert report.data["ics"]["figures"] == ["ics_distribution.png"]
-    assert _ics(report, "BN")["gradient"] is None
-    sup = report.data["ics"]["supports"][0]
-    assert "Not measured: noisy BN, gradient-based ICS, the loss landscape." in sup
-    assert "Nothing measured here favours either account." in sup
+    assert not any(k.startswith("grad.") for k in _ics(report, "BN")["measures"])
+    rows = report.data["claims"]
+    assert len(rows) == 7 and all(r["verdict"] == "inconclusive" for r in rows)
+    assert rows[0]["reason"] == "ks_first is not in the records of no BN and BN"
+    assert rows[5]["reason"] == "l2_rel_per_move is not in the records of BN and no BN"
     assert report_main([str(root)]) == 0
     assert (root / "ics_distribution.png").is_file()
     assert not (root / "ics_gradient.png").exists() and not (root / "ics_landscape.png").exists()
-    assert not has_row((root / "report.md").read_text(), "BN", "1/1", "not measured", "not measured")
-    assert has_row((root / "report.md").read_text(), "BN", "0", "not measured", "not measured")
+    assert has_row((root / "report.md").read_text(), "BN", "1", "not measured", "not measured")
     # A sweep without any of these data: no section, no ics_*.png, labels as before.
     report = build_report(sweep)
     assert report.data["ics"] is None

@@ -6,7 +6,8 @@ presets vs the baseline) and, with :mod:`bnexp.ics`'s measurements, "Does BN red
 covariate shift?" beside Santurkar et al. 2018. The sweep is read once into DataFrames
 (:mod:`.load`), grouped into configurations (:mod:`.groups`), summarized over seeds with pandas
 (:mod:`.stats`, :mod:`.ics_stats`), judged (:mod:`.evidence`, :mod:`.verdicts`, :mod:`.best_rate`,
-:mod:`.noise_sweep`, :mod:`.ics_verdicts`), put together by :mod:`.build` and written by
+:mod:`.noise_sweep`, and the claims table of :mod:`.ics_verdicts` on :mod:`.claims`), put together by
+:mod:`.build` and written by
 :mod:`.render`, :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli`. The names below load their
 module on first use, so that Ctrl-C while pandas and matplotlib load is exit 130 as well.
 """

@@ -10,8 +10,8 @@ import pandas as pd
 from bnexp.report.best_rate import best_rate_section
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys
-from bnexp.report.ics_stats import ics_summary
-from bnexp.report.ics_verdicts import ics_section
+from bnexp.report.ics_stats import ics_run_frame, ics_summary
+from bnexp.report.ics_verdicts import ics_claims, ics_section
 from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep
 from bnexp.report.noise_sweep import noise_strength_section
 from bnexp.report.stats import (STD_NOTE, compute_speedup, config_stability, layer_stability, optional, reach_stat,
@@ -82,15 +82,16 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
         "final_test_accuracy": value_stat(done["final_test_accuracy"]),
         "steps_to_target": {target_key(t): reach_stat(done[f"steps_to_{target_key(t)}"]) for t in targets},
         "stability": config_stability(group, report.sweep),
-        "ics": ics_summary(group, report.sweep),
+        "ics": ics_summary(group, report.table),
         "seeds": [_run_record(r, rows, report.sweep, targets) for r in group.runs],
     }
 
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
-    speedup and verdict, the best-rate section (``data["best_rate"]``) and the ICS
-    section (``data["ics"]`` with its ``noise_strength`` table) at ``targets`` (None: the summaries').
+    speedup and verdict, the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`),
+    the best-rate section (``data["best_rate"]``) and the ICS section (``data["ics"]`` with its
+    ``noise_strength`` table) at ``targets`` (None: the summaries').
     The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
     :func:`bnexp.report.frontier.frontier_section`) is there only when presets ran at several budgets.
 
@@ -111,6 +112,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     targets = sorted(targets) if targets else default_targets(sweep.runs)
     groups = group_runs(sweep.runs)
     table = run_table(sweep, targets).assign(group=pd.Series({r.id: g.key for g in groups for r in g.runs}))
+    ics = ics_run_frame(sweep)  # ICS measures of finished runs only (a diverged run's last record is no end)
+    table = table.join(ics.where(table["status"] == "finished", axis=0))
     out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir
     report = Report(sweep_dir, groups, {}, out_dir, sweep, table)
     stats = {g.key: summarize_group(g, report, targets) for g in groups}
@@ -123,14 +126,15 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
     frontier = frontier_section(sweep_dir)  # None unless presets ran at several budgets
-    ics = ics_section(groups, stats, targets)
+    ics = ics_section(groups, table, targets)
     if ics is not None:
-        ics["noise_strength"] = noise_strength_section(groups, stats)
+        ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)
     verdicts = verdict_lines(groups, stats, targets, seed_advice(groups, sweep_dir))
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "configurations": [stats[g.key] for g in groups],
-        "verdicts": verdicts, "best_rate": best_rate_section(groups, sweep), "ics": ics,
+        "verdicts": verdicts, "claims": ics_claims(groups, table, targets),
+        "best_rate": best_rate_section(groups, sweep), "ics": ics,
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else []),
     })

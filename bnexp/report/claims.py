@@ -6,8 +6,9 @@ Verdicts (:func:`evaluate`):
 
 * ``premise not met`` -- the comparison the claim needs does not exist (e.g. no noisy-BN strength
   shifts more than no BN), so the claim counts for no account;
-* ``inconclusive`` -- fewer than ``min_seeds`` seeds, a seed whose run never left chance, or the
-  interval straddles the threshold;
+* ``inconclusive`` -- a measure the claim needs is not in the records (runs written before it
+  existed), fewer than ``min_seeds`` seeds, a seed whose run never left chance, or the interval
+  straddles the threshold;
 * ``supported`` -- the whole interval lies on the claimed side of the threshold;
 * ``not supported`` -- the whole interval lies on the other side (or on the threshold).
 
@@ -25,6 +26,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+
+from bnexp.report.fmt import md_table
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -95,7 +98,7 @@ def seed_interval(values, confidence: float = CONFIDENCE, n_resamples: int = 999
 
 
 def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: list[int] | None = None,
-             premise: str | None = None) -> dict:
+             premise: str | None = None, missing: str | None = None) -> dict:
     """One claims-table row: the claim's fields, per-seed values, :func:`seed_interval`, verdict, reason.
 
     Args:
@@ -103,6 +106,8 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: 
         per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted).
         never_learned: seeds whose run(s) never left chance; any makes the verdict ``inconclusive``.
         premise: a reason the comparison does not exist; makes the verdict ``premise not met``.
+        missing: what the records lack for this claim (e.g. "ks_first is not in the records");
+            makes the verdict ``inconclusive`` with that reason (after ``premise``).
 
     Returns:
         dict with the keys of :class:`Claim` and "per_seed", "n", "mean", "std", "ci_low", "ci_high",
@@ -113,6 +118,8 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: 
     bad = sorted(never_learned or [])
     if premise:
         verdict, reason = PREMISE_NOT_MET, premise
+    elif missing:
+        verdict, reason = INCONCLUSIVE, missing
     elif bad:
         verdict, reason = INCONCLUSIVE, f"seed(s) {', '.join(map(str, bad))} never left chance"
     elif row["n"] < claim.min_seeds:
@@ -149,7 +156,9 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def claims_md(rows: list[dict]) -> list[str]:
-    """report.md lines of the claims table (pandas ``to_markdown``), or [] without rows."""
+    """report.md lines of the claims table (pandas ``to_markdown`` through :func:`bnexp.report.fmt.md_table`,
+    "|" escaped), or [] without rows."""
     if not rows:
         return []
-    return [claims_frame(rows).to_markdown(index=False), ""]
+    frame = claims_frame(rows)
+    return [*md_table(list(frame.columns), frame.values.tolist()), ""]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bnexp.report.claims import claims_md
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
@@ -26,7 +27,7 @@ from bnexp.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the main table, the verdicts and the ICS section (rich's Markdown)."""
+    """Print the main table, the verdicts, the ICS measures and the claims table (rich's Markdown)."""
     from rich.console import Console
     from rich.markdown import Markdown
 
@@ -44,10 +45,9 @@ def print_table(report: Report, console=None) -> None:
         out += [""]
     if sec:
         t = ics_frames(report)
-        out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 3]],
-                                                        t["gradient"].iloc[:, [2, 4, 7]]], axis=1)) + [""]
-        out += [f"- {v}" for v in sec["verdicts"]] + [""]
-        out += [f"What this sweep supports: {p}\n" for p in sec["supports"]]
+        out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 2, 5]],
+                                                        t["gradient"].iloc[:, [2, 6]]], axis=1)) + [""]
+    out += claims_md(d.get("claims") or [])  # the claims table (bnexp.report.ics_verdicts)
     if console is None:
         console = Console()
         console = console if console.is_terminal else Console(width=max(console.width, 200))

@@ -1,11 +1,11 @@
 """Evidence thresholds: when the report may state a verdict, and what to add when it may not.
 
-A verdict (BN faster or slower, reduces the shift or not, supports an account) is stated only when
-every compared configuration has :data:`MIN_SEEDS` completed seeds (one run cannot separate an
-effect from seed-to-seed variation), every measurement it rests on :data:`MIN_RECORDS` records per
-seed, the networks learned (final test accuracy above chance by :data:`CHANCE_MARGIN`) and the
-measurement is present in each. Otherwise the sentence gives its numbers and ends in "insufficient
-evidence" with the reasons; configurations with too few seeds are also listed at the top of the
+A Sec. 4.1 verdict (BN faster or slower, test accuracy higher or lower) is stated only when every
+compared configuration has :data:`MIN_SEEDS` completed seeds (one run cannot separate an effect from
+seed-to-seed variation) and the networks learned (final test accuracy above chance by
+:data:`CHANCE_MARGIN`; the claims table, :mod:`bnexp.report.ics_verdicts`, applies the same chance
+check per seed). Otherwise the sentence gives its numbers and ends in "insufficient evidence" with
+the reasons; configurations with too few seeds are also listed at the top of the
 verdicts with the seeds to add and the command that adds them (:func:`seed_advice`).
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bnexp.records import MIN_RECORDS
 from bnexp.rundir import read_sweep_overrides
 
 MIN_SEEDS = 2
@@ -78,18 +77,6 @@ def chance_gaps(sides: list[tuple[str, float | None]], num_classes: int = NUM_CL
             out.append(f"{label} has no test accuracy")
         elif acc <= bar:
             out.append(f"{label} is at chance (final test accuracy {100 * acc:.1f}% <= {100 * bar:g}%)")
-    return out
-
-
-def record_gaps(sides: list[tuple[str, list[int] | None]], what: str, min_records: int = MIN_RECORDS) -> list[str]:
-    """Reasons for too few records: [(label, records per seed)] -> ["BN has 2 monitor records in a seed
-    (need 5)"]; None or [] means the measurement is absent."""
-    out = []
-    for label, per_seed in sides:
-        if not per_seed:
-            out.append(f"{label} has no {what}")
-        elif min(per_seed) < min_records:
-            out.append(f"{label} has {min(per_seed)} {what} in a seed (need {min_records})")
     return out
 
 

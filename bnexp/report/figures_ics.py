@@ -10,13 +10,18 @@ import pandas as pd
 
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
-from bnexp.report.ics_stats import REL_LANDSCAPE_KEYS, distribution_series, gradient_series, landscape_series
+from bnexp.report.ics_stats import gradient_long, layer_long, records
+from bnexp.report.load import Run, Sweep
 from bnexp.report.stats import numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).
-AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."),
+AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS from step 0", "unitless"),
+        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"),
         "l2": ("||G - G'||_2", "nats per weight unit"), "l2_rel": ("||G - G'|| / ||G||", "unitless"),
+        "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
+        "fn_loss_variation": ("loss variation", "nats"),
+        "fn_beta_smoothness": ("effective beta-smoothness", "nats per step squared"),
         "cos": ("cos(G, G')", "unitless"),
         "loss_variation": ("loss variation", "nats"),
         "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
@@ -37,6 +42,19 @@ def axis_label(key: str) -> str:
     return f"{name} ({unit})"
 
 
+def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key`` in one run, for a figure: ``view`` "shift" (mean over layers), "grad"
+    (mean over layers 2..K) or "land" (landscape probes)."""
+    if view == "land":
+        rows = records(sweep.rows("ics", run), "landscape")
+        s = pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce").groupby(rows["step"]).mean()
+    else:
+        long = (layer_long(sweep.rows("shift", run), "shift_metrics") if view == "shift"
+                else gradient_long(sweep.rows("ics", run)))
+        s = long[long["key"] == key].groupby("step")["value"].mean()
+    return [int(i) for i in s.dropna().index], s.dropna().tolist()
+
+
 def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:
     """Mean over seeds at every step of per-seed (steps, values) series (finite values only)."""
     steps = [int(st) for s, _ in series for st in s]
@@ -53,7 +71,7 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     plt = pyplot()
     st = styles(report.groups)
     confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
-             if s.get("ics") and s["ics"].get(view)]
+             if s.get("ics") and any(k.startswith(view + ".") for k in s["ics"]["measures"])]
     drawn_panels = []
     for key, ylabel, fn in panels:
         lines = []
@@ -88,33 +106,38 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     return fig
 
 
+def _series(view: str, key: str):
+    return lambda sweep, run: layer_mean_series(sweep, run, view, key)
+
+
 def ics_distribution_figure(report: Report):
-    """ics_distribution.png: the BN paper's view -- Wasserstein-1 distance of each layer's input
-    distribution from its first record (step 0), averaged over layers, vs step."""
-    return ics_figure(report, "distribution",
-                      [("w1_first", "per-unit W1(now, step 0) of the layers' inputs, mean over layers",
-                        distribution_series)],
+    """ics_distribution.png: the BN paper's view -- how far each layer's input distribution moved from its
+    first record (step 0), averaged over layers, vs step: KS distance and W1 / initial spread (scale-free),
+    raw W1 (pre-activation units)."""
+    return ics_figure(report, "shift", [(k, f"{t}, mean over layers", _series("shift", k)) for k, t in (
+        ("ks_first", "KS(now, step 0)"), ("w1_rel_first", "W1(now, step 0) / initial spread"),
+        ("w1_first", "W1(now, step 0), raw"))],
                       "Distribution view (BN paper): how far the input distributions moved from their start")
 
 
 def ics_gradient_figure(report: Report):
-    """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged:
-    the relative ||G - G'||_2 / ||G||_2 (left) and cos(G, G') (right) vs step."""
-    return ics_figure(report, "gradient",
-                      [("l2_rel", "||G - G'|| / ||G||, layers 2..K", lambda sw, r: gradient_series(sw, r)[:2]),
-                       ("cos", "cos(G, G'), layers 2..K", lambda sw, r: gradient_series(sw, r)[::2])],
-                      "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
+    """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged: the
+    relative ||G - G'|| / ||G|| per unit of the earlier layers' relative movement, the relative
+    ||G - G'|| / ||G|| and cos(G, G') vs step."""
+    return ics_figure(report, "grad", [(k, f"{t}, layers 2..K", _series("grad", k)) for k, t in (
+        ("l2_rel_per_move", "||G - G'|| / ||G|| per move"), ("l2_rel", "||G - G'|| / ||G||"),
+        ("cos", "cos(G, G')"))], "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
 
 
 def ics_landscape_figure(report: Report):
-    """ics_landscape.png: loss variation, gradient predictiveness and beta-smoothness along the
-    gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4) in the scale-invariant parametrization (steps
-    relative to each tensor's norm, the one verdicts use) vs step; log y-scale where all positive."""
-    panels = [(k, title, (lambda sw, r, k=k: (landscape_series(sw, r)[0], landscape_series(sw, r)[1][k])))
-              for k, title in zip(REL_LANDSCAPE_KEYS, ("loss variation", "gradient predictiveness (l2 change)",
-                                                       "effective beta-smoothness"))]
-    return ics_figure(report, "landscape", panels,
-                      "Loss landscape along the gradient, scale-invariant steps (Santurkar et al. 2018)", log=True)
+    """ics_landscape.png: loss variation and effective beta-smoothness along the gradient (Santurkar et al.
+    2018, Sec. 3.1, Fig. 4) along filter-normalized directions (Li et al. 2018), and the raw beta-smoothness,
+    vs step; log y-scale where all positive."""
+    return ics_figure(report, "land", [(k, t, _series("land", k)) for k, t in (
+        ("fn_loss_variation", "loss variation (filter-normalized)"),
+        ("fn_beta_smoothness", "effective beta-smoothness (filter-normalized)"),
+        ("beta_smoothness", "effective beta-smoothness (raw)"))],
+                      "Loss landscape along the gradient (Santurkar et al. 2018)", log=True)
 
 
 ICS_PLOTS = {"ics_distribution.png": ics_distribution_figure, "ics_gradient.png": ics_gradient_figure,

@@ -27,17 +27,6 @@ def format_steps(st: dict, unit: str = "") -> str:
     return steps_pm(st, unit) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 
-def steps_phrase(st: dict) -> str:
-    """A :func:`reach_stat` in a sentence: "5,000 ± 816 steps", or with the seeds that did not
-    reach the target: "2,500 ± 500 steps in 2/3 runs (not reached in 1/3)"."""
-    if st["reached"] == 0:
-        return f"not reached in {st['n']}/{st['n']} runs" if st["n"] else "n/a"
-    text = steps_pm(st, " steps")
-    if st["not_reached"]:
-        text += f" in {st['reached']}/{st['n']} runs (not reached in {st['not_reached']}/{st['n']})"
-    return text
-
-
 def format_acc(st: dict, unit: str = "") -> str:
     """Accuracy statistic in percent: "97.12 ± 0.05", with ``unit="%"`` "97.12 ± 0.05%" and
     "95.57% (1 seed)" ("n/a" when missing)."""
@@ -60,16 +49,6 @@ def format_stat(st: dict | None, missing: str = "n/a") -> str:
     if st.get("n") == 1:
         return f"{st['mean']:.4g} (1 seed)"
     return f"{st['mean']:.4g} ± {st['std']:.2g}"
-
-
-def format_g(v: float | None) -> str:
-    """A measurement with 4 significant digits: 0.123456 -> "0.1235" ("n/a" for None)."""
-    return "n/a" if v is None else f"{v:.4g}"
-
-
-def format_ratio(v: float | None) -> str:
-    """A ratio with 2 decimals: 0.5 -> "0.50" ("n/a" for None)."""
-    return "n/a" if v is None else f"{v:.2f}"
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:

@@ -150,9 +150,9 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     v = bn_variant(group)
     if v is None:
         return group.label
-    if v == "noisy BN" and len({g.config.get("bn.noise_scale", 1.0) for g in groups
+    if v == "noisy BN" and len({noise_scale(g) for g in groups
                                 if bn_variant(g) == "noisy BN"}) > 1:  # several strengths (scripts/ics_study.sh)
-        v += f" noise_scale={group.config.get('bn.noise_scale', 1.0):g}"
+        v += f" noise_scale={noise_scale(group):g}"
     exp = group.experiment
     if exp:  # the keys that vary among this preset's configurations only (e.g. a rate grid)
         same = [g for g in groups if g.experiment == exp]
@@ -232,6 +232,29 @@ def _group_order(g: ConfigGroup) -> tuple:
     vals = tuple((k, _sort_value(v)) for k, v in sorted(g.config.items())
                  if not k.startswith("bn.") and k != "experiment")
     return (exp != "baseline", exp is None, exp or "", vals, g.bn is not True, g.label)
+
+
+def noise_scale(g: ConfigGroup) -> float:
+    """bn.noise_scale of a configuration (1.0 when absent)."""
+    v = g.config.get("bn.noise_scale", 1.0)
+    return float(v) if isinstance(v, (int, float)) else 1.0
+
+
+def comparison_sets(groups: list[ConfigGroup]) -> list[dict]:
+    """Matching configurations (same config except bn.* and experiment, :func:`pair_key`) with BN or
+    noisy BN and no BN, for the claims table (:mod:`bnexp.report.ics_verdicts`): [{"BN": the first BN
+    group or None, "no BN": the first no-BN group, "noisy": [noisy-BN groups by noise_scale]}]."""
+    sets: dict[str, dict] = {}
+    for g in groups:
+        v = bn_variant(g)
+        if v is not None:
+            s = sets.setdefault(pair_key(g), {"BN": None, "no BN": None, "noisy": []})
+            if v == "noisy BN":
+                s["noisy"].append(g)
+            elif s[v] is None:
+                s[v] = g
+    return [{**s, "noisy": sorted(s["noisy"], key=noise_scale)} for s in sets.values()
+            if s["no BN"] is not None and (s["BN"] is not None or s["noisy"])]
 
 
 def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:

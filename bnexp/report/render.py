@@ -7,10 +7,11 @@ import pandas as pd
 
 from bnexp.report.best_rate import best_rate_md
 from bnexp.report.build import Report
-from bnexp.report.fmt import format_acc, format_g, format_stat, format_target, md_table
+from bnexp.report.claims import claims_md
+from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import format_value
-from bnexp.report.ics_stats import PROBE_KINDS, REL_LANDSCAPE_KEYS
-from bnexp.report.ics_verdicts import COS_MARGIN, ICS_MARGIN, ICS_TITLE, NEARLY_AS_FAST
+from bnexp.report.ics_stats import PROBE_KINDS
+from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ordered_keys
 from bnexp.report.noise_sweep import noise_strength_md
 from bnexp.report.figstyle import refs
@@ -20,25 +21,43 @@ from bnexp.report.frontier import frontier_markdown
 
 ICS_INTRO = (
     "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift the change in "
-    "the distribution of a layer's inputs during training: *W1 step to step* is the per-unit Wasserstein-1 distance "
-    "(per unit, then the mean over units) between a layer's inputs to its nonlinearity on the fixed probe set at "
-    "consecutive monitor records (mean over the records after step 0), *W1 from start* the distance between the last "
-    "record and step 0, *pooled W1* the same over all units pooled (shifts of different units can cancel in it), *BN "
-    "input W1* the per-unit W1 of BN's own input Wu (where the shift BN removes happens), *|Δmean|/std from start* the "
-    "mean over units of |mean_end - mean_0| / std_0; all averaged over the hidden layers. In the monitor's default "
-    "`batch` mode every BN unit's mean and std are beta and gamma by construction, so the BN network's "
-    "nonlinearity-input shift only shows gamma, beta and the distribution's shape (docs/ics/measurements.md). "
-    "**Santurkar et al. 2018** (\"How Does Batch Normalization Help Optimization?\") measure ICS by how much a layer's "
-    "gradient changes when the layers before it take their update (Def. 2.1: the relative ||G - G'|| / ||G|| -- the "
-    "absolute ||G - G'|| shrinks with the gradient itself -- and cos(G, G'), mean over the probes and over layers "
-    "2..K; layer 1 is trivially 0 / 1) and argue that BN helps by making the loss landscape smoother (loss variation, "
-    "gradient predictiveness and effective beta-smoothness along the gradient, Sec. 3.1, with steps relative to each "
-    "parameter tensor's norm so that BN's scale invariance does not confound them; the raw values are in "
-    "report.json); *noisy BN* is BN followed by injected, time-varying noise (Sec. 2.1), i.e. deliberate covariate "
-    "shift.")
-ICS_FIGURES = {"ics_distribution.png": "Distribution view: per-unit W1 of the layers' inputs from step 0",
+    "the distribution of a layer's inputs during training. Per unit of each hidden layer, on a fixed probe set, the "
+    "last monitor record is compared with step 0: *KS* is the Kolmogorov-Smirnov distance (rank-based, unitless), "
+    "*W1 / spread* the Wasserstein-1 distance divided by the unit's initial p15-p85 spread, both unchanged when the "
+    "pre-activations are rescaled; *W1 (raw)* is in the pre-activations' own units, so it also grows with their scale "
+    "and is never used for a verdict; *floor* is the same statistic between two independent samples of one "
+    "distribution (its sampling noise). Means over units, then over the hidden layers (last layer: the last hidden "
+    "one); *step to step*: mean over the records after step 0. **Santurkar et al. 2018** measure ICS by how much a "
+    "layer's gradient changes when the layers before it take their update (Def. 2.1: ||G - G'|| / ||G||, layers "
+    "2..K), here also per unit of the earlier layers' relative movement ||ΔW_<i|| / ||W_<i|| (*per move*), so that a "
+    "net that barely moves does not score as stable; and argue that BN makes the loss landscape smoother (Sec. 3.1: "
+    "effective beta-smoothness along the gradient), here along filter-normalized directions (Li et al. 2018) for both "
+    "nets, beside the raw value. *Noisy BN* is BN followed by injected, time-varying noise (Sec. 2.1), i.e. "
+    "deliberate covariate shift; docs/ics/measurements.md defines every measure.")
+CLAIMS_HOWTO = (
+    "Each row is one statement, its quantity, direction and threshold fixed in code before the run "
+    "(bnexp/report/ics_verdicts.py). Per seed, seed s of one configuration is paired with seed s of the other; "
+    "\"mean\" is the mean over seeds, \"95% interval\" the percentile bootstrap of that mean over seeds, \"std\" the "
+    "sample std (ddof=1). *supported*: the whole interval lies on the claimed side of the threshold; *not supported*: "
+    "on the other side; *inconclusive*: it straddles the threshold, fewer than 3 seeds, a run that never left chance, "
+    "a measure the records lack, or a ratio that is only a bound (a target not reached within the budget) pointing "
+    "the other way; *premise not met*: the comparison the claim needs does not exist. No row counts for or against "
+    "an account; the rows are not tallied.")
+ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
                "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
-               "ics_landscape.png": "Loss landscape along the gradient, scale-invariant (Santurkar Sec. 3.1)"}
+               "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
+# The ICS tables: (column of the configurations' ics measures, header)
+DIST_COLUMNS = (("shift.ks_first", "KS from start"), ("shift.ks_first.last", "KS from start, last layer"),
+                ("shift.ks_floor", "KS floor"), ("shift.w1_rel_first", "W1 / spread from start"),
+                ("shift.w1_rel_first.last", "W1 / spread, last layer"), ("shift.w1_rel_floor", "W1 / spread floor"),
+                ("shift.w1_first", "W1 from start (raw)"), ("bn_input.ks_first", "BN input KS from start"),
+                ("shift.ks_prev", "KS step to step"))
+GRAD_COLUMNS = (("grad.l2_rel_per_move", "‖G - G'‖ / ‖G‖ per move"), ("grad.l2_rel", "‖G - G'‖ / ‖G‖"),
+                ("grad.move_rel", "earlier layers' move"), ("grad.cos", "cos(G, G')"),
+                ("land.fn_beta_smoothness", "beta-smoothness (filter-norm.)"),
+                ("land.fn_loss_variation", "loss variation (filter-norm.)"),
+                ("land.rel_beta_smoothness", "beta-smoothness (scale-inv.)"),
+                ("land.beta_smoothness", "beta-smoothness (raw)"))
 
 
 def _frame(header: list[str], rows: list[list]) -> pd.DataFrame:
@@ -89,41 +108,29 @@ def _stability_md(report: Report) -> list[str]:
     return head + md_table(["configuration", "layer", "|median shift|", "spread end/first", "seeds"], rows) + [""]
 
 
-def ics_rows(report: Report) -> list[tuple[str, dict | None]]:
-    """(section label, ics summary or None) of every configuration, in report order."""
-    return [(s["ics"]["label"] if s.get("ics") else (g.variant_label or g.label), s.get("ics"))
-            for g, s in zip(report.groups, report.data["configurations"])]
-
-
-def view_cell(ics: dict | None, view: str, key: str, missing: str = "n/a") -> str:
-    """A table cell: "mean ± std" of ``ics[view][key]``, "not measured" when the view is absent."""
-    v = (ics or {}).get(view)
-    return format_stat(v[key], missing) if v else "not measured"
-
-
 def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
-    """The ICS section's tables: "distribution", "gradient" (with the landscape) and "cost"."""
-    dist, grad, cost = [], [], []
-    for label, ics in ics_rows(report):
-        d, g, ls, pt = ((ics or {}).get(k) for k in ("distribution", "gradient", "landscape", "probe_time_s"))
-        per_layer = (", ".join(f"{k} {format_g(v['mean'])}" for k, v in d["final_w1_first_per_layer"].items())
-                     if d else "not measured")
-        dist.append([label, str(d["seeds"]) if d else "0"]
-                    + [view_cell(ics, "distribution", k)
-                       for k in ("w1_prev_mean", "final_w1_first", "final_w1_pooled_first")]
-                    + [view_cell(ics, "distribution", "final_bn_input_w1_first", "no BN input"),
-                       view_cell(ics, "distribution", "final_mean_shift_first"), per_layer])
-        grad.append([label, "/".join(str(v["seeds"]) for v in (g, ls) if v) or "0"]
-                    + [view_cell(ics, "gradient", k) for k in ("l2_rel", "l2", "cos")]
-                    + [view_cell(ics, "landscape", k) for k in REL_LANDSCAPE_KEYS + ("beta_smoothness",)])
-        cost.append([label] + [format_stat(pt[k]) if pt else "not measured" for k in PROBE_KINDS])
-    return {"distribution": _frame(["configuration", "seeds", "W1 step to step", "W1 from start (end)",
-                                    "pooled W1 from start", "BN input W1 from start", "|Δmean|/std from start (end)",
-                                    "W1 from start per layer (end)"], dist),
-            "gradient": _frame(["configuration", "seeds", "‖G - G'‖ / ‖G‖ (layers 2..K)", "‖G - G'‖", "cos(G, G')",
-                                "loss variation (scale-inv.)", "gradient predictiveness (scale-inv.)",
-                                "beta-smoothness (scale-inv.)", "beta-smoothness (raw)"], grad),
-            "cost": _frame(["configuration", "eval", "monitor", "grad_ics", "landscape"], cost)}
+    """The ICS section's tables, one row per configuration with ICS data: "distribution" (:data:`DIST_COLUMNS`),
+    "gradient" (:data:`GRAD_COLUMNS`, with the landscape) and "cost" (seconds per run); "not measured" cells."""
+    confs = [s["ics"] for s in report.data["configurations"] if s.get("ics")]
+
+    def frame(columns) -> pd.DataFrame:
+        return _frame(["configuration", "seeds"] + [h for _, h in columns],
+                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), "not measured")
+                                                             for k, _ in columns] for c in confs])
+
+    return {"distribution": frame(DIST_COLUMNS), "gradient": frame(GRAD_COLUMNS),
+            "cost": frame([(f"time.{k}", k) for k in PROBE_KINDS]).drop(columns="seeds")}
+
+
+def claims_section_md(report: Report) -> list[str]:
+    """The "Claims" section: how to read a verdict, then one table per setting (:func:`claims_md`)."""
+    rows = report.data.get("claims") or []
+    if not rows:
+        return []
+    out = ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", ""]
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        out += ([f"At {setting}:", ""] if setting else []) + claims_md([r for r in rows if r["setting"] == setting])
+    return out
 
 
 def _ics_md(report: Report) -> list[str]:
@@ -134,30 +141,22 @@ def _ics_md(report: Report) -> list[str]:
     tables = ics_frames(report)
     out = [f"## {ICS_TITLE}", "", ICS_INTRO, "",
            f"Values are mean ± std over the finished seeds (diverged runs left out; \"(1 seed)\": a single run); "
-           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it. A measure counts as "
-           f"lower with BN only when it is below {1 - ICS_MARGIN:g} x the no-BN value; cosines differ when more "
-           f"than {COS_MARGIN:g} apart; noisy BN is \"nearly as fast\" when it needs at most {NEARLY_AS_FAST:g}x "
-           "BN's steps to the highest target BN reached in all seeds. A verdict needs at least 2 seeds per "
-           "configuration, at least 5 records of the measurement per seed and networks above chance; otherwise it "
-           "says \"insufficient evidence\".", "", "### Distribution view (BN paper)", ""]
+           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it (runs written before "
+           "the measure existed). The verdicts are in the section \"Claims\".", "",
+           "### Distribution view (BN paper)", ""]
     out += md(tables["distribution"]) + ["", "### Gradient-based ICS and loss landscape (Santurkar et al. 2018)", ""]
     out += md(tables["gradient"]) + ["", "### Cost of the probes (seconds per run, summary.json probe_time_s)", ""]
     out += md(tables["cost"]) + [""]
     if sec.get("noise_strength"):
         out += noise_strength_md(sec["noise_strength"])
-    out += ["### Verdicts", ""]
-    out += [f"- {v}" for v in sec["verdicts"]] or ["- No matching BN / noisy BN / no BN configurations to compare."]
-    out += ["", "### What this sweep supports", ""]
-    out += [p + "\n" for p in sec["supports"]] or ["Nothing to compare: the sweep has no matching BN / no BN / "
-                                                   "noisy BN configurations.", ""]
     if sec["figures"]:
         out += ["### Figures", ""] + [line for f in sec["figures"] for line in (f"![{ICS_FIGURES[f]}]({f})", "")]
     return out
 
 
 def render_markdown(report: Report) -> str:
-    """The text of report.md: the Sec. 4.2 frontier (if any), verdicts, main table, speedups, figures,
-    stability, the ICS section (if any), failed runs."""
+    """The text of report.md: the Sec. 4.2 frontier (if any), verdicts, claims, main table, speedups,
+    figures, stability, the ICS section (if any), failed runs."""
     d, ref = report.data, refs(report)
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
@@ -166,7 +165,7 @@ def render_markdown(report: Report) -> str:
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
-    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""]
+    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(report)
     out += ["## Results per configuration", ""] + md(main_table(report)) + [""]
     out += _speedup_md(report) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
     out += ["## Figures", "",

@@ -84,7 +84,8 @@ def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
 def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
     """The sweep's run table plus each run's ``max_test_accuracy`` (the maximum over metrics.jsonl, else
     summary ``best_test_accuracy``), ``final_test_accuracy`` (the summary's, else the last metrics
-    record's) and ``steps_to_<target>`` for every target (:func:`target_steps`) (Sec. 4.1)."""
+    record's), ``final_train_accuracy`` (the last metrics record with one) and ``steps_to_<target>`` for
+    every target (:func:`target_steps`) (Sec. 4.1)."""
     t, m = sweep.table.copy(), sweep.metrics
     summ = {k: numeric(t.get(f"summary.{k}", pd.Series(index=t.index))).set_axis(t.index)
             for k in ("best_test_accuracy", "final_test_accuracy")}
@@ -92,6 +93,8 @@ def run_table(sweep: Sweep, targets: list[float]) -> pd.DataFrame:
     t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
     last = by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)  # the last record's, even when missing
     t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(last)
+    train = numeric(m.get("train_accuracy", pd.Series(index=m.index, dtype=float))).set_axis(m.index)
+    t["final_train_accuracy"] = train.groupby(m["run"]).last().reindex(t.index)
     for target in targets:
         t[f"steps_to_{target_key(target)}"] = target_steps(sweep, target)
     return t
@@ -119,15 +122,6 @@ def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
         v = no_bn_max_steps / bn["mean"]
         return {"value": v, "lower_bound": True, "text": f">= {v:.1f}x (lower bound)"}
     return {"value": None, "lower_bound": None, "text": "n/a"}
-
-
-def layer_columns(frame: pd.DataFrame, prefix: str, key: str) -> pd.DataFrame:
-    """The columns ``<prefix>.<layer>.<key>`` of a records frame as a (records x layers) float
-    DataFrame whose columns are the layer names, in the order first seen."""
-    pat = re.compile(rf"^{re.escape(prefix)}\.(.+)\.{re.escape(key)}$")
-    cols = {m.group(1): c for c in frame.columns if (m := pat.match(c))}
-    return pd.DataFrame({layer: numeric(frame[c]).set_axis(frame.index) for layer, c in cols.items()},
-                        index=frame.index)
 
 
 def band_keys(keys: Iterable[str]) -> tuple[str, str, str] | None:
