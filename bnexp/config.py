@@ -26,7 +26,7 @@ from bnexp.errors import ConfigError, UserError
 from bnexp.resources import DATASETS
 from bnexp.runnames import safe_dirname, sweep_subdir
 
-INITS = ("normal", "kaiming", "torch")
+INITS = ("normal", "kaiming", "xavier", "torch")
 
 
 def opt(default: Any, help: str, check: c.Check | None = None) -> Any:
@@ -136,9 +136,9 @@ class MLPConfig:
     init_std: Optional[float] = opt(0.01, "the std of init=normal: \"small random Gaussian values\" W ~ N(0, "
                                           "0.01^2), biases 0", c.optional(c.in_float32(), "with init=normal: 0.01"))
     dropout: float = opt(0.0, "dropout probability before the classifier", c.interval(0, 1, "[)"))
-    init: Optional[str] = opt("normal", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | torch "
-                                        "(torch's default)", c.optional(c.one_of(*INITS), "normal if init_std "
-                                                                                          "is set, else torch"))
+    init: Optional[str] = opt("normal", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | xavier "
+                                        "(Glorot uniform) | torch (torch's default)",
+                              c.optional(c.one_of(*INITS), "normal if init_std is set, else torch"))
 
 
 @dataclass
@@ -156,9 +156,9 @@ class CNNConfig:
     fc: int = opt(128, "units of the hidden fully-connected layer", c.at_least(1))
     init_std: Optional[float] = opt(None, "the std of init=normal", c.optional(c.in_float32(), "torch's init"))
     dropout: float = opt(0.0, "dropout probability before the classifier", c.interval(0, 1, "[)"))
-    init: Optional[str] = opt("torch", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | torch "
-                                       "(torch's default)", c.optional(c.one_of(*INITS), "normal if init_std "
-                                                                                         "is set, else torch"))
+    init: Optional[str] = opt("torch", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | xavier "
+                                       "(Glorot uniform) | torch (torch's default)",
+                              c.optional(c.one_of(*INITS), "normal if init_std is set, else torch"))
 
 
 @dataclass

@@ -111,7 +111,7 @@ def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
     return bn
 
 
-INITS = ("normal", "kaiming", "torch")
+INITS = ("normal", "kaiming", "xavier", "torch")
 
 
 def _init_weights(model: nn.Module, init: str | None, init_std: float | None) -> None:
@@ -121,6 +121,10 @@ def _init_weights(model: nn.Module, init: str | None, init_std: float | None) ->
     * ``kaiming``: He et al. 2015 normal init, fan-in mode, ReLU gain: W ~ N(0, 2 / fan_in), b = 0,
       which keeps the pre-activation variance roughly constant from layer to layer in a plain
       ReLU network (He et al. 2015, Sec. 2.2, eq. 10). The classifier gets the same rule.
+    * ``xavier``: Glorot & Bengio 2010 "normalized initialization" (eq. 16), W ~ U(-a, a) with
+      a = sqrt(6 / (fan_in + fan_out)), i.e. Var W = 2 / (fan_in + fan_out) (gain 1, torch's gain for
+      the sigmoid), b = 0; ``torch.nn.init.xavier_uniform_``. A control for the small Gaussian, which
+      puts the plain sigmoid net on a slow start (issue 20).
     * ``torch``: torch's default (Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in),
       1/sqrt(fan_in)) weights and biases), left as constructed.
     * None: ``normal`` when ``init_std`` is given, else ``torch`` (the behaviour before ``model.init``).
@@ -132,7 +136,7 @@ def _init_weights(model: nn.Module, init: str | None, init_std: float | None) ->
     if init is None:
         init = "torch" if init_std is None else "normal"
     if init not in INITS:
-        raise ConfigError("model.init", init, "use normal, kaiming or torch")
+        raise ConfigError("model.init", init, "use normal, kaiming, xavier or torch")
     if init == "torch":
         return
     if init == "normal" and not (init_std is not None and init_std > 0):
@@ -141,6 +145,8 @@ def _init_weights(model: nn.Module, init: str | None, init_std: float | None) ->
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             if init == "normal":
                 nn.init.normal_(m.weight, 0.0, init_std)
+            elif init == "xavier":
+                nn.init.xavier_uniform_(m.weight)
             else:
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
             if m.bias is not None:
@@ -163,7 +169,7 @@ class MLP(nn.Module):
             without ``norm`` / ``position`` means BN before g.
         init_std: std of the Gaussian weight init (``init="normal"``).
         dropout: dropout probability before the classifier.
-        init: ``normal``, ``kaiming`` or ``torch``; None: ``normal`` when ``init_std`` is given,
+        init: ``normal``, ``kaiming``, ``xavier`` or ``torch``; None: ``normal`` when ``init_std`` is given,
             else torch's default (see :func:`_init_weights`).
     """
 

@@ -116,7 +116,7 @@ def test_added_or_deleted_keys_are_refused(overrides, needle):
     ("trainer.targets=[0.5,1.5]", "trainer.targets", "(0, 1]"),
     ("trainer.device=tpu", "trainer.device", "cuda:N"),
     ("data.augment=wild", "data.augment", "standard"),
-    ("model.init=xavier", "model.init", "kaiming"),
+    ("model.init=lecun", "model.init", "xavier"),
     ("scale.evals=0", "scale.evals", "must be >= 1"),  # checked before the presets divide by it
     ("seed=-1", "seed", "[0, 2^62)"),
     ("trainer.probe_size=1", "trainer.probe_size", ">= 2 images"),  # BN over a probe of one image

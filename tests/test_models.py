@@ -289,6 +289,56 @@ def test_cnn_init_std():
     assert all(torch.count_nonzero(layer.affine.bias) == 0 for _, layer in hidden_layers(model))
 
 
+@pytest.mark.parametrize("bn", [False, True])
+def test_mlp_xavier_init_is_glorot_uniform(bn):
+    """model.init=xavier: every weight matrix ~ U(-a, a), a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010,
+    eq. 16), so Var W = 2 / (fan_in + fan_out); biases 0. Checked against the formula (bound, variance, a
+    Kolmogorov-Smirnov test against that uniform) and against torch.nn.init.xavier_uniform_ (a two-sample KS test)."""
+    from scipy import stats
+
+    torch.manual_seed(11)
+    model = _paper_mlp(bn, init="xavier", init_std=0.01)  # init_std is ignored by xavier
+    weights = [layer.affine for _, layer in hidden_layers(model)] + [model.classifier]
+    for lin in weights:
+        w = lin.weight.detach().flatten().double()
+        fan_in, fan_out = lin.in_features, lin.out_features
+        a = (6 / (fan_in + fan_out)) ** 0.5
+        assert w.abs().max() <= a and w.abs().max() > 0.95 * a
+        rel_tol = 0.05 if w.numel() >= 10_000 else 0.12  # 1000 classifier weights: sampling SE ~3% of the var
+        assert abs(w.var().item() / (2 / (fan_in + fan_out)) - 1) < rel_tol
+        assert abs(w.mean().item()) < 4 * a / (3 * w.numel()) ** 0.5  # 4 standard errors of the mean
+        assert stats.kstest(w.numpy(), stats.uniform(loc=-a, scale=2 * a).cdf).pvalue > 1e-3
+        ref = nn.init.xavier_uniform_(torch.empty(fan_out, fan_in)).flatten().double()
+        assert stats.ks_2samp(w.numpy(), ref.numpy()).pvalue > 1e-3
+        if lin.bias is not None:
+            assert torch.count_nonzero(lin.bias) == 0
+    # not the paper's small Gaussian: layer 1's std is sqrt(2 / 884) ~ 0.048, not 0.01
+    assert weights[0].weight.std().item() > 0.04
+
+
+def test_cnn_xavier_init_uses_the_receptive_field():
+    """For a 3x3 convolution fan_in = in_channels * 9 and fan_out = out_channels * 9 (torch's convention)."""
+    torch.manual_seed(12)
+    model = CNN((3, 32, 32), [32, 64], 1, 128, 10, "sigmoid", None, init="xavier")
+    conv = hidden_layers(model)[1][1].affine  # 32 -> 64 channels, 18432 weights
+    a = (6 / (32 * 9 + 64 * 9)) ** 0.5
+    w = conv.weight.detach()
+    assert w.abs().max() <= a and w.abs().max() > 0.95 * a
+    assert abs(w.var().item() / (a * a / 3) - 1) < 0.05
+    assert torch.count_nonzero(conv.bias) == 0
+
+
+def test_xavier_is_a_valid_config_value():
+    from bnexp.config import compose_config, validate
+
+    cfg = compose_config(["model.init=xavier"])
+    validate(cfg)
+    torch.manual_seed(0)
+    model = build_model(cfg, (1, 28, 28), 10)
+    w = hidden_layers(model)[1][1].affine.weight  # 100 x 100: a = sqrt(6 / 200)
+    assert w.abs().max() <= (6 / 200) ** 0.5 and w.std().item() > 0.09
+
+
 def test_cnn_too_many_pool_stages_raises():
     with pytest.raises(ValueError):
         CNN((1, 28, 28), [2, 2, 2, 2, 2], 1, 4, 10, "relu", None)  # 28 -> 14 -> 7 -> 3 -> 1 -> 0

@@ -19,29 +19,67 @@ REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png
 
 
 def _script(name: str, tmp_path: Path, data_root: Path, *overrides: str, **env_extra: str):
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), JOBS="2", **env_extra)
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), **{"JOBS": "2", **env_extra})
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     return subprocess.run(["bash", str(REPO / "scripts" / name), *overrides], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
 def test_reproduce_mnist_small_sweep_writes_report(tmp_path, data_root):
-    sweep = tmp_path / "mnist"
-    r = _script("reproduce_mnist.sh", tmp_path, data_root, "trainer.max_steps=300", "seed=0", "lr=0.12",
-                "trainer.eval_every=100", "trainer.hist_every=100", SWEEP_DIR=str(sweep))
+    """The four blocks of the design (BN / no BN x normal / xavier init), cut to one rate and one seed; a second
+    call trains nothing; DOCS_DIR receives the report."""
+    sweep, docs = tmp_path / "mnist", tmp_path / "docs"
+    args = ("trainer.max_steps=300", "seed=1", "lr=0.12", "trainer.eval_every=100", "trainer.hist_every=100")
+    r = _script("reproduce_mnist.sh", tmp_path, data_root, *args, SWEEP_DIR=str(sweep), DOCS_DIR=str(docs))
     assert r.returncode == 0, r.stderr[-3000:]
     runs = sorted(p.parent.name for p in sweep.glob("*/summary.json"))
-    assert len(runs) == 2 and {n.split(",")[0] for n in runs} == {"bn=true", "bn=false"}
+    assert runs == [f"bn={b},init={i},lr=0.12,seed=1" for b in ("false", "true") for i in ("normal", "xavier")]
     for f in REPORT_FILES:
         assert (sweep / f).stat().st_size > 0, f
+        assert (docs / f).read_bytes() == (sweep / f).read_bytes(), f
     report = json.loads((sweep / "report.json").read_text())
-    assert len(report["configurations"]) == 2
+    assert len(report["configurations"]) == 4
+    assert {c["config"]["model.init"] for c in report["configurations"]} == {"normal", "xavier"}
+    summary = json.loads((sweep / "bn=true,init=xavier,lr=0.12,seed=1" / "summary.json").read_text())
+    assert summary["max_steps"] == 300 and summary["seed"] == 1
     assert "sweep wall time" in r.stdout
     # re-running completes only what is missing: nothing here
-    r2 = _script("reproduce_mnist.sh", tmp_path, data_root, "trainer.max_steps=300", "seed=0", "lr=0.12",
-                 "trainer.eval_every=100", "trainer.hist_every=100", SWEEP_DIR=str(sweep))
+    r2 = _script("reproduce_mnist.sh", tmp_path, data_root, *args, SWEEP_DIR=str(sweep), DOCS_DIR="")
     assert r2.returncode == 0
-    assert (r2.stdout + r2.stderr).count("skipped") == 2
+    assert (r2.stdout + r2.stderr).count("skipped") == 4
+
+
+def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
+    """DRY_RUN=1 trains nothing: the 81 planned runs (4 blocks x their grids x seeds 1-3, not the pilot seed 0),
+    30,000 steps each, the estimate from the stated idle speeds; a run already complete is marked done and
+    leaves the estimate."""
+    from bnexp.mnist_design import BLOCKS, SEEDS, run_seconds
+
+    sweep = tmp_path / "mnist"
+    r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not sweep.exists()
+    n = sum(len(b.rates) for b in BLOCKS) * len(SEEDS)
+    assert n == 81 and f"81 runs of 30,000 steps, evaluation every 250 steps; to run: 81 runs, {81 * 30000:,} steps" \
+        in r.stdout
+    lines = r.stdout.splitlines()
+    names = [s.strip() for s in lines if s.startswith("  ")]
+    assert len(names) == 81 and len(set(names)) == 81 and not any(n.endswith(",seed=0") for n in names)
+    assert "  bn=false,init=normal,lr=1.8,seed=2" in lines and "  bn=true,init=xavier,lr=14.4,seed=3" in lines
+    # by hand: blocks of 24, 27, 15, 15 runs on 2 jobs = 12 + 14 + 8 + 8 waves of one run each
+    minutes = ((12 + 8) * (12 + 30000 / 290) + (14 + 8) * (12 + 30000 / 490)) / 60
+    assert f"estimated wall time: {minutes:.0f} min with 2 parallel jobs, assuming an idle machine" in r.stdout
+    assert run_seconds(True, 30000) == pytest.approx(12 + 30000 / 290)
+    # a complete run is skipped by the real sweep, so the plan marks it and leaves it out
+    done = sweep / "bn=true,init=normal,lr=7.2,seed=1"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "finished"}))
+    r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1", JOBS="1")
+    assert "  bn=true,init=normal,lr=7.2,seed=1  (done)" in r.stdout.splitlines()
+    assert "to run: 80 runs, 2,400,000 steps" in r.stdout
+    # extra overrides narrow the plan as they narrow the sweep (the last of a key wins)
+    r = _script("reproduce_mnist.sh", tmp_path, data_root, "seed=5", "lr=1.2", "trainer.max_steps=900", DRY_RUN="1")
+    assert "4 runs of 900 steps" in r.stdout and "  bn=false,init=xavier,lr=1.2,seed=5" in r.stdout.splitlines()
 
 
 def test_reproduce_cifar_dry_run_prints_the_plan(tmp_path, data_root):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate_md
+from bnexp.report.best_rate import best_rate_md, best_rate_speedups_md
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
@@ -168,6 +168,7 @@ def render_markdown(report: Report) -> str:
     out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(report)
     out += ["## Results per configuration", ""] + md(main_table(report)) + [""]
     out += _speedup_md(report) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
+    out += best_rate_speedups_md(d.get("best_rate_speedups") or [])
     out += ["## Figures", "",
             f"![Test accuracy vs steps, whole range and zoomed top ({ref['accuracy']})](accuracy_vs_steps.png)", "",
             f"![Percentiles of a typical last-hidden-layer unit, no BN vs BN ({ref['percentiles']})](percentiles.png)",

@@ -1,0 +1,184 @@
+"""Speedups at each network's own best rate (issue 20, item 5) on synthetic sweeps whose steps-to-target
+are set by hand, and the MNIST sweep's fixed design (bnexp/mnist_design.py, scripts/reproduce_mnist.sh)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_report import has_row, make_run  # noqa: E402  (synthetic run builders)
+
+from bnexp import mnist_design as design  # noqa: E402
+from bnexp.report import build_report  # noqa: E402
+from bnexp.report.best_rate import (CENSORED, EVERY_SEED, LOWER, SPEEDUP_TARGETS, SPEEDUP_THRESHOLD,  # noqa: E402
+                                    init_of, seed_ratio)
+from bnexp.report.claims import INCONCLUSIVE, SUPPORTED  # noqa: E402
+from bnexp.report.render import render_files  # noqa: E402
+
+from conftest import REPO  # noqa: E402
+
+EVERY, BUDGET, TARGETS = 250, 6000, [0.9, 0.95, 0.97]
+
+
+def knots(at90, at95, at97):
+    """An accuracy curve reaching 90%, 95% and 97% at the given steps (None: never)."""
+    k = [(0, 0.1)] + [(s, a) for s, a in ((at90, 0.9), (at95, 0.95), (at97, 0.97)) if s is not None]
+    return sorted(k)
+
+
+def run(root: Path, bn: bool, init: str, lr: float, seed: int, k, **kw) -> None:
+    d = make_run(root, f"bn={bn},init={init},lr={lr},seed={seed}", bn=bn, lr=lr, seed=seed, knots=k,
+                 max_steps=BUDGET, every=EVERY, targets=TARGETS, **kw)
+    cfg_file = d / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(cfg_file.read_text())
+    cfg["model"]["init"] = init
+    cfg_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+# seed -> (steps to 90%, 95%, 97%); None: never within the 6,000-step budget
+NORMAL = {
+    (True, 1.0): {1: (500, 1000, 2000), 2: (500, 1250, 2500), 3: (750, 1500, 3000)},
+    (True, 4.0): {1: (250, 750, 2500), 2: (250, 1000, 2750), 3: (250, 1000, 3000)},
+    (False, 1.0): {1: (2000, 4000, None), 2: (2500, 4500, None), 3: (3000, 5000, None)},
+    (False, 2.0): {1: (1500, 3000, None), 2: (1750, 3500, None), 3: (2000, None, None)},
+}
+XAVIER = {
+    (True, 1.0): {1: (250, 500, 4000), 2: (250, 500, 5000), 3: (250, 750, 6000)},
+    (True, 2.0): {1: (500, 1000, 5000), 2: (500, 1000, 5500), 3: (500, 1000, None)},
+    (False, 1.0): {1: (500, 1000, 2000), 2: (750, 1250, 2500), 3: (1000, 1500, None)},
+    (False, 2.0): {1: (750, 1500, None), 2: (1000, 1750, None), 3: (1250, 2000, None)},
+}
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    """Two inits x BN / no BN x two rates x seeds 1-3, plus a no-BN rate that diverges (too high)."""
+    root = tmp_path_factory.mktemp("speedups") / "grid"
+    for init, table in (("normal", NORMAL), ("xavier", XAVIER)):
+        for (bn, lr), seeds in table.items():
+            for seed, steps in seeds.items():
+                run(root, bn, init, lr, seed, knots(*steps))
+    for seed in (1, 2, 3):
+        run(root, False, "normal", 8.0, seed, [(0, 0.1)], status="diverged", diverged_step=300)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(grid):
+    """The report of :func:`grid`, built once (the machine is shared: each build takes a while)."""
+    return build_report(grid)
+
+
+def rows_by(report) -> dict:
+    return {(r["init"], r["target"]): r for r in report.data["best_rate_speedups"]}
+
+
+def test_targets_and_threshold_are_fixed():
+    assert SPEEDUP_TARGETS == (0.90, 0.95, 0.97) and SPEEDUP_THRESHOLD == 1.0
+
+
+def test_speedup_per_seed_at_each_ones_best_rate_per_target(report):
+    rows = rows_by(report)
+    assert list(rows) == [("normal", t) for t in SPEEDUP_TARGETS] + [("xavier", t) for t in SPEEDUP_TARGETS]
+    # 95%: BN's best rate is 4 (mean 916.7 < 1,250 at lr 1), no BN's is 1 (lr 2 misses 95% in seed 3, lr 8 diverged)
+    r = rows[("normal", 0.95)]
+    assert (r["bn_lr"], r["no_bn_lr"]) == (4.0, 1.0) and r["bn_selection"] == r["no_bn_selection"] == EVERY_SEED
+    assert r["bn_steps"] == {1: 750, 2: 1000, 3: 1000} and r["no_bn_steps"] == {1: 4000, 2: 4500, 3: 5000}
+    assert r["per_seed"] == pytest.approx({1: 4000 / 750, 2: 4500 / 1000, 3: 5000 / 1000})
+    assert r["mean"] == pytest.approx((4000 / 750 + 4.5 + 5) / 3)
+    assert 4.5 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 4000 / 750
+    assert r["verdict"] == SUPPORTED and r["lower_bound_seeds"] == [] and r["threshold"] == 1.0
+    # 90%: no BN's best rate is now 2 (every seed reached 90% there, mean 1,750 < 2,500): chosen per target
+    r = rows[("normal", 0.9)]
+    assert (r["bn_lr"], r["no_bn_lr"]) == (4.0, 2.0)
+    assert r["per_seed"] == pytest.approx({1: 6.0, 2: 7.0, 3: 8.0}) and r["verdict"] == SUPPORTED
+    # 97%: BN's best rate is 1 (2,500 < 2,750); no BN reaches 97% at no rate: censored at the budget
+    r = rows[("normal", 0.97)]
+    assert r["bn_lr"] == 1.0 and r["bn_steps"] == {1: 2000, 2: 2500, 3: 3000}
+    assert r["no_bn_selection"] == CENSORED and r["no_bn_lr"] == 1.0  # tie at the budget: the lower rate
+    assert r["no_bn_steps"] == {1: None, 2: None, 3: None} and r["no_bn_budget"] == BUDGET
+
+
+def test_lower_bounds_are_marked_and_never_count_against_bn(report):
+    rows = rows_by(report)
+    r = rows[("normal", 0.97)]  # every no-BN seed missed 97%: budget / BN steps, lower bounds, still > 1
+    assert r["per_seed"] == pytest.approx({1: 3.0, 2: 2.4, 3: 2.0}) and r["lower_bound_seeds"] == [1, 2, 3]
+    assert r["verdict"] == SUPPORTED and "lower bounds (no BN did not reach 97% within 6,000 steps)" in r["reason"]
+    # xavier, 97%: no BN is faster in seeds 1, 2 (0.5, 0.5) and its seed 3 missed 97% (6,000 / 6,000 = 1.0, a
+    # lower bound): the interval lies at or below 1, but a lower bound cannot refute BN: inconclusive
+    r = rows[("xavier", 0.97)]
+    assert r["no_bn_selection"] == CENSORED and r["no_bn_lr"] == 1.0  # censored means 3,500 vs 6,000
+    assert r["per_seed"] == pytest.approx({1: 0.5, 2: 0.5, 3: 1.0}) and r["lower_bound_seeds"] == [3]
+    assert r["ci_high"] <= 1.0 and r["verdict"] == INCONCLUSIVE and "true ratios are larger" in r["reason"]
+
+
+def test_seed_ratio_by_hand():
+    assert seed_ratio(500, 2000, 6000) == (4.0, None)
+    assert seed_ratio(500, None, 6000) == (12.0, LOWER)  # no BN needs more than 6,000 steps
+    assert seed_ratio(None, 2000, 6000)[0] is None  # only an upper bound: left out
+    assert seed_ratio(None, None, 6000)[0] is None
+
+
+def test_init_control_rows(report):
+    rows = rows_by(report)
+    for t, expected in ((0.9, {1: 2.0, 2: 3.0, 3: 4.0}), (0.95, {1: 2.0, 2: 2.5, 3: 2.0})):
+        r = rows[("xavier", t)]
+        assert r["init"] == "xavier" and r["name"] == f"BN trains in fewer steps to {t * 100:g}% (xavier init)"
+        assert (r["bn_lr"], r["no_bn_lr"]) == (1.0, 1.0) and r["per_seed"] == pytest.approx(expected)
+        assert r["verdict"] == SUPPORTED
+    assert init_of({"model.init": "xavier"}) == "xavier"
+    assert init_of({"model.init_std": 0.01, "model.name": "mlp"}) == "normal"  # older configs without the key
+
+
+def test_report_files_carry_the_claims(report):
+    files = render_files(report)
+    rows = json.loads(files["report.json"])["best_rate_speedups"]
+    assert len(rows) == 6 and {r["verdict"] for r in rows} == {SUPPORTED, INCONCLUSIVE}
+    assert {"target", "init", "per_seed", "ci_low", "ci_high", "std", "verdict"} <= set(rows[0])
+    assert rows[0]["bn"] == "BN model.init=normal" and rows[0]["no_bn"] == "no BN model.init=normal"
+    md = files["report.md"].decode("utf-8")
+    assert "## Speedup at each network's own best rate, per target (claims)" in md
+    assert has_row(md, "BN trains in fewer steps to 95% (normal init)")
+    assert has_row(md, "normal", "97%", "1 (lowest of grid)", "1: 2,000, 2: 2,500, 3: 3,000",
+                   "1 (lowest of grid) censored", "1: not reached, 2: not reached, 3: not reached",
+                   "1: >= 3.00, 2: >= 2.40, 3: >= 2.00")
+
+
+# ------------------------------------------------------------------------------ the sweep's design
+
+
+def test_refined_grids_have_neighbours_at_most_1_5x_apart():
+    by = {(b.bn, b.init): b for b in design.BLOCKS}
+    nobn, bn = by[(False, "normal")], by[(True, "normal")]
+    lo, hi = design.REFINED_RANGE
+    assert (lo, hi) == (1.2, 7.2) and lo in nobn.rates and hi in nobn.rates
+    for block in (nobn, bn):
+        ratios = design.neighbour_ratios(block.rates, *block.refined)
+        assert len(ratios) >= 4 and max(ratios) <= design.MAX_NEIGHBOUR_RATIO + 1e-9, block
+    assert design.neighbour_ratios([1.2, 1.8, 2.4]) == pytest.approx([1.5, 4 / 3])
+    # the outer rates that show the grid's edges: the paper's 0.12, 0.6, and 14.4 (no BN at chance)
+    assert {0.12, 0.6, 14.4} <= set(nobn.rates) and {0.12, 0.6, 28.8} <= set(bn.rates)
+    assert {b.init for b in design.BLOCKS} == {"normal", "xavier"} and len(design.BLOCKS) == 4
+
+
+def test_seeds_exclude_the_pilot_and_evaluation_every_250():
+    assert design.SEEDS == (1, 2, 3) and design.PILOT_SEED not in design.SEEDS
+    assert design.EVAL_EVERY == 250
+    ov = design.block_overrides(design.BLOCKS[2])
+    assert "model.init=xavier" in ov and "seed=1,2,3" in ov and "trainer.eval_every=250" in ov
+
+
+def test_script_header_states_the_design():
+    """The header of scripts/reproduce_mnist.sh lists exactly the grids and seeds of bnexp/mnist_design.py."""
+    text = (REPO / "scripts" / "reproduce_mnist.sh").read_text()
+    for b in design.BLOCKS:
+        m = re.search(rf"^#\s+{'BN' if b.bn else 'no BN'},\s+{b.init} init.*?:\s+lr ([\d., ]+)$", text, re.M)
+        assert m, b
+        assert tuple(float(x) for x in m.group(1).split(",")) == b.rates
+    assert "seeds 1, 2, 3" in text and "trainer.max_steps=30000" in text
