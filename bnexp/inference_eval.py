@@ -100,11 +100,19 @@ def evaluate_modes(model: nn.Module, test_x: torch.Tensor, test_y: torch.Tensor,
 
 
 def _config(run_dir: Path):
+    """The run's config (config.yaml, else .hydra/config.yaml) typed by the schema, as the trainer saw it
+    (enums as enums); untyped when it no longer fits the schema; None without a config file."""
     from omegaconf import OmegaConf
+
+    from bnexp.config import Config
 
     for name in (rundir.CONFIG, rundir.HYDRA_CONFIG):
         if (run_dir / name).is_file():
-            return OmegaConf.load(run_dir / name)
+            raw = OmegaConf.load(run_dir / name)
+            try:
+                return OmegaConf.merge(OmegaConf.structured(Config), raw)
+            except Exception:  # keys or values of another bnexp version: read it as it is
+                return raw
     return None
 
 

@@ -8,6 +8,8 @@ target that a configuration never reached drawn as an open marker at its budget.
 
 from __future__ import annotations
 
+import math
+
 from bnexp.report.figstyle import legend_below, pyplot, wrap_title
 from bnexp.report.studies import NAMES
 
@@ -23,6 +25,16 @@ def _points(ax, x, values, color, marker="o"):
     vs = [v for v in values if v is not None]
     if vs:
         ax.scatter([x] * len(vs), vs, s=10, color=color, alpha=0.6, marker=marker, zorder=3)
+
+
+def _log(ax, which: str, base: float = 10) -> None:
+    """A log ``which`` ("x" or "y") axis when the axes hold positive data there (a study with no value yet
+    keeps a linear, empty axis instead of failing)."""
+    lim = ax.dataLim
+    lo = lim.x0 if which == "x" else lim.y0
+    hi = lim.x1 if which == "x" else lim.y1
+    if ax.has_data() and math.isfinite(lo) and math.isfinite(hi) and lo > 0:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
 
 
 def _finish(fig, axes, sec: dict, title: str):
@@ -64,9 +76,9 @@ def batch_size_figure(sec: dict):
         else:
             a1.scatter([], [], marker="x", color=color, label="ghost BN at m = 60 (g = 2, 4)")
     for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
+        _log(ax, "x", 2)
         ax.set_xlabel("mini-batch size m")
-    a1.set_yscale("log")
+    _log(a1, "y")
     a1.set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
     a2.set_ylabel("final test accuracy (%)")
     return _finish(fig, (a1, a2), sec, "Mini-batch size at a fixed number of examples (lr = 0.01 m)")
@@ -89,8 +101,8 @@ def inference_figure(sec: dict):
                     ax.vlines(r["m"], r[key]["ci_low"], r[key]["ci_high"], color=color, alpha=0.5)
     for ax, lab in ((a1, "moving average - batch statistics (points)"),
                     (a2, "Alg. 2 population - moving average (points)")):
+        _log(ax, "x", 2)
         ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xscale("log", base=2)
         ax.set_xlabel("mini-batch size m")
         ax.set_ylabel(lab)
     return _finish(fig, (a1, a2), sec, "Test accuracy: inference statistics vs batch statistics "
@@ -147,8 +159,8 @@ def normalizer_figure(sec: dict):
             _points(ax, r["lr"], [p["to_target"] for p in r["per_seed"].values()], color)
             if r.get("best") and _mean(r["to_target"]):
                 ax.scatter([r["lr"]], [_mean(r["to_target"])], s=120, facecolors="none", edgecolors=color)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    _log(ax, "x")
+    _log(ax, "y")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("steps to 95% (seeds that reached it)")
     return _finish(fig, [ax], sec, "Normalizers on the paper's MNIST net (circles: each one's best rate)")

@@ -221,18 +221,24 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
         vals = vals if isinstance(vals, tuple) else (vals,)
         reach = g[g["steps"].notna()]
         amount = reach["steps"].astype(float) * (reach["m"] if unit == "examples" else 1)
-        out.append({**{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in zip(keys, vals)},
+        out.append({**{k: _native(v) for k, v in zip(keys, vals)},
                     "seeds": int(g["seed"].nunique()),
                     "final": stat(100 * pd.to_numeric(g["final"], errors="coerce")),
                     "reached": int(len(reach)), "to_target": stat(list(amount)), "target": target, "unit": unit,
                     "to_target_text": (f"{_fmt_stat(stat(list(amount)), thousands=True)} ({len(reach)}/"
                                        f"{g['seed'].nunique()})" if len(reach) else
                                        f"not reached (0/{g['seed'].nunique()})"),
-                    "per_seed": {int(r["seed"]): {"final": r["final"],
+                    "per_seed": {int(r["seed"]): {"final": _native(r["final"]),
                                                   "to_target": None if r["steps"] is None or pd.isna(r["steps"])
                                                   else float(r["steps"] * (r["m"] if unit == "examples" else 1))}
                                  for _, r in g.iterrows()}})
     return out
+
+
+def _native(v):
+    """A pandas / numpy value as a Python one (NaN -> None), for report.json and the figures."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def study_section(sweep_dir: Path, sweep) -> dict | None:
