@@ -17,6 +17,7 @@ from bnexp.report.noise_sweep import noise_strength_section
 from bnexp.report.stats import (STD_NOTE, compute_speedup, config_stability, layer_stability, optional, reach_stat,
                                 run_table, target_key, value_stat)
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
+from bnexp.report.studies import study_section  # issue 23: a scripts/study.sh sweep (study.json)
 from bnexp.report.verdicts import verdict_lines
 from bnexp.rundir import symlink_problem
 
@@ -130,6 +131,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)
     verdicts = verdict_lines(groups, stats, targets, seed_advice(groups, sweep_dir))
+    study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "configurations": [stats[g.key] for g in groups],
@@ -137,6 +139,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "best_rate": best_rate_section(groups, sweep), "ics": ics,
         "best_rate_speedups": best_rate_speedups(groups, sweep),  # claims at 90/95/97%, each at its best rate
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
-        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else []),
+        "study": study,
+        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else [])
+        + ([study["figure"]] if study else []),
     })
     return report

@@ -18,6 +18,7 @@ from bnexp.report.figstyle import refs
 from bnexp.report.stats import STD_NOTE, target_key
 from bnexp.rundir import dumps
 from bnexp.report.frontier import frontier_markdown
+from bnexp.report.studies import study_files, study_md
 
 ICS_INTRO = (
     "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift the change in "
@@ -165,6 +166,7 @@ def render_markdown(report: Report) -> str:
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
+    out += study_md(d.get("study"))  # issue 23: a scripts/study.sh sweep's claims, table and figure
     out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(report)
     out += ["## Results per configuration", ""] + md(main_table(report)) + [""]
     out += _speedup_md(report) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
@@ -208,7 +210,8 @@ def render_csv(report: Report) -> str:
 
 
 def render_files(report: Report) -> dict[str, bytes]:
-    """The contents of report.md, report.csv and report.json (strict JSON: NaN and inf as null)."""
+    """The contents of report.md, report.csv and report.json (strict JSON: NaN and inf as null), and the
+    study figure of a scripts/study.sh sweep (:func:`bnexp.report.studies.study_files`)."""
     return {"report.md": (render_markdown(report) + "\n").encode("utf-8"),
             "report.csv": render_csv(report).encode("utf-8"),
-            "report.json": (dumps(report.data, indent=2) + "\n").encode("utf-8")}
+            "report.json": (dumps(report.data, indent=2) + "\n").encode("utf-8"), **study_files(report.data)}

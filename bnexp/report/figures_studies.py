@@ -1,0 +1,203 @@
+"""One figure per study (issue 23), drawn from the study section of report.json alone
+(:func:`bnexp.report.studies.study_section`), so a figure can be redrawn from the JSON.
+
+Every figure follows :mod:`bnexp.report.figstyle`: the legend below the panels, seed means as lines or
+bars with each seed's value as a point, log axes where the quantity spans orders of magnitude, and a
+target that a configuration never reached drawn as an open marker at its budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+from bnexp.report.figstyle import legend_below, pyplot, wrap_title
+from bnexp.report.studies import NAMES
+
+COLORS = {"batch": "tab:blue", "layer": "tab:green", "group": "tab:purple", "none": "tab:gray", "ghost": "tab:orange"}
+
+
+def _mean(st: dict | None):
+    return None if not st or st.get("mean") is None else st["mean"]
+
+
+def _points(ax, x, values, color, marker="o"):
+    """Each seed's value as a small point at ``x``."""
+    vs = [v for v in values if v is not None]
+    if vs:
+        ax.scatter([x] * len(vs), vs, s=10, color=color, alpha=0.6, marker=marker, zorder=3)
+
+
+def _log(ax, which: str, base: float = 10) -> None:
+    """A log ``which`` ("x" or "y") axis when the axes hold positive data there (a study with no value yet
+    keeps a linear, empty axis instead of failing)."""
+    lim = ax.dataLim
+    lo = lim.x0 if which == "x" else lim.y0
+    hi = lim.x1 if which == "x" else lim.y1
+    if ax.has_data() and math.isfinite(lo) and math.isfinite(hi) and lo > 0:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
+
+
+def _finish(fig, axes, sec: dict, title: str):
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    bottom = legend_below(fig, handles, labels, max_cols=4)
+    fig.suptitle(wrap_title(title, 100), fontsize=10)
+    fig.tight_layout(rect=(0, bottom, 1, 0.93))
+    return fig
+
+
+def batch_size_figure(sec: dict):
+    """Examples to 95% (log) and final test accuracy vs m (log2), one line per normalizer; ghost BN as
+    separate markers at m = 60."""
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    rows = sec["table"]
+    for norm in ("batch", "layer", "none", "ghost"):
+        mine = sorted((r for r in rows if r["norm"] == norm), key=lambda r: (r["m"], r.get("ghost") or 0))
+        if not mine:
+            continue
+        color = COLORS.get(norm, "black")
+        for r in mine:
+            label = NAMES[norm] + (f" (g = {r['ghost']})" if norm == "ghost" else "")
+            x = r["m"] * (1.08 if norm == "ghost" and r.get("ghost") == 4 else 1.0)
+            _points(a1, x, [p["to_target"] for p in r["per_seed"].values()], color, "x" if norm == "ghost" else "o")
+            _points(a2, x, [None if p["final"] is None else 100 * p["final"] for p in r["per_seed"].values()], color,
+                    "x" if norm == "ghost" else "o")
+            if r["reached"] < r["seeds"]:
+                a1.scatter([x], [sec.get("budget_examples", 240_000)], facecolors="none", edgecolors=color, s=40)
+        if norm != "ghost":
+            xs = [r["m"] for r in mine]
+            a1.plot(xs, [_mean(r["to_target"]) for r in mine], "-", color=color, label=NAMES[norm])
+            a2.plot(xs, [_mean(r["final"]) for r in mine], "-", color=color, label=NAMES[norm])
+        else:
+            a1.scatter([], [], marker="x", color=color, label="ghost BN at m = 60 (g = 2, 4)")
+    for ax in (a1, a2):
+        _log(ax, "x", 2)
+        ax.set_xlabel("mini-batch size m")
+    _log(a1, "y")
+    a1.set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
+    a2.set_ylabel("final test accuracy (%)")
+    return _finish(fig, (a1, a2), sec, "Mini-batch size at a fixed number of examples (lr = 0.01 m)")
+
+
+def inference_figure(sec: dict):
+    """Moving-average minus batch-statistics accuracy and population minus moving-average accuracy vs m, one
+    line per momentum."""
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    moms = sorted({r["momentum"] for r in sec["table"]}, reverse=True)
+    for i, mom in enumerate(moms):
+        mine = sorted((r for r in sec["table"] if r["momentum"] == mom), key=lambda r: r["m"])
+        color = f"C{i}"
+        for ax, key in ((a1, "gap"), (a2, "pop_minus_ema")):
+            ax.plot([r["m"] for r in mine], [_mean(r[key]) for r in mine], "-o", color=color, markersize=3,
+                    label=f"momentum {mom:g}")
+            for r in mine:
+                if r[key].get("ci_low") is not None:
+                    ax.vlines(r["m"], r[key]["ci_low"], r[key]["ci_high"], color=color, alpha=0.5)
+    for ax, lab in ((a1, "moving average - batch statistics (points)"),
+                    (a2, "Alg. 2 population - moving average (points)")):
+        _log(ax, "x", 2)
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_xlabel("mini-batch size m")
+        ax.set_ylabel(lab)
+    return _finish(fig, (a1, a2), sec, "Test accuracy: inference statistics vs batch statistics "
+                                       "(seed mean, bars: 95% interval)")
+
+
+def _best_bars(ax, groups: list[tuple[str, list[dict]]], key_of, colors: dict, target: float):
+    """One bar per configuration at its best rate: mean steps to the target, seeds as points."""
+    xs, labels = [], []
+    for i, (name, rows) in enumerate(groups):
+        best = [r for r in rows if r.get("best")]
+        if not best:
+            continue
+        r = best[0]
+        k = key_of(r)
+        ax.bar(i, _mean(r["to_target"]) or 0, color=colors.get(k, "gray"), alpha=0.8, label=k)
+        _points(ax, i, [p["to_target"] for p in r["per_seed"].values()], "black")
+        xs.append(i)
+        labels.append(f"{name}\nlr {r['lr']:g}" + ("" if r["reached"] == r["seeds"] else
+                                                   f"\n{r['reached']}/{r['seeds']} reached"))
+    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_ylabel(f"steps to target at the best rate")
+
+
+def placement_figure(sec: dict):
+    """Steps to the target at each position's best rate, per (model, nonlinearity)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    groups = []
+    for model in ("mlp", "cnn"):
+        for act in ("sigmoid", "relu"):
+            for pos in ("before", "after"):
+                groups.append((f"{model.upper()} {act}\n{pos}",
+                               [r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)]))
+    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": "tab:blue", "BN after g": "tab:orange"},
+               sec["target"])
+    ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
+    return _finish(fig, [ax], sec, "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
+
+
+def normalizer_figure(sec: dict):
+    """Steps to 95% vs rate per normalizer (log-log), best rates circled."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for norm in ("batch", "layer", "group", "none"):
+        mine = sorted((r for r in sec["table"] if r["norm"] == norm), key=lambda r: r["lr"])
+        if not mine:
+            continue
+        color = COLORS[norm]
+        reached = [r for r in mine if r["reached"] == r["seeds"]]
+        ax.plot([r["lr"] for r in reached], [_mean(r["to_target"]) for r in reached], "-o", color=color,
+                markersize=3, label=NAMES[norm])
+        for r in mine:
+            _points(ax, r["lr"], [p["to_target"] for p in r["per_seed"].values()], color)
+            if r.get("best") and _mean(r["to_target"]):
+                ax.scatter([r["lr"]], [_mean(r["to_target"])], s=120, facecolors="none", edgecolors=color)
+    _log(ax, "x")
+    _log(ax, "y")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("steps to 95% (seeds that reached it)")
+    return _finish(fig, [ax], sec, "Normalizers on the paper's MNIST net (circles: each one's best rate)")
+
+
+def depth_figure(sec: dict):
+    """Steps to 95% and final accuracy at each configuration's best rate vs depth."""
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for norm in ("batch", "none"):
+        best = sorted((r for r in sec["table"] if r["norm"] == norm and r.get("best")), key=lambda r: r["depth"])
+        if not best:
+            continue
+        color = COLORS[norm]
+        d = [r["depth"] for r in best]
+        a1.plot(d, [_mean(r["to_target"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
+        a2.plot(d, [_mean(r["final"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
+        for r in best:
+            _points(a1, r["depth"], [p["to_target"] for p in r["per_seed"].values()], color)
+            _points(a2, r["depth"], [None if p["final"] is None else 100 * p["final"] for p in r["per_seed"].values()],
+                    color)
+    for ax in (a1, a2):
+        ax.set_xlabel("hidden sigmoid layers")
+        ax.set_xticks([3, 6, 12])
+    a1.set_ylabel("steps to 95% at the best rate")
+    a2.set_ylabel("final test accuracy at the best rate (%)")
+    return _finish(fig, (a1, a2), sec, "Depth: BN vs no BN, each at its best rate")
+
+
+FIGURES = {"batch_size": batch_size_figure, "inference_statistics": inference_figure,
+           "placement": placement_figure, "normalizer": normalizer_figure, "depth": depth_figure}
+
+
+def study_figure(sec: dict):
+    """The figure of the study section ``sec`` (a matplotlib Figure).
+
+    Raises:
+        KeyError: an unknown study name.
+    """
+    return FIGURES[sec["name"]](sec)

@@ -1,0 +1,319 @@
+"""The claims of the five studies (issue 23), fixed here and in docs/studies/NAME.md before any run, and how
+each study's sweep is turned into per-seed values, claim rows, a table and findings.
+
+Every claim is a :class:`bnexp.report.claims.Claim` at module level: its quantity (what one seed
+contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
+("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
+and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
+does not (20%, chance being 10-11%). Seeds are paired: seed s of one configuration with seed s of the other.
+
+Each ``analyze_NAME(runs)`` returns {"title", "question", "target", "claims", "table", "columns",
+"findings", "cells"} for :func:`bnexp.report.studies.study_section`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bnexp.report.claims import Claim, evaluate, seed_interval
+from bnexp.report.studies import (NAMES, at_best_rate, cells, censored, censored_ratio, config_rows, diff_claim,
+                                  per_seed, ratio_claim, select, usable)
+
+TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
+CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
+CHANCE_LIKE = 20.0  # % final test accuracy below which a net "does not train" (chance: 10-11%)
+
+# --- batch_size: m in {2, 4, 16, 60, 256} at 240,000 examples, lr = 0.01 m ------------------------------
+BS_ADV_60 = Claim("At m = 60 BN reaches 95% in fewer examples than no BN",
+                  "examples to 95%, no BN / BN, m = 60", ">", 1.0)
+BS_ADV_4 = Claim("At m = 4 BN still reaches 95% in fewer examples than no BN",
+                 "examples to 95%, no BN / BN, m = 4", ">", 1.0)
+BS_LN_2 = Claim("At m = 2 LayerNorm ends higher than BN",
+                "final test accuracy, LayerNorm - BN (points), m = 2", ">", 0.0)
+BS_DROP = Claim("From m = 16 to m = 2 BN loses more accuracy than LayerNorm",
+                "final-accuracy drop from m = 16 to m = 2 (points), BN's minus LayerNorm's", ">", 0.0)
+BS_GHOST = Claim("Ghost batches of 2 examples cost BN accuracy at m = 60",
+                 "final test accuracy, BN - ghost BN with g = 2 (points), m = 60", ">", 0.0)
+BATCH_SIZE_CLAIMS = (BS_ADV_60, BS_ADV_4, BS_LN_2, BS_DROP, BS_GHOST)
+
+# --- inference_statistics: BN, m in {2, 4, 16, 60, 256} x momentum {0.1, 0.01} -----------------------
+IS_AGREE_60 = Claim("At m = 60 inference-mode and train-mode accuracies agree within 0.5 points",
+                    "|moving-average - batch-statistics test accuracy| (points), m = 60, momentum 0.1", "<", 0.5)
+IS_GAP_GROWS = Claim("The train/inference gap is larger at m = 2 than at m = 60",
+                     "|moving-average - batch-statistics accuracy| at m = 2 minus at m = 60 (points), momentum 0.1",
+                     ">", 0.0)
+IS_POP_60 = Claim("At m = 60 Alg. 2's population statistics and the moving averages agree within 0.2 points",
+                  "|population - moving-average accuracy| (points), m = 60, momentum 0.1", "<", 0.2)
+IS_POP_2 = Claim("At m = 2 with momentum 0.1 Alg. 2's population statistics beat the moving averages",
+                 "population - moving-average accuracy (points), m = 2, momentum 0.1", ">", 0.0)
+IS_SLOW_EMA = Claim("At m = 2 a slower moving average (momentum 0.01) narrows that difference",
+                    "(population - moving average) at momentum 0.1 minus at 0.01 (points), m = 2", ">", 0.0)
+INFERENCE_CLAIMS = (IS_AGREE_60, IS_GAP_GROWS, IS_POP_60, IS_POP_2, IS_SLOW_EMA)
+
+# --- placement: BN before vs after g, each position at its best rate --------------------------------------
+PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
+PLACEMENT_CLAIMS = {
+    (model, act): Claim(f"{model.upper()} {act}: BN before g reaches {100 * t:g}% in fewer steps than BN after g",
+                        f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
+                        ">", 1.0)
+    for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
+
+# --- normalizer: BN, LayerNorm, GroupNorm, none, each at its best rate ------------------------------------
+NM_BN = Claim("BN reaches 95% in fewer steps than no BN", "steps to 95%, no BN / BN, each at its best rate", ">", 1.0)
+NM_LN = Claim("LayerNorm (no batch statistics) reaches 95% in fewer steps than no BN",
+              "steps to 95%, no BN / LayerNorm, each at its best rate", ">", 1.0)
+NM_BN_LN = Claim("BN reaches 95% in fewer steps than LayerNorm",
+                 "steps to 95%, LayerNorm / BN, each at its best rate", ">", 1.0)
+NM_BN_GN = Claim("BN reaches 95% in fewer steps than GroupNorm",
+                 "steps to 95%, GroupNorm / BN, each at its best rate", ">", 1.0)
+NORMALIZER_CLAIMS = (NM_BN, NM_LN, NM_BN_LN, NM_BN_GN)
+
+# --- depth: 3, 6, 12 hidden sigmoid layers, BN vs no BN at each one's best rate ----------------------------
+DP_BN_12 = Claim("BN trains the 12-layer sigmoid net to above 95%",
+                 "final test accuracy (%) of BN, 12 hidden layers, at its best rate", ">", 95.0)
+DP_NOBN_12 = Claim("Without BN the 12-layer sigmoid net does not train",
+                   f"final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", CHANCE_LIKE)
+DP_ADV_6 = Claim("At 6 hidden layers BN reaches 95% in fewer steps than no BN",
+                 "steps to 95%, no BN / BN, 6 hidden layers, each at its best rate", ">", 1.0)
+DP_BN_SLOWDOWN = Claim("BN needs less than 2x the steps to 95% at 12 hidden layers than at 3",
+                       "steps to 95% of BN, 12 / 3 hidden layers, each at its best rate", "<", 2.0)
+DEPTH_CLAIMS = (DP_BN_12, DP_NOBN_12, DP_ADV_6, DP_BN_SLOWDOWN)
+
+
+def _examples() -> int:
+    from bnexp.studyplan import EXAMPLES
+
+    return EXAMPLES
+
+
+def _question(name: str) -> str:
+    from bnexp.studyplan import build_studies
+
+    return build_studies()[name].question
+
+
+def _interval_text(vals: dict, claim: Claim) -> str:
+    st = seed_interval(list(vals.values()))
+    if st["mean"] is None:
+        return "n/a"
+    if st["ci_low"] is None:
+        return f"{st['mean']:.3g} ({st['n']} seed)"
+    return f"{st['mean']:.3g} [{st['ci_low']:.3g}, {st['ci_high']:.3g}]"
+
+
+def _ratio_values(num: pd.DataFrame, den: pd.DataFrame, claim: Claim, unit: str) -> dict:
+    a, b = censored(num, unit), censored(den, unit)
+    return {s: usable(*censored_ratio(a[s], b[s]), claim) for s in sorted(set(a) & set(b))}
+
+
+def _side(vals: dict, threshold: float) -> str:
+    st = seed_interval(list(vals.values()))
+    if st["ci_low"] is None:
+        return "unknown"
+    return "above" if st["ci_low"] > threshold else "below" if st["ci_high"] < threshold else "straddles"
+
+
+# --- batch_size --------------------------------------------------------------------------------------------
+
+def analyze_batch_size(runs) -> dict:
+    """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`BATCH_SIZE_CLAIMS`."""
+    c = cells(runs, TARGET)
+    fin = {(n, m): per_seed(select(c, norm=n, m=m), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
+
+    def drop(n):
+        a, b = fin[(n, 16)], fin[(n, 2)]
+        return {s: None if a[s] is None or b[s] is None else a[s] - b[s] for s in set(a) & set(b)}
+
+    d_bn, d_ln = drop("batch"), drop("layer")
+    claims = [
+        ratio_claim(BS_ADV_60, select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
+        ratio_claim(BS_ADV_4, select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
+        diff_claim(BS_LN_2, fin[("layer", 2)], fin[("batch", 2)]),
+        diff_claim(BS_DROP, d_bn, d_ln),
+        diff_claim(BS_GHOST, fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
+    ]
+    findings = []
+    ms = sorted(int(m) for m in c["m"].unique()) if not c.empty else []
+    for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
+        parts, holds = [], []
+        for m in ms:
+            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), BS_ADV_60, "examples")
+            if not vals:
+                continue
+            parts.append(f"m = {m}: {_interval_text(vals, BS_ADV_60)}")
+            if _side(vals, 1.0) == "above":
+                holds.append(str(m))
+        if parts:
+            findings.append(f"Examples to 95%, {label} / BN (mean [95% interval]; a run that never reached 95% counts "
+                            f"as its {_examples():,} examples): {'; '.join(parts)}. BN needs fewer examples than {label} "
+                            f"(interval above 1) at m = {', '.join(holds) if holds else 'none of these'}.")
+    table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
+    return {"title": "Mini-batch size: where does BN's advantage end?", "question": _question("batch_size"),
+            "target": TARGET, "budget_examples": _examples(), "claims": claims, "table": table, "findings": findings, "cells": c,
+            "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), ("seeds", "seeds"),
+                        ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
+
+
+# --- inference_statistics ----------------------------------------------------------------------------------
+
+def _inference_extra(run) -> dict:
+    from bnexp.inference_eval import read_result
+
+    r = read_result(run.path) or {}
+    acc = r.get("accuracy") or {}
+    return {f"acc_{k}": acc.get(k) for k in ("batch", "ema", "population")}
+
+
+def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
+    """{seed: 100 * (acc_a - acc_b)} (points; |.| with ``absolute``)."""
+    x, y = per_seed(frame, f"acc_{a}"), per_seed(frame, f"acc_{b}")
+    out = {s: None if x[s] is None or y[s] is None else 100 * (x[s] - y[s]) for s in x}
+    return {s: (abs(v) if absolute and v is not None else v) for s, v in out.items()}
+
+
+def analyze_inference_statistics(runs) -> dict:
+    """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.inference_eval`), :data:`INFERENCE_CLAIMS`."""
+    c = cells(runs, TARGET, _inference_extra)
+    c = c[c["norm"] == "batch"]
+    missing = None
+    if not c.empty and c["acc_batch"].isna().all():
+        missing = "no run has inference_stats.json: run python -m bnexp.inference_eval SWEEP_DIR (scripts/study.sh does)"
+
+    def at(m, mom):
+        return select(c, m=m, momentum=mom)
+
+    def minus(a: dict, b: dict) -> dict:
+        return {s: None if a.get(s) is None or b.get(s) is None else a[s] - b[s] for s in set(a) & set(b)}
+
+    def ev(claim, vals):
+        return evaluate(claim, vals, premise=missing or (None if vals else "no completed runs of this configuration"))
+
+    claims = [
+        ev(IS_AGREE_60, _gap(at(60, 0.1), "ema", "batch", True)),
+        ev(IS_GAP_GROWS, minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
+        ev(IS_POP_60, _gap(at(60, 0.1), "population", "ema", True)),
+        ev(IS_POP_2, _gap(at(2, 0.1), "population", "ema")),
+        ev(IS_SLOW_EMA, minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
+    ]
+    table = config_rows(c, ["m", "momentum"], TARGET)
+    for row in table:
+        g = select(c, m=row["m"], momentum=float(row["momentum"]))
+        for k in ("batch", "ema", "population"):
+            row[f"acc_{k}"] = seed_interval([100 * v for v in per_seed(g, f"acc_{k}").values() if v is not None])
+        row["gap"] = seed_interval([v for v in _gap(g, "ema", "batch").values() if v is not None])
+        row["pop_minus_ema"] = seed_interval([v for v in _gap(g, "population", "ema").values() if v is not None])
+    findings = []
+    for mom in sorted(c["momentum"].dropna().unique(), reverse=True) if not c.empty else []:
+        parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'), IS_GAP_GROWS)}"
+                 for m in sorted(c["m"].unique())]
+        findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% interval]), "
+                        f"momentum {float(mom):g}: {'; '.join(parts)}.")
+    return {"title": "Train-mode vs inference-mode statistics", "question": _question("inference_statistics"),
+            "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
+            "columns": [("m", "m"), ("momentum", "momentum"), ("seeds", "seeds"),
+                        ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
+                        ("acc_population", "Alg. 2 population (%)"), ("gap", "moving avg - batch (points)"),
+                        ("pop_minus_ema", "population - moving avg (points)")]}
+
+
+# --- placement, normalizer, depth: each configuration at its best rate ------------------------------------
+
+def _families(c: pd.DataFrame, keys: list[str], combos) -> dict:
+    """{combo: (rows at its best rate, rate, rule)} for each combo of ``keys`` values."""
+    return {combo: at_best_rate(select(c, **dict(zip(keys, combo)))) for combo in combos}
+
+
+def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
+    for row in table:
+        fam = best.get(tuple(row[k] for k in keys))
+        row["best"] = ("yes" + (f" ({fam[2]})" if fam[2] != "fewest steps" else "")
+                       if fam and fam[1] is not None and abs(float(row["lr"]) - fam[1]) < 1e-12 else "")
+    return table
+
+
+def _best_rate_findings(best: dict, label) -> list[str]:
+    out = []
+    for combo, (_, lr, rule) in best.items():
+        if lr is None:
+            out.append(f"{label(combo)}: no completed runs.")
+        else:
+            out.append(f"{label(combo)}: best rate {lr:g} ({rule}).")
+    return out
+
+
+def analyze_placement(runs) -> dict:
+    """The placement study: BN before vs after the nonlinearity, MLP and CNN, sigmoid and ReLU, each position
+    at its best rate; :data:`PLACEMENT_CLAIMS`. The MLP's target is 95%, the CNN's 97%."""
+    c = pd.concat([cells([r for r in runs if r.config.get("model.name", "mlp") != "cnn"], TARGET),
+                   cells([r for r in runs if r.config.get("model.name") == "cnn"], CNN_TARGET)], ignore_index=True)
+    combos = [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")]
+    best = _families(c, ["model", "act", "position"], combos)
+    claims = [ratio_claim(PLACEMENT_CLAIMS[(m, a)], best[(m, a, "after")][0], best[(m, a, "before")][0])
+              for m, a in PLACEMENT_CASES]
+    table = []
+    for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET)):
+        table += config_rows(select(c, model=model), ["model", "act", "position", "lr"], target)
+    _mark_best(table, best, ["model", "act", "position"])
+    return {"title": "BN before or after the nonlinearity", "question": _question("placement"), "target": TARGET,
+            "claims": claims, "table": table, "cells": c,
+            "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
+            "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
+                        ("seeds", "seeds"), ("final", "final test acc (%)"),
+                        ("to_target_text", "steps to target (reached); MLP 95%, CNN 97%")]}
+
+
+def analyze_normalizer(runs) -> dict:
+    """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`NORMALIZER_CLAIMS`."""
+    c = cells(runs, TARGET)
+    best = _families(c, ["norm"], [("batch",), ("layer",), ("group",), ("none",)])
+    b = {k[0]: v[0] for k, v in best.items()}
+    claims = [ratio_claim(NM_BN, b["none"], b["batch"]), ratio_claim(NM_LN, b["none"], b["layer"]),
+              ratio_claim(NM_BN_LN, b["layer"], b["batch"]), ratio_claim(NM_BN_GN, b["group"], b["batch"])]
+    table = _mark_best(config_rows(c, ["norm", "lr"], TARGET), best, ["norm"])
+    findings = _best_rate_findings(best, lambda k: NAMES[k[0]])
+    means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
+             for k in b}
+    if all(means[k] is not None for k in ("none", "batch", "layer")) and means["none"] > means["batch"]:
+        share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
+        findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
+                        f"{100 * share:.0f}% without batch statistics.")
+    return {"title": "Batch vs layer vs group normalization vs none", "question": _question("normalizer"),
+            "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
+            "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
+                        ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
+
+
+def analyze_depth(runs) -> dict:
+    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`DEPTH_CLAIMS`."""
+    c = cells(runs, TARGET)
+    depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
+    best = _families(c, ["depth", "norm"], [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
+
+    def rows(d, n):
+        return best[(d, n)][0]
+
+    def finals(d, n):
+        vals = per_seed(rows(d, n), "final")
+        return {s: None if v is None else 100 * v for s, v in vals.items()}
+
+    def ev(claim, vals):
+        return evaluate(claim, vals, premise=None if vals else "no completed runs of this configuration")
+
+    claims = [ev(DP_BN_12, finals(12, "batch")), ev(DP_NOBN_12, finals(12, "none")),
+              ratio_claim(DP_ADV_6, rows(6, "none"), rows(6, "batch")),
+              ratio_claim(DP_BN_SLOWDOWN, rows(12, "batch"), rows(3, "batch"))]
+    table = _mark_best(config_rows(c, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
+    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "question": _question("depth"), "target": TARGET,
+            "claims": claims, "table": table, "cells": c,
+            "findings": _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
+                                            lambda k: f"{k[0]} layers, {NAMES[k[1]]}"),
+            "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
+                        ("seeds", "seeds"), ("final", "final test acc (%)"),
+                        ("to_target_text", "steps to 95% (reached)")]}
+
+
+ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
+            "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
+CLAIMS = {"batch_size": BATCH_SIZE_CLAIMS, "inference_statistics": INFERENCE_CLAIMS,
+          "placement": tuple(PLACEMENT_CLAIMS.values()), "normalizer": NORMALIZER_CLAIMS, "depth": DEPTH_CLAIMS}

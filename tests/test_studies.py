@@ -1,0 +1,243 @@
+"""The study section of the report (issue 23, bnexp/report/studies.py, study_claims.py): synthetic run
+folders with known numbers -> the claim verdicts each study must give, computed by hand below; the
+section in report.json / report.md and its figure."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED
+from bnexp.report.figstyle import figure_png
+from bnexp.report.figures_studies import study_figure
+from bnexp.report.load import find_run_dirs, load_sweep
+from bnexp.report.studies import (MARKER, best_rate, cells, censored_ratio, study_section, usable)
+from bnexp.report.claims import Claim
+from bnexp.rundir import dumps
+
+
+def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int = 60, lr: float = 0.6,
+             reach: int | None = None, final: float = 0.97, budget: int = 4000, every: int = 100,
+             status: str = "finished", momentum: float = 0.1, position: str = "before", act: str = "sigmoid",
+             model: str = "mlp", depth: int = 3, ghost: int | None = None, inference: dict | None = None) -> Path:
+    """A finished run folder: config.yaml, summary.json and metrics.jsonl whose test accuracy is 0.5 before
+    ``reach`` and ``final`` from ``reach`` on (``final`` throughout, below 0.95, when ``reach`` is None)."""
+    d = sweep / folder
+    d.mkdir(parents=True)
+    assert reach is not None or final < 0.95 or model == "cnn"
+    bn = {"enabled": norm != "none", "norm": norm if norm in ("layer", "group") else "batch",
+          "ghost_batch_size": ghost, "momentum": momentum, "position": position, "noise": False}
+    net = {"name": "mlp", "hidden": [100] * depth} if model == "mlp" else {"name": "cnn", "channels": [8, 16]}
+    cfg = {"seed": seed, "lr": lr, "act": act, "model": net, "bn": bn, "data": {"name": "mnist"},
+           "trainer": {"batch_size": m, "max_steps": budget, "eval_every": every}}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    recs = [{"step": s, "test_accuracy": 0.1 if s == 0 else (final if reach is None or s >= reach else 0.5)}
+            for s in range(0, budget + 1, every)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "summary.json").write_text(json.dumps({"status": status, "seed": seed, "step": budget,
+                                                "final_test_accuracy": recs[-1]["test_accuracy"],
+                                                "wall_time_s": 10.0}))
+    if inference is not None:
+        (d / "inference_stats.json").write_text(json.dumps({"m": m, "accuracy": inference}))
+    return d
+
+
+def section(sweep: Path, name: str) -> dict:
+    (sweep / MARKER).write_text(json.dumps({"study": name, "wall_time_s": 600}))
+    sec = study_section(sweep, load_sweep(find_run_dirs(sweep)))
+    # the figure draws from the JSON alone
+    assert figure_png(study_figure(json.loads(dumps(sec))), 40)[:4] == b"\x89PNG"
+    return sec
+
+
+def verdicts(sec: dict) -> list[str]:
+    return [c["verdict"] for c in sec["claims"]]
+
+
+# --- the shared rules ----------------------------------------------------------------------------------
+
+def test_censored_ratio_and_the_bounds_a_claim_may_use():
+    faster = Claim("x", "q", ">", 1.0)
+    below = Claim("y", "q", "<", 2.0)
+    assert censored_ratio((300.0, False), (100.0, False)) == (3.0, "exact")
+    assert censored_ratio((400.0, True), (100.0, False)) == (4.0, "lower")   # true ratio >= 4
+    assert censored_ratio((100.0, False), (400.0, True)) == (0.25, "upper")  # true ratio <= 0.25
+    assert censored_ratio((400.0, True), (400.0, True)) == (None, "unknown")
+    assert usable(4.0, "lower", faster) == 4.0          # a lower bound cannot overstate "> 1"
+    assert usable(0.25, "upper", faster) == 0.25        # an upper bound below 1 counts against "> 1"
+    assert usable(1.5, "upper", faster) is None         # an upper bound above 1 proves nothing
+    assert usable(1.5, "lower", below) is None          # a lower bound below 2 proves nothing for "< 2"
+    assert usable(3.0, "lower", below) == 3.0           # ... one at or above 2 counts against it
+
+
+def test_best_rate_fewest_steps_then_highest_final(tmp_path):
+    for s in range(3):
+        make_run(tmp_path, f"a{s}", seed=s, lr=0.9, reach=3000)
+        make_run(tmp_path, f"b{s}", seed=s, lr=3.6, reach=[1000, 2000, 1200][s])
+        make_run(tmp_path, f"c{s}", seed=s, lr=14.4, reach=500 if s else None, final=0.97 if s else 0.5)
+    c = cells(load_sweep(find_run_dirs(tmp_path)).runs, 0.95)
+    assert best_rate(c) == (3.6, "fewest steps")  # 14.4 is faster but one seed never reached 95%
+    assert best_rate(c[c["lr"] == 14.4]) == (14.4, "highest final accuracy")
+    assert best_rate(c.iloc[0:0]) == (None, "no runs")
+
+
+# --- the five studies ----------------------------------------------------------------------------------
+
+def test_batch_size_claims(tmp_path):
+    for s in range(3):
+        # m = 60: BN reaches 95% at 60,000-72,000 examples, no BN never within 240,000
+        make_run(tmp_path, f"bn60_{s}", seed=s, m=60, reach=[1000, 1100, 1200][s], budget=4000)
+        make_run(tmp_path, f"nobn60_{s}", seed=s, norm="none", m=60, final=0.93, budget=4000)
+        # m = 4: no BN is faster (60-80k examples vs BN's 80-100k)
+        make_run(tmp_path, f"bn4_{s}", seed=s, m=4, reach=[20000, 25000, 22500][s], budget=60000, every=500)
+        make_run(tmp_path, f"nobn4_{s}", seed=s, norm="none", m=4, reach=[15000, 17500, 20000][s], budget=60000,
+                 every=500)
+        # m = 2 and 16 final accuracies (hand-computed differences in the asserts)
+        make_run(tmp_path, f"bn2_{s}", seed=s, m=2, final=[0.90, 0.91, 0.89][s], budget=120000, every=3000)
+        make_run(tmp_path, f"ln2_{s}", seed=s, norm="layer", m=2, final=[0.93, 0.93, 0.94][s], budget=120000,
+                 every=3000)
+        make_run(tmp_path, f"bn16_{s}", seed=s, m=16, final=0.95, reach=15000, budget=15000, every=375)
+        make_run(tmp_path, f"ln16_{s}", seed=s, norm="layer", m=16, final=[0.97, 0.98, 0.995][s], reach=375,
+                 budget=15000, every=375)
+    sec = section(tmp_path, "batch_size")
+    adv60, adv4, ln2, drop, ghost = sec["claims"]
+    assert adv60["per_seed"] == pytest.approx({0: 4.0, 1: 240 / 66, 2: 240 / 72})  # censored no BN: lower bounds
+    assert adv60["verdict"] == SUPPORTED
+    assert adv4["per_seed"] == pytest.approx({0: 0.75, 1: 0.7, 2: 80 / 90}) and adv4["verdict"] == NOT_SUPPORTED
+    assert ln2["per_seed"] == pytest.approx({0: 3.0, 1: 2.0, 2: 5.0}) and ln2["verdict"] == SUPPORTED
+    # drops BN 5, 4, 6 points; LayerNorm 4, 5, 5.5: differences 1, -1, 0.5 straddle 0
+    assert drop["per_seed"] == pytest.approx({0: 1.0, 1: -1.0, 2: 0.5}) and drop["verdict"] == INCONCLUSIVE
+    assert ghost["verdict"] == PREMISE_NOT_MET  # no ghost-BN runs
+    assert ln2["mean"] == pytest.approx(10 / 3) and ln2["std"] == pytest.approx(statistics.stdev([3, 2, 5]))
+    row = next(r for r in sec["table"] if r["norm"] == "batch" and r["m"] == 60)
+    assert row["seeds"] == 3 and row["reached"] == 3 and row["to_target"]["mean"] == pytest.approx(66000)
+    assert any("m = 60" in f and "no BN / BN" in f for f in sec["findings"])
+    assert sec["runs"] == 24 and sec["wall_time_s"] == 600 and sec["figure"] == "study_batch_size.png"
+
+
+def _inference(batch, ema, pop):
+    return {"batch": batch, "ema": ema, "population": pop}
+
+
+def test_inference_statistics_claims(tmp_path):
+    for s in range(3):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000,
+                 inference=_inference(0.970, [0.971, 0.972, 0.9715][s], [0.974, 0.976, 0.9765][s]))
+        make_run(tmp_path, f"m2_{s}", seed=s, m=2, reach=3000, budget=120000, every=3000,
+                 inference=_inference(0.930, [0.960, 0.970, 0.980][s], [0.970, 0.990, 0.995][s]))
+        make_run(tmp_path, f"m2slow_{s}", seed=s, m=2, momentum=0.01, reach=3000, budget=120000, every=3000,
+                 inference=_inference(0.930, 0.960, [0.972, 0.978, 0.976][s]))
+    sec = section(tmp_path, "inference_statistics")
+    agree, grows, pop60, pop2, slow = sec["claims"]
+    assert agree["per_seed"] == pytest.approx({0: 0.1, 1: 0.2, 2: 0.15}) and agree["verdict"] == SUPPORTED
+    assert grows["per_seed"] == pytest.approx({0: 2.9, 1: 3.8, 2: 4.85}) and grows["verdict"] == SUPPORTED
+    assert pop60["per_seed"] == pytest.approx({0: 0.3, 1: 0.4, 2: 0.5}) and pop60["verdict"] == NOT_SUPPORTED
+    assert pop2["per_seed"] == pytest.approx({0: 1.0, 1: 2.0, 2: 1.5}) and pop2["verdict"] == SUPPORTED
+    assert slow["per_seed"] == pytest.approx({0: -0.2, 1: 0.2, 2: -0.1}) and slow["verdict"] == INCONCLUSIVE
+    row = next(r for r in sec["table"] if r["m"] == 2 and r["momentum"] == 0.1)
+    assert row["gap"]["mean"] == pytest.approx(4.0) and row["acc_batch"]["mean"] == pytest.approx(93.0)
+
+
+def test_inference_statistics_without_the_evaluation_is_premise_not_met(tmp_path):
+    for s in range(3):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000)
+    sec = section(tmp_path, "inference_statistics")
+    assert set(verdicts(sec)) == {PREMISE_NOT_MET}
+    assert "bnexp.inference_eval" in sec["claims"][0]["reason"]
+
+
+def test_placement_claims_each_position_at_its_best_rate(tmp_path):
+    for s in range(3):
+        # MLP sigmoid: before is 2x faster at each one's best rate (0.6); after diverges at 2.4
+        make_run(tmp_path, f"ms/b06_{s}", seed=s, lr=0.6, reach=[1000, 1200, 1000][s])
+        make_run(tmp_path, f"ms/b015_{s}", seed=s, lr=0.15, reach=[3000, 3000, 3200][s])
+        make_run(tmp_path, f"ms/a06_{s}", seed=s, lr=0.6, position="after", reach=[2000, 2400, 2200][s])
+        make_run(tmp_path, f"ms/a24_{s}", seed=s, lr=2.4, position="after", final=0.1, status="diverged")
+        # MLP relu: after is faster
+        make_run(tmp_path, f"mr/b_{s}", seed=s, act="relu", reach=[2000, 2000, 2200][s])
+        make_run(tmp_path, f"mr/a_{s}", seed=s, act="relu", position="after", reach=[1000, 1200, 1000][s])
+    for s in range(2):  # CNN sigmoid: 2 seeds only (target 97%)
+        make_run(tmp_path, f"cs/b_{s}", seed=s, model="cnn", lr=0.08, reach=300, final=0.98, budget=1500, every=150)
+        make_run(tmp_path, f"cs/a_{s}", seed=s, model="cnn", lr=0.08, position="after", reach=600, final=0.98,
+                 budget=1500, every=150)
+    sec = section(tmp_path, "placement")
+    sig, relu, cnn_sig, cnn_relu = sec["claims"]
+    assert sig["per_seed"] == pytest.approx({0: 2.0, 1: 2.0, 2: 2.2}) and sig["verdict"] == SUPPORTED
+    assert relu["per_seed"] == pytest.approx({0: 0.5, 1: 0.6, 2: 1000 / 2200}) and relu["verdict"] == NOT_SUPPORTED
+    assert cnn_sig["per_seed"] == pytest.approx({0: 2.0, 1: 2.0}) and cnn_sig["verdict"] == INCONCLUSIVE
+    assert cnn_relu["verdict"] == PREMISE_NOT_MET
+    best = {(r["model"], r["act"], r["position"], r["lr"]): r["best"] for r in sec["table"]}
+    assert best[("mlp", "sigmoid", "before", 0.6)].startswith("yes") and best[("mlp", "sigmoid", "before", 0.15)] == ""
+    assert best[("mlp", "sigmoid", "after", 2.4)] == ""  # diverged: not a best rate
+
+
+def test_normalizer_claims_with_a_censored_groupnorm_seed(tmp_path):
+    for s in range(3):
+        make_run(tmp_path, f"bn36_{s}", seed=s, lr=3.6, reach=[1600, 1800, 1600][s], budget=8000, every=200)
+        make_run(tmp_path, f"bn09_{s}", seed=s, lr=0.9, reach=[3000, 3200, 3000][s], budget=8000, every=200)
+        make_run(tmp_path, f"no36_{s}", seed=s, norm="none", lr=3.6, reach=[5000, 6000, 4000][s], budget=8000,
+                 every=200)
+        make_run(tmp_path, f"no144_{s}", seed=s, norm="none", lr=14.4, final=0.1, budget=8000, every=200)
+        make_run(tmp_path, f"ln36_{s}", seed=s, norm="layer", lr=3.6, reach=[2000, 2200, 2400][s], budget=8000,
+                 every=200)
+        # GroupNorm: seed 2 never reaches 95% -> counted as its 8,000 steps, a lower bound
+        make_run(tmp_path, f"gn36_{s}", seed=s, norm="group", lr=3.6, reach=[1400, 1600, None][s],
+                 final=[0.97, 0.97, 0.9][s], budget=8000, every=200)
+    sec = section(tmp_path, "normalizer")
+    bn_nobn, ln_nobn, bn_ln, bn_gn = sec["claims"]
+    assert bn_nobn["per_seed"] == pytest.approx({0: 5000 / 1600, 1: 6000 / 1800, 2: 4000 / 1600})
+    assert bn_nobn["verdict"] == SUPPORTED
+    assert ln_nobn["per_seed"] == pytest.approx({0: 2.5, 1: 6000 / 2200, 2: 4000 / 2400})
+    assert ln_nobn["verdict"] == SUPPORTED
+    assert bn_ln["per_seed"] == pytest.approx({0: 1.25, 1: 2200 / 1800, 2: 1.5}) and bn_ln["verdict"] == SUPPORTED
+    assert bn_gn["per_seed"] == pytest.approx({0: 0.875, 1: 1600 / 1800, 2: 5.0}) and bn_gn["verdict"] == INCONCLUSIVE
+    # LayerNorm keeps (5000 - 2200) / (5000 - 5000/3) = 84% of the steps BN saves
+    assert any("84%" in f for f in sec["findings"])
+    assert any("GroupNorm: best rate 3.6 (highest final accuracy)" in f for f in sec["findings"])
+
+
+def test_depth_claims(tmp_path):
+    for s in range(3):
+        make_run(tmp_path, f"d12/bn36_{s}", seed=s, depth=12, lr=3.6, reach=[3000, 3500, 4000][s], budget=10000,
+                 every=250)
+        make_run(tmp_path, f"d12/bn09_{s}", seed=s, depth=12, lr=0.9, reach=9000, budget=10000, every=250)
+        make_run(tmp_path, f"d12/no09_{s}", seed=s, depth=12, norm="none", lr=0.9, final=[0.1135, 0.098, 0.1135][s],
+                 budget=10000, every=250)
+        make_run(tmp_path, f"d12/no36_{s}", seed=s, depth=12, norm="none", lr=3.6, final=0.0958, budget=10000,
+                 every=250)
+        make_run(tmp_path, f"d6/bn_{s}", seed=s, depth=6, lr=3.6, reach=[1000, 1250, 1000][s], budget=10000,
+                 every=250)
+        make_run(tmp_path, f"d6/no_{s}", seed=s, depth=6, norm="none", lr=3.6, final=0.9, budget=10000, every=250)
+        make_run(tmp_path, f"d3/bn_{s}", seed=s, depth=3, lr=3.6, reach=1000, budget=10000, every=250)
+    sec = section(tmp_path, "depth")
+    bn12, nobn12, adv6, slowdown = sec["claims"]
+    assert bn12["per_seed"] == pytest.approx({0: 97.0, 1: 97.0, 2: 97.0}) and bn12["verdict"] == SUPPORTED
+    # no BN's best rate at 12 layers is the one with the highest final accuracy (0.9: 10.8% mean)
+    assert nobn12["per_seed"] == pytest.approx({0: 11.35, 1: 9.8, 2: 11.35}) and nobn12["verdict"] == SUPPORTED
+    assert adv6["per_seed"] == pytest.approx({0: 10.0, 1: 8.0, 2: 10.0}) and adv6["verdict"] == SUPPORTED
+    assert slowdown["per_seed"] == pytest.approx({0: 3.0, 1: 3.5, 2: 4.0}) and slowdown["verdict"] == NOT_SUPPORTED
+
+
+def test_the_report_carries_the_study_section(tmp_path):
+    from bnexp.report.build import build_report
+    from bnexp.report.cli import write_report
+
+    for s in range(3):
+        make_run(tmp_path, f"d3/bn_{s}", seed=s, depth=3, lr=3.6, reach=1000, budget=2000)
+        make_run(tmp_path, f"d3/no_{s}", seed=s, depth=3, norm="none", lr=3.6, reach=1500, budget=2000)
+    (tmp_path / MARKER).write_text(json.dumps({"study": "depth"}))
+    write_report(build_report(tmp_path))
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["study"]["name"] == "depth" and len(data["study"]["claims"]) == 4
+    assert data["study"]["claims"][0]["verdict"] == PREMISE_NOT_MET  # no 12-layer runs
+    assert {r["depth"] for r in data["study"]["table"]} == {3}
+    assert (tmp_path / "study_depth.png").stat().st_size > 0 and "study_depth.png" in data["files"]
+    md = (tmp_path / "report.md").read_text()
+    assert "## Study: Depth" in md and "premise not met" in md
+    # a sweep without study.json has no study section
+    (tmp_path / MARKER).unlink()
+    assert build_report(tmp_path).data["study"] is None
