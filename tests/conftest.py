@@ -9,9 +9,11 @@ test is tiered without remembering to mark it -- or that trains more than a few 
 
 from __future__ import annotations
 
-import os
 import inspect
+import json
+import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -69,6 +71,65 @@ def wait_for(predicate, timeout: float = 300.0) -> None:
 # Fast settings for end-to-end runs on real data.
 FAST = ["trainer.progress=false", "trainer.num_threads=1"]
 
+# A 20-step MNIST run for in-process tests of what happens around a run (checkpoints at 10 and 20,
+# records at 0, 10, 20); a test module adds its own seed.
+SHORT_RUN = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=20",
+             "trainer.eval_every=10", "trainer.hist_every=10", "trainer.log_every=5", "trainer.probe_size=100",
+             "trainer.ckpt_every=10"]
+
+
+@pytest.fixture
+def bnexp_train(run_bnexp):
+    """`bnexp train` of one run as a process: FAST settings, then ``overrides``, then
+    ``hydra.run.dir=run_dir``. Asserts exit code 0 (stderr shown otherwise) and returns
+    (the CompletedProcess, the run's summary.json read as strict JSON)."""
+
+    def train(run_dir: Path, *overrides: str, **kwargs):
+        r = run_bnexp("train", *FAST, *overrides, f"hydra.run.dir={run_dir}", **kwargs)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return r, strict_json((run_dir / "summary.json").read_text())
+
+    return train
+
+
+def strict_json(text: str):
+    """``json.loads`` that refuses NaN and Infinity (the run folder's files are strict JSON)."""
+
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def steps_of(path: Path) -> list[int]:
+    """The ``step`` of every record of a JSON-lines file, in order ([] if it does not exist);
+    a line that is not JSON fails the test."""
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def train_in_process(run_dir: Path, data_root: Path, overrides: list[str]) -> dict:
+    """Train one run in this process (:func:`bnexp.trainer.train`) on the real data; returns its summary."""
+    from bnexp.config import compose_config
+    from bnexp.trainer import train
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BNEXP_DATA_ROOT", str(data_root))
+        return train(compose_config(overrides), run_dir)
+
+
+def before_call(monkeypatch, module, name: str, action, call: int = 1) -> None:
+    """Make ``module.name`` run ``action()`` on its ``call``-th call, then do its own work (unless
+    ``action`` raises): a signal, a full disk, ... injected at one chosen point of a run."""
+    real, calls = getattr(module, name), []
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            action()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+
 
 def pytest_configure(config):
     """Run as a terminal's foreground job would, also when started in the background: a shell starts
@@ -112,3 +173,56 @@ def pytest_collection_modifyitems(config, items):
         if "run_bnexp" in item.fixturenames or any(
                 _starts_a_process(f, module) for f in [fn, *fixtures]):
             item.add_marker(pytest.mark.e2e)
+
+
+# ----- the fast tier's budget: CPU seconds per test ------------------------------------------
+# CPU time (this process, all its threads, plus the children it reaped) approximates the wall time
+# on an idle machine, also when the machine is busy. A test over this budget belongs in `slow` (or
+# `e2e`); the terminal summary names every unmarked one, so the fast tier stays fast. (One-time costs,
+# lazy imports on a first optimizer step or first data load, land in whichever test comes first: a
+# unit test seen here once may be one of those.)
+FAST_TIER_CPU_S = 2.5
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests that used the most CPU time (0: all), with their tier")
+
+
+def _cpu_now() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Record the CPU seconds of each test's setup, call and teardown together."""
+    t0 = _cpu_now()
+    yield
+    item.config.stash.setdefault(_CPU_KEY, {})[item.nodeid] = (
+        _cpu_now() - t0, bool(item.get_closest_marker("slow") or item.get_closest_marker("e2e")))
+
+
+_CPU_KEY = pytest.StashKey[dict]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The session's CPU time; tests over the fast tier's budget that are not marked slow or e2e;
+    with --cpu-durations, the slowest tests by CPU time."""
+    cpu = config.stash.get(_CPU_KEY, {})
+    if not cpu:
+        return
+    tr = terminalreporter
+    over = sorted(((t, n) for n, (t, marked) in cpu.items() if t > FAST_TIER_CPU_S and not marked), reverse=True)
+    if over:
+        tr.write_sep("=", f"tests over {FAST_TIER_CPU_S} s of CPU not marked slow or e2e (mark them)")
+        for t, n in over:
+            tr.write_line(f"{t:7.2f}s cpu  {n}")
+    n = config.getoption("--cpu-durations")
+    if n is not None:
+        tr.write_sep("=", "CPU time per test")
+        ranked = sorted(((t, marked, name) for name, (t, marked) in cpu.items()), reverse=True)
+        for t, marked, name in ranked[: n or None]:
+            tr.write_line(f"{t:7.2f}s cpu  {'slow/e2e' if marked else 'fast    '}  {name}")
+    tr.write_line(f"CPU time of the tests: {sum(t for t, _ in cpu.values()):.1f} s "
+                  f"(process total incl. start-up and collection: {_cpu_now():.1f} s)")

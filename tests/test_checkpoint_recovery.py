@@ -23,26 +23,20 @@ from bnexp.config import compose_config
 from bnexp.errors import CheckpointMismatch, UserError
 from bnexp.trainer import train
 
-BASE = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=20",
-        "trainer.eval_every=10", "trainer.hist_every=10", "trainer.log_every=5", "trainer.probe_size=100",
-        "trainer.ckpt_every=10", "seed=5"]
+from conftest import SHORT_RUN, before_call, steps_of, train_in_process
+
+BASE = [*SHORT_RUN, "seed=5"]
 
 
 def _cfg(*extra):
     return compose_config(BASE + list(extra))
 
 
-def _steps(path):
-    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_root):
     """A run that never saw a bad checkpoint: its final state and records."""
     run_dir = tmp_path_factory.mktemp("reference")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BNEXP_DATA_ROOT", str(data_root))
-        summary = train(_cfg(), run_dir)
+    summary = train_in_process(run_dir, data_root, BASE)
     assert summary["status"] == "finished"
     state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
     return {"dir": run_dir, "state": state, "metrics": (run_dir / "metrics.jsonl").read_text()}
@@ -77,6 +71,7 @@ DAMAGE = ["truncated", "not_a_dict", "missing_key", "renamed_layer", "other_shap
           "wrong_kind_late"]
 
 
+@pytest.mark.slow  # each trains 20 steps in this process, after the module's reference run (~2.5 s of CPU)
 @pytest.mark.parametrize("how", DAMAGE)
 def test_unusable_checkpoint_is_set_aside_and_the_run_starts_over(how, reference, tmp_path, caplog, data_root,
                                                                   monkeypatch):
@@ -102,12 +97,13 @@ def test_unusable_checkpoint_is_set_aside_and_the_run_starts_over(how, reference
     assert len(warnings) == 1, caplog.text
     # the run is the one that never saw the file: same records, same final weights
     assert (run_dir / "metrics.jsonl").read_text().count('"step": 10') == 1
-    assert _steps(run_dir / "metrics.jsonl") == [0, 10, 20] and _steps(run_dir / "shift.jsonl") == [0, 10, 20]
+    assert steps_of(run_dir / "metrics.jsonl") == [0, 10, 20] and steps_of(run_dir / "shift.jsonl") == [0, 10, 20]
     final = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
     for k, v in reference["state"]["model"].items():
         assert torch.equal(final[k], v), k
 
 
+@pytest.mark.slow  # the module's reference run, then a resume
 def test_checkpoint_of_another_config_is_refused_and_left_alone(reference, tmp_path, data_root, monkeypatch):
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     run_dir = tmp_path / "run"
@@ -127,16 +123,11 @@ def test_a_checkpoint_that_cannot_be_written_says_whether_one_remains(fail_at, t
     """A full disk at the first checkpoint write: no earlier checkpoint to claim; at the second: the
     first is intact. Either way the run is recorded failed, with the message."""
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
-    calls = []
-    real = rundir.save_checkpoint
 
-    def save(path, state):
-        calls.append(state["step"])
-        if len(calls) == fail_at:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, state)
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rundir, "save_checkpoint", save)
+    before_call(monkeypatch, rundir, "save_checkpoint", full_disk, fail_at)
     run_dir = tmp_path / "run"
     with pytest.raises(UserError) as exc:
         train(_cfg("trainer.ckpt_every=5"), run_dir)

@@ -160,13 +160,20 @@ def test_every_preset_composes_and_matches_its_definition(preset):
     assert gpu.trainer.max_steps > cfg.trainer.max_steps and len(gpu.model.channels) >= len(cfg.model.channels)
 
 
+# the preset network at its CPU scale once; the other presets (the same stages and layers, their own
+# activation, BN, rate, dropout and schedule) with 4-8 channels: two test-set evaluations of the full
+# network cost ~10 s of CPU each run
+TINY = ("scale.channels=[4,8,8]", "scale.fc=16", "trainer.probe_size=100")
+
+
+@pytest.mark.slow  # loads CIFAR-10 and trains in this process
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_runs_a_few_steps_on_real_cifar(preset, tmp_path, data_root):
     from bnexp.trainer import train
 
     cfg = compose_config([f"+experiment={preset}", "data.verify_checksums=false", f"data.root={data_root}",
                           *FAST, "trainer.max_steps=6", "trainer.eval_every=6", "trainer.hist_every=3",
-                          "trainer.log_every=3"])
+                          "trainer.log_every=3", *(() if preset == "bn_baseline" else TINY)])
     validate(cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -177,10 +184,7 @@ def test_every_preset_runs_a_few_steps_on_real_cifar(preset, tmp_path, data_root
     assert len(shift[0]["layers"]) == len(cfg.model.channels) * cfg.model.convs_per_stage + 1
 
 
-def test_a_preset_made_to_diverge_is_recorded(run_bnexp, tmp_path):
-    r = run_bnexp("train", *FAST, "+experiment=baseline_x5", "data.verify_checksums=false", "lr=100",
-                  "trainer.max_steps=200", "trainer.log_every=5", "trainer.eval_every=50", "trainer.hist_every=50",
-                  f"hydra.run.dir={tmp_path / 'div'}")
-    assert r.returncode == 0, r.stderr
-    s = json.loads((tmp_path / "div" / "summary.json").read_text())
+def test_a_preset_made_to_diverge_is_recorded(bnexp_train, tmp_path):
+    _, s = bnexp_train(tmp_path / "div", "+experiment=baseline_x5", "data.verify_checksums=false", "lr=100",
+                       "trainer.max_steps=200", "trainer.log_every=5", "trainer.eval_every=50", "trainer.hist_every=50")
     assert s["status"] == "diverged" and s["diverged_step"] <= 200

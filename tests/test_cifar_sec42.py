@@ -99,6 +99,7 @@ def _mean_stds(act: str, init: str, x: torch.Tensor, draws: int = 8) -> list[flo
     return [sum(v) / draws for v in zip(*per)]
 
 
+@pytest.mark.slow
 def test_he_init_keeps_preactivation_std_within_a_factor_2_across_depth(cifar_images):
     """The preset network (10 hidden layers, ReLU) on real standardized CIFAR-10 images: with He init the
     expected pre-activation std (mean over weight draws) stays within a factor 2 from layer 1 to 10;
@@ -111,6 +112,7 @@ def test_he_init_keeps_preactivation_std_within_a_factor_2_across_depth(cifar_im
     assert default[0] / default[-1] > 4.0, default
 
 
+@pytest.mark.slow
 def test_he_init_keeps_sigmoid_preactivations_out_of_saturation(cifar_images):
     """Sigmoid presets use He init too: their pre-activations stay of order 1 (std in [0.3, 2] in every
     layer), neither in sigmoid's linear range (std << 1) nor saturated (std >> 2)."""
@@ -165,12 +167,14 @@ def _train_few(tmp_path: Path, data_root: Path, *extra: str) -> dict:
         return train(cfg, tmp_path)
 
 
+@pytest.mark.slow
 def test_channels_last_fp32_path_trains_on_cpu(tmp_path, data_root):
     s = _train_few(tmp_path, data_root)
     assert s["status"] == "finished" and s["channels_last"] is True and s["precision"] == "fp32"
     assert 0.0 <= s["final_test_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_bf16_path_trains_with_fp32_statistics_loss_and_optimizer_state(tmp_path, data_root, monkeypatch):
     from bnexp.trainer import Trainer
 

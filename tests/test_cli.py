@@ -25,12 +25,9 @@ def _event_tags(run_dir: Path) -> dict:
     return {"tags": ea.Tags(), "hparams": ea.PluginTagToContent("hparams"), "ea": ea}
 
 
-def test_train_end_to_end_on_real_mnist(run_bnexp, tmp_path):
+def test_train_end_to_end_on_real_mnist(bnexp_train, tmp_path):
     run_dir = tmp_path / "run"
-    r = run_bnexp("train", *FAST, "trainer.max_steps=300", "trainer.eval_every=100", "trainer.hist_every=100",
-                  f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
+    r, summary = bnexp_train(run_dir, "trainer.max_steps=300", "trainer.eval_every=100", "trainer.hist_every=100")
     for key in ("status", "step", "final_test_accuracy", "best_test_accuracy", "best_step", "steps_to_target",
                 "wall_time_s", "steps_per_s", "bn", "act", "lr", "seed"):
         assert key in summary, key
@@ -86,13 +83,11 @@ def test_train_end_to_end_on_real_mnist(run_bnexp, tmp_path):
     assert "bnexp run: finished" in r.stdout  # the rich summary table
 
 
-def test_cnn_and_recompute_population_stats(run_bnexp, tmp_path):
+def test_cnn_and_recompute_population_stats(bnexp_train, tmp_path):
     run_dir = tmp_path / "cnn"
-    r = run_bnexp("train", *FAST, "model=cnn", "act=relu", "lr=0.05", "bn.population_stats=recompute",
-                  "bn.recompute_batches=20", "trainer.max_steps=60", "trainer.eval_every=30",
-                  "trainer.hist_every=30", f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
-    s = json.loads((run_dir / "summary.json").read_text())
+    _, s = bnexp_train(run_dir, "model=cnn", "act=relu", "lr=0.05", "bn.population_stats=recompute",
+                       "bn.recompute_batches=20", "trainer.max_steps=60", "trainer.eval_every=30",
+                       "trainer.hist_every=30")
     assert s["status"] == "finished" and s["model"] == "cnn" and s["act"] == "relu"
     assert s["population_stats"] == "recompute"
     assert "final_test_accuracy_ema" in s

@@ -222,6 +222,16 @@ def _sse(out, target):
     return 0.5 * ((out - target) ** 2).sum()
 
 
+def _regression_data(seed: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, 3) float64 inputs and (n, 2) targets, standard normal, from generator ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, 3, generator=gen, dtype=torch.float64),
+            torch.randn(n, 2, generator=gen, dtype=torch.float64))
+
+
+GROUPS, WEIGHTS = [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"]  # _linear2: one layer a group
+
+
 def _closed_form_g2(W1, W2, X, T, W1_new):
     """G2 = R^T H at (W1, W2); G2' the same at (W1_new, W2); rows of X, T are examples."""
     H = X @ W1.T
@@ -233,9 +243,7 @@ def _closed_form_g2(W1, W2, X, T, W1_new):
 
 def test_gradient_ics_linear_closed_form_sgd():
     model = _linear2()
-    gen = torch.Generator().manual_seed(5)
-    X = torch.randn(6, 3, generator=gen, dtype=torch.float64)
-    T = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    X, T = _regression_data(5, 6)
     lr = 0.05
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     W1, W2 = model[0].weight.detach().clone(), model[1].weight.detach().clone()
@@ -243,7 +251,7 @@ def test_gradient_ics_linear_closed_form_sgd():
     G1 = W2.T @ (H @ W2.T - T).T @ X
     G2, G2p, _ = _closed_form_g2(W1, W2, X, T, W1 - lr * G1)
 
-    out = gradient_ics(model, _sse, X, T, opt, [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"])
+    out = gradient_ics(model, _sse, X, T, opt, GROUPS, WEIGHTS)
     assert out[0]["l2"] == 0.0 and out[0]["cos"] == pytest.approx(1.0, abs=1e-12)
     assert out[0]["g_norm"] == pytest.approx(float(G1.norm()), rel=1e-10)
     assert out[1]["g_norm"] == pytest.approx(float(G2.norm()), rel=1e-10)
@@ -259,14 +267,11 @@ def test_gradient_ics_relative_is_free_of_the_gradient_scale():
     # A loss k times smaller (a plateau: small gradients) with a k times larger rate takes the
     # same step, so every gradient is exactly k times smaller: l2 shrinks by k, l2_rel does not.
     k = 1e-4
-    gen = torch.Generator().manual_seed(5)
-    X = torch.randn(6, 3, generator=gen, dtype=torch.float64)
-    T = torch.randn(6, 2, generator=gen, dtype=torch.float64)
-    groups, weights = [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"]
+    X, T = _regression_data(5, 6)
     m1, m2 = _linear2(), _linear2()
-    big = gradient_ics(m1, _sse, X, T, torch.optim.SGD(m1.parameters(), lr=0.05), groups, weights)
+    big = gradient_ics(m1, _sse, X, T, torch.optim.SGD(m1.parameters(), lr=0.05), GROUPS, WEIGHTS)
     small = gradient_ics(m2, lambda o, t: k * _sse(o, t), X, T, torch.optim.SGD(m2.parameters(), lr=0.05 / k),
-                         groups, weights)
+                         GROUPS, WEIGHTS)
     assert small[1]["l2"] == pytest.approx(k * big[1]["l2"], rel=1e-8)
     assert small[1]["l2_rel"] == pytest.approx(big[1]["l2_rel"], rel=1e-8)
     assert big[1]["l2_rel"] > 0
@@ -274,9 +279,7 @@ def test_gradient_ics_relative_is_free_of_the_gradient_scale():
 
 def test_gradient_ics_replicates_momentum_weight_decay():
     model = _linear2(1)
-    gen = torch.Generator().manual_seed(6)
-    X = torch.randn(6, 3, generator=gen, dtype=torch.float64)
-    T = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    X, T = _regression_data(6, 6)
     lr, mom, wd = 0.02, 0.9, 0.01
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=mom, weight_decay=wd)
     for _ in range(2):  # populate the momentum buffers
@@ -289,21 +292,19 @@ def test_gradient_ics_replicates_momentum_weight_decay():
     G1 = W2.T @ (H @ W2.T - T).T @ X
     W1_new = W1 - lr * (mom * buf + G1 + wd * W1)  # torch SGD: buf <- mom*buf + (g + wd*w)
     G2, G2p, _ = _closed_form_g2(W1, W2, X, T, W1_new)
-    out = gradient_ics(model, _sse, X, T, opt, [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"])
+    out = gradient_ics(model, _sse, X, T, opt, GROUPS, WEIGHTS)
     assert out[1]["l2"] == pytest.approx(float((G2 - G2p).norm()), rel=1e-9)
 
 
 def test_gradient_ics_matches_real_adam_step():
     model = _linear2(2)
-    gen = torch.Generator().manual_seed(7)
-    X = torch.randn(8, 3, generator=gen, dtype=torch.float64)
-    T = torch.randn(8, 2, generator=gen, dtype=torch.float64)
+    X, T = _regression_data(7, 8)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-3)
     opt.zero_grad()
     _sse(model(X), T).backward()
     opt.step()
     W1, W2 = model[0].weight.detach().clone(), model[1].weight.detach().clone()
-    out = gradient_ics(model, _sse, X, T, opt, [["0.weight"], ["1.weight"]], ["0.weight", "1.weight"])
+    out = gradient_ics(model, _sse, X, T, opt, GROUPS, WEIGHTS)
     opt.zero_grad()
     _sse(model(X), T).backward()
     opt.step()  # the real update; G2' must use exactly this W1

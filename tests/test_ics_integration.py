@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch import nn
@@ -13,16 +11,12 @@ from bnexp.bn import NoisyBatchNorm
 from bnexp.models import build_model
 from bnexp.rundir import read_jsonl
 
-from conftest import FAST
 
-
-def test_train_with_all_ics_measurements(run_bnexp, tmp_path):
+def test_train_with_all_ics_measurements(bnexp_train, tmp_path):
     run_dir = tmp_path / "run"
-    r = run_bnexp("train", *FAST, "bn=noisy", "monitor.grad_ics=true", "monitor.landscape=true",
-                  "monitor.grad_ics_every=100", "monitor.landscape_every=150", "trainer.max_steps=300",
-                  "trainer.eval_every=100", "trainer.hist_every=100", f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
-    s = json.loads((run_dir / "summary.json").read_text())
+    _, s = bnexp_train(run_dir, "bn=noisy", "monitor.grad_ics=true", "monitor.landscape=true",
+                       "monitor.grad_ics_every=100", "monitor.landscape_every=150", "trainer.max_steps=300",
+                       "trainer.eval_every=100", "trainer.hist_every=100")
     assert s["status"] == "finished" and s["bn_noise"] is True
     assert set(s["probe_time_s"]) == {"eval", "monitor", "grad_ics", "landscape"}
     assert all(v > 0 for v in s["probe_time_s"].values())
@@ -83,11 +77,10 @@ def test_noisy_bn_switch_wraps_every_bn_layer_and_is_off_in_eval():
     assert not torch.allclose(model(x), clean(x))  # training: noise injected
 
 
-def test_shift_metrics_can_be_switched_off(run_bnexp, tmp_path):
+def test_shift_metrics_can_be_switched_off(bnexp_train, tmp_path):
     run_dir = tmp_path / "off"
-    r = run_bnexp("train", *FAST, "monitor.shift_metrics=false", "trainer.max_steps=50", "trainer.eval_every=50",
-                  "trainer.hist_every=25", f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
+    bnexp_train(run_dir, "monitor.shift_metrics=false", "trainer.max_steps=50", "trainer.eval_every=50",
+                "trainer.hist_every=25")
     assert all("shift_metrics" not in rec for rec in read_jsonl(run_dir / "shift.jsonl"))
     assert not (run_dir / "ics.jsonl").exists()
 

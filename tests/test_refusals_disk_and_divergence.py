@@ -22,7 +22,7 @@ import pytest
 from bnexp import rundir
 from bnexp.rundir import read_jsonl
 
-from conftest import FAST, REPO, spawn_bnexp, wait_for
+from conftest import FAST, REPO, spawn_bnexp, steps_of, strict_json, wait_for
 
 RUN = [*FAST, "trainer.max_steps=900", "trainer.eval_every=100", "trainer.hist_every=100",
        "trainer.ckpt_every=300", "trainer.log_every=50"]
@@ -39,17 +39,6 @@ def _kill_after_checkpoint(data_root: Path, tmp_path: Path, run_dir: Path, *extr
     import torch
 
     return int(torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"])
-
-
-def _strict_json(text: str):
-    def refuse(name):
-        raise ValueError(f"non-standard JSON constant {name}")
-
-    return json.loads(text, parse_constant=refuse)
-
-
-def _steps(path: Path) -> list[int]:
-    return [r["step"] for r in read_jsonl(path)]
 
 
 # ----- 1. no path loses checkpointed work ------------------------------------------------
@@ -71,7 +60,7 @@ def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_
     assert r.returncode == 0, r.stderr
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "finished" and s["resumed_from_step"] == ckpt_step
-    assert _steps(run_dir / "metrics.jsonl") == list(range(0, 901, 100))
+    assert steps_of(run_dir / "metrics.jsonl") == list(range(0, 901, 100))
 
     # an unreadable checkpoint: set aside (kept), earlier records cut, the run starts over once
     run2 = tmp_path / "run2"
@@ -82,8 +71,8 @@ def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_
     kept = list(run2.glob("checkpoint.unreadable-*.pt"))
     assert len(kept) == 1 and kept[0].read_bytes() == b"not a checkpoint" * 100
     assert "unreadable" in (run2 / "train.log").read_text()
-    assert _steps(run2 / "metrics.jsonl") == list(range(0, 901, 100))  # nothing twice
-    assert _steps(run2 / "shift.jsonl") == list(range(0, 901, 100))
+    assert steps_of(run2 / "metrics.jsonl") == list(range(0, 901, 100))  # nothing twice
+    assert steps_of(run2 / "shift.jsonl") == list(range(0, 901, 100))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     ea = EventAccumulator(str(run2), size_guidance={"scalars": 0})
@@ -121,10 +110,10 @@ def test_rundir_cut_records_after(tmp_path):
         rundir.write_jsonl(tmp_path / name, [{"step": s} for s in (0, 100, 200, 300)])
     (tmp_path / "events.out.tfevents.1.x").write_bytes(b"x")
     assert rundir.cut_records_after(tmp_path, 100) == 6
-    assert _steps(tmp_path / "metrics.jsonl") == [0, 100]
+    assert steps_of(tmp_path / "metrics.jsonl") == [0, 100]
     assert (tmp_path / "events.out.tfevents.1.x").exists()
     rundir.cut_records_after(tmp_path, -1)
-    assert _steps(tmp_path / "ics.jsonl") == [] and not list(tmp_path.glob("events.*"))
+    assert steps_of(tmp_path / "ics.jsonl") == [] and not list(tmp_path.glob("events.*"))
 
 
 # ----- 2. every config value validated for what can run ----------------------------------
@@ -229,21 +218,17 @@ def test_output_error_messages_name_path_and_fix():
 
 
 # ----- 5. non-finite values mean diverged --------------------------------------------------
-def test_nonfinite_measurement_means_diverged_with_step(run_bnexp, tmp_path):
+def test_nonfinite_measurement_means_diverged_with_step(bnexp_train, tmp_path):
     run_dir = tmp_path / "run"
     # the loss is checked every 100 steps only; the monitor (every 5) meets the inf first
-    r = run_bnexp("train", *FAST, "lr=1e6", "bn=false", "act=relu", "model.init_std=0.1",
-                  "trainer.max_steps=200", "trainer.eval_every=100", "trainer.hist_every=5",
-                  "trainer.log_every=100", f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
-    s = _strict_json((run_dir / "summary.json").read_text())
+    run = ["lr=1e6", "bn=false", "act=relu", "model.init_std=0.1", "trainer.max_steps=200", "trainer.eval_every=100",
+           "trainer.hist_every=5", "trainer.log_every=100"]
+    _, s = bnexp_train(run_dir, *run)
     assert s["status"] == "diverged" and 1 <= s["diverged_step"] < 100 and s["diverged_step"] % 5 == 0
     assert "non-finite pre-activations" in (run_dir / "train.log").read_text()
     # a re-run of the same command skips it (complete), instead of retrying a failure
-    r = run_bnexp("train", *FAST, "lr=1e6", "bn=false", "act=relu", "model.init_std=0.1",
-                  "trainer.max_steps=200", "trainer.eval_every=100", "trainer.hist_every=5",
-                  "trainer.log_every=100", f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0 and "skipped" in r.stdout + r.stderr
+    r, _ = bnexp_train(run_dir, *run)
+    assert "skipped" in r.stdout + r.stderr
 
 
 def test_monitor_raises_diverged_on_inf():
@@ -285,29 +270,26 @@ def test_divergence_at_step_0_is_diverged_with_step_0(tmp_path, data_root, monke
     finally:
         torch.set_num_threads(threads)
     assert s["status"] == "diverged" and s["diverged_step"] == 0 and s["step"] == 0
-    assert _strict_json((tmp_path / "summary.json").read_text())["diverged_step"] == 0
-    assert _steps(tmp_path / "metrics.jsonl") == [0] and _steps(tmp_path / "shift.jsonl") == []
+    assert strict_json((tmp_path / "summary.json").read_text())["diverged_step"] == 0
+    assert steps_of(tmp_path / "metrics.jsonl") == [0] and steps_of(tmp_path / "shift.jsonl") == []
 
 
 # ----- 6. outputs: strict JSON, file modes ------------------------------------------------
-def test_outputs_are_strict_json_with_umask_modes(run_bnexp, tmp_path):
+def test_outputs_are_strict_json_with_umask_modes(bnexp_train, tmp_path):
     run_dir = tmp_path / "run"
-    r = run_bnexp("train", *FAST, "trainer.max_steps=100", "trainer.eval_every=50", "trainer.hist_every=50",
-                  f"hydra.run.dir={run_dir}")
-    assert r.returncode == 0, r.stderr
+    bnexp_train(run_dir, "trainer.max_steps=100", "trainer.eval_every=50", "trainer.hist_every=50")  # strict summary
     for name in ("summary.json", "config.yaml", "checkpoint.pt", "metrics.jsonl", "percentiles.png"):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o666 & ~rundir.current_umask(), name
-    _strict_json((run_dir / "summary.json").read_text())
     for name in ("metrics.jsonl", "shift.jsonl"):
         for line in (run_dir / name).read_text().splitlines():
-            _strict_json(line)
+            strict_json(line)
     # non-finite numbers become null; the umask is respected
     old = os.umask(0o027)
     try:
         rundir.write_json(tmp_path / "x.json", {"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
     finally:
         os.umask(old)
-    assert _strict_json((tmp_path / "x.json").read_text()) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    assert strict_json((tmp_path / "x.json").read_text()) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
     assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o640
 
 

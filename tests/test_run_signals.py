@@ -24,37 +24,21 @@ import bnexp.trainer as trainer_mod
 from bnexp.config import compose_config
 from bnexp.runtime import Interrupted
 
-from conftest import wait_for
+from conftest import SHORT_RUN, before_call, steps_of, train_in_process, wait_for
 
-BASE = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=20",
-        "trainer.eval_every=10", "trainer.hist_every=10", "trainer.log_every=5", "trainer.probe_size=100",
-        "trainer.ckpt_every=10", "seed=9"]
-
-
-def _steps(path: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+BASE = [*SHORT_RUN, "seed=9"]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data_root):
     run_dir = tmp_path_factory.mktemp("whole")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BNEXP_DATA_ROOT", str(data_root))
-        assert trainer_mod.train(compose_config(BASE), run_dir)["status"] == "finished"
+    assert train_in_process(run_dir, data_root, BASE)["status"] == "finished"
     return torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
 
 
 def _signal_on_call(monkeypatch, module, name: str, signum: int, call: int = 1) -> None:
     """Make ``module.name`` send ``signum`` to this process on its ``call``-th call, then do its work."""
-    real, calls = getattr(module, name), []
-
-    def wrapper(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == call:
-            os.kill(os.getpid(), signum)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapper)
+    before_call(monkeypatch, module, name, lambda: os.kill(os.getpid(), signum), call)
 
 
 # phase -> (module, function called in that phase, which call)
@@ -99,8 +83,8 @@ def test_signal_at_any_phase_saves_and_resumes_exactly(phase, signum, uninterrup
     # the same command resumes and ends where the uninterrupted run ends, no step recorded twice
     final = trainer_mod.train(cfg, run_dir)
     assert final["status"] == "finished" and final["resumed_from_step"] == saved["step"]
-    assert _steps(run_dir / "metrics.jsonl") == [0, 10, 20]
-    assert _steps(run_dir / "shift.jsonl") == [0, 10, 20]
+    assert steps_of(run_dir / "metrics.jsonl") == [0, 10, 20]
+    assert steps_of(run_dir / "shift.jsonl") == [0, 10, 20]
     model = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
     for k, v in uninterrupted.items():
         assert torch.equal(model[k], v), k

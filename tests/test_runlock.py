@@ -37,25 +37,35 @@ def test_a_held_lock_keeps_a_second_lock_out_and_its_file(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 
+def _after_first_open(monkeypatch, between) -> list[int]:
+    """Make ``os.open`` (as the lock calls it) run ``between()`` right after it opened its first
+    file, before the lock's flock: the interleaving of another process. Returns the opened fds."""
+    real_open, calls = os.open, []
+
+    def open_then_interleave(path, flags, mode=0o777):
+        fd = real_open(path, flags, mode)
+        calls.append(fd)
+        if len(calls) == 1:
+            between()
+        return fd
+
+    monkeypatch.setattr(rundir.os, "open", open_then_interleave)
+    return calls
+
+
 def test_acquire_that_locks_a_file_removed_meanwhile_does_not_share_the_folder(tmp_path, monkeypatch):
     """B opens the old file; A releases (removes it) and C takes a new one; then B locks
     the removed file: B must see that and find the folder held by C."""
     a, b, c = (rundir.RunLock(tmp_path) for _ in range(3))
     assert a.acquire()
-    real_open = os.open
-    calls = []
 
-    def open_then_interleave(path, flags, mode=0o777):
-        fd = real_open(path, flags, mode)
-        calls.append(fd)
-        if len(calls) == 1:  # B has the old file open: A ends, C starts
-            a.release()
-            assert c.acquire()
-        return fd
+    def a_ends_c_starts():  # B has the old file open
+        a.release()
+        assert c.acquire()
 
-    monkeypatch.setattr(rundir.os, "open", open_then_interleave)
+    _after_first_open(monkeypatch, a_ends_c_starts)
     assert not b.acquire()  # C holds the folder; B's flock on the removed file does not count
-    monkeypatch.setattr(rundir.os, "open", real_open)
+    monkeypatch.undo()
     assert c.fd is not None and b.fd is None
     assert (tmp_path / ".lock").read_text() == str(os.getpid())
     c.release()
@@ -65,19 +75,9 @@ def test_acquire_that_locks_a_file_removed_meanwhile_does_not_share_the_folder(t
 def test_acquire_retries_when_the_file_it_locked_was_removed_and_nobody_holds_the_folder(tmp_path, monkeypatch):
     a, b = rundir.RunLock(tmp_path), rundir.RunLock(tmp_path)
     assert a.acquire()
-    real_open = os.open
-    calls = []
-
-    def open_then_release(path, flags, mode=0o777):
-        fd = real_open(path, flags, mode)
-        calls.append(fd)
-        if len(calls) == 1:
-            a.release()  # removes the file B has just opened
-        return fd
-
-    monkeypatch.setattr(rundir.os, "open", open_then_release)
+    calls = _after_first_open(monkeypatch, a.release)  # A removes the file B has just opened
     assert b.acquire()
-    monkeypatch.setattr(rundir.os, "open", real_open)
+    monkeypatch.undo()
     assert len(calls) == 2  # the removed file, then a new .lock
     st, mine = os.stat(tmp_path / ".lock"), os.fstat(b.fd)
     assert (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
@@ -90,7 +90,7 @@ def _take_and_release(folder, rounds: int, out) -> None:
     import time
 
     owner, me, held, clashes = folder / "owner", str(os.getpid()), 0, 0
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a busy machine: the rounds take long, but must all happen
     while held < rounds and time.monotonic() < deadline:
         lock = rundir.RunLock(folder)
         if not lock.acquire():

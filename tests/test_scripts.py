@@ -19,7 +19,8 @@ REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png
 
 
 def _script(name: str, tmp_path: Path, data_root: Path, *overrides: str, **env_extra: str):
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), **{"JOBS": "2", **env_extra})
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), JOBS="2")
+    env.update(env_extra)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     return subprocess.run(["bash", str(REPO / "scripts" / name), *overrides], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -102,7 +103,9 @@ def test_reproduce_cifar_tiny_ladder_end_to_end(tmp_path, data_root):
     """A toy ladder on real CIFAR-10 (budgets of 4-16 steps, a tiny network, one seed): the three stages, the
     frontier report copied into DOCS_DIR, and a second call that trains nothing."""
     sweep, docs = tmp_path / "cifar", tmp_path / "docs"
-    env = dict(SWEEP_DIR=str(sweep), DOCS_DIR=str(docs), VERIFY_CHECKSUMS="false", SEEDS="0",
+    # JOBS=1: each batch of this ladder is one run (one seed), which joblib then trains in the sweep's own
+    # process instead of starting workers (parallel jobs: test_reproduce_mnist_small_sweep_writes_report)
+    env = dict(SWEEP_DIR=str(sweep), DOCS_DIR=str(docs), VERIFY_CHECKSUMS="false", SEEDS="0", JOBS="1",
                LADDER="tune=16;lrs=0.025;dropouts=0,0.3;baseline=8,16;cap=32;bn_x5=4;bn_baseline=8")
     small = ("scale.channels=[4,8,8]", "scale.fc=16", "trainer.probe_size=100", "trainer.log_every=2")
     r = _script("reproduce_cifar.sh", tmp_path, data_root, *small, **env)
@@ -123,29 +126,39 @@ def test_reproduce_cifar_tiny_ladder_end_to_end(tmp_path, data_root):
     assert r2.returncode == 0 and "stage 1:" not in r2.stdout and "stage 3:" not in r2.stdout  # nothing left
 
 
-def yaml_scale(path) -> float:
-    """bn.noise_scale of a run's resolved config.yaml."""
+def resolved(path: Path, key: str):
+    """The value of dotted ``key`` (e.g. bn.noise_scale) in a run's resolved config.yaml."""
     import yaml
 
-    return float(yaml.safe_load(path.read_text())["bn"]["noise_scale"])
+    value = yaml.safe_load(path.read_text())
+    for part in key.split("."):
+        value = value[part]
+    return value
 
 
 def test_ics_study_few_steps(tmp_path, data_root):
+    """The study's four sweeps (BN / no BN, then noisy BN at two strengths; MNIST, then CIFAR-10 with
+    CIFAR_OVERRIDES: the preset's network at 4-8 channels), every probe twice, and both reports."""
     mnist, cifar = tmp_path / "ics_mnist", tmp_path / "ics_cifar"
-    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=40", "seed=0", "trainer.eval_every=20",
-                "trainer.hist_every=20", "trainer.log_every=10", "monitor.grad_ics_every=20",
-                "monitor.landscape_every=20", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
-                VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3")
+    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=10",
+                "trainer.hist_every=10", "trainer.log_every=5", "monitor.grad_ics_every=10",
+                "monitor.landscape_every=10", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
+                VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3",
+                CIFAR_OVERRIDES="scale.channels=[4,8,8] scale.fc=16 trainer.probe_size=100")
     assert r.returncode == 0, r.stderr[-3000:]
     for sweep in (mnist, cifar):
         summaries = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
         assert sorted((s["bn"], s["bn_noise"]) for s in summaries) == [(False, False), (True, False), (True, True),
                                                                        (True, True)]
-        scales = sorted(yaml_scale(p) for p in sweep.glob("*/config.yaml") if "noise: true" in p.read_text())
+        scales = sorted(float(resolved(p, "bn.noise_scale")) for p in sweep.glob("*/config.yaml")
+                        if "noise: true" in p.read_text())
         assert scales == [1.0, 3.0]
         for p in sweep.glob("*/ics.jsonl"):
             kinds = [rec["kind"] for rec in read_jsonl(p)]
             assert kinds.count("grad_ics") == 2 and kinds.count("landscape") == 2
         assert all(s["probe_time_s"]["grad_ics"] > 0 for s in summaries)
         assert (sweep / "report.md").exists()
+    # CIFAR_OVERRIDES reach the CIFAR-10 part only
+    assert {tuple(resolved(p, "model.channels")) for p in cifar.glob("*/config.yaml")} == {(4, 8, 8)}
+    assert {resolved(p, "trainer.probe_size") for p in mnist.glob("*/config.yaml")} == {1000}
     assert "MNIST part" in r.stdout
