@@ -130,7 +130,7 @@ def test_init_normal_and_errors():
     assert float(w.detach().std()) == pytest.approx(math.sqrt(2 / 144), rel=0.05)
     from bnexp.errors import ConfigError
     with pytest.raises(ConfigError, match="model.init"):
-        CNN((3, 32, 32), [16], 1, 32, 10, "relu", None, init="xavier")
+        CNN((3, 32, 32), [16], 1, 32, 10, "relu", None, init="glorot")
     for bad, key in ((["model=cnn", "model.init=normal"], "model.init_std"),
                      (["model=cnn", "model.init=kaiming", "model.init_std=0.1"], "model.init_std")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
