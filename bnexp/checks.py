@@ -208,7 +208,7 @@ BATCH_ONLY_KEYS = {
 }
 
 
-def check_normalizer(cfg) -> None:
+def check_normalizer(cfg, bn_defaults, monitor_defaults) -> None:
     """The combinations of ``bn``'s normalizer keys that make sense (docs/normalizers.md).
 
     * ``bn=false``: no normalizer, so ``bn.norm`` other than batch, ``bn.position=after`` and
@@ -223,9 +223,7 @@ def check_normalizer(cfg) -> None:
     Raises:
         ConfigError: naming the first offending key (with the layer and its width where one is at fault).
     """
-    from bnexp.config import BNConfig, MonitorConfig
-
-    bn, defaults = cfg.bn, BNConfig()
+    bn, defaults = cfg.bn, bn_defaults  # BNConfig(), MonitorConfig(): passed in (no import cycle)
     norm, position = option_value(bn.get("norm", "batch")), option_value(bn.get("position", "before"))
     groups = bn.get("groups", defaults.groups)
     if not bn.enabled:
@@ -246,7 +244,7 @@ def check_normalizer(cfg) -> None:
             raise ConfigError(f"bn.{key}", value, f"has no meaning with bn={norm}, which normalizes each example by "
                                                   f"itself: {why}; leave it at its default "
                                                   f"({'null' if default is None else default})")
-    bn_stats, default_stats = option_value(cfg.monitor.bn_stats), MonitorConfig().bn_stats
+    bn_stats, default_stats = option_value(cfg.monitor.bn_stats), monitor_defaults.bn_stats
     if bn_stats != default_stats:
         raise ConfigError("monitor.bn_stats", bn_stats, f"chooses the statistics BN normalizes the probe with; bn="
                                                         f"{norm} normalizes each probe image by itself: use "
@@ -279,7 +277,7 @@ def _common_groups(widths: list[int], conv: list[bool]) -> int | None:
     return max(ok, default=None)
 
 
-def cross_checks(cfg) -> None:
+def cross_checks(cfg, bn_defaults, monitor_defaults) -> None:
     """The checks that span several keys, after every field passed its own check.
 
     Raises:
@@ -290,7 +288,7 @@ def cross_checks(cfg) -> None:
             fit in memory.
     """
     t, m, data = cfg.trainer, cfg.model, cfg.data.name
-    check_normalizer(cfg)
+    check_normalizer(cfg, bn_defaults, monitor_defaults)
     batch_stats = uses_batch_statistics(cfg.bn)
     if batch_stats and t.batch_size < 2:
         raise ConfigError("trainer.batch_size", t.batch_size, "with bn=true the mini-batch size must be >= 2, "

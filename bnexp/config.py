@@ -464,7 +464,7 @@ def validate(cfg: DictConfig) -> None:
     check_fields(cfg.scale, "scale.")  # the presets compute their budgets from it
     c.check_representable(resolved(cfg))
     check_fields(cfg)
-    c.cross_checks(cfg)
+    c.cross_checks(cfg, BNConfig(), MonitorConfig())
 
 
 def describe(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:

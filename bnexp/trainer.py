@@ -1,32 +1,29 @@
 """The step-based training loop.
 
-One call of :func:`train` is one run: it loads the data onto the device, builds
-the network, trains for ``trainer.max_steps`` mini-batch SGD steps and writes the
-run directory (see :mod:`bnexp.rundir`). What is measured along the way -- test
-evaluation, train loss, the covariate-shift monitor, gradient ICS, the landscape
-probe -- are objects of :mod:`bnexp.measurements`, each with its own cadence; the loop
-hands them a :class:`~bnexp.measurements.StepContext` before or after the update of a
-step, and writes the checkpoints itself. :meth:`Trainer.run` reads top to bottom.
+One call of :func:`train` is one run: it loads the data onto the device, builds the network, trains for
+``trainer.max_steps`` mini-batch SGD steps and writes the run directory (see :mod:`bnexp.rundir`). What is
+measured along the way -- test evaluation, train loss, the covariate-shift monitor, gradient ICS, the
+landscape probe -- are objects of :mod:`bnexp.measurements`, each with its own cadence; the loop hands them a
+:class:`~bnexp.measurements.StepContext` before or after the update of a step, and writes the checkpoints
+itself. :meth:`Trainer.run` reads top to bottom.
 
-Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model
-with BN running statistics, optimizer, scheduler, every RNG, the sampler's position, the
-monitor, records so far) is written atomically to ``checkpoint.pt``; a run started in a folder
-holding an unfinished run's checkpoint continues from it and ends bit-identical (on CPU) to an
-uninterrupted run; a checkpoint that is not this run's is set aside or refused (:mod:`bnexp.resume`).
-SIGINT/SIGTERM -- from the moment :func:`train` starts -- stop the run at the end of a step,
-save a checkpoint and record ``interrupted``; the cluster's preemption signal does the same and
-hands over to submitit's requeue (:mod:`bnexp.preemption`). A non-finite value found by any
-measurement, also at step 0, ends the run ``diverged`` (normally, so a sweep goes on). A file
-of the run that cannot be written (a full disk, also in TensorBoard's writer thread) ends it
-``failed`` with one :class:`~bnexp.errors.OutputError`.
+Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model with BN running
+statistics, optimizer, scheduler, every RNG, the sampler's position, the monitor, records so far) is written
+atomically to ``checkpoint.pt``; a run started in a folder holding an unfinished run's checkpoint continues
+from it and ends bit-identical (on CPU) to an uninterrupted run; a checkpoint that is not this run's is set
+aside or refused (:mod:`bnexp.resume`). SIGINT/SIGTERM -- from the moment :func:`train` starts -- stop the run
+at the end of a step, save a checkpoint and record ``interrupted``; the cluster's preemption signal does the
+same and hands over to submitit's requeue (:mod:`bnexp.preemption`). A non-finite value found by any
+measurement, also at step 0, ends the run ``diverged`` (normally, so a sweep goes on). A file of the run that
+cannot be written (a full disk, also in TensorBoard's writer thread) ends it ``failed`` with one
+:class:`~bnexp.errors.OutputError`.
 
-Data parallelism (``torchrun --nproc-per-node=N``, :mod:`bnexp.distributed`): one process
-is a replica group of one, so the same loop runs either way: every replica draws the same
-seeded global mini-batch and computes its share of m/N examples through DDP; BN statistics
-as :func:`bnexp.distributed.bn_plan` says. Rank 0 alone takes the measurements (with the
-full model and the whole global mini-batch) and writes the run directory; the replicas
-agree after every step on stopping (signal, divergence) -- a no-op for one process -- and
-checkpoints record N.
+Data parallelism (``torchrun --nproc-per-node=N``, :mod:`bnexp.distributed`): one process is a replica group
+of one, so the same loop runs either way: every replica draws the same seeded global mini-batch and computes
+its share of m/N examples through DDP; BN statistics as :func:`bnexp.distributed.bn_plan` says. Rank 0 alone
+takes the measurements (with the full model and the whole global mini-batch) and writes the run directory; the
+replicas agree after every step on stopping (signal, divergence) -- a no-op for one process -- and checkpoints
+record N.
 """
 
 from __future__ import annotations
@@ -304,9 +301,8 @@ class Trainer:
             "device": str(self.device), "num_parameters": sum(p.numel() for p in self.model.parameters()),
             "resumed_from_step": self.resumed_from,
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
-            # the normalizer (batch / layer / group) and its place (before / after g); None without one
-            "bn_norm": option_value(cfg.bn.get("norm", "batch")) if cfg.bn.enabled else None,
-            "bn_position": option_value(cfg.bn.get("position", "before")) if cfg.bn.enabled else None,
+            **{f"bn_{k}": option_value(cfg.bn.get(k, d)) if cfg.bn.enabled else None  # normalizer and its place
+               for k, d in (("norm", "batch"), ("position", "before"))},
             "precision": "bf16" if self.amp_dtype is not None else "fp32",
             "channels_last": self.channels_last,
             "replicas": self.replicas.world_size,

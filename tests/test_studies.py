@@ -15,7 +15,8 @@ from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SU
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures_studies import study_figure
 from bnexp.report.load import find_run_dirs, load_sweep
-from bnexp.report.studies import (MARKER, best_rate, cells, censored_ratio, study_section, usable)
+from bnexp.report.studies import MARKER, best_rate, cells, censored_ratio, usable
+from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
 from bnexp.rundir import dumps
 

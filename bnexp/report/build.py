@@ -17,7 +17,7 @@ from bnexp.report.noise_sweep import noise_strength_section
 from bnexp.report.stats import (STD_NOTE, compute_speedup, config_stability, layer_stability, optional, reach_stat,
                                 run_table, target_key, value_stat)
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
-from bnexp.report.studies import study_section  # issue 23: a scripts/study.sh sweep (study.json)
+from bnexp.report.study_claims import study_section  # issue 23: a scripts/study.sh sweep (study.json)
 from bnexp.report.verdicts import verdict_lines
 from bnexp.rundir import symlink_problem
 

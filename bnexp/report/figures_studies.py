@@ -124,7 +124,7 @@ def _best_bars(ax, groups: list[tuple[str, list[dict]]], key_of, colors: dict, t
         labels.append(f"{name}\nlr {r['lr']:g}" + ("" if r["reached"] == r["seeds"] else
                                                    f"\n{r['reached']}/{r['seeds']} reached"))
     ax.set_xticks(xs, labels, fontsize=7)
-    ax.set_ylabel(f"steps to target at the best rate")
+    ax.set_ylabel("steps to target at the best rate")
 
 
 def placement_figure(sec: dict):
@@ -201,3 +201,13 @@ def study_figure(sec: dict):
         KeyError: an unknown study name.
     """
     return FIGURES[sec["name"]](sec)
+
+
+def study_files(data: dict) -> dict[str, bytes]:
+    """{file name: PNG bytes} of the study's figure ({} without a study section)."""
+    sec = data.get("study")
+    if not sec:
+        return {}
+    from bnexp.report.figstyle import figure_png
+
+    return {sec["figure"]: figure_png(study_figure(sec), 110)}

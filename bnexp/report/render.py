@@ -18,7 +18,8 @@ from bnexp.report.figstyle import refs
 from bnexp.report.stats import STD_NOTE, target_key
 from bnexp.rundir import dumps
 from bnexp.report.frontier import frontier_markdown
-from bnexp.report.studies import study_files, study_md
+from bnexp.report.figures_studies import study_files
+from bnexp.report.studies import study_md
 
 ICS_INTRO = (
     "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift the change in "
@@ -211,7 +212,7 @@ def render_csv(report: Report) -> str:
 
 def render_files(report: Report) -> dict[str, bytes]:
     """The contents of report.md, report.csv and report.json (strict JSON: NaN and inf as null), and the
-    study figure of a scripts/study.sh sweep (:func:`bnexp.report.studies.study_files`)."""
+    study figure of a scripts/study.sh sweep (:func:`bnexp.report.figures_studies.study_files`)."""
     return {"report.md": (render_markdown(report) + "\n").encode("utf-8"),
             "report.csv": render_csv(report).encode("utf-8"),
             "report.json": (dumps(report.data, indent=2) + "\n").encode("utf-8"), **study_files(report.data)}

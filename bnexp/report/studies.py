@@ -1,7 +1,7 @@
 """The study section of ``bnexp report`` (issue 23): a sweep of ``scripts/study.sh NAME`` -> the study's
 claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values,
 bootstrap 95% interval and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
-configuration and one figure (:mod:`bnexp.report.figures_studies`).
+configuration and one figure (:mod:`bnexp.report.figures_studies`, which also writes it: ``study_files``).
 
 A sweep folder is a study's when it holds ``study.json`` (written by scripts/study.sh) with the study's
 name; report.json then has the key ``study``. The runs are read once into a DataFrame of *cells*
@@ -241,27 +241,6 @@ def _native(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def study_section(sweep_dir: Path, sweep) -> dict | None:
-    """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
-    "title", "question", "page", "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
-    "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
-    (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded)}."""
-    marker = read_marker(sweep_dir)
-    if marker is None:
-        return None
-    from bnexp.report.study_claims import ANALYSES
-
-    name = marker["study"]
-    if name not in ANALYSES:
-        log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
-        return None
-    sec = ANALYSES[name](sweep.runs)
-    frame = sec.pop("cells")
-    times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
-    sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
-               run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"))
-    return sec
-
 
 def _fmt_stat(st: dict, digits: int = 2, thousands: bool = False) -> str:
     if st["mean"] is None:
@@ -306,14 +285,3 @@ def study_md(sec: dict | None) -> list[str]:
         out += ["### Findings", ""] + [f"- {f}" for f in sec["findings"]] + [""]
     out += [f"![{sec['title']}]({sec['figure']})", ""]
     return out
-
-
-def study_files(data: dict) -> dict[str, bytes]:
-    """{file name: PNG bytes} of the study's figure ({} without a study section)."""
-    sec = data.get("study")
-    if not sec:
-        return {}
-    from bnexp.report.figstyle import figure_png
-    from bnexp.report.figures_studies import study_figure
-
-    return {sec["figure"]: figure_png(study_figure(sec), 110)}

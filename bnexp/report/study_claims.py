@@ -13,9 +13,13 @@ Each ``analyze_NAME(runs)`` returns {"title", "question", "target", "claims", "t
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, seed_interval
+from bnexp.report.studies import MARKER, read_marker
 from bnexp.report.studies import (NAMES, at_best_rate, cells, censored, censored_ratio, config_rows, diff_claim,
                                   per_seed, ratio_claim, select, usable)
 
@@ -72,7 +76,7 @@ NORMALIZER_CLAIMS = (NM_BN, NM_LN, NM_BN_LN, NM_BN_GN)
 DP_BN_12 = Claim("BN trains the 12-layer sigmoid net to above 95%",
                  "final test accuracy (%) of BN, 12 hidden layers, at its best rate", ">", 95.0)
 DP_NOBN_12 = Claim("Without BN the 12-layer sigmoid net does not train",
-                   f"final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", CHANCE_LIKE)
+                   "final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", CHANCE_LIKE)
 DP_ADV_6 = Claim("At 6 hidden layers BN reaches 95% in fewer steps than no BN",
                  "steps to 95%, no BN / BN, 6 hidden layers, each at its best rate", ">", 1.0)
 DP_BN_SLOWDOWN = Claim("BN needs less than 2x the steps to 95% at 12 hidden layers than at 3",
@@ -317,3 +321,26 @@ ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_in
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
 CLAIMS = {"batch_size": BATCH_SIZE_CLAIMS, "inference_statistics": INFERENCE_CLAIMS,
           "placement": tuple(PLACEMENT_CLAIMS.values()), "normalizer": NORMALIZER_CLAIMS, "depth": DEPTH_CLAIMS}
+
+
+log = logging.getLogger("bnexp")
+
+
+def study_section(sweep_dir: Path, sweep) -> dict | None:
+    """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
+    "title", "question", "page", "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
+    "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
+    (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded)}."""
+    marker = read_marker(sweep_dir)
+    if marker is None:
+        return None
+    name = marker["study"]
+    if name not in ANALYSES:
+        log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
+        return None
+    sec = ANALYSES[name](sweep.runs)
+    frame = sec.pop("cells")
+    times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
+    sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
+               run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"))
+    return sec
