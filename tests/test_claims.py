@@ -2,13 +2,14 @@
 bootstrap distribution of a 3-seed mean."""
 
 import itertools
+import json
 import statistics
 
 import numpy as np
 import pytest
 
-from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, claims_md,
-                                 evaluate, seed_interval)
+from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, claims_frame,
+                                 claims_md, evaluate, seed_interval)
 
 RATIO = Claim("BN reduces shift", "no-BN / BN shift", ">", 1.0)
 
@@ -77,3 +78,10 @@ def test_bad_claims_are_refused_and_the_table_renders():
     grad = claims_md([evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5})])
     assert "\\|\\|G - G'\\|\\|" in grad[2] and grad[2].count(" | ") == 8  # "|" in a cell is escaped
     assert claims_md([]) == []
+
+
+def test_table_from_report_json_rows_names_the_setting_and_sorts_seeds_as_numbers():
+    rows = json.loads(json.dumps([evaluate(RATIO, {10: 2.0, 2: 2.5, 0: 3.0}) | {"setting": "lr=0.5"}]))
+    frame = claims_frame(rows)  # report.json's per_seed keys are text
+    assert frame["setting"].tolist() == ["lr=0.5"] and frame["per seed"][0] == "0: 3, 2: 2.5, 10: 2"
+    assert "setting" not in claims_frame([evaluate(RATIO, {0: 1.0})])

@@ -142,14 +142,17 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: 
 
 
 def claims_frame(rows: list[dict]) -> pd.DataFrame:
-    """The claims table as a DataFrame, one row per claim: claim, quantity, rule, per seed, mean,
-    95% interval, std (ddof=1), verdict, reason (numbers formatted with 3 significant digits)."""
+    """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, quantity,
+    rule, per seed, mean, 95% interval, std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
     def g(v):
         return "-" if v is None else f"{v:.3g}"
 
+    settings = any(r.get("setting") for r in rows)  # rows of several settings (e.g. learning rates)
     return pd.DataFrame([{
+        **({"setting": r.get("setting") or "-"} if settings else {}),
         "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
-        "per seed": ", ".join(f"{s}: {g(v)}" for s, v in sorted(r["per_seed"].items())) or "-",
+        "per seed": ", ".join(f"{s}: {g(v)}" for s, v in sorted(r["per_seed"].items(), key=lambda kv: int(kv[0])))
+                              or "-",
         "mean": g(r["mean"]),
         "95% interval": "-" if r["ci_low"] is None else f"[{g(r['ci_low'])}, {g(r['ci_high'])}]",
         "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])

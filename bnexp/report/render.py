@@ -125,14 +125,12 @@ def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
 
 
 def claims_section_md(report: Report) -> list[str]:
-    """The "Claims" section: how to read a verdict, then one table per setting (:func:`claims_md`)."""
+    """The "Claims" section: how to read a verdict, then the table (:func:`claims_md`); [] without claims."""
     rows = report.data.get("claims") or []
     if not rows:
         return []
-    out = ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", ""]
-    for setting in dict.fromkeys(r["setting"] for r in rows):
-        out += ([f"At {setting}:", ""] if setting else []) + claims_md([r for r in rows if r["setting"] == setting])
-    return out
+    return ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", "",
+            *claims_md(rows)]
 
 
 def _ics_md(report: Report) -> list[str]:
