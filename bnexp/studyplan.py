@@ -28,10 +28,12 @@ from pathlib import Path
 STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
 SEEDS = "0,1,2"
 # every run of every study: one torch thread per job, no progress bar, no TensorBoard histograms and no
-# distribution-shift metrics (the studies read accuracies only); the shift monitor records at step 0 and
-# at the end (hist_every = max_steps)
+# distribution-shift metrics (the studies read accuracies only); each batch adds trainer.hist_every =
+# max_steps / 4 (5 shift-monitor records). Task overrides hold plain values only: an interpolation
+# ("${...}") in one would be resolved again where Hydra stores the overrides (multirun.yaml), and
+# bnexp's run-folder names read them from there.
 COMMON = ("trainer.num_threads=1", "trainer.progress=false", "monitor.histograms=false",
-          "monitor.shift_metrics=false", "trainer.hist_every='${bnexp_div:${trainer.max_steps},4}'")
+          "monitor.shift_metrics=false")
 SUBDIR = "hydra.sweep.subdir='{prefix}/${{bnexp_sweep_subdir:${{hydra.sweep.dir}},${{hydra.overrides.task}}," \
          "${{hydra.job.override_dirname}}}}'"
 
@@ -45,9 +47,6 @@ RATE_PER_EXAMPLE = 0.01
 BATCH_SIZES = (2, 4, 16, 60, 256)   # of the issue's 2, 4, 8, 16, 32, 60, 128, 256: cut to fit 25 minutes
 GHOST_SIZES = (2, 4)          # ghost BN at m = 60: statistics of 2 or 4 examples, gradient of 60
 MOMENTA = (0.1, 0.01)         # bn.momentum of the running averages (torch's convention: new = 0.9 old + 0.1 batch)
-BY_M = ("lr='${bnexp_mul:%g,${trainer.batch_size}}'" % RATE_PER_EXAMPLE,
-        "trainer.max_steps='${bnexp_div:%d,${trainer.batch_size}}'" % EXAMPLES,
-        "trainer.eval_every='${bnexp_div:%d,${trainer.batch_size}}'" % EVAL_EXAMPLES)
 # placement: BN before / after g, each (model, act) on its own rate grid (factor 4 apart)
 PLACEMENT_MLP = dict(steps=4000, eval_every=200, rates=(0.15, 0.6, 2.4), target=0.95)
 PLACEMENT_CNN = dict(steps=1500, eval_every=150, rates=(0.02, 0.08, 0.32), target=0.97,
@@ -67,8 +66,7 @@ class Batch:
         overrides: Hydra overrides, fixed (``key=value``) and swept (``key=a,b,c``); :data:`COMMON` is added.
         prefix: its run folders go under ``SWEEP_DIR/<prefix>/`` (None: directly in the sweep folder).
         model: "mlp" or "cnn" (the cost model). depth: hidden layers of the MLP (the cost model).
-        steps: a job's training steps as a function of m (``trainer.batch_size``), for the cost model.
-        evals: a job's test evaluations as a function of m.
+        steps: a job's training steps (``trainer.max_steps``). every: steps between its test evaluations.
     """
 
     label: str
@@ -76,12 +74,14 @@ class Batch:
     prefix: str | None = None
     model: str = "mlp"
     depth: int = 3
-    steps: object = None
-    evals: object = None
+    steps: int = 0
+    every: int = 1
 
     def all_overrides(self, extra: tuple[str, ...] = ()) -> list[str]:
-        """:data:`COMMON`, this batch's overrides, its run-folder rule and ``extra`` (last of a key wins)."""
-        out = list(COMMON) + list(self.overrides)
+        """:data:`COMMON`, the budget (max_steps, eval_every, hist_every), this batch's overrides, its
+        run-folder rule and ``extra`` (last of a key wins)."""
+        out = list(COMMON) + [f"trainer.max_steps={self.steps}", f"trainer.eval_every={self.every}",
+                              f"trainer.hist_every={max(1, round(self.steps / 4))}"] + list(self.overrides)
         if self.prefix:
             out.append(SUBDIR.format(prefix=self.prefix))
         return out + list(extra)
@@ -98,65 +98,64 @@ class Study:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _fixed_steps(n: int):
-    return lambda m: n
-
-
 def _grid(values) -> str:
     return ",".join(f"{v:g}" for v in values)
 
 
-def _by_m(m: int) -> int:
-    return max(1, round(EXAMPLES / m))
-
-
-def _evals_by_m(m: int) -> int:
-    return _by_m(m) // max(1, round(EVAL_EXAMPLES / m)) + 1
+def _fixed_examples(m: int) -> dict:
+    """The budget of a fixed-examples run at mini-batch size m: 240,000 / m steps, an evaluation every
+    6,000 / m steps, lr = 0.01 m (rounded as Python's round, 938 and 23 at m = 256)."""
+    return {"steps": max(1, round(EXAMPLES / m)), "every": max(1, round(EVAL_EXAMPLES / m)),
+            "lr": f"lr={RATE_PER_EXAMPLE * m:g}"}
 
 
 def build_studies() -> dict[str, Study]:
-    """The five studies (docs/studies/), by name."""
+    """The five studies (docs/studies/), by name. The multiruns of a study run one after another, the
+    longest first; each run folder is SWEEP_DIR/<prefix>/<the keys its multirun sweeps>."""
+    bs, inf = [], []
+    for m in BATCH_SIZES:
+        b = _fixed_examples(m)
+        bs.append(Batch(f"m={m}: BN, LayerNorm, no BN", (f"trainer.batch_size={m}", b["lr"], "bn=true,false,layer",
+                                                         f"seed={SEEDS}"), prefix=f"m={m}", steps=b["steps"],
+                        every=b["every"]))
+        inf.append(Batch(f"m={m}: BN x momentum", (f"trainer.batch_size={m}", b["lr"], "bn=true",
+                                                   f"bn.momentum={_grid(MOMENTA)}", f"seed={SEEDS}"),
+                         prefix=f"m={m}", steps=b["steps"], every=b["every"]))
+    g = _fixed_examples(60)
+    bs.append(Batch("ghost BN at m=60", ("trainer.batch_size=60", g["lr"], "bn=true",
+                                         f"bn.ghost_batch_size={_grid(GHOST_SIZES)}", f"seed={SEEDS}"),
+                    prefix="ghost,m=60", steps=g["steps"], every=g["every"]))
     ms = ",".join(map(str, BATCH_SIZES))
-    batch_size = Study("batch_size", "Does BN's speedup survive small mini-batches, and where does it end?", (
-        Batch("BN, LayerNorm, no BN x m", (f"trainer.batch_size={ms}", "bn=true,false,layer", *BY_M, f"seed={SEEDS}"),
-              steps=_by_m, evals=_evals_by_m),
-        Batch("ghost BN at m=60", ("trainer.batch_size=60", "bn=true", f"bn.ghost_batch_size={_grid(GHOST_SIZES)}",
-                                   *BY_M, f"seed={SEEDS}"), prefix="ghost", steps=_by_m, evals=_evals_by_m),
-    ), notes=(f"m in {{{ms}}} of the issue's 2-256 grid (8, 32, 128 cut to fit ~25 minutes); LayerNorm is the "
-              "batch-free control (GroupNorm is in the normalizer study)",))
+    batch_size = Study("batch_size", "Does BN's speedup survive small mini-batches, and where does it end?",
+                       tuple(bs), notes=(f"m in {{{ms}}} of the issue's 2-256 grid (8, 32, 128 cut to fit ~25 "
+                                         "minutes); LayerNorm is the batch-free control (GroupNorm is in the "
+                                         "normalizer study)",))
     inference = Study("inference_statistics",
-                      "How far apart are train-mode (batch statistics) and inference-mode accuracies?", (
-        Batch("BN x m x momentum", (f"trainer.batch_size={ms}", "bn=true", f"bn.momentum={_grid(MOMENTA)}", *BY_M,
-                                    f"seed={SEEDS}"), steps=_by_m, evals=_evals_by_m),
-    ), notes=("after training, every run's checkpoint is evaluated three ways: python -m bnexp.inference_eval",))
+                      "How far apart are train-mode (batch statistics) and inference-mode accuracies?", tuple(inf),
+                      notes=("after training, every run's checkpoint is evaluated three ways: "
+                             "python -m bnexp.inference_eval",))
     pl_batches = []
     for model, spec in (("mlp", PLACEMENT_MLP), ("cnn", PLACEMENT_CNN)):
         for act in ("sigmoid", "relu"):
             pl_batches.append(Batch(
                 f"{model} {act}", (*spec.get("overrides", ()), f"act={act}", "bn=true", "bn.position=before,after",
-                                   f"lr={_grid(spec['rates'])}", f"trainer.max_steps={spec['steps']}",
-                                   f"trainer.eval_every={spec['eval_every']}", f"seed={SEEDS}"),
-                prefix=f"{model}_{act}", model=model, steps=_fixed_steps(spec["steps"]),
-                evals=_fixed_steps(spec["steps"] // spec["eval_every"] + 1)))
+                                   f"lr={_grid(spec['rates'])}", f"seed={SEEDS}"),
+                prefix=f"{model}_{act}", model=model, steps=spec["steps"], every=spec["eval_every"]))
     placement = Study("placement", "Does it matter that BN sits before the nonlinearity?", tuple(pl_batches),
                       notes=("CNN kept small: channels [8,16], fc 64, 1,500 steps",))
     n = NORMALIZER
-    common_n = (f"lr={_grid(n['rates'])}", f"trainer.max_steps={n['steps']}", f"trainer.eval_every={n['eval_every']}",
-                f"seed={SEEDS}")
     normalizer = Study("normalizer", "Which part of BN's speedup needs batch statistics?", (
-        Batch("BN, LayerNorm, no BN x rate", ("bn=true,false,layer", *common_n),
-              steps=_fixed_steps(n["steps"]), evals=_fixed_steps(n["steps"] // n["eval_every"] + 1)),
-        Batch(f"GroupNorm ({n['groups']} groups) x rate", ("bn=group", f"bn.groups={n['groups']}", *common_n),
-              prefix=f"bn=group,groups={n['groups']}", steps=_fixed_steps(n["steps"]),
-              evals=_fixed_steps(n["steps"] // n["eval_every"] + 1)),
+        Batch("BN, LayerNorm, no BN x rate", ("bn=true,false,layer", f"lr={_grid(n['rates'])}", f"seed={SEEDS}"),
+              steps=n["steps"], every=n["eval_every"]),
+        Batch(f"GroupNorm ({n['groups']} groups) x rate", ("bn=group", f"bn.groups={n['groups']}",
+                                                            f"lr={_grid(n['rates'])}", f"seed={SEEDS}"),
+              prefix=f"bn=group,groups={n['groups']}", steps=n["steps"], every=n["eval_every"]),
     ))
     d = DEPTH
     depth = Study("depth", "Does the plain sigmoid net fail with depth while BN holds?", tuple(
         Batch(f"{k} hidden layers", ("model.hidden=[" + ",".join(["100"] * k) + "]", "bn=true,false",
-                                     f"lr={_grid(d['rates'])}", f"trainer.max_steps={d['steps']}",
-                                     f"trainer.eval_every={d['eval_every']}", f"seed={SEEDS}"),
-              prefix=f"depth={k}", depth=k, steps=_fixed_steps(d["steps"]),
-              evals=_fixed_steps(d["steps"] // d["eval_every"] + 1))
+                                     f"lr={_grid(d['rates'])}", f"seed={SEEDS}"),
+              prefix=f"depth={k}", depth=k, steps=d["steps"], every=d["eval_every"])
         for k in sorted(d["depths"], reverse=True)))  # the longest runs first
     return {s.name: s for s in (batch_size, inference, placement, normalizer, depth)}
 
@@ -197,9 +196,8 @@ def expand(study: Study, extra: tuple[str, ...] = ()) -> list[Job]:
             name = swept_name(ov, keys) or "default"
             values = dict(o.split("=", 1) for o in ov)
             m = int(values.get("trainer.batch_size", 60))
-            steps = _int_or(values.get("trainer.max_steps"), b.steps(m))
-            evals = b.evals(m) if "trainer.eval_every" not in values or "$" in values["trainer.eval_every"] \
-                else steps // max(1, int(values["trainer.eval_every"])) + 1
+            steps = _int_or(values.get("trainer.max_steps"), b.steps)
+            evals = steps // max(1, _int_or(values.get("trainer.eval_every"), b.every)) + 1
             jobs.append(Job(i, tuple(ov), f"{b.prefix}/{name}" if b.prefix else name, m, steps, evals))
     return jobs
 
