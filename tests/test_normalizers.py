@@ -377,3 +377,17 @@ def test_new_kinds_train_beyond_chance(overrides, tmp_path, data_root, monkeypat
     assert summary["final_test_accuracy"] > 0.5, summary["final_test_accuracy"]
     shift = [json.loads(line) for line in (tmp_path / "shift.jsonl").read_text().splitlines()]
     assert set(shift[-1]["bn_input"]) == {name for name, _ in hidden_layers(build_model(cfg, (1, 28, 28), 10))}
+
+
+def test_report_labels_name_the_normalizer_and_its_place():
+    from bnexp.report.groups import ConfigGroup, variant_label
+
+    def group(**cfg):
+        return ConfigGroup(key=json.dumps(cfg, sort_keys=True), label="", config=cfg, runs=[])
+
+    cfgs = [{"bn.enabled": True, "bn.norm": "layer"}, {"bn.enabled": True, "bn.norm": "group"},
+            {"bn.enabled": True, "bn.position": "after"}, {"bn.enabled": True}, {"bn.enabled": False}]
+    groups = [group(**c) for c in cfgs]
+    labels = [variant_label(g, groups).split(" bn")[0] for g in groups]
+    assert labels[:2] == ["LayerNorm", "GroupNorm"] and labels[2].startswith("BN after g")
+    assert labels[3].startswith("BN") and labels[4].startswith("no BN")

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from bnexp.config import normalizer_variant
 from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
 
 # Short names of config keys in configuration labels.
@@ -150,6 +151,9 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     v = bn_variant(group)
     if v is None:
         return group.label
+    norm = normalizer_variant(group.config)  # the label names LayerNorm, GroupNorm, "BN after g" (issue 23)
+    if v == "BN" and norm and norm != "BN":
+        v = norm
     if v == "noisy BN" and len({noise_scale(g) for g in groups
                                 if bn_variant(g) == "noisy BN"}) > 1:  # several strengths (scripts/ics_study.sh)
         v += f" noise_scale={noise_scale(group):g}"
