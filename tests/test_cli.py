@@ -148,7 +148,7 @@ def test_help_lists_groups_and_options(run_bnexp):
         assert text in r.stdout
     r = run_bnexp("train", "--help")
     assert r.returncode == 0
-    for text in ("Config groups", "model: cnn, mlp", "bn: false, noisy, true", "max_steps", "batch_size", "probe_size",
+    for text in ("Config groups", "model: cnn, mlp", "bn: false, group, layer, noisy, true", "max_steps", "batch_size", "probe_size",
                  "targets", "population_stats"):
         assert text in r.stdout, text
     # every key with its default and its one-line description from the schema's field metadata

@@ -17,7 +17,8 @@ from bnexp.report.stats import target_key, value_stat
 NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
 SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spread from the start",
               "w1_first": "W1 from the start (raw, a.u.)"}
-NOTE = ("Test accuracy is evaluated without the noise (s = 1, m = 0, not its mean E[s]); train accuracy is the mean "
+NOTE = ("Test accuracy is evaluated at the noise's expectation (y = E[s] * bn(x) + E[m], E[s] = (1 + b)/2, "
+        "E[m] = 0; runs made before that change evaluated at s = 1); train accuracy is the mean "
         "over the training mini-batches since the previous evaluation, with the noise on. \"at chance\": final test "
         "accuracy <= {chance:g}% in the seeds named.")
 
