@@ -160,6 +160,14 @@ def _starts_a_process(fn, module=None, depth: int = 1) -> bool:
                and _starts_a_process(h, module, depth - 1) for h in helpers)
 
 
+def _defined_in_the_suite(fn) -> bool:
+    """Whether ``fn`` is defined in a file under tests/."""
+    try:
+        return Path(inspect.getsourcefile(fn)).resolve().is_relative_to(REPO / "tests")
+    except (OSError, TypeError):
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a process (itself, through a fixture, or through a helper) ``e2e``."""
     for item in items:
@@ -168,8 +176,10 @@ def pytest_collection_modifyitems(config, items):
             continue
         module = getattr(item, "module", None)
         info = getattr(item, "_fixtureinfo", None)
+        # the suite's own fixtures only: pytest's (capfd's docstring shows os.system) start nothing
         fixtures = [fdef.func for name in item.fixturenames
-                    for fdef in (info.name2fixturedefs.get(name, ()) if info else ())]
+                    for fdef in (info.name2fixturedefs.get(name, ()) if info else ())
+                    if _defined_in_the_suite(fdef.func)]
         if "run_bnexp" in item.fixturenames or any(
                 _starts_a_process(f, module) for f in [fn, *fixtures]):
             item.add_marker(pytest.mark.e2e)

@@ -89,6 +89,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # starts two gloo processes (~7 s of CPU)
 def test_cross_replica_bn_equals_algorithm1_on_the_concatenated_batch(tmp_path):
     """2 gloo processes; forward, dl/dx, dl/dgamma, dl/dbeta (summed as DDP does) and running stats."""
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
@@ -334,6 +335,7 @@ def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, 
             torch.testing.assert_close(b["model"][k], a["model"][k], rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow  # trains on MNIST in this process
 def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data_root):
     from bnexp.errors import CheckpointMismatch
     from bnexp.trainer import Trainer
@@ -350,6 +352,7 @@ def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data
 
 
 
+@pytest.mark.slow  # trains on MNIST in this process
 def test_checkpoint_resumes_across_result_neutral_keys_only(tmp_path, data_root):
     """Keys that cannot change results (here data.verify_checksums, which also leaves the run folder's
     name unchanged) do not block a resume; a change of the learning rate does, naming the key."""

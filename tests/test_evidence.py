@@ -55,6 +55,7 @@ def _ics_sweep(root, seeds):
     return root
 
 
+@pytest.mark.slow  # renders the report's figures (> 3 s of CPU)
 def test_one_seed_sweep_says_insufficient_evidence(tmp_path):
     root = _ics_sweep(tmp_path / "one", [0])
     data = build_report(root).data
@@ -123,6 +124,7 @@ def test_chance_accuracy_is_insufficient(tmp_path):
 
 # ------------------------------------------------------------------ each at its best learning rate
 
+@pytest.mark.slow  # renders the report's figures (> 3 s of CPU)
 def test_best_rate_section(tmp_path):
     root = tmp_path / "grid"
     bn_knots = {0.1: [(0, 0.1), (3000, 0.95), (6000, 0.98)], 0.5: None, 5.0: [(0, 0.1), (800, 0.95), (2000, 0.98)]}

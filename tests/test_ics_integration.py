@@ -88,6 +88,7 @@ def test_shift_metrics_can_be_switched_off(bnexp_train, tmp_path):
     assert not (run_dir / "ics.jsonl").exists()
 
 
+@pytest.mark.slow  # four 24-step MNIST runs in this process (~13 s of CPU)
 def test_noisy_bn_run_is_identical_whatever_the_monitoring(tmp_path, data_root, monkeypatch):
     """The monitor (every bn_stats mode) and the gradient-ICS and landscape probes never draw from
     the training noise: a noisy-BN run gives the same weights with hist_every=1 and all probes on

@@ -200,6 +200,7 @@ def test_unwritable_output_location(run_bnexp, tmp_path):
     assert r.returncode == 2 and "cannot create the output folder" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow  # loads MNIST and builds a trainer in this process
 def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatch):
     from bnexp.config import compose_config
     from bnexp.errors import UserError

@@ -46,6 +46,7 @@ def _count_events(tmp_path, data_root, monkeypatch) -> int:
     return len(calls)
 
 
+@pytest.mark.slow  # 30-step MNIST runs in this process
 @pytest.mark.parametrize("when", ["mid_run", "after_the_last_event"])
 def test_writer_thread_failure_is_status_failed_and_one_message(when, tmp_path, data_root, monkeypatch, capfd):
     total = _count_events(tmp_path, data_root, monkeypatch)
@@ -67,6 +68,7 @@ def test_writer_thread_failure_is_status_failed_and_one_message(when, tmp_path, 
     assert "Traceback" not in err and "Exception in thread" not in err, err
 
 
+@pytest.mark.slow  # 30-step MNIST runs in this process
 def test_full_disk_for_summary_json_still_records_failed(tmp_path, data_root, monkeypatch):
     """No room for a fresh copy of summary.json: it is rewritten in place (its blocks exist)."""
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))

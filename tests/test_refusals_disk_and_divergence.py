@@ -250,6 +250,7 @@ def test_monitor_raises_diverged_on_inf():
     assert e.value.step == 7 and len(mon.history) == 1
 
 
+@pytest.mark.slow  # loads MNIST and starts a run in this process
 def test_divergence_at_step_0_is_diverged_with_step_0(tmp_path, data_root, monkeypatch):
     """A non-finite pre-activation already at step 0 (a measurement taken before the first update)."""
     import torch

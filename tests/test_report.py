@@ -258,6 +258,7 @@ def test_verdict_lines(sweep):
     assert "bn=false lr=5: 1/3 runs failed (RuntimeError: boom)." in v
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_report_main_writes_all_files(sweep, capsys):
     assert report_main([str(sweep)]) == 0
     for name in rep.REPORT_FILES:
@@ -297,6 +298,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_single_run_report_goes_to_report_subfolder(tmp_path, capsys):
     # `bnexp report RUN_DIR` on one run: the run's own files (the trainer writes percentiles.png
     # there) stay byte for byte; the report goes to RUN_DIR/report/, also when run again.
@@ -374,6 +376,7 @@ def test_percentile_figure_uses_the_lowest_seed(sweep):
     assert lowest_seed_shift(report.sweep, rows[0]["BN"]).seed == 0
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_targets_override_recomputes_from_metrics(sweep):
     report = build_report(sweep, targets=[0.9, 0.95])
     bn = _conf(report, "bn=true lr=0.5")
@@ -427,6 +430,7 @@ def presets(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_presets_pair_by_config_and_keep_their_names(presets):
     """Presets are labelled by name; bn_baseline pairs with baseline (same configuration but BN), bn_x5
     has no no-BN partner; the legacy single-budget steps-to-target table is gone (issue 19: the frontier)."""
@@ -674,6 +678,7 @@ def test_ics_claims_of_the_two_settings(ics_sweep):
     assert keep["per_seed"] == pytest.approx({0: 1500 / 6000, 1: 1800 / 7000})
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_ics_report_files(ics_sweep, capsys):
     assert report_main([str(ics_sweep)]) == 0
     for name in rep.ICS_FILES:
@@ -699,6 +704,7 @@ def test_ics_report_files(ics_sweep, capsys):
     assert rep.ICS_TITLE in out and "BN smooths the landscape" in out
 
 
+@pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_ics_partly_measured_and_absent(tmp_path, sweep):
     # Only the distribution view (no ics.jsonl) of runs written before the scale-free measures: the
     # other views are "not measured", one figure only, every claim row still there

@@ -41,6 +41,7 @@ def _change_a_run(sweep: Path) -> None:
     os.replace(sweep / "moved" / "x" / "metrics.jsonl", sweep / "bn=true,seed=1" / "metrics.jsonl")
 
 
+@pytest.mark.slow  # renders the report's figures (> 3 s of CPU)
 @pytest.mark.parametrize("failing", TEXT_FILES)
 def test_a_full_disk_at_any_file_keeps_the_previous_report_whole(sweep, monkeypatch, capsys, failing):
     assert report_main([str(sweep)]) == 0
@@ -80,6 +81,7 @@ def test_a_full_disk_at_any_file_keeps_the_previous_report_whole(sweep, monkeypa
     assert all(after[n] != before[n] for n in TEXT_FILES)  # the same run now replaces all three
 
 
+@pytest.mark.slow  # renders the report's figures (> 3 s of CPU)
 def test_ctrl_c_while_writing_exits_130_and_keeps_the_previous_report(sweep, monkeypatch, capsys):
     assert report_main([str(sweep)]) == 0
     before = _report_files(sweep)

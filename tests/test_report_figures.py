@@ -82,6 +82,7 @@ def _check_axes_and_legend(fig) -> None:
         assert bb.x0 >= 0 and bb.x1 <= fig.bbox.width
 
 
+@pytest.mark.slow  # renders figures (> 2.5 s of CPU)
 def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     report = build_report(mnist)
     fig = accuracy_figure(report)
@@ -110,6 +111,7 @@ def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     assert "Sec. 4.1, Fig. 1(a)" in fig._suptitle.get_text()
 
 
+@pytest.mark.slow  # renders figures (> 2.5 s of CPU)
 def test_legends_name_only_the_variants_in_the_sweep(mnist, tmp_path):
     def titles(report):
         return [leg.get_title().get_text().replace("\n", " ") for make in (accuracy_figure, stability_figure)
@@ -134,6 +136,7 @@ def test_zoom_range_by_hand():
     assert zoom_range([]) is None
 
 
+@pytest.mark.slow  # renders figures (> 2.5 s of CPU)
 def test_percentile_figure_one_column_per_variant_no_empty_panel(mnist):
     root = mnist
     make_run(root, "bn=true,lr=5,seed=0", bn=True, lr=5.0, seed=0, knots=BN_05[0])  # no no-BN counterpart
@@ -163,6 +166,7 @@ def test_stability_figure_units_hatches_and_legend_outside(mnist):
     assert hatch["no BN lr=0.5"] == "//" and hatch["BN lr=0.5"] is None and hatch["noisy BN lr=0.5"] == ".."
 
 
+@pytest.mark.slow  # renders figures (> 2.5 s of CPU)
 def test_ics_figures_units_and_legend_outside(mnist):
     report = build_report(mnist)
     assert report.data["ics"]["figures"]

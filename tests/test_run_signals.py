@@ -55,6 +55,7 @@ PHASES = {
 CASES = [(phase, signal.SIGINT) for phase in PHASES] + [(phase, signal.SIGTERM) for phase in ("loading_data", "mid_loop")]
 
 
+@pytest.mark.slow  # two or three 20-step MNIST runs in this process each (~3 s of CPU)
 @pytest.mark.parametrize("phase, signum", CASES, ids=[f"{p}-{signal.Signals(s).name}" for p, s in CASES])
 def test_signal_at_any_phase_saves_and_resumes_exactly(phase, signum, uninterrupted, tmp_path, data_root,
                                                        monkeypatch, caplog):

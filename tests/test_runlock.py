@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from bnexp import rundir
 
 
@@ -103,6 +105,7 @@ def _take_and_release(folder, rounds: int, out) -> None:
     out.send((held, clashes))
 
 
+@pytest.mark.slow  # four forked processes race (2-3 s of CPU); the interleavings above check the same deterministically
 def test_processes_taking_and_releasing_one_folder_never_hold_it_together(tmp_path):
     """Four processes take and release one folder's lock in a loop; while holding it each
     writes its pid to a shared file and checks it is still there after a pause. (Without
