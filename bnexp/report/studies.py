@@ -220,12 +220,16 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
     for vals, g in frame.groupby(keys, dropna=False, sort=True):
         vals = vals if isinstance(vals, tuple) else (vals,)
         reach = g[g["steps"].notna()]
-        amount = reach["steps"].astype(float) * (reach["m"] if unit == "examples" else 1)
+        # one value per seed (several runs of a seed, e.g. a repeated configuration, are averaged)
+        amount = (reach["steps"].astype(float) * (reach["m"] if unit == "examples" else 1)).groupby(
+            reach["seed"]).mean()
+        finals = pd.to_numeric(g["final"], errors="coerce").groupby(g["seed"]).mean()
         out.append({**{k: _native(v) for k, v in zip(keys, vals)},
                     "seeds": int(g["seed"].nunique()),
-                    "final": stat(100 * pd.to_numeric(g["final"], errors="coerce")),
-                    "reached": int(len(reach)), "to_target": stat(list(amount)), "target": target, "unit": unit,
-                    "to_target_text": (f"{_fmt_stat(stat(list(amount)), thousands=True)} ({len(reach)}/"
+                    "final": stat(list(100 * finals)),
+                    "reached": int(reach["seed"].nunique()), "to_target": stat(list(amount)), "target": target,
+                    "unit": unit,
+                    "to_target_text": (f"{_fmt_stat(stat(list(amount)), thousands=True)} ({reach['seed'].nunique()}/"
                                        f"{g['seed'].nunique()})" if len(reach) else
                                        f"not reached (0/{g['seed'].nunique()})"),
                     "per_seed": {int(r["seed"]): {"final": _native(r["final"]),

@@ -149,11 +149,13 @@ def analyze_batch_size(runs) -> dict:
                 holds.append(str(m))
         if parts:
             findings.append(f"Examples to 95%, {label} / BN (mean [95% interval]; a run that never reached 95% counts "
-                            f"as its {_examples():,} examples): {'; '.join(parts)}. BN needs fewer examples than {label} "
+                            f"as its {_examples():,} examples): {'; '.join(parts)}. BN needs fewer examples than "
+                            f"{label} "
                             f"(interval above 1) at m = {', '.join(holds) if holds else 'none of these'}.")
     table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "question": _question("batch_size"),
-            "target": TARGET, "budget_examples": _examples(), "claims": claims, "table": table, "findings": findings, "cells": c,
+            "target": TARGET, "budget_examples": _examples(), "claims": claims, "table": table, "findings": findings,
+            "cells": c,
             "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
 
@@ -182,7 +184,8 @@ def analyze_inference_statistics(runs) -> dict:
     c = c[c["norm"] == "batch"]
     missing = None
     if not c.empty and c["acc_batch"].isna().all():
-        missing = "no run has inference_stats.json: run python -m bnexp.inference_eval SWEEP_DIR (scripts/study.sh does)"
+        missing = ("no run has inference_stats.json: run python -m bnexp.inference_eval SWEEP_DIR "
+                   "(scripts/study.sh does)")
 
     def at(m, mom):
         return select(c, m=m, momentum=mom)
@@ -292,7 +295,8 @@ def analyze_depth(runs) -> dict:
     """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`DEPTH_CLAIMS`."""
     c = cells(runs, TARGET)
     depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
-    best = _families(c, ["depth", "norm"], [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
+    best = _families(c, ["depth", "norm"],
+                     [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
 
     def rows(d, n):
         return best[(d, n)][0]
