@@ -27,6 +27,7 @@ def cifar(data_root):
         return load_cifar10(data_root, download=False, verify_checksums=False)
 
 
+@pytest.mark.slow  # md5 of the real 180 MB batch files (~2.5 s of CPU)
 def test_checksum_refusal_explains_the_option(data_root):
     with pytest.raises(DataError) as err:
         load_cifar10(data_root, download=False, verify_checksums=True)
@@ -44,6 +45,7 @@ def test_non_canonical_copy_loads_with_a_warning(data_root):
     assert int(d.train_y[0]) == 6  # the first training image is a frog, as in the official set
 
 
+@pytest.mark.slow  # md5 of the real 180 MB batch files (~2.5 s of CPU)
 def test_checked_and_unchecked_copies_load_through_one_reader(cifar, data_root, monkeypatch):
     # Declared official (its own md5s in place of torchvision's list), the same copy loads through the
     # checked path without a warning and gives exactly the tensors of the unchecked path.
