@@ -40,6 +40,7 @@ SCALE="${SCALE:-cpu}"
 JOBS="${JOBS:-$(nproc)}"
 PRESETS="${PRESETS:-default}"
 source scripts/_sweep_name.sh
+source scripts/_report_docs.sh
 SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/cifar_frontier_${SCALE}$(sweep_suffix "$@")}"
 if [[ -z "${DOCS_DIR+x}" ]]; then
   DOCS_DIR=""
@@ -80,12 +81,6 @@ done
 end=$(date +%s)
 echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs, scale ${SCALE})"
 bnexp report "${SWEEP_DIR}" || rc=$?
-if [[ -n "${DOCS_DIR}" ]]; then
-  mkdir -p "${DOCS_DIR}"
-  for f in report.md report.json report.csv frontier.png accuracy_vs_steps.png percentiles.png stability.png; do
-    if [[ -f "${SWEEP_DIR}/${f}" ]]; then cp "${SWEEP_DIR}/${f}" "${DOCS_DIR}/${f}"; fi
-  done
-  echo "copied the report into ${DOCS_DIR}"
-fi
+copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
 echo "total wall time: $(( $(date +%s) - start )) s"
 exit "${rc}"

@@ -38,11 +38,9 @@ rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
 source scripts/_sweep_name.sh
+source scripts/_report_docs.sh
 SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/mnist_fig1$(sweep_suffix "$@")}"
-if [[ -z "${DOCS_DIR+x}" ]]; then
-  DOCS_DIR=""
-  if [[ $# -eq 0 ]]; then DOCS_DIR="docs/mnist"; fi
-fi
+if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/mnist" "$@")"; fi
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
   exec python -m bnexp.mnist_design plan --sweep-dir "${SWEEP_DIR}" --jobs "${JOBS}" \
@@ -62,12 +60,5 @@ done <<< "${blocks}"
 end=$(date +%s)
 echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs)"
 bnexp report "${SWEEP_DIR}" || rc=$?
-if [[ -n "${DOCS_DIR}" ]]; then
-  mkdir -p "${DOCS_DIR}"
-  for f in report.md report.json report.csv accuracy_vs_steps.png percentiles.png stability.png \
-           ics_distribution.png ics_gradient.png ics_landscape.png; do
-    if [[ -f "${SWEEP_DIR}/${f}" ]]; then cp "${SWEEP_DIR}/${f}" "${DOCS_DIR}/${f}"; fi
-  done
-  echo "copied the report into ${DOCS_DIR}"
-fi
+copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
 exit "${rc}"

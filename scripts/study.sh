@@ -31,11 +31,9 @@ fi
 shift
 JOBS="${JOBS:-$(nproc)}"
 source scripts/_sweep_name.sh
+source scripts/_report_docs.sh
 SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/study_${NAME}$(sweep_suffix "$@")}"
-if [[ -z "${DOCS_DIR+x}" ]]; then
-  DOCS_DIR=""
-  if [[ $# -eq 0 ]]; then DOCS_DIR="docs/studies/${NAME}"; fi
-fi
+if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/studies/${NAME}" "$@")"; fi
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
   exec python -m bnexp.studyplan plan "${NAME}" "${SWEEP_DIR}" --jobs "${JOBS}" "$@"
@@ -76,11 +74,5 @@ wall=$((end - start))
 echo "study ${NAME}: wall time ${wall} s (${JOBS} parallel jobs)"
 if [[ -n "${lines}" ]]; then record "${wall}" "${JOBS}"; fi
 bnexp report "${SWEEP_DIR}" || rc=$?
-if [[ -n "${DOCS_DIR}" ]]; then
-  mkdir -p "${DOCS_DIR}"
-  for f in report.md report.json report.csv "study_${NAME}.png" accuracy_vs_steps.png; do
-    if [[ -f "${SWEEP_DIR}/${f}" ]]; then cp "${SWEEP_DIR}/${f}" "${DOCS_DIR}/${f}"; fi
-  done
-  echo "copied the report into ${DOCS_DIR}"
-fi
+copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
 exit "${rc}"
