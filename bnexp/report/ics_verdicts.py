@@ -69,7 +69,8 @@ def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFra
     """The completed runs of ``g`` by seed (the report's run table with the ICS columns), plus
     ``steps`` (to ``target``; the budget where not reached), ``censored`` and ``chance``."""
     rows = table[(table["group"] == g.key) & table["status"].isin(COMPLETE_STATUSES)].dropna(subset=["seed"])
-    rows = rows.drop_duplicates("seed").set_index(rows["seed"].dropna().astype(int).rename("seed"))
+    rows = rows.drop_duplicates("seed")  # one run per seed (the first), indexed by that seed
+    rows = rows.set_index(rows["seed"].astype(int).rename("seed"))
     steps = rows[f"steps_to_{target_key(target)}"].astype(float)
     return rows.assign(steps=steps.fillna(float(g.max_steps or "nan")), censored=steps.isna(),
                        chance=rows["final_test_accuracy"].astype(float) <= CHANCE)
