@@ -102,7 +102,7 @@ def test_ics_study_few_steps(tmp_path, data_root):
     """The study's four sweeps (BN / no BN, then noisy BN at two strengths; MNIST, then CIFAR-10 with
     CIFAR_OVERRIDES: the preset's network at 4-8 channels), every probe twice, and both reports."""
     mnist, cifar = tmp_path / "ics_mnist", tmp_path / "ics_cifar"
-    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=10",
+    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=20",
                 "trainer.hist_every=10", "trainer.log_every=5", "monitor.grad_ics_every=10",
                 "monitor.landscape_every=10", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
                 VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3",
