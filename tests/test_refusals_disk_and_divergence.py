@@ -135,12 +135,12 @@ def test_rundir_cut_records_after(tmp_path):
     (["model=cnn", "model.channels=[4,4,4,4,4]"], "too many for 28x28"),
     (["model=cnn", "model.fc=4", "monitor.unit=4"], "monitor.unit"),
 ])
-def test_invalid_config_is_one_message_exit_2_and_no_run_folder(run_bnexp, tmp_path, overrides, needle):
+def test_invalid_config_is_one_message_exit_2_and_no_run_folder(bnexp_main, tmp_path, overrides, needle):
     run_dir = tmp_path / "runs" / "bad"
-    r = run_bnexp("train", *FAST, *overrides, f"hydra.run.dir={run_dir}")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert needle in " ".join(r.stderr.split()), r.stderr
-    assert "Traceback" not in r.stderr and r.stderr.count("error") == 1, r.stderr  # printed once
+    code, err, out = bnexp_main("train", *FAST, *overrides, f"hydra.run.dir={run_dir}")
+    assert code == 2, (out, err)
+    assert needle in " ".join(err.split()), err
+    assert "Traceback" not in err and err.count("error") == 1, err  # printed once
     assert not run_dir.exists()  # validation comes before the run folder
 
 
