@@ -187,11 +187,11 @@ def _as_written(value) -> str:
     ("monitor.percentiles=[0,50,100]", "monitor.percentiles"),
     ("trainer.probe_size=20000", "trainer.probe_size"),
 ])
-def test_bad_input_exits_2_with_one_clear_message(run_bnexp, tmp_path, override, needle):
-    r = run_bnexp("train", *FAST, "trainer.max_steps=5", override, f"hydra.run.dir={tmp_path / 'bad'}")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert needle in r.stderr
-    assert "Traceback" not in r.stderr + r.stdout
+def test_bad_input_exits_2_with_one_clear_message(bnexp_main, tmp_path, override, needle):
+    code, err, out = bnexp_main("train", *FAST, "trainer.max_steps=5", override, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert code == 2, (out, err)
+    assert needle in err
+    assert "Traceback" not in err + out
 
 
 def test_missing_dataset_names_files_and_fix(run_bnexp, tmp_path):

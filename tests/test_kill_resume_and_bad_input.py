@@ -149,10 +149,10 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(run_bnexp, tmp_path):
     ("data.augment=wild", "data.augment"),
     ("trainer.batch_size=0", "trainer.batch_size"),
 ])
-def test_more_invalid_values_exit_2(run_bnexp, tmp_path, override, needle):
-    r = run_bnexp("train", *FAST, override, f"hydra.run.dir={tmp_path / 'bad'}")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert needle in r.stderr and "Traceback" not in r.stderr
+def test_more_invalid_values_exit_2(bnexp_main, tmp_path, override, needle):
+    code, err, out = bnexp_main("train", *FAST, override, f"hydra.run.dir={tmp_path / 'bad'}")
+    assert code == 2, (out, err)
+    assert needle in err and "Traceback" not in err
 
 
 def _mnist_copy(data_root: Path, dest: Path) -> Path:
@@ -175,7 +175,8 @@ def rundir_names():
     ("header", "bad IDX header"),
     ("delete", "missing"),
 ])
-def test_corrupt_mnist_copy_stops_before_training(run_bnexp, tmp_path, data_root, damage, needle):
+def test_corrupt_mnist_copy_stops_before_training(bnexp_main, tmp_path, data_root, damage, needle):
+    """(In this process; a missing dataset through the console script: test_cli.py)"""
     root = tmp_path / "data"
     raw = _mnist_copy(data_root, root)
     target = raw / "train-images-idx3-ubyte"
@@ -187,9 +188,9 @@ def test_corrupt_mnist_copy_stops_before_training(run_bnexp, tmp_path, data_root
             f.write(b"\x00\x00\x09\x99")
     else:
         target.unlink()
-    r = run_bnexp("train", *FAST, f"data.root={root}", f"hydra.run.dir={tmp_path / 'r'}")
-    assert r.returncode == 2
-    assert "train-images-idx3-ubyte" in r.stderr and needle in r.stderr and "Traceback" not in r.stderr
+    code, err, _ = bnexp_main("train", *FAST, f"data.root={root}", f"hydra.run.dir={tmp_path / 'r'}")
+    assert code == 2
+    assert "train-images-idx3-ubyte" in err and needle in err and "Traceback" not in err
     assert not (tmp_path / "r" / "metrics.jsonl").exists()  # no training happened
 
 

@@ -42,16 +42,16 @@ def _kill_after_checkpoint(data_root: Path, tmp_path: Path, run_dir: Path, *extr
 
 
 # ----- 1. no path loses checkpointed work ------------------------------------------------
-def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_path, data_root):
+def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, bnexp_main, tmp_path, data_root):
     run_dir = tmp_path / "run"
     ckpt_step = _kill_after_checkpoint(data_root, tmp_path, run_dir)
     good = (run_dir / "checkpoint.pt").read_bytes()
 
     # the same command with a different value: refused; with a wrong data root: refused
     for bad in (["lr=0.5"], [f"data.root={tmp_path / 'nowhere'}"], ["trainer.batch_size=0"]):
-        r = run_bnexp("train", *RUN, *bad, f"hydra.run.dir={run_dir}")
-        assert r.returncode == 2, (bad, r.stderr)
-        assert "Traceback" not in r.stderr
+        code, err, _ = bnexp_main("train", *RUN, *bad, f"hydra.run.dir={run_dir}")
+        assert code == 2, (bad, err)
+        assert "Traceback" not in err
         s = json.loads((run_dir / "summary.json").read_text())
         assert s["status"] != "failed" and s.get("resumable") is True, (bad, s)
         assert (run_dir / "checkpoint.pt").read_bytes() == good, bad  # untouched
@@ -80,7 +80,7 @@ def test_refused_attempts_and_unreadable_checkpoint_lose_no_work(run_bnexp, tmp_
     assert [e.step for e in ea.Scalars("Test/accuracy")] == list(range(0, 901, 100))
 
 
-def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, tmp_path):
+def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, bnexp_main, tmp_path):
     run_dir = tmp_path / "done"
     short = [*FAST, "trainer.max_steps=100", "trainer.eval_every=50", "trainer.hist_every=50"]
     r = run_bnexp("train", *short, f"hydra.run.dir={run_dir}")
@@ -89,8 +89,8 @@ def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, tmp_path
     assert json.loads(done)["status"] == "finished"
     # refused (invalid values): exit 2, one message; the complete summary.json stays byte for byte
     for bad in (["trainer.batch_size=0"], ["lr=nan"], ["+trainer.max_step=10"]):
-        r = run_bnexp("train", *short, *bad, f"hydra.run.dir={run_dir}")
-        assert r.returncode == 2 and "Traceback" not in r.stderr, (bad, r.stderr)
+        code, err, _ = bnexp_main("train", *short, *bad, f"hydra.run.dir={run_dir}")
+        assert code == 2 and "Traceback" not in err, (bad, err)
         assert (run_dir / "summary.json").read_bytes() == done, bad
     # an attempt failing after the completeness check (another process finished the run meanwhile)
     from bnexp import cli
@@ -135,12 +135,12 @@ def test_rundir_cut_records_after(tmp_path):
     (["model=cnn", "model.channels=[4,4,4,4,4]"], "too many for 28x28"),
     (["model=cnn", "model.fc=4", "monitor.unit=4"], "monitor.unit"),
 ])
-def test_invalid_config_is_one_message_exit_2_and_no_run_folder(run_bnexp, tmp_path, overrides, needle):
+def test_invalid_config_is_one_message_exit_2_and_no_run_folder(bnexp_main, tmp_path, overrides, needle):
     run_dir = tmp_path / "runs" / "bad"
-    r = run_bnexp("train", *FAST, *overrides, f"hydra.run.dir={run_dir}")
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert needle in " ".join(r.stderr.split()), r.stderr
-    assert "Traceback" not in r.stderr and r.stderr.count("error") == 1, r.stderr  # printed once
+    code, err, out = bnexp_main("train", *FAST, *overrides, f"hydra.run.dir={run_dir}")
+    assert code == 2, (out, err)
+    assert needle in " ".join(err.split()), err
+    assert "Traceback" not in err and err.count("error") == 1, err  # printed once
     assert not run_dir.exists()  # validation comes before the run folder
 
 

@@ -103,8 +103,8 @@ def test_reproduce_cifar_tiny_ladder_end_to_end(tmp_path, data_root):
     """A toy ladder on real CIFAR-10 (budgets of 4-16 steps, a tiny network, one seed): the three stages, the
     frontier report copied into DOCS_DIR, and a second call that trains nothing."""
     sweep, docs = tmp_path / "cifar", tmp_path / "docs"
-    # JOBS=1: each batch of this ladder is one run (one seed), which joblib then trains in the sweep's own
-    # process instead of starting workers (parallel jobs: test_reproduce_mnist_small_sweep_writes_report)
+    # JOBS=1: joblib trains each batch's runs one after the other in the sweep's own process instead of
+    # starting worker processes for every batch (parallel jobs: test_reproduce_mnist_small_sweep_writes_report)
     env = dict(SWEEP_DIR=str(sweep), DOCS_DIR=str(docs), VERIFY_CHECKSUMS="false", SEEDS="0", JOBS="1",
                LADDER="tune=16;lrs=0.025;dropouts=0,0.3;baseline=8,16;cap=32;bn_x5=4;bn_baseline=8")
     small = ("scale.channels=[4,8,8]", "scale.fc=16", "trainer.probe_size=100", "trainer.log_every=2")
@@ -140,7 +140,7 @@ def test_ics_study_few_steps(tmp_path, data_root):
     """The study's four sweeps (BN / no BN, then noisy BN at two strengths; MNIST, then CIFAR-10 with
     CIFAR_OVERRIDES: the preset's network at 4-8 channels), every probe twice, and both reports."""
     mnist, cifar = tmp_path / "ics_mnist", tmp_path / "ics_cifar"
-    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=10",
+    r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=20",
                 "trainer.hist_every=10", "trainer.log_every=5", "monitor.grad_ics_every=10",
                 "monitor.landscape_every=10", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
                 VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3",
