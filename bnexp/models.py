@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from bnexp.bn import DEFAULT_GROUPS, GhostBatchNorm, GroupNorm, LayerNorm, NoisyBatchNorm, ReferenceBatchNorm
+from bnexp.checks import option_value
 from bnexp.errors import ConfigError
 
 
@@ -64,9 +65,9 @@ class HiddenLayer(nn.Module):
 
 
 def _option(bn_cfg, key: str, default: str) -> str:
-    """``bn_cfg.<key>`` as text (an Enum's value), ``default`` when the node lacks it."""
+    """``bn_cfg.<key>`` as text (:func:`bnexp.checks.option_value`), ``default`` when the node lacks it."""
     v = getattr(bn_cfg, key, None)
-    return default if v is None else str(getattr(v, "value", v))
+    return default if v is None else str(option_value(v))
 
 
 def norm_after(bn_cfg) -> bool:
@@ -94,7 +95,7 @@ def _norm_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
 
 def _bn_layer(num_features: int, conv: bool, bn_cfg) -> nn.Module:
     ghost = getattr(bn_cfg, "ghost_batch_size", None)
-    if getattr(bn_cfg, "impl", "torch") == "reference":
+    if _option(bn_cfg, "impl", "torch") == "reference":
         bn: nn.Module = ReferenceBatchNorm(num_features, eps=bn_cfg.eps, momentum=bn_cfg.momentum)
     elif ghost is not None:
         bn = GhostBatchNorm(num_features, int(ghost), eps=bn_cfg.eps, momentum=bn_cfg.momentum)

@@ -164,6 +164,39 @@ def test_claims_view_renders_evaluate_rows():
     assert VIEWS["claims"]({"ics": {"claims": [row]}}) == VIEWS["claims"]({"claims": [row]})
 
 
+def _speedup(target, init, per_seed, bn_steps, no_bn_steps, lower=(), bn_lr=7.2, no_bn_lr=3.6):
+    """A best_rate_speedups row as best_rate.py writes it (evaluate + the extra fields), through JSON."""
+    row = evaluate(Claim(f"BN trains in fewer steps to {target:.0%} ({init} init)", "no-BN / BN steps", ">", 1.0),
+                   per_seed) | {
+        "target": target, "init": init, "variant": "BN", "bn": "BN", "no_bn": "no BN", "bn_lr": bn_lr,
+        "no_bn_lr": no_bn_lr, "bn_selection": "all seeds", "no_bn_selection": "all seeds", "bn_edge": None,
+        "no_bn_edge": None, "bn_steps": bn_steps, "no_bn_steps": no_bn_steps, "bn_budget": 30000,
+        "no_bn_budget": 30000, "lower_bound_seeds": list(lower), "left_out": {}}
+    return json.loads(json.dumps(row))  # as report.json holds it: seed keys become strings
+
+
+def test_mnist_views_by_hand():
+    normal = _speedup(0.97, "normal", {1: 2.0, 2: 3.0, 3: 4.0}, {1: 2000, 2: 1000, 3: 1000},
+                      {1: 4000, 2: 3000, 3: 4000})
+    xavier = _speedup(0.97, "xavier", {1: 1.0, 2: 30.0}, {1: 1000, 2: 1000}, {1: 1000, 2: 30000}, lower=[2],
+                      bn_lr=3.6, no_bn_lr=1.2)
+    text = VIEWS["mnist_headline"]({"best_rate_speedups": [normal, xavier]})
+    paras = text.split("\n\n")
+    assert len(paras) == 2 and paras[0].startswith("**normal init**") and paras[1].startswith("**xavier init**")
+    # mean of 2, 3, 4 = 3.00; the bootstrap interval's ends are resample means, so within [2, 4]
+    assert f"to 97% **3.00x (95% interval {normal['ci_low']:.2f}x-{normal['ci_high']:.2f}x, seeds 1, 2, 3: " \
+           f"2.00x, 3.00x, 4.00x)**, {normal['verdict']}" in paras[0]
+    assert 2.0 <= normal["ci_low"] <= 3.0 <= normal["ci_high"] <= 4.0
+    # two seeds: mean 15.5, the lower bound marked; evaluate makes fewer than 3 seeds inconclusive
+    assert "15.50x" in paras[1] and "1.00x, >= 30.00x" in paras[1] and xavier["verdict"] == "inconclusive"
+    cells = _cells(VIEWS["mnist_best_rate"]({"best_rate_speedups": [normal, xavier]}))
+    detail = [c for c in cells if c[0] in ("normal", "xavier")]
+    assert detail[0][:4] == ["normal", "97%", "7.2", "1: 2,000, 2: 1,000, 3: 1,000"]
+    assert detail[1][-1] == "1: 1.00, 2: >= 30.00"
+    with pytest.raises(ValueError, match="best_rate_speedups"):
+        VIEWS["mnist_best_rate"]({"frontier": []})
+
+
 # ----------------------------------------------------------------------------- parser and rewriter
 
 OPEN = "<!-- bnexp:numbers source=docs/r.json view=cifar_headline -->"

@@ -330,7 +330,13 @@ def best_rate_speedups_md(rows: list[dict]) -> list[str]:
            "Supported: the bootstrap 95% interval of the seed mean lies above the threshold; a run that never left "
            "chance or fewer than 3 seeds make it inconclusive. Steps are those of the first evaluation at or above "
            "the target, so they are resolved to the evaluation spacing.", ""]
-    out += claims_md(rows)
+    return out + claims_md(rows) + best_rate_detail_md(rows)
+
+
+def best_rate_detail_md(rows: list[dict]) -> list[str]:
+    """Markdown table of :func:`best_rate_speedups` rows: per init and target, each network's chosen rate
+    (with "(edge of grid)" and "censored" marks), every seed's steps and the per-seed ratios (">=": a lower
+    bound). Used by report.md and the docs view ``mnist_best_rate``."""
     detail = [[r["init"], format_target(r["target"]),
                "-" if r["bn_lr"] is None else f"{r['bn_lr']:g}" + (f" ({r['bn_edge']} of grid)" if r["bn_edge"] else "")
                + (" censored" if r["bn_selection"] == CENSORED else ""), _steps_cell(r["bn_steps"]),
@@ -338,6 +344,5 @@ def best_rate_speedups_md(rows: list[dict]) -> list[str]:
                + (f" ({r['no_bn_edge']} of grid)" if r["no_bn_edge"] else "")
                + (" censored" if r["no_bn_selection"] == CENSORED else ""), _steps_cell(r["no_bn_steps"]),
                _ratio_cell(r)] for r in rows]
-    out += md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
+    return md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
                      "no BN / BN per seed"], detail) + [""]
-    return out

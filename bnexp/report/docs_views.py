@@ -1,0 +1,269 @@
+"""The renderers of the docs' run numbers (issue 20, item 6): each view turns a report.json dict into the
+markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` finds, writes and checks the
+blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
+key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
+
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier`` (docs/cifar, issue 19), ``claims`` (any
+claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from bnexp.report.best_rate import best_rate_detail_md
+from bnexp.report.claims import claims_md
+from bnexp.report.fmt import format_target, md_table
+
+
+class ViewDataError(ValueError):
+    """report.json lacks what a view needs (raised by :func:`need`)."""
+
+
+VIEWS: dict[str, Callable[[dict], str]] = {}
+
+
+def view(name: str):
+    """Register a renderer ``function(report_json_dict) -> markdown text`` under ``name`` in :data:`VIEWS`.
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    def register(fn: Callable[[dict], str]) -> Callable[[dict], str]:
+        if name in VIEWS:
+            raise ValueError(f"the docs view {name!r} is registered twice")
+        VIEWS[name] = fn
+        return fn
+
+    return register
+
+
+def need(d: dict, *keys: str):
+    """``d[k1][k2]...``, or :class:`ViewDataError` naming the dotted key that report.json lacks."""
+    cur = d
+    for i, k in enumerate(keys):
+        if not isinstance(cur, dict) or cur.get(k) is None:
+            raise ViewDataError(f"report.json has no {'.'.join(keys[:i + 1])}")
+        cur = cur[k]
+    return cur
+
+
+NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
+         "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}
+PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}
+
+
+def _pct(v) -> str:
+    """A fraction as a percentage with 2 decimals (0.61234 -> "61.23"); "-" for None/NaN."""
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}"
+
+
+def _details(report: dict, preset: str) -> dict:
+    """frontier_analysis.speedup[preset] ({} when report.json has no frontier_analysis)."""
+    return ((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
+
+
+def _headline_bound(report: dict, preset: str) -> str | None:
+    """The headline S(a*)'s bound ("exact", "lower", "upper", "unknown") from frontier_analysis, if present."""
+    return (_details(report, preset).get("headline") or {}).get("bound")
+
+
+def _seed_bounds(report: dict, preset: str) -> dict[str, str]:
+    """{seed: "lower" | "upper" | "unknown"} for the per-seed S that are bounds (frontier_analysis's per_seed)."""
+    return {str(d.get("seed")): d["bound"] for d in _details(report, preset).get("per_seed") or []
+            if d.get("bound") in BOUND_PREFIX}
+
+
+BOUND_PREFIX = {"lower": ">= ", "upper": "<= ", "unknown": "~"}
+
+
+def speedup_text(m: dict, bound: str | None = None) -> str:
+    """S(a*) of a ``matched_accuracy`` entry: "6.10x", ">= 8.00x" (``speedup_is_lower_bound``), "<= 2.00x"
+    (``bound`` "upper": the baseline reached a* at its smallest budget), or "not reached"."""
+    s = m.get("speedup")
+    if s is None:
+        return "not reached"
+    pre = ">= " if m.get("speedup_is_lower_bound") else BOUND_PREFIX.get(bound or "", "")
+    return f"{pre}{s:.2f}x"
+
+
+def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
+    """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
+    seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
+    :func:`_seed_bounds`); "" without per-seed values."""
+    per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
+    bounds = bounds or {}
+    vals = [v for v in per.values() if v is not None]
+    missing = sorted((k for k, v in per.items() if v is None), key=lambda k: (len(k), k))
+    if len(vals) >= 2:
+        text = f"per seed {min(vals):.2f}x-{max(vals):.2f}x"
+    elif len(vals) == 1:
+        text = next(f"seed {k}: {BOUND_PREFIX.get(bounds.get(k), '')}{v:.2f}x" for k, v in per.items() if v is not None)
+        bounds = {}
+    else:
+        text = ""
+    for k in sorted(bounds, key=lambda k: (len(k), k)):
+        if per.get(k) is not None:
+            text += f"; seed {k}: {BOUND_PREFIX[bounds[k]]}{per[k]:.2f}x"
+    if missing:
+        text += ("; " if text else "") + f"not reached in seed {', '.join(missing)}"
+    return text
+
+
+def _each_seed(m: dict, bounds: dict[str, str]) -> str:
+    """``speedup_per_seed`` seed by seed: "seed 0: 3.50x, seed 1: >= 8.00x, seed 2: not reached" ("-" without
+    values; ``bounds`` as in :func:`per_seed_text`)."""
+    per = sorted((m.get("speedup_per_seed") or {}).items(), key=lambda kv: (len(str(kv[0])), str(kv[0])))
+    return ", ".join(f"seed {k}: " + ("not reached" if v is None else f"{BOUND_PREFIX.get(bounds.get(str(k)), '')}"
+                                      f"{v:.2f}x") for k, v in per) or "-"
+
+
+def _seeds(report: dict) -> int | None:
+    rows = report.get("frontier") or []
+    return len({r.get("seed") for r in rows}) or None
+
+
+def _converged_sentence(converged) -> str:
+    if converged is None:
+        return "whether the baseline converged is unknown (it ran at one budget)"
+    if converged:
+        return "the baseline **converged** (its last budget doubling gained < 0.5 points)"
+    return ("the baseline had **not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is "
+            "measured at its best accuracy so far")
+
+
+@view("cifar_headline")
+def cifar_headline(report: dict) -> str:
+    """The README's CIFAR-10 Sec. 4.2 result paragraph, from ``matched_accuracy`` (bn_x5 and bn_baseline):
+    a* in %, whether the baseline converged, S(a*) (">= x" for a lower bound) with its per-seed range, and
+    the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``)."""
+    ma = need(report, "matched_accuracy")
+    x5 = need(report, "matched_accuracy", "bn_x5")
+    n = _seeds(report)
+    out = [(f"**Result** (seed-mean frontiers{f' over {n} seeds' if n else ''}): the target a\\* is the "
+            f"baseline's best seed-mean final test accuracy, **{_pct(x5['target_accuracy'])}%**; "
+            f"{_converged_sentence(x5.get('baseline_converged'))}.")]
+    for p in ("bn_x5", "bn_baseline"):
+        m = ma.get(p)
+        if m is None:
+            continue
+        per = per_seed_text(m, _seed_bounds(report, p))
+        s = f"{NAMES[p]}: S(a\\*) = **{speedup_text(m, _headline_bound(report, p))}**" + (f" ({per})" if per else "")
+        if p == "bn_x5":
+            s += f", pass rule S(a\\*) >= 5: **{PASS_WORDS[m.get('pass')]}**"
+        out.append(s + ".")
+    return " ".join(out)
+
+
+@view("cifar_matched")
+def cifar_matched(report: dict) -> str:
+    """The matched-accuracy table for docs/cifar/README.md: one row per preset of ``matched_accuracy``
+    (S(a*), per seed, the claim its ``pass`` decides, pass yes/no/undecided), after a sentence giving a* and
+    whether the baseline converged."""
+    ma = need(report, "matched_accuracy")
+    if not ma:
+        raise ViewDataError("report.json's matched_accuracy is empty")
+    first = next(iter(ma.values()))
+    rows = [[NAMES.get(p, p), speedup_text(m, _headline_bound(report, p)), _each_seed(m, _seed_bounds(report, p)),
+             _details(report, p).get("claim") or "-", {True: "yes", False: "no", None: "undecided"}[m.get("pass")]]
+            for p, m in ma.items()]
+    head = (f"Target a\\* = **{_pct(first['target_accuracy'])}%**, the baseline's best seed-mean final test "
+            f"accuracy; {_converged_sentence(first.get('baseline_converged'))}.")
+    return "\n".join([head, "", *md_table(["preset", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
+                                          rows)])
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    """Mean of ``key`` over ``rows`` where it is a number (None/NaN left out); None when there is none."""
+    v = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return sum(v) / len(v) if v else None
+
+
+@view("cifar_frontier")
+def cifar_frontier(report: dict) -> str:
+    """The frontier table for docs/cifar/README.md: one row per (preset, budget) of ``frontier``, in the
+    presets' usual order then by budget: seed-mean and per-seed final test accuracy, seed-mean final train
+    accuracy (%, 2 decimals; "-" where a seed has no run)."""
+    from bnexp.report.frontier import ORDER
+
+    rows = need(report, "frontier")
+    seeds = sorted({int(r["seed"]) for r in rows})
+    rank = {p: i for i, p in enumerate(ORDER)}
+    keys = sorted({(r["preset"], int(r["budget_steps"])) for r in rows}, key=lambda k: (rank.get(k[0], 99), k))
+    out = []
+    for p, b in keys:
+        sel = [r for r in rows if r["preset"] == p and int(r["budget_steps"]) == b]
+        by_seed = {int(r["seed"]): r["final_test_accuracy"] for r in sel}
+
+        out.append([NAMES.get(p, p), f"{b:,}", _pct(_mean(sel, "final_test_accuracy")),
+                    *(_pct(by_seed.get(s)) for s in seeds), _pct(_mean(sel, "final_train_accuracy"))])
+    return "\n".join(md_table(["preset", "budget (steps)", "test acc, seed mean (%)",
+                               *(f"seed {s} (%)" for s in seeds), "train acc, seed mean (%)"], out))
+
+
+@view("claims")
+def claims(report: dict) -> str:
+    """The claims table (:func:`bnexp.report.claims.claims_md`) of report.json's ``claims`` rows (rows of
+    :func:`bnexp.report.claims.evaluate`), or of ``ics.claims`` when there is no top-level list."""
+    rows = report.get("claims")
+    if rows is None:
+        rows = (report.get("ics") or {}).get("claims")
+    if rows is None:
+        raise ViewDataError("report.json has no claims (neither claims nor ics.claims)")
+    if not rows:
+        raise ViewDataError("report.json's claims list is empty")
+    return "\n".join(claims_md(rows)).strip("\n")
+
+
+# ----------------------------------------------------------------------------- MNIST (issue 20, item 5)
+
+
+def _seed_keyed(row: dict) -> dict:
+    """A ``best_rate_speedups`` row read back from JSON, with its per-seed maps keyed by int seeds again."""
+    out = dict(row)
+    for k in ("per_seed", "bn_steps", "no_bn_steps"):
+        out[k] = {int(s): v for s, v in (row.get(k) or {}).items()}
+    out["lower_bound_seeds"] = [int(s) for s in row.get("lower_bound_seeds") or []]
+    return out
+
+
+def _speedup_rows(report: dict) -> list[dict]:
+    rows = need(report, "best_rate_speedups")
+    if not rows:
+        raise ViewDataError("report.json's best_rate_speedups list is empty")
+    return [_seed_keyed(r) for r in rows]
+
+
+def _interval(r: dict) -> str:
+    """ "3.10x (95% interval 2.50x-3.70x, seeds 1, 2, 3: 2.80x, >= 3.00x, 3.50x)"; "-" without a mean."""
+    if r.get("mean") is None:
+        return "no value"
+    lower = set(r["lower_bound_seeds"])
+    seeds = ", ".join(map(str, sorted(r["per_seed"])))
+    vals = ", ".join("-" if v is None else (">= " if s in lower else "") + f"{v:.2f}x"
+                     for s, v in sorted(r["per_seed"].items()))
+    ci = (f"95% interval {r['ci_low']:.2f}x-{r['ci_high']:.2f}x, " if r.get("ci_low") is not None else "")
+    return f"{r['mean']:.2f}x ({ci}seeds {seeds}: {vals})"
+
+
+@view("mnist_headline")
+def mnist_headline(report: dict) -> str:
+    """The README's MNIST paragraph: for each init (the paper's normal init first) and target of
+    ``best_rate_speedups``, BN's speedup in steps at each network's own best rate, its bootstrap 95% interval,
+    the per-seed ratios and the verdict."""
+    rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
+    out = []
+    for init in dict.fromkeys(r["init"] for r in rows):
+        parts = [f"to {format_target(r['target'])} **{_interval(r)}**, {r['verdict']}" for r in rows if r["init"] == init]
+        out.append(f"**{init} init**, each network at its own best rate per target (no-BN steps / BN steps, seed "
+                   f"by seed): " + "; ".join(parts) + ".")
+    return "\n\n".join(out)
+
+
+@view("mnist_best_rate")
+def mnist_best_rate(report: dict) -> str:
+    """docs/mnist's claims table of ``best_rate_speedups`` (:func:`bnexp.report.claims.claims_md`) and the
+    chosen rates with every seed's steps (:func:`bnexp.report.best_rate.best_rate_detail_md`)."""
+    rows = _speedup_rows(report)
+    return "\n".join(claims_md(rows) + best_rate_detail_md(rows)).strip("\n")
