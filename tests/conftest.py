@@ -234,22 +234,37 @@ def _cpu_now() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_CPU_START = pytest.StashKey[float]()
+_CPU: dict[str, tuple[float, bool]] = {}  # test id -> (CPU seconds, marked slow or e2e)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = _cpu_now()
+
+
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Record the CPU seconds of each test's setup, call and teardown together."""
-    t0 = _cpu_now()
-    yield
-    item.config.stash.setdefault(_CPU_KEY, {})[item.nodeid] = (
-        _cpu_now() - t0, bool(item.get_closest_marker("slow") or item.get_closest_marker("e2e")))
+def pytest_runtest_makereport(item, call):
+    """After a test's teardown, put the CPU seconds of its setup, call and teardown together, and whether it
+    is marked slow or e2e, in the teardown report's user_properties: under pytest-xdist the report travels
+    from the worker that ran the test to the main process, where :func:`pytest_runtest_logreport` reads it."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        marked = bool(item.get_closest_marker("slow") or item.get_closest_marker("e2e"))
+        outcome.get_result().user_properties.append(("cpu_s", (_cpu_now() - item.stash[_CPU_START], marked)))
 
 
-_CPU_KEY = pytest.StashKey[dict]()
+def pytest_runtest_logreport(report):
+    """Collect the CPU seconds of each test (one process, or the main process of pytest-xdist)."""
+    for key, value in getattr(report, "user_properties", ()):
+        if key == "cpu_s" and report.when == "teardown":
+            _CPU[report.nodeid] = tuple(value)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The session's CPU time; tests over the fast tier's budget that are not marked slow or e2e;
     with --cpu-durations, the slowest tests by CPU time."""
-    cpu = config.stash.get(_CPU_KEY, {})
+    cpu = _CPU
     if not cpu:
         return
     tr = terminalreporter
@@ -264,5 +279,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         ranked = sorted(((t, marked, name) for name, (t, marked) in cpu.items()), reverse=True)
         for t, marked, name in ranked[: n or None]:
             tr.write_line(f"{t:7.2f}s cpu  {'slow/e2e' if marked else 'fast    '}  {name}")
-    tr.write_line(f"CPU time of the tests: {sum(t for t, _ in cpu.values()):.1f} s "
-                  f"(process total incl. start-up and collection: {_cpu_now():.1f} s)")
+    workers = config.getoption("numprocesses", None)  # pytest-xdist's -n; the workers' start-ups are theirs
+    where = (f"over {len(cpu)} tests in pytest-xdist workers" if workers
+             else f"process total incl. start-up and collection: {_cpu_now():.1f} s")
+    tr.write_line(f"CPU time of the tests: {sum(t for t, _ in cpu.values()):.1f} s ({where})")
