@@ -164,6 +164,20 @@ def test_claims_view_renders_evaluate_rows():
     assert VIEWS["claims"]({"ics": {"claims": [row]}}) == VIEWS["claims"]({"claims": [row]})
 
 
+def test_cifar_run_counts_steps_and_ranges_exact_speedups_by_hand():
+    tuning = {"budget_steps": 6000, "winner": 1, "config": "lr=0.025, dropout=0",
+              "rows": [{"seeds": 2, "mean_test_accuracy": 0.5}, {"seeds": 2, "mean_test_accuracy": 0.6086},
+                       {"seeds": 1, "mean_test_accuracy": 0.4}]}
+    curve = [{"speedup": 7.7, "bound": "upper"}, {"speedup": 2.5, "bound": "exact"},
+             {"speedup": 3.25, "bound": "exact"}, {"speedup": 2.0, "bound": "lower"}]
+    rep = REPORT | {"runs": 10, "frontier_analysis": {"tuning": tuning, "speedup": {"bn_x5": {"curve": curve}}}}
+    text = VIEWS["cifar_run"](rep)
+    # frontier budgets 375+375+6000+6000+3000+3000+750 = 19,500; the two losing tuning rows: (2 + 1) x 6,000
+    assert "10 runs, 37,500 SGD steps in all" in text
+    assert "the winner is lr=0.025, dropout=0 (60.86% seed-mean final test accuracy)" in text
+    assert "BN-x5: S(a) from 2.50x to 3.25x" in text  # the bounds (7.7 upper, 2.0 lower) are left out
+
+
 def _speedup(target, init, per_seed, bn_steps, no_bn_steps, lower=(), bn_lr=7.2, no_bn_lr=3.6):
     """A best_rate_speedups row as best_rate.py writes it (evaluate + the extra fields), through JSON."""
     row = evaluate(Claim(f"BN trains in fewer steps to {target:.0%} ({init} init)", "no-BN / BN steps", ">", 1.0),

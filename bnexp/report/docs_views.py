@@ -3,7 +3,7 @@ markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` f
 blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier`` (docs/cifar, issue 19), ``claims`` (any
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar, issue 19), ``claims`` (any
 claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5).
 """
 
@@ -200,6 +200,29 @@ def cifar_frontier(report: dict) -> str:
                     *(_pct(by_seed.get(s)) for s in seeds), _pct(_mean(sel, "final_train_accuracy"))])
     return "\n".join(md_table(["preset", "budget (steps)", "test acc, seed mean (%)",
                                *(f"seed {s} (%)" for s in seeds), "train acc, seed mean (%)"], out))
+
+
+@view("cifar_run")
+def cifar_run(report: dict) -> str:
+    """What the sweep trained and what the tuning chose, from report.json: ``runs``; the SGD steps of all runs
+    (``frontier`` budgets, plus ``frontier_analysis.tuning``'s non-winning rows at the tuning budget); the
+    tuning winner; and per preset the range of S(a) over the curve's exact points (``frontier_analysis.
+    speedup[preset].curve``, bounds left out)."""
+    fa = need(report, "frontier_analysis")
+    tuning = need(report, "frontier_analysis", "tuning")
+    steps = sum(int(r["budget_steps"]) for r in need(report, "frontier"))
+    steps += sum(int(t["seeds"]) * int(tuning["budget_steps"]) for i, t in enumerate(tuning["rows"])
+                 if i != tuning["winner"])
+    win = tuning["rows"][tuning["winner"]]
+    out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
+           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} ({_pct(win['mean_test_accuracy'])}% "
+           f"seed-mean final test accuracy)."]
+    for p, d in (fa.get("speedup") or {}).items():
+        vals = [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
+        if vals:
+            out.append(f"{NAMES.get(p, p)}: S(a) from {min(vals):.2f}x to {max(vals):.2f}x over the accuracies both "
+                       "frontiers reach inside their ladders.")
+    return " ".join(out)
 
 
 @view("claims")

@@ -99,10 +99,12 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
 
 def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3) -> float:
     """Put one legend for the whole figure under its panels, outside every axes, in as many columns
-    (at most ``max_cols``) as fit the width at font size 8; the title is wrapped to the width.
+    (at most ``max_cols``) as fit the width at font size 8; the title is wrapped to the width. The
+    figure grows by the legend's height, so the panels keep their size however many entries there are
+    (a sweep of 20 configurations gets a tall figure, not a legend over the panels).
 
     Returns:
-        the fraction of the figure height the legend takes from the bottom; pass
+        the fraction of the (grown) figure height the legend takes from the bottom; pass
         ``rect=(0, that, 1, top)`` to ``fig.tight_layout`` so the panels stay above it.
     """
     if not handles:
@@ -114,7 +116,10 @@ def legend_below(fig, handles: list[Any], labels: list[str], title: str | None =
     rows = -(-len(handles) // ncol) + len(title_lines)
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    return min(0.45, (0.12 + 0.19 * rows) / height_in)
+    legend_in = 0.12 + 0.19 * rows
+    extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
+    fig.set_size_inches(width_in, height_in + extra_in)
+    return legend_in / (height_in + extra_in)
 
 
 def figure_png(fig, dpi: int) -> bytes:
