@@ -162,3 +162,23 @@ def test_ics_study_few_steps(tmp_path, data_root):
     assert {tuple(resolved(p, "model.channels")) for p in cifar.glob("*/config.yaml")} == {(4, 8, 8)}
     assert {resolved(p, "trainer.probe_size") for p in mnist.glob("*/config.yaml")} == {1000}
     assert "MNIST part" in r.stdout
+
+
+def test_sweep_folders_named_after_extra_overrides_pass_through_hydra():
+    """A sweep folder named by _sweep_name.sh's suffix holds '=' and ',' (e.g. outputs/sweeps/ics_cifar+
+    scale.baseline_steps=3000,monitor.grad_ics_every=500), which Hydra's override grammar refuses unquoted:
+    every script passes hydra.sweep.dir quoted, and the quoted override parses back to the same path."""
+    import re
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    suffix = subprocess.run(["bash", "-c", "source scripts/_sweep_name.sh; sweep_suffix scale.baseline_steps=3000 "
+                             "monitor.grad_ics_every=500 'lr=[0.1, 0.2]'"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout
+    folder = f"outputs/sweeps/ics_cifar{suffix}"
+    assert "=" in suffix and "," in suffix
+    parsed = OverridesParser.create().parse_overrides([f"hydra.sweep.dir='{folder}'"])[0]
+    assert parsed.value() == folder
+    for script in ("ics_study.sh", "reproduce_cifar.sh", "reproduce_mnist.sh", "study.sh"):
+        uses = re.findall(r"hydra\.sweep\.dir=[^\s)]*", (REPO / "scripts" / script).read_text())
+        assert uses and all(u.startswith("hydra.sweep.dir='${") for u in uses), (script, uses)
