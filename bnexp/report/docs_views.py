@@ -259,7 +259,7 @@ def _speedup_rows(report: dict) -> list[dict]:
 
 
 def _interval(r: dict) -> str:
-    """ "3.10x (95% interval 2.50x-3.70x, seeds 1, 2, 3: 2.80x, >= 3.00x, 3.50x)"; "-" without a mean."""
+    """ "3.10x (95% interval 2.50x-3.70x, seeds 1, 2, 3: 2.80x, >= 3.00x, 3.50x)"; "no value" without a mean."""
     if r.get("mean") is None:
         return "no value"
     lower = set(r["lower_bound_seeds"])
