@@ -18,6 +18,7 @@ from bnexp.report import report_main
 from bnexp.report.claims import Claim, evaluate
 from bnexp.report.docs_numbers import (VIEWS, DocsError, check_docs, markdown_files, parse_blocks, pending_text,
                                        rewrite, update_docs)
+from bnexp.report.docs_views import ViewDataError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -224,6 +225,35 @@ def _repo(tmp_path: Path, page: str, report: dict | None = REPORT) -> Path:
         (tmp_path / "docs" / "r.json").write_text(json.dumps(report))
     (tmp_path / "README.md").write_text(page)
     return tmp_path / "README.md"
+
+
+def _ics_conf(label, variant, ks, steps=None):
+    st = ({"n": 2, "reached": 2, "not_reached": 0, "mean": steps, "std": 0.0, "text": f"{steps:,} ± 0"} if steps
+          else {"n": 2, "reached": 0, "not_reached": 2, "mean": None, "std": None, "text": "not reached"})
+    return {"label": label, "completed": 2, "final_test_accuracy": {"mean": 0.5, "std": 0.0, "n": 2},
+            "steps_to_target": {"0.6": st},
+            "ics": {"variant": variant, "measures": {"shift.ks_first": {"mean": ks, "std": 0.0, "n": 2}}}}
+
+
+def test_ics_overview_orders_bn_noisy_by_strength_no_bn_by_hand():
+    confs = [_ics_conf("no BN", "no BN", 0.5), _ics_conf("noisy BN noise_scale=10", "noisy BN", 0.25),
+             _ics_conf("BN", "BN", 0.125, steps=2700), _ics_conf("noisy BN noise_scale=3", "noisy BN", 0.2)]
+    strength = [{"label": "noisy BN noise_scale=10", "noise_scale": 10, "final_train_accuracy": {"mean": 0.175}},
+                {"label": "noisy BN noise_scale=3", "noise_scale": 3, "final_train_accuracy": {"mean": 0.33}},
+                {"label": "BN", "noise_scale": None, "final_train_accuracy": {"mean": 0.55}},
+                {"label": "no BN", "noise_scale": None}]
+    text = VIEWS["ics_overview"]({"configurations": confs, "ics": {"main_target": 0.6,
+                                                                    "noise_strength": {"rows": strength}}})
+    lines = text.splitlines()
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    assert cells[0][1:] == ["BN", "noisy BN noise_scale=3", "noisy BN noise_scale=10", "no BN"]
+    row = {c[0]: c[1:] for c in cells[2:]}
+    assert row["steps to 60%"] == ["2,700 ± 0", "not reached", "not reached", "not reached"]
+    assert row["final train accuracy (%, noise on)"] == ["55.00", "33.00", "17.50", "-"]
+    assert row["KS distance from the start, mean over hidden layers (scale-free)"] == ["0.125", "0.2", "0.25", "0.5"]
+    assert row["cos(G, G')"] == ["-"] * 4  # a measure the records lack
+    with pytest.raises(ViewDataError, match="report.json has no ics"):
+        VIEWS["ics_overview"]({"configurations": confs})
 
 
 def test_parse_blocks_lines_attributes_and_fenced_code(tmp_path):

@@ -4,7 +4,8 @@ blocks). A view reads only report.json and raises :class:`ViewDataError` (throug
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
 Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar, issue 19), ``claims`` (any
-claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5).
+claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5), ``ics_overview``
+(docs/ics, issue 20 item 7).
 """
 
 from __future__ import annotations
@@ -290,3 +291,60 @@ def mnist_best_rate(report: dict) -> str:
     chosen rates with every seed's steps (:func:`bnexp.report.best_rate.best_rate_detail_md`)."""
     rows = _speedup_rows(report)
     return "\n".join(claims_md(rows) + best_rate_detail_md(rows)).strip("\n")
+
+
+# ----------------------------------------------------------------------------- ICS study (issue 20, item 7)
+
+ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
+    ("shift.ks_first", "KS distance from the start, mean over hidden layers (scale-free)"),
+    ("shift.ks_first.last", "KS distance from the start, last hidden layer"),
+    ("shift.w1_rel_first", "W1 / initial p15-p85 spread from the start (scale-free)"),
+    ("shift.w1_first", "W1 from the start, raw units (tracks scale; no verdict)"),
+    ("shift.ks_prev", "KS distance record to record"),
+    ("bn_input.ks_first", "KS distance of BN's input Wu from the start"),
+    ("grad.l2_rel", "gradient ICS ‖G - G'‖ / ‖G‖, layers 2..K"),
+    ("grad.move_rel", "relative movement of the earlier layers ‖ΔW_<i‖ / ‖W_<i‖"),
+    ("grad.l2_rel_per_move", "gradient ICS per relative movement"),
+    ("grad.cos", "cos(G, G')"),
+    ("land.fn_beta_smoothness", "beta-smoothness along the gradient, filter-normalized"),
+    ("land.fn_loss_variation", "loss variation along the gradient, filter-normalized"),
+    ("land.beta_smoothness", "beta-smoothness, raw"),
+)
+
+
+def _ics_columns(report: dict) -> list[tuple[dict, dict | None]]:
+    """(configuration, its noise_strength row) in the order BN, noisy BN by strength, no BN."""
+    strength = {r["label"]: r for r in need(report, "ics", "noise_strength", "rows")}
+    confs = [c for c in need(report, "configurations") if c.get("ics")]
+    if not confs:
+        raise ViewDataError("report.json's configurations have no ics measures")
+
+    def order(c: dict):
+        v = c["ics"].get("variant", "")
+        return ({"BN": 0, "noisy BN": 1, "no BN": 2}.get(v, 3), (strength.get(c["label"]) or {}).get("noise_scale") or 0)
+
+    return [(c, strength.get(c["label"])) for c in sorted(confs, key=order)]
+
+
+def _stat_cell(st: dict | None) -> str:
+    return "-" if not st or st.get("mean") is None else f"{st['mean']:.3g}"
+
+
+@view("ics_overview")
+def ics_overview(report: dict) -> str:
+    """docs/ics's side-by-side table of one ICS study (:mod:`bnexp.report.ics_stats` measures): one column per
+    configuration (BN, noisy BN by strength, no BN), rows: final test and train accuracy, steps to the main
+    target, the shift, gradient-ICS and landscape measures; means over seeds (3 significant digits)."""
+    cols = _ics_columns(report)
+    target = need(report, "ics", "main_target")
+    header = [""] + [c["label"].replace(" (bn_baseline preset)", "") for c, _ in cols]
+    rows = [["seeds"] + [str(c["completed"]) for c, _ in cols],
+            ["final test accuracy (%)"] + [_pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
+            ["final train accuracy (%, noise on)"] + [_pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
+                                                    for _, s in cols],
+            [f"steps to {format_target(target)}"] + [(c.get("steps_to_target") or {}).get(str(target), {}).get(
+                "text", "-") if (c.get("steps_to_target") or {}).get(str(target), {}).get("reached") else "not reached"
+                for c, _ in cols]]
+    for key, label in ICS_ROWS:
+        rows.append([label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols])
+    return "\n".join(md_table(header, rows))
