@@ -256,6 +256,33 @@ def test_ics_overview_orders_bn_noisy_by_strength_no_bn_by_hand():
         VIEWS["ics_overview"]({"configurations": confs})
 
 
+def _study_report(wall=750.0, jobs=2, calls=1):
+    c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.5, 1: 2.0, 2: 2.5})
+    c2 = evaluate(Claim("LayerNorm keeps up", "steps, LN / BN", "<", 1.25), {0: 3.0, 1: None, 2: None})
+    sec = {"name": "placement", "claims": [json.loads(json.dumps(c)) for c in (c1, c2)], "runs": 72,
+           "wall_time_s": wall, "jobs": jobs, "calls": calls, "findings": ["MLP sigmoid: best rate 0.6."],
+           "columns": [["position", "position"], ["to_target", "steps to 95%"]],
+           "table": [{"position": "before", "to_target": {"mean": 1200.0, "std": 100.0, "n": 3}},
+                     {"position": "after", "to_target": {"mean": 2400.0, "std": None, "n": 1}}]}
+    return {"study": sec}
+
+
+def test_study_views_by_hand():
+    text = VIEWS["study"](_study_report())
+    assert text.startswith("72 completed runs; measured wall time 12.5 min (2 parallel jobs, 1 call of "
+                           "scripts/study.sh).")  # 750 s
+    assert "| before     | 1,200 ± 100    |" in text and "| after      | 2,400 (1 seed) |" in text
+    assert "- MLP sigmoid: best rate 0.6." in text
+    line = VIEWS["study_verdicts"](_study_report(wall=None))
+    # mean of 1.5, 2.0, 2.5 = 2; the second claim has one seed: inconclusive
+    assert line.startswith("- BN before g is faster: *supported* (mean 2, 95% interval [1.5, 2.5], 3 seeds)\n"
+                           "- LayerNorm keeps up: *inconclusive*")
+    assert line.endswith("72 runs, wall time not recorded.")
+    assert "3 calls" in VIEWS["study"](_study_report(calls=3))
+    with pytest.raises(ViewDataError, match="report.json has no study"):
+        VIEWS["study"]({"claims": []})
+
+
 def test_parse_blocks_lines_attributes_and_fenced_code(tmp_path):
     text = "\n".join(["# t", OPEN, "old", CLOSE, "```", OPEN, "```", "",
                       "<!-- bnexp:numbers view=claims source=docs/ics/report.json -->", CLOSE, ""])

@@ -48,7 +48,7 @@ def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int
 
 
 def section(sweep: Path, name: str) -> dict:
-    (sweep / MARKER).write_text(json.dumps({"study": name, "wall_time_s": 600}))
+    (sweep / MARKER).write_text(json.dumps({"study": name, "wall_time_s": 600, "jobs": 2, "calls": 1}))
     sec = study_section(sweep, load_sweep(find_run_dirs(sweep)))
     # the figure draws from the JSON alone
     assert figure_png(study_figure(json.loads(dumps(sec))), 40)[:4] == b"\x89PNG"
@@ -118,6 +118,7 @@ def test_batch_size_claims(tmp_path):
     assert row["seeds"] == 3 and row["reached"] == 3 and row["to_target"]["mean"] == pytest.approx(66000)
     assert any("m = 60" in f and "no BN / BN" in f for f in sec["findings"])
     assert sec["runs"] == 24 and sec["wall_time_s"] == 600 and sec["figure"] == "study_batch_size.png"
+    assert sec["jobs"] == 2 and sec["calls"] == 1
 
 
 def _inference(batch, ema, pop):
@@ -221,6 +222,12 @@ def test_depth_claims(tmp_path):
     assert nobn12["per_seed"] == pytest.approx({0: 11.35, 1: 9.8, 2: 11.35}) and nobn12["verdict"] == SUPPORTED
     assert adv6["per_seed"] == pytest.approx({0: 10.0, 1: 8.0, 2: 10.0}) and adv6["verdict"] == SUPPORTED
     assert slowdown["per_seed"] == pytest.approx({0: 3.0, 1: 3.5, 2: 4.0}) and slowdown["verdict"] == NOT_SUPPORTED
+    # best rates on the grid's edge are flagged (a better rate may lie outside it); a one-rate grid has no edge
+    assert any("best rate 0.9 (highest final accuracy; the lowest rate of its grid, so a lower one might be better)"
+               in f for f in sec["findings"])
+    assert any("best rate 3.6 (fewest steps; the highest rate of its grid, so a higher one might be better)" in f
+               for f in sec["findings"])
+    assert not any("grid" in f for f in sec["findings"] if "6" in f.split(":")[0])  # depth 6: one rate
 
 
 def test_the_report_carries_the_study_section(tmp_path):

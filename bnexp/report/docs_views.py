@@ -5,7 +5,7 @@ key it lacks; adding one is a function and the :func:`view` decorator (see docs_
 
 Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar, issue 19), ``claims`` (any
 claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5), ``ics_overview``
-(docs/ics, issue 20 item 7).
+(docs/ics, issue 20 item 7), ``study`` and ``study_verdicts`` (docs/studies and the README, issue 23).
 """
 
 from __future__ import annotations
@@ -348,3 +348,53 @@ def ics_overview(report: dict) -> str:
     for key, label in ICS_ROWS:
         rows.append([label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols])
     return "\n".join(md_table(header, rows))
+
+
+# ----------------------------------------------------------------------------- studies (issue 23)
+
+
+def _study(report: dict) -> dict:
+    sec = need(report, "study")
+    for k in ("name", "claims", "table", "columns"):
+        need(sec, k)
+    return sec
+
+
+def _wall(sec: dict) -> str:
+    """ "measured wall time 12.3 min (2 parallel jobs, 1 call of scripts/study.sh)" or "wall time not recorded"."""
+    if not sec.get("wall_time_s"):
+        return "wall time not recorded"
+    calls = sec.get("calls") or 1
+    jobs = f"{sec['jobs']} parallel jobs, " if sec.get("jobs") else ""
+    return (f"measured wall time {sec['wall_time_s'] / 60:.1f} min ({jobs}{calls} call{'s' if calls > 1 else ''} "
+            f"of scripts/study.sh)")
+
+
+@view("study")
+def study(report: dict) -> str:
+    """A docs/studies page's results: the runs and measured wall time, the claims table
+    (:func:`bnexp.report.claims.claims_md`), the per-configuration table (:func:`bnexp.report.studies.table_md`)
+    and the findings, all from report.json's ``study`` section (:func:`bnexp.report.study_claims.study_section`)."""
+    from bnexp.report.studies import table_md  # the study section's own table writer
+
+    sec = _study(report)
+    out = [f"{sec.get('runs', 0)} completed runs; {_wall(sec)}.", "", "**Claims**", ""] + claims_md(sec["claims"])
+    out += ["**Per configuration** (mean ± sample std over seeds)", ""] + table_md(sec) + [""]
+    if sec.get("findings"):
+        out += ["**Findings**", ""] + [f"- {f}" for f in sec["findings"]]
+    return "\n".join(out).strip("\n")
+
+
+def _claim_line(c: dict) -> str:
+    if c.get("mean") is None:
+        return f"{c['name']}: *{c['verdict']}* ({c.get('reason') or 'no value'})"
+    ci = f", 95% interval [{c['ci_low']:.3g}, {c['ci_high']:.3g}]" if c.get("ci_low") is not None else ""
+    return f"{c['name']}: *{c['verdict']}* (mean {c['mean']:.3g}{ci}, {c['n']} seeds)"
+
+
+@view("study_verdicts")
+def study_verdicts(report: dict) -> str:
+    """The README's short result of a study: one bullet per claim with its verdict, seed mean and interval, then
+    the runs and measured wall time, from report.json's ``study`` section."""
+    sec = _study(report)
+    return "\n".join([f"- {_claim_line(c)}" for c in sec["claims"]] + ["", f"{sec.get('runs', 0)} runs, {_wall(sec)}."])

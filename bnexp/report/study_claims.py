@@ -227,8 +227,14 @@ def analyze_inference_statistics(runs) -> dict:
 # --- placement, normalizer, depth: each configuration at its best rate ------------------------------------
 
 def _families(c: pd.DataFrame, keys: list[str], combos) -> dict:
-    """{combo: (rows at its best rate, rate, rule)} for each combo of ``keys`` values."""
-    return {combo: at_best_rate(select(c, **dict(zip(keys, combo)))) for combo in combos}
+    """{combo: (rows at its best rate, rate, rule, the sorted rates of its grid)} for each combo of ``keys``
+    values."""
+    out = {}
+    for combo in combos:
+        fam = select(c, **dict(zip(keys, combo)))
+        grid = sorted({float(v) for v in pd.to_numeric(fam["lr"], errors="coerce").dropna()}) if not fam.empty else []
+        out[combo] = (*at_best_rate(fam), grid)
+    return out
 
 
 def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
@@ -241,11 +247,16 @@ def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
 
 def _best_rate_findings(best: dict, label) -> list[str]:
     out = []
-    for combo, (_, lr, rule) in best.items():
+    for combo, (_, lr, rule, grid) in best.items():
         if lr is None:
             out.append(f"{label(combo)}: no completed runs.")
-        else:
-            out.append(f"{label(combo)}: best rate {lr:g} ({rule}).")
+            continue
+        edge = ""  # a better rate may lie outside the grid (docs/studies/README.md)
+        if len(grid) > 1 and abs(lr - grid[0]) < 1e-12:
+            edge = "; the lowest rate of its grid, so a lower one might be better"
+        elif len(grid) > 1 and abs(lr - grid[-1]) < 1e-12:
+            edge = "; the highest rate of its grid, so a higher one might be better"
+        out.append(f"{label(combo)}: best rate {lr:g} ({rule}{edge}).")
     return out
 
 
@@ -334,7 +345,8 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
     "title", "question", "page", "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
     "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
-    (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded)}."""
+    (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded), "jobs"
+    (its parallel jobs) and "calls" (how many calls of the script trained), from study.json (None when absent)}."""
     marker = read_marker(sweep_dir)
     if marker is None:
         return None
@@ -346,5 +358,6 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
     sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
-               run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"))
+               run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"),
+               jobs=marker.get("jobs"), calls=marker.get("calls"))
     return sec
