@@ -224,9 +224,10 @@ class MonitorConfig:
     unit: int = opt(0, "the fixed \"typical\" unit (channel for conv) of the last hidden layer", c.at_least(0))
     histograms: bool = opt(True, "also log TensorBoard histograms")
     max_values: int = opt(200_000, "cap on values per layer used for percentiles and histograms", c.at_least(100))
-    shift_metrics: bool = opt(True, "Wasserstein-1 to the previous / first record, per-unit |delta mean|/std, "
-                                    "|log std ratio| (bnexp.ics)")
-    shift_max_values: int = opt(20_000, "cap on the values per layer kept for the Wasserstein-1 distances",
+    shift_metrics: bool = opt(True, "per-unit shift to the previous / first record: Kolmogorov-Smirnov distance "
+                                    "and W1 / initial spread (scale-free), raw W1, |delta mean|/std, |log std ratio|, "
+                                    "with sampling-noise floors (bnexp.ics)")
+    shift_max_values: int = opt(20_000, "cap on the values per layer kept for the shift metrics",
                                 c.at_least(100))
     bn_stats: str = opt("batch", "statistics BN normalizes the probe with: batch (as in training) | population "
                                  "(running averages) | probe (one batch)", c.one_of("batch", "population", "probe"))
@@ -237,8 +238,9 @@ class MonitorConfig:
     landscape_step_sizes: List[float] = opt([0.25, 0.5, 1.0, 2.0, 4.0], "landscape steps, as multiples of the "
                                             "current learning rate", c.positive_list("multiples of the learning "
                                                                                      "rate"))
-    landscape_rel_step_sizes: List[float] = opt([0.005, 0.01, 0.02, 0.05, 0.1], "scale-invariant landscape steps, "
-                                                "relative to each parameter tensor's norm (the verdicts use these)",
+    landscape_rel_step_sizes: List[float] = opt([0.005, 0.01, 0.02, 0.05, 0.1], "scale-invariant landscape steps: "
+                                                "relative to each parameter tensor's norm, and the filter-normalized "
+                                                "probe's steps (the verdicts use that one)",
                                                 c.positive_list("relative step lengths"))
 
 
