@@ -398,7 +398,8 @@ class Trainer:
             x = channels_last_input(x)
         with autocast(self.device, self.amp_dtype):
             logits = self.net(x)
-        logits = logits.float()  # no-op in fp32; the loss is computed in fp32
+        if logits.dtype != torch.float32:  # bf16 autocast: the loss is computed in fp32
+            logits = logits.float()
         loss = nn.functional.cross_entropy(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
