@@ -77,6 +77,7 @@ def test_bad_input_is_refused():
         evaluate_modes(nn.Sequential(nn.Linear(5, 3)), x, y, x, 2)
 
 
+@pytest.mark.slow  # trains a run on real MNIST in this process, then evaluates it three ways (~4 s of CPU)
 def test_a_run_folder_is_evaluated_once_and_matches_the_trainers_evaluation(tmp_path, data_root, capsys):
     from bnexp.config import compose_config
     from bnexp.data import load_data

@@ -354,6 +354,7 @@ def test_normalizer_variant_labels():
 # ---------------------------------------------------------------------------- short trainings (real MNIST)
 
 
+@pytest.mark.slow  # trains a few hundred steps on real MNIST in this process (3-9 s of CPU)
 @pytest.mark.parametrize("overrides", [
     ["bn=layer"],
     ["bn=group", "bn.position=after", "model=cnn", "model.channels=[4,8]", "model.fc=16", "act=relu", "lr=0.05"],

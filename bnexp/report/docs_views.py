@@ -11,6 +11,7 @@ claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 from bnexp.report.best_rate import best_rate_detail_md
@@ -326,6 +327,12 @@ def _ics_columns(report: dict) -> list[tuple[dict, dict | None]]:
     return [(c, strength.get(c["label"])) for c in sorted(confs, key=order)]
 
 
+def _steps_cell(conf: dict, target: float) -> str:
+    """A configuration's steps to ``target`` as the report wrote them ("2,726 ± 94"), or "not reached"."""
+    st = (conf.get("steps_to_target") or {}).get(str(target)) or {}
+    return st.get("text", "-") if st.get("reached") else "not reached"
+
+
 def _stat_cell(st: dict | None) -> str:
     return "-" if not st or st.get("mean") is None else f"{st['mean']:.3g}"
 
@@ -337,14 +344,12 @@ def ics_overview(report: dict) -> str:
     target, the shift, gradient-ICS and landscape measures; means over seeds (3 significant digits)."""
     cols = _ics_columns(report)
     target = need(report, "ics", "main_target")
-    header = [""] + [c["label"].replace(" (bn_baseline preset)", "") for c, _ in cols]
+    header = [""] + [re.sub(r" \([^()]* preset\)$", "", c["label"]) for c, _ in cols]  # "BN (bn_x5 preset)" -> "BN"
     rows = [["seeds"] + [str(c["completed"]) for c, _ in cols],
             ["final test accuracy (%)"] + [_pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
             ["final train accuracy (%, noise on)"] + [_pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
                                                     for _, s in cols],
-            [f"steps to {format_target(target)}"] + [(c.get("steps_to_target") or {}).get(str(target), {}).get(
-                "text", "-") if (c.get("steps_to_target") or {}).get(str(target), {}).get("reached") else "not reached"
-                for c, _ in cols]]
+            [f"steps to {format_target(target)}"] + [_steps_cell(c, target) for c, _ in cols]]
     for key, label in ICS_ROWS:
         rows.append([label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols])
     return "\n".join(md_table(header, rows))
