@@ -17,6 +17,7 @@ from collections.abc import Callable
 from bnexp.report.best_rate import best_rate_detail_md
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
+from bnexp.report.studies import table_md
 
 
 class ViewDataError(ValueError):
@@ -380,8 +381,6 @@ def study(report: dict) -> str:
     """A docs/studies page's results: the runs and measured wall time, the claims table
     (:func:`bnexp.report.claims.claims_md`), the per-configuration table (:func:`bnexp.report.studies.table_md`)
     and the findings, all from report.json's ``study`` section (:func:`bnexp.report.study_claims.study_section`)."""
-    from bnexp.report.studies import table_md  # the study section's own table writer
-
     sec = _study(report)
     out = [f"{sec.get('runs', 0)} completed runs; {_wall(sec)}.", "", "**Claims**", ""] + claims_md(sec["claims"])
     out += ["**Per configuration** (mean ± sample std over seeds)", ""] + table_md(sec) + [""]
