@@ -20,3 +20,16 @@ sweep_suffix() {
 # The extra overrides come last and replace the script's own values of the same keys (e.g. seed=0
 # for the script's seed=0,1,2); bnexp train refuses a key given twice unless told so.
 export BNEXP_LAST_OVERRIDE_WINS=1
+
+# sweep_dir_override DIR prints the Hydra override hydra.sweep.dir='DIR', quoted for Hydra's
+# override grammar (a folder named by sweep_suffix holds '=' and ','): a single quote in DIR is
+# escaped as \'. A backslash or '$' in DIR (Hydra/OmegaConf escapes and interpolations) is refused
+# with one message and exit code 2.
+sweep_dir_override() {
+  local dir="$1"
+  if [[ "${dir}" == *\\* || "${dir}" == *'$'* ]]; then
+    echo "error: sweep folder '${dir}': a backslash or '\$' cannot be passed to Hydra as hydra.sweep.dir; choose another folder" >&2
+    exit 2
+  fi
+  printf "hydra.sweep.dir='%s'" "${dir//\'/\\\'}"
+}

@@ -46,13 +46,13 @@ PROBES=(monitor.grad_ics=true monitor.landscape=true monitor.grad_ics_every=1000
         monitor.shift_max_values=200000)
 start=$(date +%s)
 # one sweep folder per dataset: BN and no BN, then noisy BN at every strength (same folder, one report)
-MNIST_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir='${MNIST_DIR}'"
+MNIST_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${MNIST_DIR}")"
             trainer.num_threads=1 trainer.progress=false trainer.eval_every=500 trainer.hist_every=500
             seed=0,1,2 "${PROBES[@]}")
 bnexp train -m "${MNIST_ARGS[@]}" bn=true,false "$@" || rc=$?
 bnexp train -m "${MNIST_ARGS[@]}" bn=noisy "bn.noise_scale=${NOISE_SCALES}" "$@" || rc=$?
 mid=$(date +%s)
-CIFAR_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir='${CIFAR_DIR}'"
+CIFAR_ARGS=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${CIFAR_DIR}")"
             trainer.num_threads=1 trainer.progress=false "data.verify_checksums=${VERIFY}"
             +experiment=bn_baseline scale=cpu seed=0,1 "${PROBES[@]}")
 bnexp train -m "${CIFAR_ARGS[@]}" bn=true,false "$@" ${CIFAR_EXTRA[@]+"${CIFAR_EXTRA[@]}"} || rc=$?

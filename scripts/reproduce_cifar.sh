@@ -58,7 +58,7 @@ fi
 source scripts/_data_env.sh
 THREADS=1
 if [[ "${SCALE}" == "gpu" ]]; then THREADS=0; fi
-COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir='${SWEEP_DIR}'"
+COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")"
         "trainer.num_threads=${THREADS}" trainer.progress=false "data.verify_checksums=${VERIFY}" "scale=${SCALE}")
 start=$(date +%s)
 previous=""

@@ -54,7 +54,7 @@ start=$(date +%s)
 blocks="$(python -m bnexp.mnist_design blocks -- "$@")"
 while IFS= read -r line; do
   read -ra OVERRIDES <<< "${line}"
-  bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir='${SWEEP_DIR}'" \
+  bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")" \
     trainer.num_threads=1 trainer.progress=false "${OVERRIDES[@]}" "$@" < /dev/null || rc=$?
 done <<< "${blocks}"
 end=$(date +%s)

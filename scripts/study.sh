@@ -57,7 +57,7 @@ json.dump(d, open(path, "w"))
 PY
 }
 record
-COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "hydra.sweep.dir='${SWEEP_DIR}'")
+COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")")
 start=$(date +%s)
 lines="$(python -m bnexp.studyplan lines "${NAME}" "${SWEEP_DIR}" "$@")" || exit 2
 if [[ -z "${lines}" ]]; then echo "every run of ${SWEEP_DIR} is complete"; fi
