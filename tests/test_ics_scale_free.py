@@ -44,6 +44,27 @@ def test_ks_matches_scipy_with_ties_and_unequal_sizes():
         ks_distance(torch.tensor([0.0, math.inf]), torch.zeros(3))
 
 
+def test_ks_rows_fast_path_equals_pooled_point_definition():
+    """Rows without ties inside a sample take the half-search path; it must give bit for bit the
+    pooled-point value (both CDFs searched at all n + m points), including ties across samples."""
+    from bnexp.ics.distribution import _ks_sorted_rows
+    gen = torch.Generator().manual_seed(3)
+    for n, m in ((1, 1), (1, 7), (13, 5), (200, 200), (64, 150)):
+        a = torch.randn(6, n, generator=gen).double().sort(dim=1).values
+        b = (torch.randn(6, m, generator=gen) * 1.5 + 0.3).double()
+        k = min(n, m) // 2
+        b[:3, :k] = a[:3, :k]  # values shared across the samples (not within one)
+        b = b.sort(dim=1).values
+        z = torch.cat([a, b], dim=1)
+        want = (torch.searchsorted(a, z, right=True).double() / n
+                - torch.searchsorted(b, z, right=True).double() / m).abs().amax(dim=1)
+        got = _ks_sorted_rows(a, b)
+        assert torch.equal(got, want)
+        for r in range(6):
+            assert float(got[r]) == pytest.approx(scipy_stats.ks_2samp(a[r].numpy(), b[r].numpy()).statistic,
+                                                  abs=1e-15)
+
+
 def test_per_unit_ks_matches_scipy_per_unit_then_mean():
     gen = torch.Generator().manual_seed(1)
     a = torch.randint(0, 6, (40, 5), generator=gen).double()  # ties
