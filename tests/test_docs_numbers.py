@@ -199,11 +199,14 @@ def test_mnist_views_by_hand():
     paras = text.split("\n\n")
     assert len(paras) == 2 and paras[0].startswith("**normal init**") and paras[1].startswith("**xavier init**")
     # mean of 2, 3, 4 = 3.00; the bootstrap interval's ends are resample means, so within [2, 4]
-    assert f"to 97% **3.00x (95% interval {normal['ci_low']:.2f}x-{normal['ci_high']:.2f}x, seeds 1, 2, 3: " \
-           f"2.00x, 3.00x, 4.00x)**, {normal['verdict']}" in paras[0]
+    assert f"to 97% **3.00x (95% interval {normal['ci_low']:.2f}x-{normal['ci_high']:.2f}x; per seed 1: " \
+           f"2.00x, 2: 3.00x, 3: 4.00x)**, {normal['verdict']}" in paras[0]
     assert 2.0 <= normal["ci_low"] <= 3.0 <= normal["ci_high"] <= 4.0
     # two seeds: mean 15.5, the lower bound marked; evaluate makes fewer than 3 seeds inconclusive
-    assert "15.50x" in paras[1] and "1.00x, >= 30.00x" in paras[1] and xavier["verdict"] == "inconclusive"
+    assert "15.50x" in paras[1] and "1: 1.00x, 2: >= 30.00x" in paras[1] and xavier["verdict"] == "inconclusive"
+    # seeds read back from JSON are strings: still in numeric order (10 after 9), bounds still marked
+    many = _speedup(0.97, "normal", {9: 2.0, 10: 3.0}, {9: 100, 10: 100}, {9: 200, 10: 300}, lower=[10])
+    assert "per seed 9: 2.00x, 10: >= 3.00x)" in VIEWS["mnist_headline"]({"best_rate_speedups": [many]})
     cells = _cells(VIEWS["mnist_best_rate"]({"best_rate_speedups": [normal, xavier]}))
     detail = [c for c in cells if c[0] in ("normal", "xavier")]
     assert detail[0][:4] == ["normal", "97%", "7.2", "1: 2,000, 2: 1,000, 3: 1,000"]

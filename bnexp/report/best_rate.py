@@ -304,14 +304,21 @@ def best_rate_speedups(groups: list[ConfigGroup], sweep: Sweep, targets=SPEEDUP_
     return sorted(rows, key=lambda r: (order.get(r["init"], 1), r["init"], r["variant"], r["target"]))
 
 
+def _by_seed(per_seed: dict) -> list:
+    """(seed, value) pairs in seed order; the seeds are ints, or strings after a JSON round trip (report.json)."""
+    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
+
+
 def _steps_cell(steps: dict) -> str:
-    return ", ".join(f"{s}: {'not reached' if v is None else f'{v:,}'}" for s, v in sorted(steps.items())) or "-"
+    return ", ".join(f"{s}: {'not reached' if v is None else f'{v:,}'}" for s, v in _by_seed(steps)) or "-"
 
 
-def _ratio_cell(row: dict) -> str:
-    lower = set(row["lower_bound_seeds"])
-    return ", ".join(f"{s}: " + ("-" if v is None else (">= " if s in lower else "") + f"{v:.2f}")
-                     for s, v in sorted(row["per_seed"].items())) or "-"
+def per_seed_ratios(row: dict, unit: str = "") -> str:
+    """The per-seed no-BN / BN ratios of a :func:`best_rate_speedups` row, live or read back from
+    report.json: "1: 2.80x, 2: >= 3.00x, 3: -" (">=": a lower bound, "-": no value), "-" without seeds."""
+    lower = {int(s) for s in row["lower_bound_seeds"]}
+    return ", ".join(f"{s}: " + ("-" if v is None else (">= " if int(s) in lower else "") + f"{v:.2f}{unit}")
+                     for s, v in _by_seed(row["per_seed"])) or "-"
 
 
 def best_rate_speedups_md(rows: list[dict]) -> list[str]:
@@ -343,6 +350,6 @@ def best_rate_detail_md(rows: list[dict]) -> list[str]:
                "-" if r["no_bn_lr"] is None else f"{r['no_bn_lr']:g}"
                + (f" ({r['no_bn_edge']} of grid)" if r["no_bn_edge"] else "")
                + (" censored" if r["no_bn_selection"] == CENSORED else ""), _steps_cell(r["no_bn_steps"]),
-               _ratio_cell(r)] for r in rows]
+               per_seed_ratios(r)] for r in rows]
     return md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
                      "no BN / BN per seed"], detail) + [""]

@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable
 
-from bnexp.report.best_rate import best_rate_detail_md
+from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
 from bnexp.report.studies import table_md
@@ -245,32 +245,19 @@ def claims(report: dict) -> str:
 # ----------------------------------------------------------------------------- MNIST (issue 20, item 5)
 
 
-def _seed_keyed(row: dict) -> dict:
-    """A ``best_rate_speedups`` row read back from JSON, with its per-seed maps keyed by int seeds again."""
-    out = dict(row)
-    for k in ("per_seed", "bn_steps", "no_bn_steps"):
-        out[k] = {int(s): v for s, v in (row.get(k) or {}).items()}
-    out["lower_bound_seeds"] = [int(s) for s in row.get("lower_bound_seeds") or []]
-    return out
-
-
 def _speedup_rows(report: dict) -> list[dict]:
     rows = need(report, "best_rate_speedups")
     if not rows:
         raise ViewDataError("report.json's best_rate_speedups list is empty")
-    return [_seed_keyed(r) for r in rows]
+    return rows
 
 
 def _interval(r: dict) -> str:
-    """ "3.10x (95% interval 2.50x-3.70x, seeds 1, 2, 3: 2.80x, >= 3.00x, 3.50x)"; "no value" without a mean."""
+    """ "3.10x (95% interval 2.50x-3.70x; per seed 1: 2.80x, 2: >= 3.00x, 3: 3.50x)"; "no value" without a mean."""
     if r.get("mean") is None:
         return "no value"
-    lower = set(r["lower_bound_seeds"])
-    seeds = ", ".join(map(str, sorted(r["per_seed"])))
-    vals = ", ".join("-" if v is None else (">= " if s in lower else "") + f"{v:.2f}x"
-                     for s, v in sorted(r["per_seed"].items()))
-    ci = (f"95% interval {r['ci_low']:.2f}x-{r['ci_high']:.2f}x, " if r.get("ci_low") is not None else "")
-    return f"{r['mean']:.2f}x ({ci}seeds {seeds}: {vals})"
+    ci = (f"95% interval {r['ci_low']:.2f}x-{r['ci_high']:.2f}x; " if r.get("ci_low") is not None else "")
+    return f"{r['mean']:.2f}x ({ci}per seed {per_seed_ratios(r, 'x')})"
 
 
 @view("mnist_headline")
