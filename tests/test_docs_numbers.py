@@ -165,15 +165,15 @@ def test_claims_view_renders_evaluate_rows():
     assert VIEWS["claims"]({"ics": {"claims": [row]}}) == VIEWS["claims"]({"claims": [row]})
 
 
-def test_cifar_run_counts_steps_and_ranges_exact_speedups_by_hand():
+def test_cifar_run_names_steps_winner_and_ranges_exact_speedups_by_hand():
     tuning = {"budget_steps": 6000, "winner": 1, "config": "lr=0.025, dropout=0",
               "rows": [{"seeds": 2, "mean_test_accuracy": 0.5}, {"seeds": 2, "mean_test_accuracy": 0.6086},
                        {"seeds": 1, "mean_test_accuracy": 0.4}]}
     curve = [{"speedup": 7.7, "bound": "upper"}, {"speedup": 2.5, "bound": "exact"},
              {"speedup": 3.25, "bound": "exact"}, {"speedup": 2.0, "bound": "lower"}]
-    rep = REPORT | {"runs": 10, "frontier_analysis": {"tuning": tuning, "speedup": {"bn_x5": {"curve": curve}}}}
+    rep = REPORT | {"runs": 10, "sgd_steps": 37500,
+                    "frontier_analysis": {"tuning": tuning, "speedup": {"bn_x5": {"curve": curve}}}}
     text = VIEWS["cifar_run"](rep)
-    # frontier budgets 375+375+6000+6000+3000+3000+750 = 19,500; the two losing tuning rows: (2 + 1) x 6,000
     assert "10 runs, 37,500 SGD steps in all" in text
     assert "the winner is lr=0.025, dropout=0 (60.86% seed-mean final test accuracy)" in text
     assert "BN-x5: S(a) from 2.50x to 3.25x" in text  # the bounds (7.7 upper, 2.0 lower) are left out

@@ -178,6 +178,10 @@ def test_grouping_ignores_seed_and_non_experiment_keys(sweep):
     runs = {c["label"]: (c["runs"], c["completed"]) for c in report.data["configurations"]}
     assert runs == {"bn=true lr=0.5": (3, 3), "bn=false lr=0.5": (3, 3), "bn=true lr=5": (4, 3),
                     "bn=false lr=5": (3, 2)}
+    # the sweep's training in steps: every summary's step (diverged runs at their divergence step; the
+    # failed run's summary has none)
+    steps = [json.loads(p.read_text()).get("step") for p in sweep.rglob("summary.json")]
+    assert steps.count(None) == 1 and report.data["sgd_steps"] == sum(s for s in steps if s is not None) > 0
     for c in report.data["configurations"]:
         assert "seed" not in c["config"] and "data.root" not in c["config"]
         assert not any(k.startswith("hydra") for k in c["config"])

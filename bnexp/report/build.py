@@ -134,7 +134,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
-        "runs": len(sweep.runs), "configurations": [stats[g.key] for g in groups],
+        "runs": len(sweep.runs), "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
+        "configurations": [stats[g.key] for g in groups],
         "verdicts": verdicts, "claims": ics_claims(groups, table, targets),
         "best_rate": best_rate_section(groups, sweep), "ics": ics,
         "best_rate_speedups": best_rate_speedups(groups, sweep),  # claims at 90/95/97%, each at its best rate

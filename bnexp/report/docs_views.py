@@ -207,15 +207,12 @@ def cifar_frontier(report: dict) -> str:
 
 @view("cifar_run")
 def cifar_run(report: dict) -> str:
-    """What the sweep trained and what the tuning chose, from report.json: ``runs``; the SGD steps of all runs
-    (``frontier`` budgets, plus ``frontier_analysis.tuning``'s non-winning rows at the tuning budget); the
-    tuning winner; and per preset the range of S(a) over the curve's exact points (``frontier_analysis.
-    speedup[preset].curve``, bounds left out)."""
+    """What the sweep trained and what the tuning chose, from report.json: ``runs`` and ``sgd_steps`` (the
+    steps of all runs); the tuning winner (``frontier_analysis.tuning``); and per preset the range of S(a) over
+    the curve's exact points (``frontier_analysis.speedup[preset].curve``, bounds left out)."""
     fa = need(report, "frontier_analysis")
     tuning = need(report, "frontier_analysis", "tuning")
-    steps = sum(int(r["budget_steps"]) for r in need(report, "frontier"))
-    steps += sum(int(t["seeds"]) * int(tuning["budget_steps"]) for i, t in enumerate(tuning["rows"])
-                 if i != tuning["winner"])
+    steps = int(need(report, "sgd_steps"))
     win = tuning["rows"][tuning["winner"]]
     out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
            f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} ({_pct(win['mean_test_accuracy'])}% "
