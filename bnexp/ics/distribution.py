@@ -92,13 +92,11 @@ def _ks_sorted_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     n, m = a.shape[1], b.shape[1]
     if bool((a[:, 1:] == a[:, :-1]).any()) or bool((b[:, 1:] == b[:, :-1]).any()):
         z = torch.cat([a, b], dim=1)
-        fa = torch.searchsorted(a, z, right=True).to(torch.float64) / n
-        fb = torch.searchsorted(b, z, right=True).to(torch.float64) / m
-        return (fa - fb).abs().amax(dim=1)
-    own_a = torch.arange(1, n + 1, dtype=torch.float64, device=a.device) / n
-    own_b = torch.arange(1, m + 1, dtype=torch.float64, device=a.device) / m
-    at_a = own_a - torch.searchsorted(b, a, right=True).to(torch.float64) / m
-    at_b = torch.searchsorted(a, b, right=True).to(torch.float64) / n - own_b
+        return (torch.searchsorted(a, z, right=True).double() / n
+                - torch.searchsorted(b, z, right=True).double() / m).abs().amax(dim=1)
+    own_a, own_b = (torch.arange(1, k + 1, dtype=torch.float64, device=a.device) / k for k in (n, m))
+    at_a = own_a - torch.searchsorted(b, a, right=True).double() / m
+    at_b = torch.searchsorted(a, b, right=True).double() / n - own_b
     return torch.maximum(at_a.abs().amax(dim=1), at_b.abs().amax(dim=1))
 
 
