@@ -11,7 +11,10 @@ costs about 7% of the training compute and the monitor about 4%, and the step lo
 about 5% (README, Benchmarks). The bare loop does only forward, loss, backward, SGD step.
 
 Usage:
-    python benchmarks/bench_train.py [--steps 10000] [--repeats 2] [--threads 1] [overrides ...]
+    python benchmarks/bench_train.py [--steps 10000] [--repeats 2] [--threads 1] [--breakdown] [overrides ...]
+
+``--breakdown`` also times bnexp with the test evaluations, the monitor records, or both switched off
+after step 0 (``trainer.eval_every`` / ``trainer.hist_every`` = 100000), each against the same bare loop.
 
 Prints the seconds per step of each and the ratio bnexp / bare (target: <= 1.10 on CPU).
 Timings on shared machines are noisy: the runs alternate and the best of the repeats is used.
@@ -78,25 +81,34 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both loops")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time bnexp without evaluations, without monitor records, and without both")
     ap.add_argument("overrides", nargs="*", help="bnexp config overrides, e.g. data.root=../shared/data")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    cfg = compose_config([f"trainer.max_steps={args.steps}", "trainer.progress=false",
-                          "trainer.save_checkpoint=false", f"trainer.num_threads={args.threads}",
-                          *args.overrides])
-    bare, ours = [], []
+    base = [f"trainer.max_steps={args.steps}", "trainer.progress=false", "trainer.save_checkpoint=false",
+            f"trainer.num_threads={args.threads}", *args.overrides]
+    cfg = compose_config(base)
+    off = {"without evaluations": ["trainer.eval_every=100000"],
+           "without monitor records": ["trainer.hist_every=100000"],
+           "without both (the step loop)": ["trainer.eval_every=100000", "trainer.hist_every=100000"]}
+    variants = {"default": cfg, **({k: compose_config(base + v) for k, v in off.items()} if args.breakdown else {})}
+    bare, ours = [], {k: [] for k in variants}
     for r in range(args.repeats):
         bare.append(bare_loop(cfg, args.steps))
-        ours.append(bnexp_loop(cfg))
-        print(f"repeat {r + 1}: bare {bare[-1] * 1e3:.3f} ms/step, bnexp {ours[-1] * 1e3:.3f} ms/step")
-    b, o = min(bare), min(ours)
+        for k, c in variants.items():
+            ours[k].append(bnexp_loop(c))
+        print(f"repeat {r + 1}: bare {bare[-1] * 1e3:.3f} ms/step, bnexp {ours['default'][-1] * 1e3:.3f} ms/step")
+    b, o = min(bare), min(ours["default"])
     print(f"config: MLP {list(cfg.model.hidden)} bn={cfg.bn.enabled} act={cfg.act.value} batch "
           f"{cfg.trainer.batch_size}, {args.steps} steps, {args.threads} thread(s)")
     print(f"bare PyTorch loop: {b * 1e3:.3f} ms/step")
     print(f"bnexp trainer:     {o * 1e3:.3f} ms/step (default logging: eval every "
           f"{cfg.trainer.eval_every}, monitor every {cfg.trainer.hist_every}, scalars every {cfg.trainer.log_every})")
     print(f"ratio bnexp / bare: {o / b:.3f}  (target <= 1.10)")
+    for k in list(variants)[1:]:
+        print(f"  {k}: {min(ours[k]) * 1e3:.3f} ms/step, ratio {min(ours[k]) / b:.3f}")
 
 
 if __name__ == "__main__":
