@@ -5,11 +5,8 @@ pass rule's 5x. Input: :func:`bnexp.report.frontier.analyze`'s dict (or report.j
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bnexp.report.figstyle import legend_below, pyplot
 from bnexp.report.frontier import BASELINE, ORDER, PASS_FACTOR
-from bnexp.rundir import atomic_write_bytes
 
 FIGURE = "frontier.png"
 
@@ -71,14 +68,3 @@ def frontier_figure(section: dict):
     frac = legend_below(fig, handles, labels, max_cols=len(handles))
     fig.tight_layout(rect=(0, frac, 1, 1))
     return fig
-
-
-def plot_frontier(section: dict, path: Path) -> None:
-    """Draw :func:`frontier_figure` into ``path`` (PNG at 110 dpi, written atomically).
-
-    Raises:
-        OSError: when ``path`` cannot be written.
-    """
-    from bnexp.report.figstyle import figure_png
-
-    atomic_write_bytes(Path(path), figure_png(frontier_figure(section), 110))

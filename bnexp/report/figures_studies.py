@@ -37,7 +37,7 @@ def _log(ax, which: str, base: float = 10) -> None:
         (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
 
 
-def _finish(fig, axes, sec: dict, title: str):
+def _finish(fig, axes, title: str):
     handles, labels = [], []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
@@ -81,7 +81,7 @@ def batch_size_figure(sec: dict):
     _log(a1, "y")
     a1.set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
     a2.set_ylabel("final test accuracy (%)")
-    return _finish(fig, (a1, a2), sec, "Mini-batch size at a fixed number of examples (lr = 0.01 m)")
+    return _finish(fig, (a1, a2), "Mini-batch size at a fixed number of examples (lr = 0.01 m)")
 
 
 def inference_figure(sec: dict):
@@ -105,11 +105,11 @@ def inference_figure(sec: dict):
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xlabel("mini-batch size m")
         ax.set_ylabel(lab)
-    return _finish(fig, (a1, a2), sec, "Test accuracy: inference statistics vs batch statistics "
+    return _finish(fig, (a1, a2), "Test accuracy: inference statistics vs batch statistics "
                                        "(seed mean, bars: 95% interval)")
 
 
-def _best_bars(ax, groups: list[tuple[str, list[dict]]], key_of, colors: dict, target: float):
+def _best_bars(ax, groups: list[tuple[str, list[dict]]], key_of, colors: dict):
     """One bar per configuration at its best rate: mean steps to the target, seeds as points."""
     xs, labels = [], []
     for i, (name, rows) in enumerate(groups):
@@ -137,10 +137,9 @@ def placement_figure(sec: dict):
             for pos in ("before", "after"):
                 groups.append((f"{model.upper()} {act}\n{pos}",
                                [r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)]))
-    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": "tab:blue", "BN after g": "tab:orange"},
-               sec["target"])
+    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": "tab:blue", "BN after g": "tab:orange"})
     ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
-    return _finish(fig, [ax], sec, "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
+    return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
 
 
 def normalizer_figure(sec: dict):
@@ -163,7 +162,7 @@ def normalizer_figure(sec: dict):
     _log(ax, "y")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("steps to 95% (seeds that reached it)")
-    return _finish(fig, [ax], sec, "Normalizers on the paper's MNIST net (circles: each one's best rate)")
+    return _finish(fig, [ax], "Normalizers on the paper's MNIST net (circles: each one's best rate)")
 
 
 def depth_figure(sec: dict):
@@ -187,7 +186,7 @@ def depth_figure(sec: dict):
         ax.set_xticks([3, 6, 12])
     a1.set_ylabel("steps to 95% at the best rate")
     a2.set_ylabel("final test accuracy at the best rate (%)")
-    return _finish(fig, (a1, a2), sec, "Depth: BN vs no BN, each at its best rate")
+    return _finish(fig, (a1, a2), "Depth: BN vs no BN, each at its best rate")
 
 
 FIGURES = {"batch_size": batch_size_figure, "inference_statistics": inference_figure,

@@ -193,7 +193,7 @@ def speedup_curve(base: tuple, pre: tuple, points: int = 101) -> list[dict]:
     return [p for p in (speedup_at(base, pre, float(a)) for a in grid) if p["bound"] not in (None, "unknown")]
 
 
-def last_gain(budgets, accs) -> float | None:
+def last_gain(accs) -> float | None:
     """Accuracy gained by the last step of a ladder (a doubling in scripts/reproduce_cifar.sh): the last
     point minus the one before it; None with fewer than two points."""
     return float(accs[-1] - accs[-2]) if len(accs) >= 2 else None
@@ -246,7 +246,7 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
         b, y = mean_frontier(runs, p)
         n = runs[runs.preset == p].groupby("budget_steps").seed.nunique().sort_index()
         presets[p] = {"budgets": [int(v) for v in b], "mean_test_accuracy": [float(v) for v in y],
-                      "seeds": [int(v) for v in n], "best": float(y.max()), "last_gain": last_gain(b, y)}
+                      "seeds": [int(v) for v in n], "best": float(y.max()), "last_gain": last_gain(y)}
     base = mean_frontier(runs, BASELINE)
     a_star = float(base[1].max())
     gain = presets[BASELINE]["last_gain"]

@@ -26,11 +26,6 @@ def target_key(target: float) -> str:
     return f"{target:g}"
 
 
-def finite(values: Iterable) -> list[float]:
-    """The finite numbers among ``values`` as floats (None, booleans, NaN, inf and text left out)."""
-    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-
-
 def numeric(values) -> pd.Series:
     """``values`` as a float Series: NaN for missing, non-numeric and non-finite entries."""
     s = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(float)

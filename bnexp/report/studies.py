@@ -246,10 +246,10 @@ def _native(v):
 
 
 
-def _fmt_stat(st: dict, digits: int = 2, thousands: bool = False) -> str:
+def _fmt_stat(st: dict, thousands: bool = False) -> str:
     if st["mean"] is None:
         return "n/a"
-    f = (lambda v: f"{v:,.0f}") if thousands else (lambda v: f"{v:.{digits}f}")
+    f = (lambda v: f"{v:,.0f}") if thousands else (lambda v: f"{v:.2f}")
     if st["n"] == 1:
         return f"{f(st['mean'])} (1 seed)"
     return f"{f(st['mean'])} ± {f(st['std'])}"

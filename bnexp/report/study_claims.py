@@ -96,7 +96,7 @@ def _question(name: str) -> str:
     return build_studies()[name].question
 
 
-def _interval_text(vals: dict, claim: Claim) -> str:
+def _interval_text(vals: dict) -> str:
     st = seed_interval(list(vals.values()))
     if st["mean"] is None:
         return "n/a"
@@ -144,7 +144,7 @@ def analyze_batch_size(runs) -> dict:
             vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), BS_ADV_60, "examples")
             if not vals:
                 continue
-            parts.append(f"m = {m}: {_interval_text(vals, BS_ADV_60)}")
+            parts.append(f"m = {m}: {_interval_text(vals)}")
             if _side(vals, 1.0) == "above":
                 holds.append(str(m))
         if parts:
@@ -212,7 +212,7 @@ def analyze_inference_statistics(runs) -> dict:
         row["pop_minus_ema"] = seed_interval([v for v in _gap(g, "population", "ema").values() if v is not None])
     findings = []
     for mom in sorted(c["momentum"].dropna().unique(), reverse=True) if not c.empty else []:
-        parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'), IS_GAP_GROWS)}"
+        parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'))}"
                  for m in sorted(c["m"].unique())]
         findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
