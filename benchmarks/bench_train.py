@@ -6,9 +6,9 @@ mini-batches from a seeded permutation. bnexp runs with its default logging
 (test evaluation on the 10,000 test images every ``trainer.eval_every`` = 1000 steps and
 at step 0, covariate-shift monitor with histograms every ``trainer.hist_every`` = 1000,
 train-loss scalars every 50, a checkpoint every 5000, TensorBoard, metrics files); measured by
-switching them off (``trainer.eval_every=100000``, ``trainer.hist_every=100000``), the evaluation
-costs about 7% of the training compute and the monitor about 4%, and the step loop without them
-about 5% (README, Benchmarks). The bare loop does only forward, loss, backward, SGD step.
+switching them off (``--breakdown``) and directly (``benchmarks/bench_logging.py``), the evaluation
+adds about 2-3% per step, the monitor records about 9% and the step loop itself about 5% (README,
+Benchmarks). The bare loop does only forward, loss, backward, SGD step.
 
 Usage:
     python benchmarks/bench_train.py [--steps 10000] [--repeats 2] [--threads 1] [--breakdown] [overrides ...]
