@@ -199,8 +199,7 @@ def _defined_in_the_suite(fn) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that starts a process (itself, through a fixture, or through a helper) ``e2e``; order
-    the tests slow, e2e, the rest (stable within each)."""
+    """Mark every test that starts a process (itself, through a fixture, or through a helper) ``e2e``."""
     for item in items:
         fn = getattr(item, "function", None)
         if fn is None or item.get_closest_marker("e2e"):
@@ -214,9 +213,6 @@ def pytest_collection_modifyitems(config, items):
         if "run_bnexp" in item.fixturenames or any(
                 _starts_a_process(f, module) for f in [fn, *fixtures]):
             item.add_marker(pytest.mark.e2e)
-    # longest first: pytest-xdist hands tests out in this order, so the minutes-long runs start at once on
-    # both workers and the short tests fill in after them, instead of one long run ending the session alone
-    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("e2e") else 2)
 
 
 # ----- the fast tier's budget: CPU seconds per test ------------------------------------------
