@@ -139,12 +139,13 @@ def resolved(path: Path, key: str):
 
 def test_ics_study_few_steps(tmp_path, data_root):
     """The study's four sweeps (BN / no BN, then noisy BN at two strengths; MNIST, then CIFAR-10 with
-    CIFAR_OVERRIDES: the preset's network at 4-8 channels), every probe twice, and both reports."""
+    CIFAR_OVERRIDES: the preset's network at 4-8 channels), every probe twice, and both reports. JOBS=1: no
+    joblib worker processes to start (a third less CPU time; parallel jobs: the MNIST reproduction's test)."""
     mnist, cifar = tmp_path / "ics_mnist", tmp_path / "ics_cifar"
     r = _script("ics_study.sh", tmp_path, data_root, "trainer.max_steps=20", "seed=0", "trainer.eval_every=20",
                 "trainer.hist_every=10", "trainer.log_every=5", "monitor.grad_ics_every=10",
                 "monitor.landscape_every=10", MNIST_DIR=str(mnist), CIFAR_DIR=str(cifar),
-                VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3",
+                VERIFY_CHECKSUMS="false", NOISE_SCALES="1,3", JOBS="1",
                 CIFAR_OVERRIDES="scale.channels=[4,8,8] scale.fc=16 trainer.probe_size=100")
     assert r.returncode == 0, r.stderr[-3000:]
     for sweep in (mnist, cifar):
