@@ -23,13 +23,15 @@ import zlib
 
 import torch
 
+from bnexp.ics.sorting import sort_values
+
 
 def _w1_sorted(a: torch.Tensor, b: torch.Tensor) -> float:
     """W1 between two sorted, non-empty 1-D float64 tensors on the same device."""
     n, m = a.numel(), b.numel()
     if n == m:
         return float((a - b).abs().mean())
-    z = torch.cat([a, b]).sort().values
+    z = sort_values(torch.cat([a, b]))
     dz = z[1:] - z[:-1]
     left = z[:-1]
     # On [z_k, z_{k+1}) both empirical CDFs are constant: F(z_k) = #{values <= z_k} / size.
@@ -76,8 +78,8 @@ def wasserstein1(a: torch.Tensor, b: torch.Tensor) -> float:
     """
     _check_1d("a", a)
     _check_1d("b", b)
-    a64 = a.detach().to(torch.float64).sort().values
-    b64 = b.detach().to(device=a64.device, dtype=torch.float64).sort().values
+    a64 = sort_values(a.detach().to(torch.float64))
+    b64 = sort_values(b.detach().to(device=a64.device, dtype=torch.float64))
     return _w1_sorted(a64, b64)
 
 
@@ -86,9 +88,8 @@ def _ks_sorted_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Both empirical CDFs are right-continuous step functions that jump only at sample points, so
     sup_t |F_a(t) - F_b(t)| is attained at one of the n + m pooled points; F at a point is
-    #{values <= point} / size (``searchsorted(..., right=True)``), which handles ties. Without
-    ties inside a sample, a's own CDF at its j-th point is (j + 1) / n, so only the other sample is
-    searched (half the binary searches; the same counts, so the same float64 result)."""
+    #{values <= point} / size (``searchsorted(..., right=True)``), which handles ties. Without ties inside
+    a sample, its own CDF at its j-th point is (j + 1) / n: only the other sample is searched (same counts)."""
     n, m = a.shape[1], b.shape[1]
     if bool((a[:, 1:] == a[:, :-1]).any()) or bool((b[:, 1:] == b[:, :-1]).any()):
         z = torch.cat([a, b], dim=1)
@@ -124,8 +125,8 @@ def ks_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """
     _check_1d("a", a)
     _check_1d("b", b)
-    a64 = a.detach().to(torch.float64).sort().values
-    b64 = b.detach().to(device=a64.device, dtype=torch.float64).sort().values
+    a64 = sort_values(a.detach().to(torch.float64))
+    b64 = sort_values(b.detach().to(device=a64.device, dtype=torch.float64))
     return float(_ks_sorted_rows(a64[None], b64[None])[0])
 
 
@@ -208,9 +209,7 @@ def per_unit_shift(x_ref: torch.Tensor, x_now: torch.Tensor, eps: float = 1e-6) 
 
 def _strided_rows(v: torch.Tensor, max_rows: int | None) -> torch.Tensor:
     """At most ``max_rows`` rows of a (R, units) matrix, by a fixed stride ceil(R / max_rows)."""
-    if max_rows is not None and v.shape[0] > max_rows:
-        v = v[:: -(-v.shape[0] // max_rows)]
-    return v
+    return v[:: -(-v.shape[0] // max_rows)] if max_rows is not None and v.shape[0] > max_rows else v
 
 
 def _sorted_columns(v: torch.Tensor) -> torch.Tensor:
@@ -218,7 +217,7 @@ def _sorted_columns(v: torch.Tensor) -> torch.Tensor:
     v = v.to(torch.float64)
     if not bool(torch.isfinite(v).all()):
         raise ValueError("a layer's values contain NaN or infinite values")
-    return v.sort(dim=0).values
+    return sort_values(v, 0)
 
 
 def _unit_columns(x: torch.Tensor, max_per_unit: int | None = None) -> torch.Tensor:
@@ -475,7 +474,7 @@ class DistributionShiftTracker:
     def _snapshot(self, x: torch.Tensor, step: int) -> tuple[dict, torch.Tensor]:
         """The snapshot of x and its (R, units) matrix of all values, one column per unit."""
         mean, std = unit_moments(x)
-        values = _pooled_subsample(x, self.max_values).to(torch.float32).sort().values
+        values = sort_values(_pooled_subsample(x, self.max_values).to(torch.float32))
         if values.numel() == 0:
             raise ValueError("a layer has no values")
         if not bool(torch.isfinite(values).all()):
