@@ -7,7 +7,7 @@ mini-batches from a seeded permutation. bnexp runs with its default logging
 at step 0, covariate-shift monitor with histograms every ``trainer.hist_every`` = 1000,
 train-loss scalars every 50, a checkpoint every 5000, TensorBoard, metrics files); measured by
 switching them off (``--breakdown``) and directly (``benchmarks/bench_logging.py``), the evaluation
-adds about 2-3% per step, the monitor records about 9% and the step loop itself about 5% (README,
+adds about 3% per step, the monitor records about 7% and the step loop itself about 6% (README,
 Benchmarks). The bare loop does only forward, loss, backward, SGD step.
 
 Usage:
