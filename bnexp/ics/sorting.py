@@ -34,7 +34,7 @@ def quantiles(values: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
     The same arithmetic as torch's: ranks q * (n - 1) in float64, the weights ranks - floor(ranks)
     in values' dtype, ``lerp`` between the neighbouring sorted values (bit-identical to
-    ``torch.quantile``; tests/test_monitor_sorting.py checks it on random and tied samples).
+    ``torch.quantile`` on the CPU; tests/test_monitor_sorting.py checks it on random and tied samples).
 
     Args:
         values: (n,) finite floats, n >= 1.
