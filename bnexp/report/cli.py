@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.report.claims import claims_md
+from bnexp.report.docs_views import speedup_text
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
@@ -38,10 +39,7 @@ def print_table(report: Report, console=None) -> None:
         fa = d["frontier_analysis"]
         out += [f"**Sec. 4.2 frontier**: a* = {100 * fa['target_accuracy']:.2f}% (baseline converged: "
                 f"{fa['baseline_converged']}); pass rule: {fa['pass_rule']['verdict']}", ""]
-        for p, m in matched.items():
-            s = ("not reached" if m["speedup"] is None
-                 else f"{'>= ' if m['speedup_is_lower_bound'] else ''}{m['speedup']:.2f}x")
-            out += [f"- {p}: S(a*) = {s}, pass: {m['pass']}"]
+        out += [f"- {p}: S(a*) = {speedup_text(m)}, pass: {m['pass']}" for p, m in matched.items()]
         out += [""]
     if sec:
         t = ics_frames(report)
