@@ -398,7 +398,7 @@ class Trainer:
             x = channels_last_input(x)
         with autocast(self.device, self.amp_dtype):
             logits = self.net(x)
-        logits = logits if logits.dtype == torch.float32 else logits.float()  # the loss in fp32 (bf16 autocast)
+        logits = logits.float()  # the loss in fp32 (bf16 autocast); returns the tensor itself when already fp32
         loss = nn.functional.cross_entropy(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,4 +1,5 @@
-"""bnexp.ics.sorting: the monitor's CPU sorts and quantiles give torch's values bit for bit."""
+"""bnexp.ics.sorting: the monitor's CPU sorts and quantiles give torch's values (``torch.equal``: -0.0 and
++0.0 count as equal; their order within a tie is the sorts' own)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _samples(seed: int):
         yield t, v
 
 
-def test_quantiles_equal_torch_quantile_bit_for_bit():
+def test_quantiles_equal_torch_quantile():
     lists = [[15.0, 50.0, 85.0], [2.5, 15.0, 50.0, 85.0, 97.5], [1.0, 99.0], [0.0, 100.0], [33.3, 66.7]]
     for t, v in _samples(0):
         q = torch.tensor([p / 100.0 for p in lists[t % len(lists)]])

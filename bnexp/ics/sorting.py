@@ -4,8 +4,10 @@ The monitor sorts every layer's values several times per record (percentiles, sn
 floors' subsamples). For these sizes -- 10^4 to 10^5 values, or a few hundred rows by a hundred
 units -- torch's CPU sort is about ten times slower than numpy's (measured: a 200 x 100 column sort
 1.0 ms vs 0.1 ms; 20,000 values 1.5 ms vs 0.1 ms), so CPU tensors are sorted by numpy; other devices
-use torch. A sort returns the same values either way (equal values are interchangeable; the order of
--0.0 and +0.0 may differ, which changes no distance, count or quantile computed from them).
+use torch. A sort returns the same values either way: equal values are interchangeable, except that
+-0.0 and +0.0 compare equal and may come in another order (79 of the 400 float32 samples of
+tests/test_monitor_sorting.py sort so), so a result that is exactly zero may carry the other sign; no
+distance, count or nonzero quantile changes.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ def quantiles(values: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``torch.quantile(values, q)`` (linear interpolation, numpy's default) on :func:`sort_values`'s sort.
 
     The same arithmetic as torch's: ranks q * (n - 1) in float64, the weights ranks - floor(ranks)
-    in values' dtype, ``lerp`` between the neighbouring sorted values (bit-identical to
-    ``torch.quantile`` on the CPU; tests/test_monitor_sorting.py checks it on random and tied samples).
+    in values' dtype, ``lerp`` between the neighbouring sorted values: equal to ``torch.quantile`` on the CPU
+    (``torch.equal``, on random and tied samples in tests/test_monitor_sorting.py); a quantile that is exactly
+    zero, among values holding both -0.0 and +0.0, may differ in the sign of that zero.
 
     Args:
         values: (n,) finite floats, n >= 1.

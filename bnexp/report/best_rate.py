@@ -21,7 +21,7 @@ import math
 
 import pandas as pd
 
-from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, Claim, claims_md, evaluate
+from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, Claim, by_seed, claims_md, evaluate
 from bnexp.report.evidence import CHANCE_MARGIN, NUM_CLASSES
 from bnexp.report.fmt import format_steps, format_target, md_table, steps_pm
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_label
@@ -304,13 +304,8 @@ def best_rate_speedups(groups: list[ConfigGroup], sweep: Sweep, targets=SPEEDUP_
     return sorted(rows, key=lambda r: (order.get(r["init"], 1), r["init"], r["variant"], r["target"]))
 
 
-def _by_seed(per_seed: dict) -> list:
-    """(seed, value) pairs in seed order; the seeds are ints, or strings after a JSON round trip (report.json)."""
-    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
-
-
 def _steps_cell(steps: dict) -> str:
-    return ", ".join(f"{s}: {'not reached' if v is None else f'{v:,}'}" for s, v in _by_seed(steps)) or "-"
+    return ", ".join(f"{s}: {'not reached' if v is None else f'{v:,}'}" for s, v in by_seed(steps)) or "-"
 
 
 def per_seed_ratios(row: dict, unit: str = "") -> str:
@@ -318,7 +313,7 @@ def per_seed_ratios(row: dict, unit: str = "") -> str:
     report.json: "1: 2.80x, 2: >= 3.00x, 3: -" (">=": a lower bound, "-": no value), "-" without seeds."""
     lower = {int(s) for s in row["lower_bound_seeds"]}
     return ", ".join(f"{s}: " + ("-" if v is None else (">= " if int(s) in lower else "") + f"{v:.2f}{unit}")
-                     for s, v in _by_seed(row["per_seed"])) or "-"
+                     for s, v in by_seed(row["per_seed"])) or "-"
 
 
 def best_rate_speedups_md(rows: list[dict]) -> list[str]:

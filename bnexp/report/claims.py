@@ -141,6 +141,12 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: 
     return row
 
 
+def by_seed(per_seed: Mapping) -> list[tuple]:
+    """(seed, value) pairs of a per-seed map in seed order; the seeds are ints, or strings after a JSON round
+    trip (report.json), so they are ordered as numbers (10 after 9)."""
+    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
+
+
 def claims_frame(rows: list[dict]) -> pd.DataFrame:
     """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, quantity,
     rule, per seed, mean, 95% interval, std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
@@ -151,8 +157,7 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{
         **({"setting": r.get("setting") or "-"} if settings else {}),
         "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
-        "per seed": ", ".join(f"{s}: {g(v)}" for s, v in sorted(r["per_seed"].items(), key=lambda kv: int(kv[0])))
-                              or "-",
+        "per seed": ", ".join(f"{s}: {g(v)}" for s, v in by_seed(r["per_seed"])) or "-",
         "mean": g(r["mean"]),
         "95% interval": "-" if r["ci_low"] is None else f"[{g(r['ci_low'])}, {g(r['ci_high'])}]",
         "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
-from bnexp.report.claims import claims_md
+from bnexp.report.claims import by_seed, claims_md
 from bnexp.report.fmt import format_target, md_table
 from bnexp.report.studies import table_md
 
@@ -117,9 +117,8 @@ def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
 def _each_seed(m: dict, bounds: dict[str, str]) -> str:
     """``speedup_per_seed`` seed by seed: "seed 0: 3.50x, seed 1: >= 8.00x, seed 2: not reached" ("-" without
     values; ``bounds`` as in :func:`per_seed_text`)."""
-    per = sorted((m.get("speedup_per_seed") or {}).items(), key=lambda kv: (len(str(kv[0])), str(kv[0])))
     return ", ".join(f"seed {k}: " + ("not reached" if v is None else f"{BOUND_PREFIX.get(bounds.get(str(k)), '')}"
-                                      f"{v:.2f}x") for k, v in per) or "-"
+                                      f"{v:.2f}x") for k, v in by_seed(m.get("speedup_per_seed") or {})) or "-"
 
 
 def _seeds(report: dict) -> int | None:
