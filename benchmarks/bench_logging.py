@@ -10,6 +10,10 @@ a bare step (forward, loss, backward, SGD) of the same network. From these it pr
 cadences (``trainer.eval_every`` = ``trainer.hist_every`` = 1000, plus step 0) add per step, as a
 fraction of the bare step. Medians over ``--repeats`` (the parts of the record: means).
 
+With ``trainer.async_records=true`` (the default) the step loop itself does only the copy of the
+network and the probe's forward pass; the rest runs on the records thread (``bnexp.background``), so
+these are CPU costs there and, with a free second core, not the loop's wall time.
+
 Usage:
     python benchmarks/bench_logging.py [--repeats 9] [--threads 1] [overrides ...]
 """
@@ -109,6 +113,8 @@ def main() -> None:
     for k, v in (*((k, parts[k]) for k in ("probe forward pass", "shift measures", "  of which floors")),
                  ("percentiles, histograms, scalars", rest)):
         print(f"  {k + ':':37s}{v:8.1f} ms")
+    print("the step loop's own part with trainer.async_records=true: the probe's forward pass and a copy of "
+          "the network; the rest runs on the records thread")
 
 
 if __name__ == "__main__":

@@ -207,6 +207,8 @@ class TrainerConfig:
     num_threads: int = opt(0, "torch intra-op threads; 0: 1 for small networks such as the paper MLP, else torch's "
                               "default", c.Check(lambda v: v >= 0, "must be >= 0 (0 keeps torch's default)"))
     progress: bool = opt(True, "show the rich progress bar")
+    async_records: bool = opt(True, "write test evaluations and monitor records on a second thread beside the "
+                                    "step loop (bnexp.background; same numbers); false: in the loop")
     save_checkpoint: bool = opt(True, "keep checkpoint.pt of the finished run")
     ckpt_every: int = opt(5000, "steps between checkpoints (atomic, complete state)", c.at_least(1))
     resume: Optional[bool] = opt(None, "null: resume the run folder's unfinished run; true: also find the newest "

@@ -24,7 +24,9 @@ A measurement (:class:`Measurement`) has
 Adding a measurement: write a subclass here and add it (with its config key) to
 :func:`build_measurements`. The records of ``metrics.jsonl``, ``shift.jsonl`` and
 ``ics.jsonl`` go through a :class:`RecordLog` each, which the trainer checkpoints and
-rewrites on resume. Checkpoints are written by the loop, not by a measurement.
+rewrites on resume. Checkpoints are written by the loop, not by a measurement. Work that
+needs nothing more of its step than what it took there goes to ``ctx.defer`` (the records
+thread, :mod:`bnexp.background`), which runs it in order beside the loop.
 
 A measurement that finds the run numerically broken raises :class:`Diverged`; the
 schedule hands it to the loop, which stops the run with status ``diverged`` (with N
@@ -34,6 +36,7 @@ data-parallel replicas, all of them at the same step).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import time
@@ -116,7 +119,9 @@ class StepContext:
     ``max_steps``, ``run_dir``, ``title`` (of the figures: ``bn=... act=... lr=... seed=...``),
     ``amp_dtype`` (``trainer.precision``'s autocast dtype, None for fp32), ``replicas``,
     ``t_start`` (the run's wall-clock start, seconds since the epoch), ``writer`` (TensorBoard
-    ``SummaryWriter``, None on replicas other than rank 0), ``progress`` (:class:`bnexp.runtime.Progress`).
+    ``SummaryWriter``, None on replicas other than rank 0), ``progress`` (:class:`bnexp.runtime.Progress`),
+    ``defer`` (runs a job after the earlier ones, on the records thread or at once:
+    :meth:`bnexp.background.Background.submit`; the job must not read the context, which moves on).
 
     Per step (the loop updates these):
 
@@ -141,6 +146,7 @@ class StepContext:
     t_start: float = 0.0
     writer: Any = None
     progress: Any = None
+    defer: Callable[[Callable[[], None]], None] = staticmethod(lambda job: job())
     step: int = 0
     epoch: int = 0
     lr: float = 0.0
@@ -309,31 +315,34 @@ class TestEvaluation(Measurement):
         self.train_loss = train_loss
         self.metrics = metrics
 
-    def _record(self, ctx: StepContext, train_loss, train_acc) -> dict:
-        test_loss, test_acc = evaluate(ctx.model, ctx.test_x, ctx.test_y, autocast_dtype=ctx.amp_dtype)
-        step = ctx.step
-        rec = {"step": step, "epoch": ctx.epoch, "test_loss": test_loss, "test_accuracy": test_acc,
-               "train_loss": train_loss, "train_accuracy": train_acc,
-               "lr": ctx.lr, "wall_time_s": time.time() - ctx.t_start}
-        self.metrics.append(rec)
-        ctx.writer.add_scalar("Test/loss", test_loss, step)
-        ctx.writer.add_scalar("Test/accuracy", test_acc, step)
-        ctx.writer.add_scalar("Train/learning_rate", rec["lr"], step)
-        return rec
+    def _record(self, ctx: StepContext, train_loss, train_acc, report: bool) -> None:
+        """Evaluate a copy of this step's network on the records thread (``ctx.defer``); record it."""
+        model = copy.deepcopy(ctx.model)  # the loop trains on while the copy is evaluated
+        step, epoch, lr, writer, progress = ctx.step, ctx.epoch, ctx.lr, ctx.writer, ctx.progress
+        test_x, test_y, amp_dtype, t_start, max_steps = ctx.test_x, ctx.test_y, ctx.amp_dtype, ctx.t_start, ctx.max_steps
+
+        def job() -> None:
+            test_loss, test_acc = evaluate(model, test_x, test_y, autocast_dtype=amp_dtype)
+            self.metrics.append({"step": step, "epoch": epoch, "test_loss": test_loss, "test_accuracy": test_acc,
+                                 "train_loss": train_loss, "train_accuracy": train_acc,
+                                 "lr": lr, "wall_time_s": time.time() - t_start})
+            writer.add_scalar("Test/loss", test_loss, step)
+            writer.add_scalar("Test/accuracy", test_acc, step)
+            writer.add_scalar("Train/learning_rate", lr, step)
+            if report:
+                progress.update(step, acc=f"{test_acc:.4f}")
+                if not progress.enabled:
+                    log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %s", step, max_steps, test_acc,
+                             test_loss, f"{train_loss:.4f}" if train_loss is not None else "-")
+        ctx.defer(job)
 
     def start(self, ctx: StepContext) -> None:
-        self._record(ctx, None, None)
+        self._record(ctx, None, None, report=False)
 
     def after_update(self, ctx: StepContext) -> None:
-        step = ctx.step
         if not _params_finite(ctx.model):
-            raise Diverged(step, "parameters")
-        train_loss, train_acc = self.train_loss.take()
-        rec = self._record(ctx, train_loss, train_acc)
-        ctx.progress.update(step, acc=f"{rec['test_accuracy']:.4f}")
-        if not ctx.progress.enabled:
-            log.info("step %d/%d  test acc %.4f  test loss %.4f  train loss %s", step, ctx.max_steps,
-                     rec["test_accuracy"], rec["test_loss"], f"{train_loss:.4f}" if train_loss is not None else "-")
+            raise Diverged(ctx.step, "parameters")
+        self._record(ctx, *self.train_loss.take(), report=True)
 
 
 class ShiftRecord(Measurement):
@@ -359,7 +368,9 @@ class ShiftRecord(Measurement):
         self.after_update(ctx)
 
     def after_update(self, ctx: StepContext) -> None:
-        self.shift.append(self.monitor.record(ctx.step, ctx.writer))
+        acts, bn_in = self.monitor.capture_checked(ctx.step)  # Diverged: non-finite values
+        step, writer = ctx.step, ctx.writer
+        ctx.defer(lambda: self.shift.append(self.monitor.summarize(step, acts, bn_in, writer)))
 
     def finish(self, ctx: StepContext) -> None:
         if self.monitor.history:

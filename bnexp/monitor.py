@@ -264,6 +264,38 @@ class ShiftMonitor:
     def record(self, step: int, writer=None) -> dict:
         """Capture and summarize the pre-activations (and BN inputs) at ``step``; log to ``writer``.
 
+        :meth:`capture_checked` then :meth:`summarize` (the step loop runs the second on its
+        records thread, see :class:`bnexp.background.Background`).
+
+        Returns:
+            the new history record (see :attr:`history`).
+
+        Raises:
+            Diverged: a pre-activation or BN input is NaN or infinite (the network has diverged);
+                nothing is recorded, and the training loop ends the run with status ``diverged``.
+        """
+        return self.summarize(step, *self.capture_checked(step), writer)
+
+    def capture_checked(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """:meth:`capture_all` on the current network, checked for non-finite values.
+
+        Raises:
+            Diverged: a pre-activation or BN input is NaN or infinite at ``step``.
+        """
+        acts, bn_in = self.capture_all()
+        for what, captured in (("pre-activations of {} (input to its nonlinearity)", acts),
+                               ("BN inputs Wu of {}", bn_in)):
+            for name, values in captured.items():
+                if not bool(torch.isfinite(values).all()):
+                    raise Diverged(step, what.format(name))
+        return acts, bn_in
+
+    def summarize(self, step: int, acts: dict[str, torch.Tensor], bn_in: dict[str, torch.Tensor],
+                  writer=None) -> dict:
+        """The record of step ``step`` from :meth:`capture_checked`'s tensors: appended to
+        :attr:`history` and logged to ``writer``. Calls must come in step order (the shift metrics
+        compare with the previous record).
+
         TensorBoard tags: ``shift/<layer>/<p15|p50|p85|mean|std>``, ``shift/typical_unit/...``,
         the same percentiles relative to the first record (``shift_rel/...``, see
         :func:`relative_bands`), ``ics/<layer>/<key>`` for every key of
@@ -274,17 +306,7 @@ class ShiftMonitor:
 
         Returns:
             the new history record (see :attr:`history`).
-
-        Raises:
-            Diverged: a pre-activation or BN input is NaN or infinite (the network has diverged);
-                nothing is recorded, and the training loop ends the run with status ``diverged``.
         """
-        acts, bn_in = self.capture_all()
-        for what, captured in (("pre-activations of {} (input to its nonlinearity)", acts),
-                               ("BN inputs Wu of {}", bn_in)):
-            for name, values in captured.items():
-                if not bool(torch.isfinite(values).all()):
-                    raise Diverged(step, what.format(name))
         record: dict = {"step": int(step), "bn_stats": self.bn_stats}
         layers, metrics, unit = self._summarize(acts, step, writer, "shift", "preact", self.tracker, "ics")
         record["layers"] = layers

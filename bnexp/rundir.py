@@ -131,6 +131,25 @@ def write_json(path: Path, obj: Any) -> None:
     write_text(path, dumps(obj, indent=2) + "\n")
 
 
+def write_summary_even_on_a_full_disk(path: Path, summary: dict) -> None:
+    """Write summary.json atomically; if that fails (a full disk has no room for the new copy),
+    rewrite the existing file in place, whose blocks are already allocated, so that its status
+    is never left at ``running``. Nothing is raised: the caller is already reporting an error."""
+    try:
+        write_json(path, summary)
+        return
+    except OutputError:
+        pass
+    try:
+        with open(path, "r+b") as f:
+            f.write(dumps(summary, indent=2).encode() + b"\n")
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        log.warning("could not record status failed in %s (%s)", path, exc.strerror or exc)
+
+
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically.
 
@@ -476,7 +495,8 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
 # not bit-identical to an uninterrupted one), but not the experiment, and a run must be able to move
 # between machines. A checkpoint resumes, and a complete run is skipped, across changes of these
 # keys; any other difference refuses the run folder (bnexp.cli). They do not name run folders either.
-RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.device",
+RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.async_records",
+                       "trainer.device",
                        "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
                        "data.root", "data.download", "data.verify_checksums", "hydra.launcher")
 IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")

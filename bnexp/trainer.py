@@ -5,7 +5,8 @@ One call of :func:`train` is one run: it loads the data onto the device, builds 
 measured along the way -- test evaluation, train loss, the covariate-shift monitor, gradient ICS, the
 landscape probe -- are objects of :mod:`bnexp.measurements`, each with its own cadence; the loop hands them a
 :class:`~bnexp.measurements.StepContext` before or after the update of a step, and writes the checkpoints
-itself. :meth:`Trainer.run` reads top to bottom.
+itself; evaluations and monitor records are written on a second thread (:mod:`bnexp.background`).
+:meth:`Trainer.run` reads top to bottom.
 
 Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model with BN running
 statistics, optimizer, scheduler, every RNG, the sampler's position, the monitor, records so far) is written
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bnexp import distributed, rundir
+from bnexp.background import Background
 from bnexp.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.checks import option_value, uses_batch_statistics
 from bnexp.data import BatchSampler, load_data, make_augmenter
@@ -48,6 +49,7 @@ from bnexp.models import build_model
 from bnexp.monitor import ShiftMonitor
 from bnexp.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
 from bnexp.preemption import Preempted, PreemptionGuard
+from bnexp.resources import default_num_threads
 from bnexp.resume import check_same_run, incompatibility, missing_keys
 from bnexp.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, open_writer, resolve_device,
                            rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
@@ -78,8 +80,6 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         tcfg = cfg.trainer
-        from bnexp.resources import default_num_threads
-
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
@@ -94,6 +94,7 @@ class Trainer:
         self.hp = flat_hparams(cfg)
         self.max_steps, self.ckpt_every = int(tcfg.max_steps), int(tcfg.ckpt_every)
         self.writer = None
+        self.records = Background(False)  # the records thread of run() (bnexp.background)
         self._build_state()
         if self.channels_last:  # conv nets run channels-last (NHWC): the test set once, mini-batches per step
             self.data.test_x = channels_last_input(self.data.test_x)
@@ -217,6 +218,7 @@ class Trainer:
     def _checkpoint_in_loop(self) -> None:
         """A checkpoint during the step loop: close the current stretch of ``train_time`` first,
         so the saved time is up to date, then flush TensorBoard and write ``checkpoint.pt``."""
+        self.records.drain()  # the checkpoint holds every record of its step
         now = time.time()
         self.train_time += now - self._t_loop
         self._t_loop = now
@@ -349,8 +351,9 @@ class Trainer:
                             self._probe_context, sync=self.agree.average_buffers)
         progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step)
         # a SIGINT/SIGTERM stops the loop at the end of a step, never inside one
-        with signals or SignalGuard() as signals, PreemptionGuard() as preemption, progress:
-            ctx.progress, self._t_loop = progress, time.time()
+        self.records = Background(bool(self.cfg.trainer.async_records) and self.is_main)
+        with signals or SignalGuard() as signals, PreemptionGuard() as preemption, progress, self.records:
+            ctx.progress, ctx.defer, self._t_loop = progress, self.records.submit, time.time()
             end = self._settle(signals, preemption, None)  # a signal while loading: stop before step 1
             if end is None and self.step == 0 and not self.history:
                 end = self._settle(signals, preemption, schedule.start(ctx))  # may find Diverged at step 0
@@ -367,6 +370,7 @@ class Trainer:
                 end = self._settle(signals, preemption, schedule.after_update(ctx))
                 if end is None and self.step % self.ckpt_every == 0 and self.step < self.max_steps:
                     self._checkpoint_in_loop()
+            self.records.drain()  # every record written, inside the loop's time
             self.train_time += time.time() - self._t_loop
             if isinstance(end, Preempted):
                 self._finish_preempted(summary, preemption)  # raises: submitit requeues, or Preempted
@@ -548,27 +552,8 @@ class Trainer:
                     self.writer.close()
             summary = {**(rundir.read_summary(self.run_dir) or self._base_summary()), "status": "failed",
                        "step": self.step, "error": str(exc)}
-            _write_summary_even_on_a_full_disk(self.run_dir / "summary.json", summary)
+            rundir.write_summary_even_on_a_full_disk(self.run_dir / "summary.json", summary)
         return exc
-
-
-def _write_summary_even_on_a_full_disk(path: Path, summary: dict) -> None:
-    """Write summary.json atomically; if that fails (a full disk has no room for the new copy),
-    rewrite the existing file in place, whose blocks are already allocated, so that its status
-    is never left at ``running``. Nothing is raised: the caller is already reporting an error."""
-    try:
-        rundir.write_json(path, summary)
-        return
-    except UserError:
-        pass
-    try:
-        with open(path, "r+b") as f:
-            f.write(rundir.dumps(summary, indent=2).encode() + b"\n")
-            f.truncate()
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        log.warning("could not record status failed in %s (%s)", path, exc.strerror or exc)
 
 
 def train(cfg: DictConfig, run_dir: Path, resume: bool = True) -> dict:

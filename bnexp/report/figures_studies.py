@@ -62,7 +62,6 @@ def batch_size_figure(sec: dict):
             continue
         color = COLORS.get(norm, "black")
         for r in mine:
-            label = NAMES[norm] + (f" (g = {r['ghost']})" if norm == "ghost" else "")
             x = r["m"] * (1.08 if norm == "ghost" and r.get("ghost") == 4 else 1.0)
             _points(a1, x, [p["to_target"] for p in r["per_seed"].values()], color, "x" if norm == "ghost" else "o")
             _points(a2, x, [None if p["final"] is None else 100 * p["final"] for p in r["per_seed"].values()], color,
