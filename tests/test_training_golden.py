@@ -1,13 +1,14 @@
-"""Training results are bit-identical to the recorded ones (tests/golden/training_golden.json).
+"""Training results are bit-identical to the recorded ones (tests/golden/training_golden_<cpu kind>.json).
 
-The golden file was written by ``tests/golden/make_training_golden.py`` with an earlier version
-of the trainer; each configuration (plain, BN, noisy BN, reference BN, a CNN with dropout,
+The golden files were written by ``tests/golden/make_training_golden.py`` with an earlier version
+of the trainer, one per CPU kernel level (AVX2, AVX512); each configuration (plain, BN, noisy BN, reference BN, a CNN with dropout,
 momentum and an exponential schedule, gradient ICS + landscape probe, Alg. 2 population
 statistics, a resumed run) is trained again here with the current code. With the same torch
-version and CPU kernel level (``torch.backends.cpu.get_cpu_capability()``) every recorded
-number and the sha256 of the final weights must be *equal*; elsewhere floating-point kernels
-differ, so the numbers are compared with a relative tolerance of 1e-5 (the weights' hash is
-not compared) and a difference beyond it is an expected failure that says why.
+version and CPU kernel level (``torch.backends.cpu.get_cpu_capability()``) as a golden file,
+every recorded number and the sha256 of the final weights must be *equal* to that file's; on a
+machine no file matches, floating-point kernels differ, so the numbers are compared with a
+relative tolerance of 1e-5 (the weights' hash is not compared) and a difference beyond it is an
+expected failure that says why.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ _spec = importlib.util.spec_from_file_location("make_training_golden", HERE / "g
 golden_maker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden_maker)
 
-GOLDEN = json.loads(golden_maker.GOLDEN.read_text())
-SAME_ENVIRONMENT = golden_maker.environment() == {"torch": GOLDEN["torch"], "cpu_capability": GOLDEN["cpu_capability"]}
+GOLDENS = [json.loads(p.read_text()) for p in sorted((HERE / "golden").glob(golden_maker.GOLDEN_GLOB))]
+# the file made on this machine's torch and CPU kernel level, else the first (compared with a tolerance)
+GOLDEN = next((g for g in GOLDENS if golden_maker.environment() == {k: g[k] for k in ("torch", "cpu_capability")}),
+              GOLDENS[0])
+SAME_ENVIRONMENT = golden_maker.environment() == {k: GOLDEN[k] for k in ("torch", "cpu_capability")}
 REL_TOL = 1e-5
 
 pytestmark = pytest.mark.slow  # about 10 s of training per configuration

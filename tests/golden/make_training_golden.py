@@ -2,7 +2,7 @@
 
 Usage (from the repository root, real data in ``$BNEXP_DATA_ROOT``)::
 
-    PYTHONPATH=$PWD python tests/golden/make_training_golden.py   # rewrites training_golden.json
+    PYTHONPATH=$PWD python tests/golden/make_training_golden.py   # writes training_golden_<cpu kind>.json
 
 Each configuration below trains a few hundred steps through the Python API
 (:func:`bnexp.config.compose_config`, :func:`bnexp.config.validate`, :func:`bnexp.trainer.train`)
@@ -21,8 +21,10 @@ in a temporary folder, one torch thread, and records
 into a fresh folder and resumes there: its results must be the uninterrupted run's.
 
 ``torch.__version__`` and ``torch.backends.cpu.get_cpu_capability()`` are stored with them:
-bit-identity is only expected with the same torch and the same CPU kernels
-(``tests/test_training_golden.py``).
+bit-identity is only expected with the same torch and the same CPU kernels, so there is one file per
+CPU kernel level, ``training_golden_<level>.json`` (``avx2``, ``avx512``; ``tests/test_training_golden.py``
+compares with the one of the machine it runs on). Make a new level's file with the code the others were
+made with (check out that commit), so that it pins the same behaviour.
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-GOLDEN = HERE / "training_golden.json"
+GOLDEN_GLOB = "training_golden_*.json"
+
+
+def golden_path(cpu_capability: str) -> Path:
+    """The golden file of one CPU kernel level: ``training_golden_avx512.json`` for "AVX512"."""
+    return HERE / f"training_golden_{cpu_capability.lower()}.json"
 
 # common to every configuration: short, one thread, no progress bar, small probe
 BASE = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=300",
@@ -154,8 +161,9 @@ def main() -> None:
             out["configs"][name] = {"overrides": CONFIGS[name], "results": run_config(name, Path(d))}
             print(f"{name}: final test accuracy {out['configs'][name]['results']['final_test_accuracy']}",
                   file=sys.stderr)
-    GOLDEN.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {GOLDEN}", file=sys.stderr)
+    path = golden_path(out["cpu_capability"])
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
