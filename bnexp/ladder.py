@@ -83,20 +83,25 @@ def parse_ladder(scale: str, spec: str | None) -> Ladder:
     for item in filter(None, (s.strip() for s in (spec or "").split(";"))):
         key, _, val = item.partition("=")
         key = key.strip()
-        if key == "tune":
-            lad = replace(lad, tune_budget=int(val))
-        elif key in ("lrs", "dropouts"):
-            lad = replace(lad, **{f"tune_{key}": nums(val, float)})
-        elif key == "baseline":
-            lad = replace(lad, baseline=tuple(sorted(nums(val, int))))
-        elif key == "cap":
-            lad = replace(lad, baseline_cap=int(val))
-        elif key == "seeds":
-            lad = replace(lad, seeds=nums(val, int))
-        elif key in lad.starts or key in PRESET_SETS["all"]:
-            lad = replace(lad, starts={**lad.starts, key: int(val)})
-        else:
+        lists = ("lrs", "dropouts", "baseline", "seeds")
+        if key not in ("tune", "cap", *lists) and key not in lad.starts and key not in PRESET_SETS["all"]:
             raise ValueError(f"--ladder: unknown key {key!r} (tune, lrs, dropouts, baseline, cap, seeds or a preset)")
+        try:
+            if key == "tune":
+                lad = replace(lad, tune_budget=int(val))
+            elif key in ("lrs", "dropouts"):
+                lad = replace(lad, **{f"tune_{key}": nums(val, float)})
+            elif key == "baseline":
+                lad = replace(lad, baseline=tuple(sorted(nums(val, int))))
+            elif key == "cap":
+                lad = replace(lad, baseline_cap=int(val))
+            elif key == "seeds":
+                lad = replace(lad, seeds=nums(val, int))
+            else:
+                lad = replace(lad, starts={**lad.starts, key: int(val)})
+        except ValueError:
+            what = "a comma-separated list of numbers" if key in lists else "one whole number (a budget in steps)"
+            raise ValueError(f"--ladder: {item!r}: {key} takes {what}") from None
     return lad
 
 

@@ -15,6 +15,10 @@ docs_dir_default() {
 copy_report() {
   local sweep="$1" docs="$2" f
   if [[ -z "${docs}" ]]; then return 0; fi
+  if [[ ! -f "${sweep}/report.json" ]]; then
+    echo "no report in ${sweep} (see the errors above): nothing copied into ${docs}" >&2
+    return 0
+  fi
   mkdir -p "${docs}"
   for f in "${sweep}"/report.md "${sweep}"/report.json "${sweep}"/report.csv "${sweep}"/*.png; do
     if [[ -f "${f}" ]]; then cp "${f}" "${docs}/"; fi

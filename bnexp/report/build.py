@@ -126,7 +126,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                                             stats[nb.key]["steps_to_target"][target_key(t)], nb.max_steps)
                             if nb else {"value": None, "lower_bound": None, "text": "n/a"})
             for t in targets}
-    frontier = frontier_section(sweep_dir)  # None unless presets ran at several budgets
+    frontier = frontier_section(sweep)  # None unless presets ran at several budgets
     ics = ics_section(groups, table, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)

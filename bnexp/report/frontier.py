@@ -25,7 +25,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 * *pass rule* (PLAN.md, before the run): S(a*) >= :data:`PASS_FACTOR` for ``bn_x5``. The other Sec. 4.2
   claims (:data:`CLAIMS`) use the same machinery.
 
-Entry points: :func:`frontier_section` (sweep folder or runs table -> report dict), :func:`frontier_markdown`,
+Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict), :func:`frontier_markdown`,
 ``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
 """
 
@@ -38,9 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from bnexp.rundir import read_jsonl, read_summary
+from bnexp.report.load import find_run_dirs, load_run
 
 CHANCE = 0.10
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -61,41 +60,42 @@ CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / S
 # ----------------------------------------------------------------------------- loading
 
 
-def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
-    """The runs table of a sweep folder: every run directory (a folder with summary.json) whose
-    summary names an ``experiment`` preset.
+def runs_table(runs) -> pd.DataFrame:
+    """The runs table of a sweep read once (:class:`bnexp.report.load.Run` objects, as ``bnexp report``
+    loads them): every run whose summary names an ``experiment`` preset and an integer ``max_steps``.
 
     Returns:
         DataFrame with :data:`COLUMNS` plus ``status``, ``lr`` (the run's rate), ``base_lr``,
-        ``dropout``, ``weight_decay`` (from the run's resolved config.yaml, NaN when absent) and
-        ``run_dir``; diverged runs at :data:`CHANCE`. Unfinished runs are left out with a warning.
+        ``dropout``, ``weight_decay`` (from the run's config, NaN when absent) and ``run_dir``;
+        diverged runs at :data:`CHANCE`. Unfinished runs are left out with a warning.
     """
     rows = []
-    for path in sorted(Path(sweep_dir).rglob("summary.json")):
-        d = path.parent
-        s = read_summary(d) or {}
+    for r in runs:
+        s = r.summary
         if not s.get("experiment") or not isinstance(s.get("max_steps"), int):
             continue
         status = s.get("status")
         if status == "finished":
-            recs = [r for r in read_jsonl(d / "metrics.jsonl") if r.get("train_accuracy") is not None]
-            test, train = s.get("final_test_accuracy"), (recs[-1]["train_accuracy"] if recs else None)
+            train = [m["train_accuracy"] for m in r.metrics if m.get("train_accuracy") is not None]
+            test, train = s.get("final_test_accuracy"), (train[-1] if train else None)
         elif status == "diverged":
             test = train = CHANCE
         else:
-            warnings.warn(f"{d}: status {status!r}, left out of the frontier (re-run the sweep to complete it)")
+            warnings.warn(f"{r.path}: status {status!r}, left out of the frontier (re-run the sweep to complete it)")
             continue
-        try:
-            cfg = yaml.safe_load((d / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            cfg = {}
+        cfg = r.config if r.has_config else {}
         num = lambda v: float(v) if isinstance(v, (int, float)) else math.nan  # noqa: E731
         rows.append({"preset": s["experiment"], "budget_steps": int(s["max_steps"]), "seed": int(s.get("seed", 0)),
                      "final_test_accuracy": num(test), "final_train_accuracy": num(train), "status": status,
-                     "lr": num(s.get("lr")), "base_lr": num((cfg.get("scale") or {}).get("base_lr")),
-                     "dropout": num((cfg.get("model") or {}).get("dropout")),
-                     "weight_decay": num((cfg.get("optim") or {}).get("weight_decay")), "run_dir": str(d)})
+                     "lr": num(s.get("lr")), "base_lr": num(cfg.get("scale.base_lr")),
+                     "dropout": num(cfg.get("model.dropout")), "weight_decay": num(cfg.get("optim.weight_decay")),
+                     "run_dir": str(r.path)})
     return pd.DataFrame(rows, columns=COLUMNS + ["status", "lr", "base_lr", "dropout", "weight_decay", "run_dir"])
+
+
+def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
+    """:func:`runs_table` of the run directories under ``sweep_dir`` (empty for a folder that does not exist)."""
+    return runs_table([load_run(d) for d in find_run_dirs(Path(sweep_dir))] if Path(sweep_dir).is_dir() else [])
 
 
 def _config(df: pd.DataFrame) -> pd.Series:
@@ -292,7 +292,8 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
 
 
 def frontier_section(source) -> dict | None:
-    """The frontier section of a sweep folder (``str``/``Path``) or of a runs table (DataFrame).
+    """The frontier section of a sweep read once (a :class:`bnexp.report.load.Sweep`), a sweep folder
+    (``str``/``Path``) or a runs table (DataFrame).
 
     Returns:
         :func:`analyze`'s dict; None unless the sweep has baseline runs and some preset ran at two or
@@ -300,7 +301,8 @@ def frontier_section(source) -> dict | None:
     """
     with warnings.catch_warnings(record=True) as caught:  # shown only when the sweep has a frontier
         warnings.simplefilter("always")
-        runs = source if isinstance(source, pd.DataFrame) else load_runs(source)
+        runs = (source if isinstance(source, pd.DataFrame) else runs_table(source.runs) if hasattr(source, "runs")
+                else load_runs(source))
         tuning = tuning_table(runs) if "lr" in runs and not runs.empty else None  # a loaded sweep
         runs = select_frontier_runs(runs, tuning) if "lr" in runs and not runs.empty else runs
     if runs.empty or not (runs.preset == BASELINE).any() or runs.groupby("preset").budget_steps.nunique().max() < 2:
