@@ -33,6 +33,19 @@ def test_every_committed_block_matches_its_report_json():
     assert not problems, "docs blocks out of date with their report.json:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("source", sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("report.json")))
+def test_committed_docs_reports_regenerate_from_their_report_json(source):
+    """Every committed docs report's report.md and report.csv are what the current renderer writes from its
+    committed report.json, byte for byte: a change of the report's code that changes what those files say
+    shows up here (the numbers in report.json themselves come from the sweep, which is not in the tree)."""
+    from bnexp.report.render import render_csv, render_markdown
+
+    folder = (REPO / source).parent
+    data = json.loads((REPO / source).read_text())
+    assert render_markdown(data) + "\n" == (folder / "report.md").read_text(encoding="utf-8")
+    assert render_csv(data).encode("utf-8") == (folder / "report.csv").read_bytes()
+
+
 def test_committed_blocks_name_registered_views_and_pending_only_when_source_is_absent():
     for f in markdown_files(REPO):
         for b in parse_blocks(f.read_text(), f, REPO):
@@ -416,6 +429,10 @@ def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path):
         "accuracy_vs_steps.png", "ics_gradient.png", "report.csv", "report.json", "report.md"]
     assert (tmp_path / "docs" / "x" / "report.json").read_text() == "report.json"
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["x"]
+    # a sweep whose report failed: nothing copied, and the script says so instead of "copied"
+    r = run(f"copy_report '{tmp_path / 'no_report'}' docs/y")
+    assert r.returncode == 0 and "nothing copied" in r.stderr and "copied the report" not in r.stdout
+    assert not (tmp_path / "docs" / "y").exists()
 
 
 @pytest.mark.parametrize("args, env, copied", [

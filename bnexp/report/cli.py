@@ -33,7 +33,7 @@ def print_table(report: Report, console=None) -> None:
     from rich.markdown import Markdown
 
     d, sec, matched = report.data, report.data.get("ics"), report.data.get("matched_accuracy")
-    out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(report)) + [""]
+    out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(d)) + [""]
     out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
     if matched is not None:  # the Sec. 4.2 frontier headline (bnexp.report.frontier)
         fa = d["frontier_analysis"]
@@ -42,7 +42,7 @@ def print_table(report: Report, console=None) -> None:
         out += [f"- {p}: S(a*) = {speedup_text(m)}, pass: {m['pass']}" for p, m in matched.items()]
         out += [""]
     if sec:
-        t = ics_frames(report)
+        t = ics_frames(d)
         out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 2, 5]],
                                                         t["gradient"].iloc[:, [2, 6]]], axis=1)) + [""]
     out += claims_md(d.get("claims") or [])  # the claims table (bnexp.report.ics_verdicts)

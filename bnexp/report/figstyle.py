@@ -40,11 +40,12 @@ class Style:
     label: str
 
 
-def refs(report) -> dict[str, str]:
-    """The paper references of the report's parts ("accuracy", "percentiles", "stability", "speedup"):
-    Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, else Sec. 4.1."""
-    if any(g.experiment == "baseline" or str(g.config.get("data.name", "")).lower().startswith("cifar")
-           for g in report.groups):
+def refs(data: dict) -> dict[str, str]:
+    """The paper references of the report's parts ("accuracy", "percentiles", "stability", "speedup"),
+    from report.json's ``data``: Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline
+    preset, else Sec. 4.1."""
+    if any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
+           for c in data["configurations"]):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
         return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view,
                 "speedup": "Sec. 4.2, on CIFAR-10"}

@@ -95,7 +95,7 @@ def accuracy_figure(report: Report):
         a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
-    fig.suptitle(f"Test accuracy vs training steps ({refs(report)['accuracy']})", fontsize=10)
+    fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']})", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     bottom = legend_below(fig, handles, labels,
                           title=legend_title("mean over seeds, band min-max", style_note(report.groups)))
@@ -191,7 +191,7 @@ def percentiles_figure(report: Report):
             lims = [a.get_ylim() for a in drawn]
             for a in drawn:
                 a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
-    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report)['percentiles']})",
+    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})",
                  fontsize=10)
     bottom = legend_below(fig, handles, labels)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
@@ -228,7 +228,7 @@ def stability_figure(report: Report):
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
-                 f"({refs(report)['stability']})", fontsize=10)
+                 f"({refs(report.data)['stability']})", fontsize=10)
     handles, labels = axes[0][0].get_legend_handles_labels()
     bottom = legend_below(fig, handles, labels,
                           title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)))

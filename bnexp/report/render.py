@@ -1,5 +1,7 @@
 """The report's tables as DataFrames, and its files: report.md (tables by :meth:`DataFrame.to_markdown`),
-report.csv (:meth:`DataFrame.to_csv`, one row per configuration) and report.json."""
+report.csv (:meth:`DataFrame.to_csv`, one row per configuration) and report.json. report.md and report.csv
+are functions of report.json's dict alone (``data``), so a committed report.json regenerates its report.md and
+report.csv (tests/test_docs_numbers.py checks the docs' reports)."""
 
 from __future__ import annotations
 
@@ -66,13 +68,13 @@ def _frame(header: list[str], rows: list[list]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=header, dtype=object)
 
 
-def main_table(report: Report) -> pd.DataFrame:
+def main_table(d: dict) -> pd.DataFrame:
     """The main per-configuration table (text cells): runs, accuracies, steps to each target."""
-    targets = report.data["targets"]
+    targets = d["targets"]
     rows = [[s["label"], f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"]),
              format_acc(s["max_test_accuracy"]), format_acc(s["final_test_accuracy"])]
             + [s["steps_to_target"][target_key(t)]["text"] for t in targets] + [str(s["diverged"]), str(s["failed"])]
-            for s in report.data["configurations"]]
+            for s in d["configurations"]]
     return _frame(["configuration", "runs", "max test acc (%)", "final test acc (%)"]
                   + [f"steps to {format_target(t)}" for t in targets] + ["diverged", "failed"], rows)
 
@@ -82,26 +84,26 @@ def md(frame: pd.DataFrame) -> list[str]:
     return md_table(list(frame.columns), frame.values.tolist())
 
 
-def _speedup_md(report: Report) -> list[str]:
+def _speedup_md(d: dict) -> list[str]:
     """Markdown of the BN-over-no-BN speedup table (Sec. 4.1)."""
-    targets = report.data["targets"]
+    targets = d["targets"]
     rows = [[s["label"], s["no_bn_match"]] + [s["speedup"][target_key(t)]["text"] for t in targets]
-            for s in report.data["configurations"] if s["bn"] and s["no_bn_match"]]
+            for s in d["configurations"] if s["bn"] and s["no_bn_match"]]
     if not rows:
         return []
-    return ([f"## Speedup of BN over no BN ({refs(report)['speedup']})", "",
+    return ([f"## Speedup of BN over no BN ({refs(d)['speedup']})", "",
              "Speedup = mean steps without BN / mean steps with BN, when both reached the target in all seeds. "
              "\">= X (lower bound)\": BN reached it in all seeds and no BN in none within max_steps, "
              "so X = max_steps / mean BN steps is only a lower bound.", ""]
             + md_table(["BN configuration", "matching no-BN"] + [format_target(t) for t in targets], rows) + [""])
 
 
-def _stability_md(report: Report) -> list[str]:
+def _stability_md(d: dict) -> list[str]:
     """Markdown of the per-layer stability numbers (Fig. 1b,c)."""
     rows = [[s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
              "n/a" if v["spread_ratio"] is None else f"{v['spread_ratio']:.3f}", str(v["n"])]
-            for s in report.data["configurations"] for layer, v in s["stability"].items()]
-    head = [f"## Stability of each layer's input ({refs(report)['stability']})", "",
+            for s in d["configurations"] for layer, v in s["stability"].items()]
+    head = [f"## Stability of each layer's input ({refs(d)['stability']})", "",
             "|p50_end - p50_first| and (p85-p15)_end / (p85-p15)_first of each hidden layer's input to its "
             "nonlinearity (all units, probe set of shift.jsonl), first vs last monitor step, mean over finished "
             "seeds.", ""]
@@ -110,10 +112,10 @@ def _stability_md(report: Report) -> list[str]:
     return head + md_table(["configuration", "layer", "|median shift|", "spread end/first", "seeds"], rows) + [""]
 
 
-def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
+def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
     """The ICS section's tables, one row per configuration with ICS data: "distribution" (:data:`DIST_COLUMNS`),
     "gradient" (:data:`GRAD_COLUMNS`, with the landscape) and "cost" (seconds per run); "not measured" cells."""
-    confs = [s["ics"] for s in report.data["configurations"] if s.get("ics")]
+    confs = [s["ics"] for s in d["configurations"] if s.get("ics")]
 
     def frame(columns) -> pd.DataFrame:
         return _frame(["configuration", "seeds"] + [h for _, h in columns],
@@ -124,21 +126,21 @@ def ics_frames(report: Report) -> dict[str, pd.DataFrame]:
             "cost": frame([(f"time.{k}", k) for k in PROBE_KINDS]).drop(columns="seeds")}
 
 
-def claims_section_md(report: Report) -> list[str]:
+def claims_section_md(d: dict) -> list[str]:
     """The "Claims" section: how to read a verdict, then the table (:func:`claims_md`); [] without claims."""
-    rows = report.data.get("claims") or []
+    rows = d.get("claims") or []
     if not rows:
         return []
     return ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", "",
             *claims_md(rows)]
 
 
-def _ics_md(report: Report) -> list[str]:
+def _ics_md(d: dict) -> list[str]:
     """Markdown of the section "Does BN reduce internal covariate shift?" ([] without ICS data)."""
-    sec = report.data.get("ics")
+    sec = d.get("ics")
     if not sec:
         return []
-    tables = ics_frames(report)
+    tables = ics_frames(d)
     out = [f"## {ICS_TITLE}", "", ICS_INTRO, "",
            f"Values are mean ± std over the finished seeds (diverged runs left out; \"(1 seed)\": a single run); "
            f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it (runs written before "
@@ -154,10 +156,10 @@ def _ics_md(report: Report) -> list[str]:
     return out
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(d: dict) -> str:
     """The text of report.md: the Sec. 4.2 frontier (if any), verdicts, claims, main table, speedups,
     figures, stability, the ICS section (if any), failed runs."""
-    d, ref = report.data, refs(report)
+    ref = refs(d)
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
            f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
@@ -166,15 +168,15 @@ def render_markdown(report: Report) -> str:
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
     out += study_md(d.get("study"))  # issue 23: a scripts/study.sh sweep's claims, table and figure
-    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(report)
-    out += ["## Results per configuration", ""] + md(main_table(report)) + [""]
-    out += _speedup_md(report) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
+    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(d)
+    out += ["## Results per configuration", ""] + md(main_table(d)) + [""]
+    out += _speedup_md(d) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
     out += best_rate_speedups_md(d.get("best_rate_speedups") or [])
     out += ["## Figures", "",
             f"![Test accuracy vs steps, whole range and zoomed top ({ref['accuracy']})](accuracy_vs_steps.png)", "",
             f"![Percentiles of a typical last-hidden-layer unit, no BN vs BN ({ref['percentiles']})](percentiles.png)",
             "", f"![Per-layer stability of the input distribution ({ref['stability']})](stability.png)", ""]
-    out += _stability_md(report) + _ics_md(report)
+    out += _stability_md(d) + _ics_md(d)
     bad = [(s["label"], r) for s in d["configurations"] for r in s["seeds"] if r["status"] in ("failed", "incomplete")]
     if bad:
         out += ["## Failed and incomplete runs", ""]
@@ -182,9 +184,8 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out)
 
 
-def render_csv(report: Report) -> str:
+def render_csv(d: dict) -> str:
     """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a."""
-    d = report.data
     layers = ordered_keys(s["stability"] for s in d["configurations"])
     header = (["label"] + d["varying_keys"] + ["bn", "experiment", "runs", "completed", "diverged", "failed",
                                                "incomplete"]
@@ -211,6 +212,6 @@ def render_csv(report: Report) -> str:
 def render_files(report: Report) -> dict[str, bytes]:
     """The contents of report.md, report.csv and report.json (strict JSON: NaN and inf as null), and the
     study figure of a scripts/study.sh sweep (:func:`bnexp.report.figures_studies.study_files`)."""
-    return {"report.md": (render_markdown(report) + "\n").encode("utf-8"),
-            "report.csv": render_csv(report).encode("utf-8"),
+    return {"report.md": (render_markdown(report.data) + "\n").encode("utf-8"),
+            "report.csv": render_csv(report.data).encode("utf-8"),
             "report.json": (dumps(report.data, indent=2) + "\n").encode("utf-8"), **study_files(report.data)}
