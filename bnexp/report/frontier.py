@@ -25,8 +25,8 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 * *pass rule* (PLAN.md, before the run): S(a*) >= :data:`PASS_FACTOR` for ``bn_x5``. The other Sec. 4.2
   claims (:data:`CLAIMS`) use the same machinery.
 
-Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict), :func:`frontier_markdown`,
-``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
+Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict),
+:func:`frontier_markdown`, ``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bnexp.report.load import find_run_dirs, load_run
+from bnexp.report.load import Sweep, find_run_dirs, load_run
 
 CHANCE = 0.10
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -301,7 +301,7 @@ def frontier_section(source) -> dict | None:
     """
     with warnings.catch_warnings(record=True) as caught:  # shown only when the sweep has a frontier
         warnings.simplefilter("always")
-        runs = (source if isinstance(source, pd.DataFrame) else runs_table(source.runs) if hasattr(source, "runs")
+        runs = (source if isinstance(source, pd.DataFrame) else runs_table(source.runs) if isinstance(source, Sweep)
                 else load_runs(source))
         tuning = tuning_table(runs) if "lr" in runs and not runs.empty else None  # a loaded sweep
         runs = select_frontier_runs(runs, tuning) if "lr" in runs and not runs.empty else runs

@@ -69,7 +69,8 @@ def _frame(header: list[str], rows: list[list]) -> pd.DataFrame:
 
 
 def main_table(d: dict) -> pd.DataFrame:
-    """The main per-configuration table (text cells): runs, accuracies, steps to each target."""
+    """The main per-configuration table of report.json's dict ``d`` (text cells): runs, accuracies, steps to
+    each target."""
     targets = d["targets"]
     rows = [[s["label"], f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"]),
              format_acc(s["max_test_accuracy"]), format_acc(s["final_test_accuracy"])]
@@ -157,8 +158,8 @@ def _ics_md(d: dict) -> list[str]:
 
 
 def render_markdown(d: dict) -> str:
-    """The text of report.md: the Sec. 4.2 frontier (if any), verdicts, claims, main table, speedups,
-    figures, stability, the ICS section (if any), failed runs."""
+    """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): the Sec. 4.2 frontier (if
+    any), verdicts, claims, main table, speedups, figures, stability, the ICS section (if any), failed runs."""
     ref = refs(d)
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
@@ -185,7 +186,8 @@ def render_markdown(d: dict) -> str:
 
 
 def render_csv(d: dict) -> str:
-    """report.csv: one row per configuration; numeric columns, empty cell for not reached / n/a."""
+    """report.csv from report.json's dict ``d``: one row per configuration; numeric columns, empty cell for not
+    reached / n/a."""
     layers = ordered_keys(s["stability"] for s in d["configurations"])
     header = (["label"] + d["varying_keys"] + ["bn", "experiment", "runs", "completed", "diverged", "failed",
                                                "incomplete"]
