@@ -6,8 +6,8 @@ mini-batches from a seeded permutation. bnexp runs with its default logging
 (test evaluation on the 10,000 test images every ``trainer.eval_every`` = 1000 steps and
 at step 0, covariate-shift monitor with histograms every ``trainer.hist_every`` = 1000,
 train-loss scalars every 50, a checkpoint every 5000, TensorBoard, metrics files); measured by
-switching them off (``--breakdown``), the step loop itself adds about 3% per step, the monitor records
-about 3% and the evaluations about 1% with the records thread (README, Benchmarks). The bare loop does
+switching them off (``--breakdown``), the step loop itself adds about 2-3% per step, the monitor records
+about 2-4% and the evaluations 0-1% (within the noise) with the records thread (README, Benchmarks). The bare loop does
 only forward, loss, backward, SGD step, and draws its mini-batch as ``x[idx]`` (bnexp's loop uses
 ``index_select``, ~35 us less per step on CPU).
 

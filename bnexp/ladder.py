@@ -80,10 +80,10 @@ def parse_ladder(scale: str, spec: str | None) -> Ladder:
         raise ValueError(f"unknown scale {scale!r}: use one of {sorted(LADDERS)}")
     lad = LADDERS[scale]
     nums = lambda v, t: tuple(t(x) for x in v.split(",") if x.strip())  # noqa: E731
+    lists = ("lrs", "dropouts", "baseline", "seeds")
     for item in filter(None, (s.strip() for s in (spec or "").split(";"))):
         key, _, val = item.partition("=")
         key = key.strip()
-        lists = ("lrs", "dropouts", "baseline", "seeds")
         if key not in ("tune", "cap", *lists) and key not in lad.starts and key not in PRESET_SETS["all"]:
             raise ValueError(f"--ladder: unknown key {key!r} (tune, lrs, dropouts, baseline, cap, seeds or a preset)")
         try:
