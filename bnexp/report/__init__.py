@@ -1,15 +1,15 @@
-"""``bnexp report SWEEP_DIR``: tables, verdicts and figures from a sweep's run directories.
+"""``bnexp report SWEEP_DIR``: tables, claims and figures from a sweep's run directories.
 
 It reproduces Ioffe & Szegedy (2015) Sec. 4.1 (Fig. 1(a): test accuracy vs steps and BN's speedup;
 Fig. 1(b, c): a typical unit's input percentiles, per-layer stability), Sec. 4.2 (the CIFAR-style
 presets vs the baseline) and, with :mod:`bnexp.ics`'s measurements, "Does BN reduce internal
 covariate shift?" beside Santurkar et al. 2018. The sweep is read once into DataFrames
 (:mod:`.load`), grouped into configurations (:mod:`.groups`), summarized over seeds with pandas
-(:mod:`.stats`, :mod:`.ics_stats`), judged (:mod:`.evidence`, :mod:`.verdicts`, :mod:`.best_rate`,
-:mod:`.noise_sweep`, and the claims table of :mod:`.ics_verdicts` on :mod:`.claims`), put together by
-:mod:`.build` and written by
-:mod:`.render`, :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli`. The names below load their
-module on first use, so that Ctrl-C while pandas and matplotlib load is exit 130 as well.
+(:mod:`.stats`, :mod:`.ics_stats`), judged only by claims (:mod:`.claims`; the claims of
+:mod:`.ics_verdicts`, :mod:`.best_rate`, :mod:`.frontier` and :mod:`.study_claims`; the seeds they lack:
+:mod:`.evidence`), put together by :mod:`.build` and written by :mod:`.render`, :mod:`.figures`,
+:mod:`.figures_ics` and :mod:`.cli`. The names below load their module on first use, so that Ctrl-C
+while pandas and matplotlib load is exit 130 as well.
 """
 
 import importlib

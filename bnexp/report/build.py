@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate_section, best_rate_speedups
+from bnexp.report.best_rate import best_rate_speedups
 from bnexp.report.evidence import seed_advice
-from bnexp.report.groups import ConfigGroup, group_runs, match_no_bn, varying_keys
+from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import ics_run_frame, ics_summary
 from bnexp.report.ics_verdicts import ics_claims, ics_section
 from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep
 from bnexp.report.noise_sweep import noise_strength_section
-from bnexp.report.stats import (STD_NOTE, compute_speedup, config_stability, layer_stability, optional, reach_stat,
-                                run_table, target_key, value_stat)
+from bnexp.report.stats import (STD_NOTE, config_stability, layer_stability, optional, reach_stat, run_table,
+                                target_key, value_stat)
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
 from bnexp.report.study_claims import study_section  # issue 23: a scripts/study.sh sweep (study.json)
-from bnexp.report.verdicts import verdict_lines
 from bnexp.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
@@ -90,8 +89,9 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
-    speedup and verdict, the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`),
-    the best-rate section (``data["best_rate"]``) and the ICS section (``data["ics"]`` with its
+    and claim: the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`), the
+    configurations with too few seeds for it (``data["seed_advice"]``), the speedups at each network's best
+    rate (``data["best_rate_speedups"]``) and the ICS section (``data["ics"]`` with its
     ``noise_strength`` table) at ``targets`` (None: the summaries').
     The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
     :func:`bnexp.report.frontier.frontier_section`) is there only when presets ran at several budgets.
@@ -118,26 +118,16 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir
     report = Report(sweep_dir, groups, {}, out_dir, sweep, table)
     stats = {g.key: summarize_group(g, report, targets) for g in groups}
-    for g in groups:
-        nb = match_no_bn(g, groups)
-        stats[g.key]["no_bn_match"] = nb.label if nb else None
-        stats[g.key]["speedup"] = {
-            target_key(t): (compute_speedup(stats[g.key]["steps_to_target"][target_key(t)],
-                                            stats[nb.key]["steps_to_target"][target_key(t)], nb.max_steps)
-                            if nb else {"value": None, "lower_bound": None, "text": "n/a"})
-            for t in targets}
     frontier = frontier_section(sweep)  # None unless presets ran at several budgets
     ics = ics_section(groups, table, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)
-    verdicts = verdict_lines(groups, stats, targets, seed_advice(groups, sweep_dir))
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
-        "verdicts": verdicts, "claims": ics_claims(groups, table, targets),
-        "best_rate": best_rate_section(groups, sweep), "ics": ics,
+        "seed_advice": seed_advice(groups, sweep_dir), "claims": ics_claims(groups, table, targets), "ics": ics,
         "best_rate_speedups": best_rate_speedups(groups, sweep),  # claims at 90/95/97%, each at its best rate
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,

@@ -23,18 +23,19 @@ from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
-from bnexp.report.render import ics_frames, main_table, md, render_files
+from bnexp.report.render import ics_frames, main_table, md, render_files, runs_md
 from bnexp.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the main table, the verdicts, the ICS measures and the claims table (rich's Markdown)."""
+    """Print the main table, the seeds a verdict lacks, the Sec. 4.2 headline, the ICS measures, the claims table
+    and the runs that diverged, failed or are incomplete (rich's Markdown)."""
     from rich.console import Console
     from rich.markdown import Markdown
 
     d, sec, matched = report.data, report.data.get("ics"), report.data.get("matched_accuracy")
     out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(d)) + [""]
-    out += [f"- {v}" for v in d["verdicts"] + (d.get("best_rate") or {}).get("verdicts", [])] + [""]
+    out += [d["seed_advice"], ""] if d.get("seed_advice") else []
     if matched is not None:  # the Sec. 4.2 frontier headline (bnexp.report.frontier)
         fa = d["frontier_analysis"]
         out += [f"**Sec. 4.2 frontier**: a* = {100 * fa['target_accuracy']:.2f}% (baseline converged: "
@@ -45,7 +46,7 @@ def print_table(report: Report, console=None) -> None:
         t = ics_frames(d)
         out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 2, 5]],
                                                         t["gradient"].iloc[:, [2, 6]]], axis=1)) + [""]
-    out += claims_md(d.get("claims") or [])  # the claims table (bnexp.report.ics_verdicts)
+    out += claims_md(d.get("claims") or []) + runs_md(d)  # the claims table (bnexp.report.ics_verdicts)
     if console is None:
         console = Console()
         console = console if console.is_terminal else Console(width=max(console.width, 200))
@@ -94,7 +95,7 @@ def _parse_targets(values: list[str] | None) -> list[float] | None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bnexp report",
-        description="Tables, verdicts and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
+        description="Tables, claims and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
                     f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR; given a single run "
                     f"directory, into RUN_DIR/{RUN_REPORT_SUBDIR}/ (never over the run's own files).")
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="?",

@@ -41,16 +41,14 @@ class Style:
 
 
 def refs(data: dict) -> dict[str, str]:
-    """The paper references of the report's parts ("accuracy", "percentiles", "stability", "speedup"),
+    """The paper references of the report's parts ("accuracy", "percentiles", "stability"),
     from report.json's ``data``: Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline
     preset, else Sec. 4.1."""
     if any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
            for c in data["configurations"]):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
-        return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view,
-                "speedup": "Sec. 4.2, on CIFAR-10"}
-    return {"accuracy": "Sec. 4.1, Fig. 1(a)", "percentiles": "Sec. 4.1, Fig. 1(b, c)",
-            "stability": "Sec. 4.1, Fig. 1(b, c)", "speedup": "Sec. 4.1, Fig. 1(a)"}
+        return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view}
+    return {"accuracy": "Sec. 4.1, Fig. 1(a)", "percentiles": "Sec. 4.1, Fig. 1(b, c)", "stability": "Sec. 4.1, Fig. 1(b, c)"}
 
 
 def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:

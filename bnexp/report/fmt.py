@@ -2,39 +2,31 @@
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value
 and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread). A unit goes
-with the number, before "(1 seed)": "95.57% (1 seed)", "1,200 steps (1 seed)".
+with the column header ("max test acc (%)"), never after "(1 seed)".
 """
 
 from __future__ import annotations
 
 
-def steps_pm(st: dict, unit: str = "") -> str:
-    """Mean ± std steps of a :func:`reach_stat` over the seeds that reached the target:
-    "1,200 ± 163", or "1,200 (1 seed)" when one seed reached it; ``unit`` (e.g. " steps") follows
-    the number: "1,200 ± 163 steps", "1,200 steps (1 seed)"."""
-    if st.get("reached", st.get("n")) == 1:
-        return f"{st['mean']:,.0f}{unit} (1 seed)"
-    return f"{st['mean']:,.0f} ± {st['std']:,.0f}{unit}"
-
-
-def format_steps(st: dict, unit: str = "") -> str:
-    """Cell text of a :func:`reach_stat`: "1,200 ± 163", "2,200 ± 200; not reached (1/3)",
-    "not reached", or "n/a" when there are no completed runs (``unit`` as in :func:`steps_pm`)."""
+def format_steps(st: dict) -> str:
+    """Cell text of a :func:`bnexp.report.stats.reach_stat`, mean ± std over the seeds that reached the target:
+    "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", or "n/a" when there are
+    no completed runs."""
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    return steps_pm(st, unit) + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+    text = f"{st['mean']:,.0f} (1 seed)" if st["reached"] == 1 else f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 
-def format_acc(st: dict, unit: str = "") -> str:
-    """Accuracy statistic in percent: "97.12 ± 0.05", with ``unit="%"`` "97.12 ± 0.05%" and
-    "95.57% (1 seed)" ("n/a" when missing)."""
+def format_acc(st: dict) -> str:
+    """Accuracy statistic in percent: "97.12 ± 0.05", "95.57 (1 seed)" ("n/a" when missing)."""
     if st["mean"] is None:
         return "n/a"
     if st.get("n") == 1:
-        return f"{100 * st['mean']:.2f}{unit} (1 seed)"
-    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}{unit}"
+        return f"{100 * st['mean']:.2f} (1 seed)"
+    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
 
 
 def format_target(t: float) -> str:

@@ -3,7 +3,7 @@
 A *configuration* is the set of runs (seeds) sharing a reduced config (:mod:`.load`);
 its label names the keys that vary across the sweep, or its experiment (preset) name, or
 its BN variant ("BN", "noisy BN", "no BN") when the sweep compares those. BN and no-BN
-configurations of one setting are paired for the speedup of Sec. 4.1 (:func:`match_no_bn`).
+configurations of one setting are paired for the claims (:func:`comparison_sets`).
 """
 
 from __future__ import annotations
@@ -260,10 +260,3 @@ def comparison_sets(groups: list[ConfigGroup]) -> list[dict]:
     return [{**s, "noisy": sorted(s["noisy"], key=noise_scale)} for s in sets.values()
             if s["no BN"] is not None and (s["BN"] is not None or s["noisy"])]
 
-
-def match_no_bn(group: ConfigGroup, groups: list[ConfigGroup]) -> ConfigGroup | None:
-    """The first no-BN configuration with the config of the BN configuration ``group`` except bn.* and
-    experiment (:func:`pair_key`), or None."""
-    if group.bn is not True:
-        return None
-    return next((g for g in groups if g.bn is False and pair_key(g) == pair_key(group)), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate_md, best_rate_speedups_md
+from bnexp.report.best_rate import best_rate_speedups_md
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
@@ -85,20 +85,6 @@ def md(frame: pd.DataFrame) -> list[str]:
     return md_table(list(frame.columns), frame.values.tolist())
 
 
-def _speedup_md(d: dict) -> list[str]:
-    """Markdown of the BN-over-no-BN speedup table (Sec. 4.1)."""
-    targets = d["targets"]
-    rows = [[s["label"], s["no_bn_match"]] + [s["speedup"][target_key(t)]["text"] for t in targets]
-            for s in d["configurations"] if s["bn"] and s["no_bn_match"]]
-    if not rows:
-        return []
-    return ([f"## Speedup of BN over no BN ({refs(d)['speedup']})", "",
-             "Speedup = mean steps without BN / mean steps with BN, when both reached the target in all seeds. "
-             "\">= X (lower bound)\": BN reached it in all seeds and no BN in none within max_steps, "
-             "so X = max_steps / mean BN steps is only a lower bound.", ""]
-            + md_table(["BN configuration", "matching no-BN"] + [format_target(t) for t in targets], rows) + [""])
-
-
 def _stability_md(d: dict) -> list[str]:
     """Markdown of the per-layer stability numbers (Fig. 1b,c)."""
     rows = [[s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
@@ -128,11 +114,12 @@ def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
 
 
 def claims_section_md(d: dict) -> list[str]:
-    """The "Claims" section: how to read a verdict, then the table (:func:`claims_md`); [] without claims."""
-    rows = d.get("claims") or []
+    """The "Claims" section: the configurations with too few seeds and the command that adds them
+    (``seed_advice``), how to read a verdict, then the table (:func:`claims_md`); [] without either."""
+    rows, advice = d.get("claims") or [], [f"**{d['seed_advice']}**", ""] if d.get("seed_advice") else []
     if not rows:
-        return []
-    return ["## Claims", "", f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", "",
+        return ["## Claims", "", *advice] if advice else []
+    return ["## Claims", "", *advice, f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", "",
             *claims_md(rows)]
 
 
@@ -159,7 +146,8 @@ def _ics_md(d: dict) -> list[str]:
 
 def render_markdown(d: dict) -> str:
     """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): the Sec. 4.2 frontier (if
-    any), verdicts, claims, main table, speedups, figures, stability, the ICS section (if any), failed runs."""
+    any), the study (if any), claims, main table, speedups at each network's best rate, figures, stability, the ICS
+    section (if any), the runs that diverged, failed or are incomplete."""
     ref = refs(d)
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
@@ -169,20 +157,25 @@ def render_markdown(d: dict) -> str:
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
     out += study_md(d.get("study"))  # issue 23: a scripts/study.sh sweep's claims, table and figure
-    out += ["## Verdicts", ""] + [f"- {v}" for v in d["verdicts"]] + [""] + claims_section_md(d)
-    out += ["## Results per configuration", ""] + md(main_table(d)) + [""]
-    out += _speedup_md(d) + (best_rate_md(d["best_rate"]) if d.get("best_rate") else [])
+    out += claims_section_md(d) + ["## Results per configuration", ""] + md(main_table(d)) + [""]
     out += best_rate_speedups_md(d.get("best_rate_speedups") or [])
     out += ["## Figures", "",
             f"![Test accuracy vs steps, whole range and zoomed top ({ref['accuracy']})](accuracy_vs_steps.png)", "",
             f"![Percentiles of a typical last-hidden-layer unit, no BN vs BN ({ref['percentiles']})](percentiles.png)",
             "", f"![Per-layer stability of the input distribution ({ref['stability']})](stability.png)", ""]
     out += _stability_md(d) + _ics_md(d)
-    bad = [(s["label"], r) for s in d["configurations"] for r in s["seeds"] if r["status"] in ("failed", "incomplete")]
-    if bad:
-        out += ["## Failed and incomplete runs", ""]
-        out += [f"- {label}, seed {r['seed']}: {r['status']} ({r['error']}) `{r['path']}`" for label, r in bad] + [""]
-    return "\n".join(out)
+    return "\n".join(out + runs_md(d))
+
+
+def runs_md(d: dict) -> list[str]:
+    """The section listing the runs that diverged (their final values are the last evaluation before it),
+    failed or are incomplete (left out of every mean): one line per run ([] when every run finished)."""
+    why = {"diverged": lambda r: f"at step {r['diverged_step']:,}" if isinstance(r.get("diverged_step"), int)
+           else "step unknown", "failed": lambda r: r["error"] or "unknown error",
+           "incomplete": lambda r: "running or interrupted"}
+    bad = [f"- {s['label']}, seed {r['seed']}: {r['status']} ({why[r['status']](r)}) `{r['path']}`"
+           for s in d["configurations"] for r in s["seeds"] if r["status"] in why]
+    return ["## Diverged, failed and incomplete runs", "", *bad, ""] if bad else []
 
 
 def render_csv(d: dict) -> str:
@@ -193,8 +186,7 @@ def render_csv(d: dict) -> str:
                                                "incomplete"]
               + [f"{k}_{x}" for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")])
     for tk in map(target_key, d["targets"]):
-        header += [f"steps_to_{tk}_{x}" for x in ("mean", "std", "reached", "n")] + [f"speedup_{tk}",
-                                                                                     f"speedup_{tk}_is_lower_bound"]
+        header += [f"steps_to_{tk}_{x}" for x in ("mean", "std", "reached", "n")]
     header += [f"{layer}_{k}" for layer in layers for k in ("median_shift", "spread_ratio")]
     rows = []
     for s in d["configurations"]:
@@ -203,9 +195,8 @@ def render_csv(d: dict) -> str:
         row += [s[k] for k in ("runs", "completed", "diverged", "failed", "incomplete")]
         row += [s[k][x] for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")]
         for tk in map(target_key, d["targets"]):
-            st, sp = s["steps_to_target"][tk], s["speedup"][tk]
-            row += [st["mean"], st["std"], st["reached"], st["n"], sp["value"],
-                    None if sp["lower_bound"] is None else int(sp["lower_bound"])]
+            st = s["steps_to_target"][tk]
+            row += [st["mean"], st["std"], st["reached"], st["n"]]
         row += [s["stability"].get(layer, {}).get(k) for layer in layers for k in ("median_shift", "spread_ratio")]
         rows.append(row)
     return _frame(header, rows).to_csv(index=False, lineterminator="\r\n")

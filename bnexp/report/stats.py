@@ -1,6 +1,6 @@
 """Statistics with pandas: per run (:func:`run_table`) steps-to-target and test accuracy; over seeds
 (:func:`value_stat`, :func:`reach_stat`) mean and the **population** std (ddof=0, :data:`STD_NOTE`:
-one seed gives std 0, written "(1 seed)"); speedups and layer stability. Steps
+one seed gives std 0, written "(1 seed)"); and layer stability. Steps
 to a target are averaged over the seeds that reached it, the others counted "not reached (k/n)".
 Missing values are None, never made up."""
 
@@ -102,21 +102,6 @@ def target_steps(sweep: Sweep, target: float) -> pd.Series:
     computed = first_reached(sweep.metrics, target).reindex(sweep.table.index)
     return pd.Series([v if listed else c for (listed, v), c in zip(recorded, computed)], index=sweep.table.index,
                      dtype=float)
-
-
-def compute_speedup(bn: dict, no_bn: dict, no_bn_max_steps: int | None) -> dict:
-    """Speedup of BN over no BN at one target (Sec. 4.1, Fig. 1a) from their :func:`reach_stat`:
-    {"value", "lower_bound", "text"}: mean no-BN steps / mean BN steps when both reached the target
-    in all seeds; when BN did in all and no BN in none, ``no_bn_max_steps / mean BN steps`` with
-    lower_bound true (">= X.Xx (lower bound)"); else value None, "n/a"."""
-    bn_all = bn["n"] > 0 and bn["reached"] == bn["n"] and (bn["mean"] or 0) > 0
-    if bn_all and no_bn["n"] > 0 and no_bn["reached"] == no_bn["n"]:
-        v = no_bn["mean"] / bn["mean"]
-        return {"value": v, "lower_bound": False, "text": f"{v:.1f}x"}
-    if bn_all and no_bn["n"] > 0 and no_bn["reached"] == 0 and no_bn_max_steps:
-        v = no_bn_max_steps / bn["mean"]
-        return {"value": v, "lower_bound": True, "text": f">= {v:.1f}x (lower bound)"}
-    return {"value": None, "lower_bound": None, "text": "n/a"}
 
 
 def band_keys(keys: Iterable[str]) -> tuple[str, str, str] | None:
