@@ -118,7 +118,7 @@ def test_per_seed_bounds_from_frontier_analysis_are_marked():
                                                                     {"seed": 1, "bound": "lower"}]}}}}
     assert "S(a\\*) = **9.00x** (per seed 8.00x-10.00x; seed 1: >= 10.00x)" in VIEWS["cifar_headline"](rep)
     row = _cells(VIEWS["cifar_matched"](rep).split("\n\n", 1)[1])[1]
-    assert row == ["BN-x5", "9.00x", "seed 0: 8.00x, seed 1: >= 10.00x", "S >= 5", "yes"]
+    assert row == ["BN-x5", "-", "9.00x", "seed 0: 8.00x, seed 1: >= 10.00x", "S >= 5", "yes"]
 
 
 def test_cifar_frontier_table_by_hand():
@@ -137,9 +137,9 @@ def test_cifar_matched_table_by_hand():
     assert head == ("Target a\\* = **61.00%**, the baseline's best seed-mean final test accuracy; the baseline had "
                     "**not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is measured at "
                     "its best accuracy so far.")
-    assert _cells(table) == [["preset", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
-                             ["BN-Baseline", "2.00x", "seed 0: 1.50x, seed 1: 2.50x", "-", "yes"],
-                             ["BN-x5", "4.00x", "seed 0: 3.50x, seed 1: 4.50x", "-", "no"]]
+    assert _cells(table) == [["preset", "B_preset(a*) (steps)", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
+                             ["BN-Baseline", "-", "2.00x", "seed 0: 1.50x, seed 1: 2.50x", "-", "yes"],
+                             ["BN-x5", "-", "4.00x", "seed 0: 3.50x, seed 1: 4.50x", "-", "no"]]
 
 
 def test_views_read_what_the_frontier_analysis_writes():
@@ -162,7 +162,9 @@ def test_views_read_what_the_frontier_analysis_writes():
         "BN-x5: S(a\\*) = **16.00x** (per seed 16.00x-16.00x), pass rule S(a\\*) >= 5: **PASS**. "
         "BN-Baseline: S(a\\*) = **2.83x** (per seed 2.83x-2.83x).")
     cells = _cells(VIEWS["cifar_matched"](rep).split("\n\n", 1)[1])
-    assert [c[0] for c in cells[1:]] == ["BN-Baseline", "BN-x5"] and all(c[3] != "-" for c in cells[1:])
+    assert [c[0] for c in cells[1:]] == ["BN-Baseline", "BN-x5"] and all(c[4] != "-" for c in cells[1:])
+    # B_preset(a*): bn_x5 reaches 64% at 750 steps; bn_baseline at 3,000 * 2 ** 0.5 = 4,243; S as in the headline
+    assert [c[1:3] for c in cells[1:]] == [["4,243", "2.83x"], ["750", "16.00x"]]
     assert [c[:3] for c in _cells(VIEWS["cifar_frontier"](rep))[1:4]] == [
         ["Baseline", "3,000", "50.00"], ["Baseline", "6,000", "60.00"], ["Baseline", "12,000", "64.00"]]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.report.claims import claims_md
-from bnexp.report.docs_views import speedup_text
+from bnexp.report.frontier import headline_bound, speedup_text
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
@@ -40,7 +40,8 @@ def print_table(report: Report, console=None) -> None:
         fa = d["frontier_analysis"]
         out += [f"**Sec. 4.2 frontier**: a* = {100 * fa['target_accuracy']:.2f}% (baseline converged: "
                 f"{fa['baseline_converged']}); pass rule: {fa['pass_rule']['verdict']}", ""]
-        out += [f"- {p}: S(a*) = {speedup_text(m)}, pass: {m['pass']}" for p, m in matched.items()]
+        out += [f"- {p}: S(a*) = {speedup_text(m['speedup'], headline_bound(d, p))}, pass: {m['pass']}"
+                for p, m in matched.items()]
         out += [""]
     if sec:
         t = ics_frames(d)

@@ -10,13 +10,14 @@ claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
-from bnexp.report.claims import by_seed, claims_md
+from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
+from bnexp.report.frontier import (BOUND_PREFIX, NAMES, PASS_WORDS, converged_sentence, frontier_table,
+                                    headline_bound, matched_table, pct, speedup_text)
 from bnexp.report.studies import table_md
 
 
@@ -52,43 +53,10 @@ def need(d: dict, *keys: str):
     return cur
 
 
-NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
-         "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}
-PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}
-
-
-def _pct(v) -> str:
-    """A fraction as a percentage with 2 decimals (0.61234 -> "61.23"); "-" for None/NaN."""
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.2f}"
-
-
-def _details(report: dict, preset: str) -> dict:
-    """frontier_analysis.speedup[preset] ({} when report.json has no frontier_analysis)."""
-    return ((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
-
-
-def _headline_bound(report: dict, preset: str) -> str | None:
-    """The headline S(a*)'s bound ("exact", "lower", "upper", "unknown") from frontier_analysis, if present."""
-    return (_details(report, preset).get("headline") or {}).get("bound")
-
-
 def _seed_bounds(report: dict, preset: str) -> dict[str, str]:
     """{seed: "lower" | "upper" | "unknown"} for the per-seed S that are bounds (frontier_analysis's per_seed)."""
-    return {str(d.get("seed")): d["bound"] for d in _details(report, preset).get("per_seed") or []
-            if d.get("bound") in BOUND_PREFIX}
-
-
-BOUND_PREFIX = {"lower": ">= ", "upper": "<= ", "unknown": "~"}
-
-
-def speedup_text(m: dict, bound: str | None = None) -> str:
-    """S(a*) of a ``matched_accuracy`` entry: "6.10x", ">= 8.00x" (``speedup_is_lower_bound``), "<= 2.00x"
-    (``bound`` "upper": the baseline reached a* at its smallest budget), or "not reached"."""
-    s = m.get("speedup")
-    if s is None:
-        return "not reached"
-    pre = ">= " if m.get("speedup_is_lower_bound") else BOUND_PREFIX.get(bound or "", "")
-    return f"{pre}{s:.2f}x"
+    details = ((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
+    return {str(d.get("seed")): d["bound"] for d in details.get("per_seed") or [] if d.get("bound") in BOUND_PREFIX}
 
 
 def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
@@ -102,37 +70,21 @@ def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     if len(vals) >= 2:
         text = f"per seed {min(vals):.2f}x-{max(vals):.2f}x"
     elif len(vals) == 1:
-        text = next(f"seed {k}: {BOUND_PREFIX.get(bounds.get(k), '')}{v:.2f}x" for k, v in per.items() if v is not None)
+        text = next(f"seed {k}: {speedup_text(v, bounds.get(k))}" for k, v in per.items() if v is not None)
         bounds = {}
     else:
         text = ""
     for k in sorted(bounds, key=lambda k: (len(k), k)):
         if per.get(k) is not None:
-            text += f"; seed {k}: {BOUND_PREFIX[bounds[k]]}{per[k]:.2f}x"
+            text += f"; seed {k}: {speedup_text(per[k], bounds[k])}"
     if missing:
         text += ("; " if text else "") + f"not reached in seed {', '.join(missing)}"
     return text
 
 
-def _each_seed(m: dict, bounds: dict[str, str]) -> str:
-    """``speedup_per_seed`` seed by seed: "seed 0: 3.50x, seed 1: >= 8.00x, seed 2: not reached" ("-" without
-    values; ``bounds`` as in :func:`per_seed_text`)."""
-    return ", ".join(f"seed {k}: " + ("not reached" if v is None else f"{BOUND_PREFIX.get(bounds.get(str(k)), '')}"
-                                      f"{v:.2f}x") for k, v in by_seed(m.get("speedup_per_seed") or {})) or "-"
-
-
 def _seeds(report: dict) -> int | None:
     rows = report.get("frontier") or []
     return len({r.get("seed") for r in rows}) or None
-
-
-def _converged_sentence(converged) -> str:
-    if converged is None:
-        return "whether the baseline converged is unknown (it ran at one budget)"
-    if converged:
-        return "the baseline **converged** (its last budget doubling gained < 0.5 points)"
-    return ("the baseline had **not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is "
-            "measured at its best accuracy so far")
 
 
 @view("cifar_headline")
@@ -144,14 +96,15 @@ def cifar_headline(report: dict) -> str:
     x5 = need(report, "matched_accuracy", "bn_x5")
     n = _seeds(report)
     out = [(f"**Result** (seed-mean frontiers{f' over {n} seeds' if n else ''}): the target a\\* is the "
-            f"baseline's best seed-mean final test accuracy, **{_pct(x5['target_accuracy'])}%**; "
-            f"{_converged_sentence(x5.get('baseline_converged'))}.")]
+            f"baseline's best seed-mean final test accuracy, **{pct(x5['target_accuracy'])}%**; "
+            f"{converged_sentence(x5.get('baseline_converged'))}.")]
     for p in ("bn_x5", "bn_baseline"):
         m = ma.get(p)
         if m is None:
             continue
         per = per_seed_text(m, _seed_bounds(report, p))
-        s = f"{NAMES[p]}: S(a\\*) = **{speedup_text(m, _headline_bound(report, p))}**" + (f" ({per})" if per else "")
+        s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
+             + (f" ({per})" if per else ""))
         if p == "bn_x5":
             s += f", pass rule S(a\\*) >= 5: **{PASS_WORDS[m.get('pass')]}**"
         out.append(s + ".")
@@ -160,48 +113,21 @@ def cifar_headline(report: dict) -> str:
 
 @view("cifar_matched")
 def cifar_matched(report: dict) -> str:
-    """The matched-accuracy table for docs/cifar/README.md: one row per preset of ``matched_accuracy``
-    (S(a*), per seed, the claim its ``pass`` decides, pass yes/no/undecided), after a sentence giving a* and
-    whether the baseline converged."""
+    """docs/cifar's matched-accuracy table (:func:`bnexp.report.frontier.matched_table`, as in report.md) after a
+    sentence giving a* and whether the baseline converged."""
     ma = need(report, "matched_accuracy")
     if not ma:
         raise ViewDataError("report.json's matched_accuracy is empty")
     first = next(iter(ma.values()))
-    rows = [[NAMES.get(p, p), speedup_text(m, _headline_bound(report, p)), _each_seed(m, _seed_bounds(report, p)),
-             _details(report, p).get("claim") or "-", {True: "yes", False: "no", None: "undecided"}[m.get("pass")]]
-            for p, m in ma.items()]
-    head = (f"Target a\\* = **{_pct(first['target_accuracy'])}%**, the baseline's best seed-mean final test "
-            f"accuracy; {_converged_sentence(first.get('baseline_converged'))}.")
-    return "\n".join([head, "", *md_table(["preset", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
-                                          rows)])
-
-
-def _mean(rows: list[dict], key: str) -> float | None:
-    """Mean of ``key`` over ``rows`` where it is a number (None/NaN left out); None when there is none."""
-    v = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
-    return sum(v) / len(v) if v else None
+    head = (f"Target a\\* = **{pct(first['target_accuracy'])}%**, the baseline's best seed-mean final test "
+            f"accuracy; {converged_sentence(first.get('baseline_converged'))}.")
+    return "\n".join([head, "", matched_table(report).to_markdown(index=False, disable_numparse=True)])
 
 
 @view("cifar_frontier")
 def cifar_frontier(report: dict) -> str:
-    """The frontier table for docs/cifar/README.md: one row per (preset, budget) of ``frontier``, in the
-    presets' usual order then by budget: seed-mean and per-seed final test accuracy, seed-mean final train
-    accuracy (%, 2 decimals; "-" where a seed has no run)."""
-    from bnexp.report.frontier import ORDER
-
-    rows = need(report, "frontier")
-    seeds = sorted({int(r["seed"]) for r in rows})
-    rank = {p: i for i, p in enumerate(ORDER)}
-    keys = sorted({(r["preset"], int(r["budget_steps"])) for r in rows}, key=lambda k: (rank.get(k[0], 99), k))
-    out = []
-    for p, b in keys:
-        sel = [r for r in rows if r["preset"] == p and int(r["budget_steps"]) == b]
-        by_seed = {int(r["seed"]): r["final_test_accuracy"] for r in sel}
-
-        out.append([NAMES.get(p, p), f"{b:,}", _pct(_mean(sel, "final_test_accuracy")),
-                    *(_pct(by_seed.get(s)) for s in seeds), _pct(_mean(sel, "final_train_accuracy"))])
-    return "\n".join(md_table(["preset", "budget (steps)", "test acc, seed mean (%)",
-                               *(f"seed {s} (%)" for s in seeds), "train acc, seed mean (%)"], out))
+    """docs/cifar's frontier table (:func:`bnexp.report.frontier.frontier_table`, as in report.md)."""
+    return frontier_table(need(report, "frontier")).to_markdown(index=False, disable_numparse=True)
 
 
 @view("cifar_run")
@@ -214,7 +140,7 @@ def cifar_run(report: dict) -> str:
     steps = int(need(report, "sgd_steps"))
     win = tuning["rows"][tuning["winner"]]
     out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
-           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} ({_pct(win['mean_test_accuracy'])}% "
+           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} ({pct(win['mean_test_accuracy'])}% "
            f"seed-mean final test accuracy)."]
     for p, d in (fa.get("speedup") or {}).items():
         vals = [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
@@ -330,8 +256,8 @@ def ics_overview(report: dict) -> str:
     target = need(report, "ics", "main_target")
     header = [""] + [re.sub(r" \([^()]* preset\)$", "", c["label"]) for c, _ in cols]  # "BN (bn_x5 preset)" -> "BN"
     rows = [["seeds"] + [str(c["completed"]) for c, _ in cols],
-            ["final test accuracy (%)"] + [_pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
-            ["final train accuracy (%, noise on)"] + [_pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
+            ["final test accuracy (%)"] + [pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
+            ["final train accuracy (%, noise on)"] + [pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
                                                     for _, s in cols],
             [f"steps to {format_target(target)}"] + [_steps_cell(c, target) for c, _ in cols]]
     for key, label in ICS_ROWS:

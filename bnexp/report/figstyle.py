@@ -48,7 +48,8 @@ def refs(data: dict) -> dict[str, str]:
            for c in data["configurations"]):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
         return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view}
-    return {"accuracy": "Sec. 4.1, Fig. 1(a)", "percentiles": "Sec. 4.1, Fig. 1(b, c)", "stability": "Sec. 4.1, Fig. 1(b, c)"}
+    return {"accuracy": "Sec. 4.1, Fig. 1(a)", "percentiles": "Sec. 4.1, Fig. 1(b, c)",
+            "stability": "Sec. 4.1, Fig. 1(b, c)"}
 
 
 def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:

@@ -39,12 +39,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bnexp.report.claims import by_seed
 from bnexp.report.load import Sweep, find_run_dirs, load_run
 
 CHANCE = 0.10
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
 TRAINS, TOL = 0.05, 1e-9  # "trains": best >= chance + 5 points; accuracy >= a - TOL counts as reached
 BASELINE = "baseline"
+PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # the pass rule's verdict from bn_x5's "pass"
 COLUMNS = ["preset", "budget_steps", "seed", "final_test_accuracy", "final_train_accuracy"]
 ORDER = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "baseline_sigmoid", "baseline_x5"]
 CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / Sec. 4.2.2)
@@ -282,7 +284,7 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
     if cens:
         notes.append("the baseline's best accuracy is at its smallest budget: no S(a*) is more than an upper bound")
     x5m = matched.get("bn_x5")
-    verdict = "n/a" if x5m is None else {True: "PASS", False: "FAIL", None: "UNDECIDED"}[x5m["pass"]]
+    verdict = "n/a" if x5m is None else PASS_WORDS[x5m["pass"]]
     frontier = [{k: (int(r[k]) if k in ("budget_steps", "seed") else r[k]) for k in COLUMNS}
                 for r in runs[COLUMNS].to_dict("records")]
     return {"frontier": frontier, "matched_accuracy": matched, "frontier_analysis": {
@@ -317,20 +319,81 @@ def frontier_section(source) -> dict | None:
 # ----------------------------------------------------------------------------- markdown
 
 
-def _pct(v) -> str:
-    return "n/a" if v is None or v != v else f"{100 * v:.2f}"  # v != v: NaN
+NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
+         "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
+BOUND_PREFIX = {"lower": ">= ", "upper": "<= ", "unknown": "~"}
+PASS_CELL = {True: "yes", False: "no", None: "undecided"}
 
 
-def _x(v: float | None, bound: str | None = "exact") -> str:
-    """A speedup as text: "not reached", ">= x" (preset censored), "<= x" (baseline censored), "~x (?)" (both)."""
-    pre = {"lower": ">= ", "upper": "<= ", "unknown": "~"}.get(bound or "", "")
-    return "not reached" if v is None else f"{pre}{v:.2f}x" + (" (both bounds)" if bound == "unknown" else "")
+def pct(v) -> str:
+    """A fraction as a percentage with 2 decimals (0.61234 -> "61.23"); "-" for None/NaN."""
+    return "-" if v is None or v != v else f"{100 * v:.2f}"  # v != v: NaN
+
+
+def speedup_text(v: float | None, bound: str | None = None) -> str:
+    """A speedup as text: "6.10x", ">= 8.00x" (``bound`` "lower": the preset reached it at its smallest budget),
+    "<= 2.00x" ("upper": the baseline did), "~3.00x (both bounds)" ("unknown"), or "not reached" (None)."""
+    if v is None:
+        return "not reached"
+    return f"{BOUND_PREFIX.get(bound or '', '')}{v:.2f}x" + (" (both bounds)" if bound == "unknown" else "")
+
+
+def headline_bound(section: dict, preset: str) -> str | None:
+    """The bound of ``preset``'s S(a*) (report.json or :func:`analyze`'s dict): ``frontier_analysis``'s headline
+    bound, else "lower" from ``matched_accuracy``'s ``speedup_is_lower_bound``, else None."""
+    head = ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset, {}).get("headline") or {}
+    return head.get("bound") or ("lower" if section["matched_accuracy"][preset].get("speedup_is_lower_bound") else None)
+
+
+def frontier_table(rows: list[dict]) -> pd.DataFrame:
+    """The frontiers (``frontier`` rows of :func:`analyze`) as a text table, one row per (preset, budget) in
+    :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
+    "-" where a seed has no run)."""
+    fr = pd.DataFrame(rows).astype({"budget_steps": int, "seed": int})
+    fr["rank"] = fr["preset"].map({p: i for i, p in enumerate(ORDER)}).fillna(len(ORDER))
+    keys = ["rank", "preset", "budget_steps"]
+    test = fr.pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
+    tab = pd.DataFrame({"preset": [NAMES.get(i[1], i[1]) for i in test.index],
+                        "budget (steps)": [f"{i[2]:,}" for i in test.index],
+                        "test acc, seed mean (%)": fr.groupby(keys)["final_test_accuracy"].mean().map(pct).to_numpy()})
+    for s in test.columns:
+        tab[f"seed {s} (%)"] = test[s].map(pct).to_numpy()
+    tab["train acc, seed mean (%)"] = fr.groupby(keys)["final_train_accuracy"].mean().map(pct).to_numpy()
+    return tab
+
+
+def matched_table(section: dict) -> pd.DataFrame:
+    """The matched-accuracy speedups (``matched_accuracy``, with ``frontier_analysis``'s details where present)
+    as a text table, one row per preset: B_preset(a*), S(a*), each seed's S at its own a*_s (with its bound and
+    the range), the claim its ``pass`` decides and pass yes / no / undecided."""
+    details, rows = (section.get("frontier_analysis") or {}).get("speedup") or {}, []
+    for p, m in section["matched_accuracy"].items():
+        d = details.get(p) or {}
+        h, rng, b = d.get("headline") or {}, d.get("range"), (d.get("headline") or {}).get("budget_preset")
+        bounds = {str(x.get("seed")): x.get("bound") for x in d.get("per_seed") or []}
+        per = ", ".join(f"seed {k}: {speedup_text(v, bounds.get(str(k)))}" for k, v in by_seed(m["speedup_per_seed"]))
+        rows.append({"preset": NAMES.get(p, p), "B_preset(a*) (steps)": "-" if "budget_preset" not in h else
+                     "not reached" if b is None else f"{'<= ' if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
+                     "S(a*)": speedup_text(m["speedup"], headline_bound(section, p)),
+                     "per seed (at each seed's a*_s)": (per or "-") + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x"
+                                                                        if rng else ""),
+                     "claim": d.get("claim") or "-", "pass": PASS_CELL[m.get("pass")]})
+    return pd.DataFrame(rows)
+
+
+def converged_sentence(converged) -> str:
+    """Whether the baseline converged (``baseline_converged``: True, False or None for one rung), in words."""
+    if converged is None:
+        return "whether the baseline converged is unknown (it ran at one budget)"
+    if converged:
+        return "the baseline **converged** (its last budget doubling gained < 0.5 points)"
+    return ("the baseline had **not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is "
+            "measured at its best accuracy so far")
 
 
 def frontier_markdown(section: dict) -> list[str]:
     """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data)."""
     fa, ma = section["frontier_analysis"], section["matched_accuracy"]
-    a_star = fa["target_accuracy"]
     out = ["## Sec. 4.2 on CIFAR-10: budget-accuracy frontier", "",
            "Each run anneals its rate over its own budget; its point on the frontier is its final test accuracy. "
            "B(a) = the budget at which a frontier first reaches a (linear in log2 budget between rungs, never "
@@ -338,45 +401,27 @@ def frontier_markdown(section: dict) -> list[str]:
     t = fa.get("tuning")
     if t:
         tab = pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
-                             "seed-mean final test acc (%)": _pct(r["mean_test_accuracy"]),
-                             "per seed (%)": " / ".join(_pct(v) for v in r["per_seed"].values())} for r in t["rows"]])
+                             "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
+                             "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())} for r in t["rows"]])
         out += [f"**Baseline tuning** at {t['budget_steps']:,} steps (rate x dropout; the ladder uses the winner, "
                 f"{t['config']}):", "", tab.to_markdown(index=False), ""]
-    fr = pd.DataFrame(section["frontier"])
-    piv = fr.pivot_table(index=["preset", "budget_steps"], columns="seed", values="final_test_accuracy")
-    piv = piv.sort_index(key=lambda c: c.map({p: i for i, p in enumerate(ORDER)}).fillna(99) if c.name == "preset" else c)
-    tab = pd.DataFrame({"preset": [i[0] for i in piv.index], "budget (steps)": [f"{i[1]:,}" for i in piv.index],
-                        "seed mean (%)": [_pct(v) for v in piv.mean(axis=1)]})
-    for s in piv.columns:
-        tab[f"seed {s} (%)"] = [_pct(v) for v in piv[s]]
-    out += ["**Frontiers** (final test accuracy):", "", tab.to_markdown(index=False), ""]
+    out += ["**Frontiers** (final test and train accuracy):", "", frontier_table(section["frontier"]).to_markdown(
+        index=False, disable_numparse=True), ""]
     gain = fa["baseline_last_gain"]
-    conv = ("n/a (one rung)" if gain is None else
-            f"its last doubling gained {100 * gain:+.2f} points: " + ("**converged** (< 0.5)." if fa["baseline_converged"]
-            else "**not converged** (>= 0.5): every S(a*) is measured at the best accuracy reached so far."))
-    out += [f"Target a* = the baseline's best seed-mean frontier accuracy, **{_pct(a_star)}%** "
-            f"(B_baseline(a*) = {fa['target_budget']:,.0f} steps). Baseline: {conv}", ""]
-    rows = []
-    for p, m in ma.items():
-        d = fa["speedup"][p]
-        h, rng = d["headline"], d["range"]
-        per = ", ".join(f"seed {x['seed']}: {_x(x['speedup'], x['bound'])}" for x in d["per_seed"])
-        rows.append({"preset": p, "B_preset(a*) (steps)": "not reached" if h["budget_preset"] is None
-                     else f"{'<= ' if h['bound'] in ('lower', 'unknown') else ''}{h['budget_preset']:,.0f}",
-                     "S(a*)": _x(m["speedup"], h["bound"]),
-                     "per seed (at each seed's a*_s)": per + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x" if rng else ""),
-                     "claim": d["claim"] or "", "pass": {True: "yes", False: "no", None: "undecided"}[m["pass"]]})
-    if rows:
-        out += ["**Matched-accuracy speedup at a***:", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+    out += [f"Target a\\* = **{pct(fa['target_accuracy'])}%**, the baseline's best seed-mean final test accuracy "
+            f"(B_baseline(a\\*) = {fa['target_budget']:,.0f} steps); {converged_sentence(fa['baseline_converged'])}"
+            + ("" if gain is None else f" (last doubling {100 * gain:+.2f} points)") + ".", ""]
+    if ma:
+        out += ["**Matched-accuracy speedup at a\\***:", "",
+                matched_table(section).to_markdown(index=False, disable_numparse=True), ""]
     x30 = (fa["speedup"].get("bn_x30") or {}).get("x5_vs_x30")
     if x30:
-        out += [f"bn_x30 vs bn_x5 at {x30['budget_steps']:,} steps: {_pct(x30['bn_x30'])}% vs {_pct(x30['bn_x5'])}%.", ""]
-    pr = fa["pass_rule"]
-    if pr["verdict"] != "n/a":
-        m = ma["bn_x5"]
+        out += [f"bn_x30 vs bn_x5 at {x30['budget_steps']:,} steps: {pct(x30['bn_x30'])}% vs {pct(x30['bn_x5'])}%.", ""]
+    if fa["pass_rule"]["verdict"] != "n/a":
+        x5 = speedup_text(ma["bn_x5"]["speedup"], headline_bound(section, "bn_x5"))
         out += [f"**Pass rule** (docs/cifar/PLAN.md, stated before the run: bn_x5 reaches a* with at most 1/5 of "
-                f"the baseline's budget, S(a*) >= {PASS_FACTOR:g} on the seed-mean frontiers): **{pr['verdict']}**, "
-                f"S(a*) = {_x(m['speedup'], fa['speedup']['bn_x5']['headline']['bound'])}"
+                f"the baseline's budget, S(a*) >= {PASS_FACTOR:g} on the seed-mean frontiers): "
+                f"**{fa['pass_rule']['verdict']}**, S(a*) = {x5}"
                 + ("" if fa["baseline_converged"] else " (baseline not converged: measured at its best accuracy so far)")
                 + ".", ""]
     out += ["![Frontiers on a log2 budget axis and the speedup curve S(a)](frontier.png)", ""]
