@@ -109,6 +109,22 @@ def test_advice_names_three_configurations_then_counts_the_rest(tmp_path):
     assert advice.count(" has 1 seed (0)") == 3 and "; and 2 more configurations. Add seed=1,2: " in advice
 
 
+def test_a_ladder_sweep_is_completed_by_its_script(tmp_path):
+    """The Sec. 4.2 ladder is many multirun calls in one folder: no single multirun.yaml re-runs it, the script does."""
+    from types import SimpleNamespace as NS
+
+    from bnexp.report.evidence import seed_advice
+
+    groups = [NS(label=f"bn_x5 trainer.max_steps={b}", config={"experiment": "bn_x5"},
+                 completed=[NS(seed=0), NS(seed=1)]) for b in (375, 750)]
+    advice = seed_advice(groups, tmp_path / "sweep", ladder=True)
+    assert advice.endswith(f"Add seed=2: SEEDS=0,1,2 SWEEP_DIR={tmp_path / 'sweep'} scripts/reproduce_cifar.sh with "
+                           f"the extra overrides the sweep ran with (it skips the finished runs), then bnexp report "
+                           f"{tmp_path / 'sweep'}.")
+    assert "bnexp train -m" not in advice
+    assert seed_advice(groups, tmp_path / "sweep", ladder=True, min_seeds=2) is None
+
+
 def test_two_seed_sweep_gives_per_seed_values_but_no_verdict(tmp_path):
     root = _ics_sweep(tmp_path / "two", [0, 1])
     data = build_report(root).data

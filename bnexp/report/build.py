@@ -127,7 +127,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
-        "seed_advice": seed_advice(groups, sweep_dir), "claims": ics_claims(groups, table, targets), "ics": ics,
+        "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
+        "claims": ics_claims(groups, table, targets), "ics": ics,
         "best_rate_speedups": best_rate_speedups(groups, sweep),  # claims at 90/95/97%, each at its best rate
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,

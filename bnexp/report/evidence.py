@@ -32,11 +32,12 @@ def sweep_command(sweep_dir: Path, seeds: list[int]) -> str:
     return " ".join(["bnexp train -m", *keep, seed, f"hydra.sweep.dir={Path(sweep_dir) / seed}"])
 
 
-def seed_advice(groups, sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> str | None:
+def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
     (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/seed=1,2, then bnexp report
-    SWEEP."; the first three named, then how many more); None when all have."""
+    SWEEP."; the first three named, then how many more); None when all have. A ``ladder`` sweep (the Sec. 4.2
+    frontier of scripts/reproduce_cifar.sh, many multirun calls in one folder) is completed by that script."""
     short = [(g.label, sorted({r.seed for r in g.completed if r.seed is not None}), len(g.completed))
              for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
@@ -45,5 +46,8 @@ def seed_advice(groups, sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> str | No
     names = "; ".join(f"{label} has {n} seed{'' if n == 1 else 's'}" + (f" ({', '.join(map(str, seeds))})" if seeds
                                                                        else "") for label, seeds, n in short[:3])
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
+    have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
+    how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
+           "overrides the sweep ran with (it skips the finished runs)" if ladder else sweep_command(sweep_dir, add))
     return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
-            f"seed={','.join(map(str, add))}: {sweep_command(sweep_dir, add)}, then bnexp report {sweep_dir}.")
+            f"seed={','.join(map(str, add))}: {how}, then bnexp report {sweep_dir}.")
