@@ -1,8 +1,8 @@
 """Statistics with pandas: per run (:func:`run_table`) steps-to-target and test accuracy; over seeds
 (:func:`value_stat`, :func:`reach_stat`) mean and the **population** std (ddof=0, :data:`STD_NOTE`:
-one seed gives std 0, written "(1 seed)"); and layer stability. Steps
-to a target are averaged over the seeds that reached it, the others counted "not reached (k/n)".
-Missing values are None, never made up."""
+one seed gives std 0, written "(1 seed)"); per layer, the stability of Fig. 1(b, c)
+(:func:`layer_stability`). Steps to a target are averaged over the seeds that reached it, the others
+counted "not reached (k/n)". Missing values are None, never made up."""
 
 from __future__ import annotations
 
