@@ -6,10 +6,10 @@ mini-batches from a seeded permutation. bnexp runs with its default logging
 (test evaluation on the 10,000 test images every ``trainer.eval_every`` = 1000 steps and
 at step 0, covariate-shift monitor with histograms every ``trainer.hist_every`` = 1000,
 train-loss scalars every 50, a checkpoint every 5000, TensorBoard, metrics files); measured by
-switching them off (``--breakdown``), the step loop itself adds about 2-3% per step, the monitor records
-about 2-4% and the evaluations 0-1% (within the noise) with the records thread (README, Benchmarks). The bare loop does
-only forward, loss, backward, SGD step, and draws its mini-batch as ``x[idx]`` (bnexp's loop uses
-``index_select``, ~35 us less per step on CPU).
+switching them off (``--breakdown``, two runs), the step loop itself adds about 1-3% per step, the monitor
+records about 2-4% and the evaluations 0-2% (near the noise) with the records thread (README, Benchmarks). The
+bare loop does only forward, loss, backward, SGD step, and draws its mini-batch as ``x[idx]`` (bnexp's
+loop uses ``index_select``, 25-35 us less per step on CPU).
 
 Usage:
     python benchmarks/bench_train.py [--steps 10000] [--repeats 3] [--block 100] [--threads 1] [--breakdown] [overrides ...]

@@ -385,8 +385,8 @@ class Trainer:
         """The next global mini-batch (augmented when ``data.augment`` says so): (B, C, H, W) inputs,
         (B,) labels, and the sampler's epoch."""
         idx = self.sampler.next()
-        # index_select, not x[idx]: the same rows, ~35 us less per step on CPU (advanced indexing's
-        # general path is ~6x slower for a (60, 1, 28, 28) gather)
+        # index_select, not x[idx]: the same rows, 25-35 us less per step on CPU (advanced indexing's
+        # general path was 4.5-6x slower for a (60, 1, 28, 28) gather, README Benchmarks)
         x, y = self.data.train_x.index_select(0, idx), self.data.train_y.index_select(0, idx)
         if self.augment is not None:
             x = self.augment(x)

@@ -137,7 +137,8 @@ def test_cifar_matched_table_by_hand():
     assert head == ("Target a\\* = **61.00%**, the baseline's best seed-mean final test accuracy; the baseline had "
                     "**not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is measured at "
                     "its best accuracy so far.")
-    assert _cells(table) == [["preset", "B_preset(a*) (steps)", "S(a*)", "per seed (at each seed's a*_s)", "claim", "pass"],
+    assert _cells(table) == [["preset", "B_preset(a*) (steps)", "S(a*)", "per seed (at each seed's a*_s)", "claim",
+                              "pass"],
                              ["BN-Baseline", "-", "2.00x", "seed 0: 1.50x, seed 1: 2.50x", "-", "yes"],
                              ["BN-x5", "-", "4.00x", "seed 0: 3.50x, seed 1: 4.50x", "-", "no"]]
 

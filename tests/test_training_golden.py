@@ -1,9 +1,9 @@
 """Training results are bit-identical to the recorded ones (tests/golden/training_golden_<cpu kind>.json).
 
 The golden files were written by ``tests/golden/make_training_golden.py`` with an earlier version
-of the trainer, one per CPU kernel level (AVX2, AVX512); each configuration (plain, BN, noisy BN, reference BN, a CNN with dropout,
-momentum and an exponential schedule, gradient ICS + landscape probe, Alg. 2 population
-statistics, a resumed run) is trained again here with the current code. With the same torch
+of the trainer, one per CPU kernel level (AVX2, AVX512); each configuration (plain, BN, noisy BN,
+reference BN, a CNN with dropout, momentum and an exponential schedule, gradient ICS + landscape
+probe, Alg. 2 population statistics, a resumed run) is trained again here with the current code. With the same torch
 version and CPU kernel level (``torch.backends.cpu.get_cpu_capability()``) as a golden file,
 every recorded number and the sha256 of the final weights must be *equal* to that file's; on a
 machine no file matches, floating-point kernels differ, so the numbers are compared with a
@@ -28,9 +28,8 @@ _spec.loader.exec_module(golden_maker)
 
 GOLDENS = [json.loads(p.read_text()) for p in sorted((HERE / "golden").glob(golden_maker.GOLDEN_GLOB))]
 # the file made on this machine's torch and CPU kernel level, else the first (compared with a tolerance)
-GOLDEN = next((g for g in GOLDENS if golden_maker.environment() == {k: g[k] for k in ("torch", "cpu_capability")}),
-              GOLDENS[0])
-SAME_ENVIRONMENT = golden_maker.environment() == {k: GOLDEN[k] for k in ("torch", "cpu_capability")}
+SAME = [g for g in GOLDENS if golden_maker.environment() == {k: g[k] for k in ("torch", "cpu_capability")}]
+GOLDEN, SAME_ENVIRONMENT = (SAME or GOLDENS)[0], bool(SAME)
 REL_TOL = 1e-5
 
 pytestmark = pytest.mark.slow  # about 10 s of training per configuration

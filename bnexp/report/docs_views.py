@@ -16,8 +16,8 @@ from collections.abc import Callable
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
-from bnexp.report.frontier import (BOUND_PREFIX, NAMES, PASS_WORDS, converged_sentence, frontier_table,
-                                    headline_bound, matched_table, pct, speedup_text)
+from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
+                                    matched_table, pct, seed_bounds, speedup_text)
 from bnexp.report.studies import table_md
 
 
@@ -53,16 +53,10 @@ def need(d: dict, *keys: str):
     return cur
 
 
-def _seed_bounds(report: dict, preset: str) -> dict[str, str]:
-    """{seed: "lower" | "upper" | "unknown"} for the per-seed S that are bounds (frontier_analysis's per_seed)."""
-    details = ((report.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
-    return {str(d.get("seed")): d["bound"] for d in details.get("per_seed") or [] if d.get("bound") in BOUND_PREFIX}
-
-
 def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
-    :func:`_seed_bounds`); "" without per-seed values."""
+    :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
     bounds = bounds or {}
     vals = [v for v in per.values() if v is not None]
@@ -102,7 +96,7 @@ def cifar_headline(report: dict) -> str:
         m = ma.get(p)
         if m is None:
             continue
-        per = per_seed_text(m, _seed_bounds(report, p))
+        per = per_seed_text(m, seed_bounds(report, p))
         s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
              + (f" ({per})" if per else ""))
         if p == "bn_x5":
@@ -140,8 +134,8 @@ def cifar_run(report: dict) -> str:
     steps = int(need(report, "sgd_steps"))
     win = tuning["rows"][tuning["winner"]]
     out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
-           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} ({pct(win['mean_test_accuracy'])}% "
-           f"seed-mean final test accuracy)."]
+           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} "
+           f"({pct(win['mean_test_accuracy'])}% seed-mean final test accuracy)."]
     for p, d in (fa.get("speedup") or {}).items():
         vals = [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
         if vals:

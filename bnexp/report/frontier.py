@@ -338,11 +338,22 @@ def speedup_text(v: float | None, bound: str | None = None) -> str:
     return f"{BOUND_PREFIX.get(bound or '', '')}{v:.2f}x" + (" (both bounds)" if bound == "unknown" else "")
 
 
+def details(section: dict, preset: str) -> dict:
+    """``frontier_analysis.speedup[preset]`` of report.json or :func:`analyze`'s dict ({} when absent)."""
+    return ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
+
+
 def headline_bound(section: dict, preset: str) -> str | None:
-    """The bound of ``preset``'s S(a*) (report.json or :func:`analyze`'s dict): ``frontier_analysis``'s headline
-    bound, else "lower" from ``matched_accuracy``'s ``speedup_is_lower_bound``, else None."""
-    head = ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset, {}).get("headline") or {}
+    """The bound of ``preset``'s S(a*): the :func:`details` headline's bound, else "lower" from
+    ``matched_accuracy``'s ``speedup_is_lower_bound``, else None."""
+    head = details(section, preset).get("headline") or {}
     return head.get("bound") or ("lower" if section["matched_accuracy"][preset].get("speedup_is_lower_bound") else None)
+
+
+def seed_bounds(section: dict, preset: str) -> dict[str, str]:
+    """{seed as str: "lower" | "upper" | "unknown"} for the per-seed S(a*_s) of ``preset`` that are bounds."""
+    return {str(d.get("seed")): d["bound"] for d in details(section, preset).get("per_seed") or []
+            if d.get("bound") in BOUND_PREFIX}
 
 
 def frontier_table(rows: list[dict]) -> pd.DataFrame:
@@ -366,11 +377,11 @@ def matched_table(section: dict) -> pd.DataFrame:
     """The matched-accuracy speedups (``matched_accuracy``, with ``frontier_analysis``'s details where present)
     as a text table, one row per preset: B_preset(a*), S(a*), each seed's S at its own a*_s (with its bound and
     the range), the claim its ``pass`` decides and pass yes / no / undecided."""
-    details, rows = (section.get("frontier_analysis") or {}).get("speedup") or {}, []
+    rows = []
     for p, m in section["matched_accuracy"].items():
-        d = details.get(p) or {}
+        d = details(section, p)
         h, rng, b = d.get("headline") or {}, d.get("range"), (d.get("headline") or {}).get("budget_preset")
-        bounds = {str(x.get("seed")): x.get("bound") for x in d.get("per_seed") or []}
+        bounds = seed_bounds(section, p)
         per = ", ".join(f"seed {k}: {speedup_text(v, bounds.get(str(k)))}" for k, v in by_seed(m["speedup_per_seed"]))
         rows.append({"preset": NAMES.get(p, p), "B_preset(a*) (steps)": "-" if "budget_preset" not in h else
                      "not reached" if b is None else f"{'<= ' if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
