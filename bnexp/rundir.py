@@ -338,18 +338,6 @@ def read_config(run_dir: Path) -> dict | None:
     return None
 
 
-def read_sweep_overrides(sweep_dir: Path) -> list[str] | None:
-    """The command-line overrides of the multirun whose folder is ``sweep_dir`` (its Hydra
-    ``multirun.yaml``: ``hydra.overrides.task``), or None without a readable one."""
-    import yaml
-
-    try:
-        task = yaml.safe_load((Path(sweep_dir) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
-    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
-        return None
-    return [str(o) for o in task] if isinstance(task, list) else None
-
-
 def is_run_dir(path: Path) -> bool:
     """True when ``path`` is a run directory: it holds summary.json or .hydra/config.yaml."""
     path = Path(path)
@@ -502,7 +490,8 @@ RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_thread
 IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 
-def _run_overrides(run_dir: Path) -> list[str] | None:
+def run_overrides(run_dir: Path) -> list[str] | None:
+    """The command-line overrides of one run (Hydra's ``.hydra/overrides.yaml``), or None without a readable one."""
     try:
         import yaml
 
@@ -523,7 +512,7 @@ def find_resumable(run_dir: Path, overrides: list[str]) -> Path | None:
     for d in Path(run_dir).parent.iterdir():
         if d == Path(run_dir) or not d.is_dir() or not (d / "checkpoint.pt").exists() or is_complete(d):
             continue
-        theirs = _run_overrides(d)
+        theirs = run_overrides(d)
         if theirs is not None and _comparable(theirs) == want:
             candidates.append(d)
     return max(candidates, key=lambda d: (d / "checkpoint.pt").stat().st_mtime) if candidates else None

@@ -98,6 +98,37 @@ def test_too_few_seeds_say_which_settings_and_the_command_that_adds_them(tmp_pat
     assert speed["n"] == 3 and speed["verdict"] == "supported"  # a lower bound can only understate a ">" claim
 
 
+def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
+    """scripts/ics_study.sh makes two bnexp train -m calls in one folder; multirun.yaml keeps the last one's
+    overrides, which would add seeds to noisy BN only. A configuration of the earlier call is recognised from
+    its runs' .hydra/overrides.yaml (as Hydra writes a job's values: bn='false'), and each gets its own command."""
+    import yaml
+
+    root = tmp_path / "two_calls"
+    jobs = {"BN": ["bn='true'", "seed=0", "trainer.max_steps=20000"],
+            "no BN": ["bn='false'", "seed=0", "trainer.max_steps=20000"],
+            "noisy BN": ["bn=noisy", "bn.noise_scale=3", "seed=0", "trainer.max_steps=20000"]}
+    for variant, overrides in jobs.items():
+        d = make_ics_run(root, variant, 0.5, 0)
+        (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    multirun = "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n    task: [{}]\n"
+    (root / "multirun.yaml").write_text(multirun.format("bn=noisy, 'bn.noise_scale=1,3', trainer.max_steps=20000"))
+    advice = build_report(root).data["seed_advice"]
+    assert "run each configuration's own: bnexp train -m bn='true' trainer.max_steps=20000 seed=1,2 hydra.sweep.dir=" \
+        f"{root / 'more_seeds' / '1'}; " in advice, advice
+    assert advice.count("bnexp train -m bn") == 3 and "bn.noise_scale=1,3" not in advice
+    # the same folder as one call that trained everything: the multirun.yaml command, sweep lists included
+    for d in root.iterdir():
+        if d.is_dir():
+            job = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())
+            job = [o for o in job if not o.startswith("bn.noise_scale")] + ["bn.noise_scale=3"]
+            (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(job))
+    (root / "multirun.yaml").write_text(multirun.format("'bn=true,false,noisy', bn.noise_scale=3, trainer.max_steps=20000"))
+    advice = build_report(root).data["seed_advice"]
+    assert f"Add seed=1,2: bnexp train -m bn=true,false,noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 " \
+        f"hydra.sweep.dir={root / 'seed=1,2'}, then" in advice, advice
+
+
 def test_advice_names_three_configurations_then_counts_the_rest(tmp_path):
     from bnexp.report.evidence import seeds_to_add
 

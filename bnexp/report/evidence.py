@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
-from bnexp.rundir import read_sweep_overrides
+from bnexp.rundir import run_overrides
+from bnexp.runnames import read_sweep_overrides
 
 CHANCE_MARGIN = 0.05
 NUM_CLASSES = 10  # MNIST and CIFAR-10
@@ -22,32 +23,77 @@ def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:
     return [s for s in range(len(present) + min_seeds) if s not in present][:max(0, min_seeds - len(present))]
 
 
-def sweep_command(sweep_dir: Path, seeds: list[int]) -> str:
-    """The command that adds ``seeds`` to the sweep in ``sweep_dir``: its multirun.yaml's overrides
-    (seed and hydra.* dropped), the seeds and a new sweep folder inside it (no run folder is reused)."""
-    task = read_sweep_overrides(sweep_dir)
-    keep = ([o for o in task if not o.lstrip("+~").startswith(("seed=", "hydra."))] if task
-            else ["<the sweep's overrides>"])
+SKIP = ("seed=", "hydra.", "hydra/")  # overrides a re-run command sets itself or that are Hydra's own
+
+
+def _kept(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.lstrip("+~").startswith(SKIP)]
+
+
+def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None = None, folder: str = "") -> str:
+    """The command that adds ``seeds`` to the sweep in ``sweep_dir``: ``overrides`` (default: its multirun.yaml's,
+    :func:`bnexp.runnames.read_sweep_overrides`) without seed and hydra.*, the seeds and a new sweep folder
+    inside it (``folder``, default ``seed=...``; no run folder is reused)."""
+    keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
     seed = f"seed={','.join(map(str, seeds))}"
-    return " ".join(["bnexp train -m", *keep, seed, f"hydra.sweep.dir={Path(sweep_dir) / seed}"])
+    return " ".join(["bnexp train -m", *(keep or ["<the sweep's overrides>"]), seed,
+                     f"hydra.sweep.dir={Path(sweep_dir) / (folder or seed)}"])
+
+
+def _values(overrides: list[str]) -> dict[str, set[str]] | None:
+    """{key: the values it takes} of Hydra overrides, sweeps expanded by Hydra's override parser (quotes and
+    case dropped: a job's ``bn='false'`` is the sweep's ``false``); None when they cannot be parsed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(_kept(overrides))
+        return {o.get_key_element(): {str(v).strip("'\"").lower() for v in (
+            o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()])} for o in parsed}
+    except Exception:  # an interval sweep or a grammar error: coverage unknown
+        return None
+
+
+def from_last_call(group, sweep: dict[str, set[str]] | None) -> bool:
+    """Whether the last multirun call of the folder (``sweep``: :func:`_values` of multirun.yaml's overrides)
+    trained ``group``'s configuration: its runs' own ``.hydra/overrides.yaml`` is one of that call's jobs. True
+    when either side cannot be read (then the multirun.yaml command is the best there is)."""
+    job = next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
+    mine = None if job is None else _values(job)
+    return sweep is None or mine is None or (mine.keys() == sweep.keys() and all(v <= sweep[k] for k, v in mine.items()))
 
 
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
     (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/seed=1,2, then bnexp report
-    SWEEP."; the first three named, then how many more); None when all have. A ``ladder`` sweep (the Sec. 4.2
-    frontier of scripts/reproduce_cifar.sh, many multirun calls in one folder) is completed by that script."""
-    short = [(g.label, sorted({r.seed for r in g.completed if r.seed is not None}), len(g.completed))
-             for g in groups if g.config and len(g.completed) < min_seeds]
+    SWEEP."; the first three named, then how many more); None when all have.
+
+    The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
+    configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
+    each configuration gets its own command from its runs' overrides instead. A ``ladder`` sweep (the Sec. 4.2
+    frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script."""
+    short = [g for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
         return None
-    add = sorted({s for _, seeds, _ in short for s in seeds_to_add(seeds, min_seeds)})
-    names = "; ".join(f"{label} has {n} seed{'' if n == 1 else 's'}" + (f" ({', '.join(map(str, seeds))})" if seeds
-                                                                       else "") for label, seeds, n in short[:3])
+    seeds = [sorted({r.seed for r in g.completed if r.seed is not None}) for g in short]
+    add = sorted({s for have in seeds for s in seeds_to_add(have, min_seeds)})
+    names = "; ".join(f"{g.label} has {len(g.completed)} seed{'' if len(g.completed) == 1 else 's'}"
+                      + (f" ({', '.join(map(str, have))})" if have else "") for g, have in zip(short[:3], seeds))
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
-    have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
-    how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
-           "overrides the sweep ran with (it skips the finished runs)" if ladder else sweep_command(sweep_dir, add))
+    task = None if ladder else read_sweep_overrides(sweep_dir)
+    sweep = None if task is None else _values(task)
+    if ladder:
+        have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
+        how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
+               "overrides the sweep ran with (it skips the finished runs)")
+    elif all(from_last_call(g, sweep) for g in short):
+        how = sweep_command(sweep_dir, add, task)
+    else:  # several multirun calls in one folder: one command per configuration, from its runs' overrides
+        how = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's, so run "
+               "each configuration's own: " + "; ".join(
+                   sweep_command(sweep_dir, seeds_to_add(have, min_seeds), run_overrides(g.runs[0].path),
+                                 f"more_seeds/{i}") for i, (g, have) in enumerate(zip(short[:3], seeds), 1))
+               + (f" (and {len(short) - 3} more: each run's .hydra/overrides.yaml holds its overrides)"
+                  if len(short) > 3 else ""))
     return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
             f"seed={','.join(map(str, add))}: {how}, then bnexp report {sweep_dir}.")
