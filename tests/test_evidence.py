@@ -123,7 +123,8 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
             job = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())
             job = [o for o in job if not o.startswith("bn.noise_scale")] + ["bn.noise_scale=3"]
             (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(job))
-    (root / "multirun.yaml").write_text(multirun.format("'bn=true,false,noisy', bn.noise_scale=3, trainer.max_steps=20000"))
+    one_call = "'bn=true,false,noisy', bn.noise_scale=3, trainer.max_steps=20000"
+    (root / "multirun.yaml").write_text(multirun.format(one_call))
     advice = build_report(root).data["seed_advice"]
     assert f"Add seed=1,2: bnexp train -m bn=true,false,noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 " \
         f"hydra.sweep.dir={root / 'seed=1,2'}, then" in advice, advice

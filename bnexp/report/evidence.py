@@ -59,7 +59,8 @@ def from_last_call(group, sweep: dict[str, set[str]] | None) -> bool:
     when either side cannot be read (then the multirun.yaml command is the best there is)."""
     job = next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
     mine = None if job is None else _values(job)
-    return sweep is None or mine is None or (mine.keys() == sweep.keys() and all(v <= sweep[k] for k, v in mine.items()))
+    return sweep is None or mine is None or (mine.keys() == sweep.keys()
+                                             and all(v <= sweep[k] for k, v in mine.items()))
 
 
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
