@@ -101,7 +101,8 @@ def test_too_few_seeds_say_which_settings_and_the_command_that_adds_them(tmp_pat
 def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
     """scripts/ics_study.sh makes two bnexp train -m calls in one folder; multirun.yaml keeps the last one's
     overrides, which would add seeds to noisy BN only. A configuration of the earlier call is recognised from
-    its runs' .hydra/overrides.yaml (as Hydra writes a job's values: bn='false'), and each gets its own command."""
+    its runs' .hydra/overrides.yaml (as Hydra writes a job's values: bn='false'), and the commands come from
+    the configurations' own overrides."""
     import yaml
 
     root = tmp_path / "two_calls"
@@ -114,9 +115,11 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
     multirun = "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n    task: [{}]\n"
     (root / "multirun.yaml").write_text(multirun.format("bn=noisy, 'bn.noise_scale=1,3', trainer.max_steps=20000"))
     advice = build_report(root).data["seed_advice"]
-    assert "run each configuration's own: bnexp train -m bn='true' trainer.max_steps=20000 seed=1,2 hydra.sweep.dir=" \
-        f"{root / 'more_seeds' / '1'}; " in advice, advice
-    assert advice.count("bnexp train -m bn") == 3 and "bn.noise_scale=1,3" not in advice
+    # one command per call, as the script made them: BN and no BN form the grid bn=true,false
+    assert advice.endswith(
+        f"run these: bnexp train -m bn=true,false trainer.max_steps=20000 seed=1,2 hydra.sweep.dir="
+        f"{root / 'more_seeds' / '1'}; bnexp train -m bn=noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 "
+        f"hydra.sweep.dir={root / 'more_seeds' / '2'}, then bnexp report {root}."), advice
     # the same folder as one call that trained everything: the multirun.yaml command, sweep lists included
     for d in root.iterdir():
         if d.is_dir():
@@ -128,6 +131,33 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
     advice = build_report(root).data["seed_advice"]
     assert f"Add seed=1,2: bnexp train -m bn=true,false,noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 " \
         f"hydra.sweep.dir={root / 'seed=1,2'}, then" in advice, advice
+
+
+def test_configurations_share_a_command_only_when_their_values_form_a_full_grid(tmp_path):
+    """bn=true,false lr=0.1,0.2 would also train the two combinations nobody ran: such configurations get
+    a command each; a full grid, or configurations with other seeds to add, are told apart as well."""
+    from types import SimpleNamespace as NS
+
+    import yaml
+
+    from bnexp.report.evidence import grid_commands
+
+    def group(name, *overrides):
+        d = tmp_path / name / ".hydra"
+        d.mkdir(parents=True)
+        (d / "overrides.yaml").write_text(yaml.safe_dump([*overrides, "seed=0", "hydra.job.chdir=false"]))
+        return NS(runs=[NS(path=d.parent)])
+
+    diagonal = [group("a", "bn='true'", "lr=0.1"), group("b", "bn='false'", "lr=0.2")]
+    assert grid_commands(diagonal, [[0], [0]], tmp_path) == [
+        f"bnexp train -m bn=true lr=0.1 seed=1,2 hydra.sweep.dir={tmp_path / 'more_seeds' / '1'}",
+        f"bnexp train -m bn=false lr=0.2 seed=1,2 hydra.sweep.dir={tmp_path / 'more_seeds' / '2'}"]
+    full = diagonal + [group("c", "bn='true'", "lr=0.2"), group("d", "bn='false'", "lr=0.1")]
+    assert grid_commands(full, [[0]] * 4, tmp_path) == [
+        f"bnexp train -m bn=true,false lr=0.1,0.2 seed=1,2 hydra.sweep.dir={tmp_path / 'more_seeds' / '1'}"]
+    # the same four with other seeds to add for no BN: two grids of their own
+    assert [c.split(" hydra.")[0] for c in grid_commands(full, [[0], [0, 1], [0], [0, 1]], tmp_path)] == [
+        "bnexp train -m bn=true lr=0.1,0.2 seed=1,2", "bnexp train -m bn=false lr=0.2,0.1 seed=2"]
 
 
 def test_advice_names_three_configurations_then_counts_the_rest(tmp_path):

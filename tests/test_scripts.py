@@ -160,6 +160,9 @@ def test_ics_study_few_steps(tmp_path, data_root):
             assert kinds.count("grad_ics") == 2 and kinds.count("landscape") == 2
         assert all(s["probe_time_s"]["grad_ics"] > 0 for s in summaries)
         assert (sweep / "report.md").exists()
+        # one seed: the advice repeats the script's two calls (multirun.yaml holds only the second)
+        advice = json.loads((sweep / "report.json").read_text())["seed_advice"]
+        assert " bn=true,false " in advice and " bn=noisy bn.noise_scale=1,3 " in advice, advice
     # CIFAR_OVERRIDES reach the CIFAR-10 part only
     assert {tuple(resolved(p, "model.channels")) for p in cifar.glob("*/config.yaml")} == {(4, 8, 8)}
     assert {resolved(p, "trainer.probe_size") for p in mnist.glob("*/config.yaml")} == {1000}

@@ -8,6 +8,7 @@ the top of the claims, with the seeds to add and the command that adds them (:fu
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
@@ -63,6 +64,29 @@ def from_last_call(group, sweep: dict[str, set[str]] | None) -> bool:
                                              and all(v <= sweep[k] for k, v in mine.items()))
 
 
+MAX_COMMANDS = 5
+
+
+def grid_commands(short, seeds: list[list[int]], sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> list[str]:
+    """Commands that add the missing seeds to the configurations ``short`` (their present ``seeds``), from each
+    one's own ``.hydra/overrides.yaml``: configurations with the same override keys and the same seeds to add
+    share one command, its values as sweep lists (``bn=true,false``), when their values form a full grid
+    (every combination is one of them, so the command trains nothing new); otherwise one command each."""
+    sets: dict[tuple, list[dict]] = {}
+    for g, have in zip(short, seeds):
+        kv = dict(o.partition("=")[::2] for o in _kept(run_overrides(g.runs[0].path) or []))
+        kv = {k: v[1:-1] if len(v) > 1 and v[0] == v[-1] == "'" and "," not in v else v for k, v in kv.items()}
+        sets.setdefault((frozenset(kv), tuple(seeds_to_add(have, min_seeds))), []).append(kv)
+    cmds = []
+    for (_, add), configs in sets.items():
+        values = {k: list(dict.fromkeys(c[k] for c in configs)) for k in configs[0]}
+        grid = math.prod(len(v) for v in values.values()) == len({tuple(c.items()) for c in configs})
+        for part in [values] if grid else [{k: [v] for k, v in c.items()} for c in configs]:
+            cmds.append(sweep_command(sweep_dir, list(add), [f"{k}={','.join(v)}" for k, v in part.items()],
+                                      f"more_seeds/{len(cmds) + 1}"))
+    return cmds
+
+
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
@@ -89,12 +113,11 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
                "overrides the sweep ran with (it skips the finished runs)")
     elif all(from_last_call(g, sweep) for g in short):
         how = sweep_command(sweep_dir, add, task)
-    else:  # several multirun calls in one folder: one command per configuration, from its runs' overrides
+    else:  # several multirun calls in one folder: commands from the configurations' own overrides
+        cmds = grid_commands(short, seeds, sweep_dir, min_seeds)
         how = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's, so run "
-               "each configuration's own: " + "; ".join(
-                   sweep_command(sweep_dir, seeds_to_add(have, min_seeds), run_overrides(g.runs[0].path),
-                                 f"more_seeds/{i}") for i, (g, have) in enumerate(zip(short[:3], seeds), 1))
-               + (f" (and {len(short) - 3} more: each run's .hydra/overrides.yaml holds its overrides)"
-                  if len(short) > 3 else ""))
+               + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
+               + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
+                  if len(cmds) > MAX_COMMANDS else ""))
     return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
             f"seed={','.join(map(str, add))}: {how}, then bnexp report {sweep_dir}.")
