@@ -9,6 +9,7 @@ the top of the claims, with the seeds to add and the command that adds them (:fu
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
@@ -74,15 +75,17 @@ def grid_commands(short, seeds: list[list[int]], sweep_dir: Path, min_seeds: int
     (every combination is one of them, so the command trains nothing new); otherwise one command each."""
     sets: dict[tuple, list[dict]] = {}
     for g, have in zip(short, seeds):
-        kv = dict(o.partition("=")[::2] for o in _kept(run_overrides(g.runs[0].path) or []))
-        kv = {k: v[1:-1] if len(v) > 1 and v[0] == v[-1] == "'" and "," not in v else v for k, v in kv.items()}
+        own = _kept(run_overrides(g.runs[0].path) or [])
+        kv = {k: v if sep else None for k, sep, v in (o.partition("=") for o in own)}  # "~key": no value
+        kv = {k: v[1:-1] if v and re.fullmatch(r"'[\w.+-]+'", v) else v for k, v in kv.items()}  # 'true' -> true
         sets.setdefault((frozenset(kv), tuple(seeds_to_add(have, min_seeds))), []).append(kv)
     cmds = []
     for (_, add), configs in sets.items():
         values = {k: list(dict.fromkeys(c[k] for c in configs)) for k in configs[0]}
         grid = math.prod(len(v) for v in values.values()) == len({tuple(c.items()) for c in configs})
         for part in [values] if grid else [{k: [v] for k, v in c.items()} for c in configs]:
-            cmds.append(sweep_command(sweep_dir, list(add), [f"{k}={','.join(v)}" for k, v in part.items()],
+            cmds.append(sweep_command(sweep_dir, list(add), [k if v == [None] else f"{k}={','.join(v)}"
+                                                             for k, v in part.items()],
                                       f"more_seeds/{len(cmds) + 1}"))
     return cmds
 
