@@ -140,13 +140,13 @@ def test_configurations_share_a_command_only_when_their_values_form_a_full_grid(
 
     import yaml
 
-    from bnexp.report.evidence import grid_commands
+    from bnexp.report.evidence import grid_commands, own_overrides
 
     def group(name, *overrides):
         d = tmp_path / name / ".hydra"
         d.mkdir(parents=True)
         (d / "overrides.yaml").write_text(yaml.safe_dump([*overrides, "seed=0", "hydra.job.chdir=false"]))
-        return NS(runs=[NS(path=d.parent)])
+        return own_overrides(NS(runs=[NS(path=tmp_path / "none"), NS(path=d.parent)]))  # the first readable
 
     diagonal = [group("a", "bn='true'", "lr=0.1"), group("b", "bn='false'", "lr=0.2")]
     assert grid_commands(diagonal, [[0], [0]], tmp_path) == [

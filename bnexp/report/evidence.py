@@ -55,11 +55,16 @@ def _values(overrides: list[str]) -> dict[str, set[str]] | None:
         return None
 
 
-def from_last_call(group, sweep: dict[str, set[str]] | None) -> bool:
+def own_overrides(group) -> list[str] | None:
+    """The overrides its runs were started with: the first readable ``.hydra/overrides.yaml`` of ``group``'s
+    runs (:func:`bnexp.rundir.run_overrides`), or None."""
+    return next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
+
+
+def from_last_call(job: list[str] | None, sweep: dict[str, set[str]] | None) -> bool:
     """Whether the last multirun call of the folder (``sweep``: :func:`_values` of multirun.yaml's overrides)
-    trained ``group``'s configuration: its runs' own ``.hydra/overrides.yaml`` is one of that call's jobs. True
-    when either side cannot be read (then the multirun.yaml command is the best there is)."""
-    job = next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
+    trained the configuration whose runs were started with ``job`` (:func:`own_overrides`): ``job`` is one of
+    that call's jobs. True when either side cannot be read (then the multirun.yaml command is the best there is)."""
     mine = None if job is None else _values(job)
     return sweep is None or mine is None or (mine.keys() == sweep.keys()
                                              and all(v <= sweep[k] for k, v in mine.items()))
@@ -68,15 +73,15 @@ def from_last_call(group, sweep: dict[str, set[str]] | None) -> bool:
 MAX_COMMANDS = 5
 
 
-def grid_commands(short, seeds: list[list[int]], sweep_dir: Path, min_seeds: int = MIN_SEEDS) -> list[str]:
-    """Commands that add the missing seeds to the configurations ``short`` (their present ``seeds``), from each
-    one's own ``.hydra/overrides.yaml``: configurations with the same override keys and the same seeds to add
-    share one command, its values as sweep lists (``bn=true,false``), when their values form a full grid
+def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_dir: Path,
+                  min_seeds: int = MIN_SEEDS) -> list[str]:
+    """Commands that add the missing seeds to configurations, given each one's overrides (``jobs``,
+    :func:`own_overrides`) and present ``seeds``: configurations with the same override keys and the same seeds
+    to add share one command, its values as sweep lists (``bn=true,false``), when their values form a full grid
     (every combination is one of them, so the command trains nothing new); otherwise one command each."""
     sets: dict[tuple, list[dict]] = {}
-    for g, have in zip(short, seeds):
-        own = _kept(run_overrides(g.runs[0].path) or [])
-        kv = {k: v if sep else None for k, sep, v in (o.partition("=") for o in own)}  # "~key": no value
+    for job, have in zip(jobs, seeds):
+        kv = {k: v if sep else None for k, sep, v in (o.partition("=") for o in _kept(job or []))}  # "~key"
         kv = {k: v[1:-1] if v and re.fullmatch(r"'[\w.+-]+'", v) else v for k, v in kv.items()}  # 'true' -> true
         sets.setdefault((frozenset(kv), tuple(seeds_to_add(have, min_seeds))), []).append(kv)
     cmds = []
@@ -98,7 +103,7 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
 
     The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
     configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
-    each configuration gets its own command from its runs' overrides instead. A ``ladder`` sweep (the Sec. 4.2
+    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`). A ``ladder`` sweep (the Sec. 4.2
     frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script."""
     short = [g for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
@@ -110,14 +115,15 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
     task = None if ladder else read_sweep_overrides(sweep_dir)
     sweep = None if task is None else _values(task)
+    jobs = [] if ladder else [own_overrides(g) for g in short]
     if ladder:
         have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
         how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
                "overrides the sweep ran with (it skips the finished runs)")
-    elif all(from_last_call(g, sweep) for g in short):
+    elif all(from_last_call(job, sweep) for job in jobs):
         how = sweep_command(sweep_dir, add, task)
     else:  # several multirun calls in one folder: commands from the configurations' own overrides
-        cmds = grid_commands(short, seeds, sweep_dir, min_seeds)
+        cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds)
         how = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's, so run "
                + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
                + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
