@@ -538,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
         _print_error("interrupted (Ctrl-C).")
         return 130
     except Exception as exc:
+        if _raised_by_ctrl_c(exc):  # e.g. a library's cleanup failing half-way (argparse's, on Python 3.11)
+            _print_error("interrupted (Ctrl-C).")
+            return 130
         from bnexp.explain import explain
 
         message = None if _raised_in_a_job(exc) else explain(exc)
@@ -545,6 +548,18 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _print_error(message)
         return 2
+
+
+def _raised_by_ctrl_c(exc: BaseException) -> bool:
+    """True when ``exc`` was raised while a KeyboardInterrupt was being handled (it is in ``exc``'s context
+    chain): a ``finally`` block that fails because Ctrl-C stopped the code before it half-way."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
 
 
 def _raised_in_a_job(exc: BaseException) -> bool:

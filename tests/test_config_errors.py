@@ -152,6 +152,20 @@ def test_ctrl_c_in_main_is_one_line_exit_130(capsys, monkeypatch):
     assert _one_error_line(capsys.readouterr().err) == "bnexp: error: interrupted (Ctrl-C)."
 
 
+def test_an_error_raised_by_ctrl_c_is_exit_130(capsys, monkeypatch):
+    """Ctrl-C inside argparse.parse_intermixed_args (Python 3.11) can make its finally block raise
+    AttributeError (an action without save_nargs): still one line and exit 130, no traceback."""
+    def interrupted(args):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("'_StoreAction' object has no attribute 'save_nargs'")
+
+    monkeypatch.setattr(cli, "train_main", interrupted)
+    assert cli.main(["train"]) == 130
+    assert _one_error_line(capsys.readouterr().err) == "bnexp: error: interrupted (Ctrl-C)."
+
+
 @pytest.mark.parametrize("delay", [0.3, 1.5, 4.0])
 def test_ctrl_c_at_any_phase_exits_130_without_traceback(tmp_path, data_root, delay):
     """SIGINT while Python imports bnexp, while Hydra composes, while data loads or training runs."""
