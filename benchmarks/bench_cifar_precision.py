@@ -9,7 +9,7 @@ test-set evaluation (10,000 images, forward only) per variant.
 
 Both wall-clock and process CPU time are printed: on a shared machine the CPU time per step is
 the better estimate of what one uncontended core does. bf16 is measured whether or not
-:func:`bnexp.precision.bf16_supported` says the CPU has native bfloat16 (the trainer would fall
+:func:`bnexp.train.precision.bf16_supported` says the CPU has native bfloat16 (the trainer would fall
 back to fp32 where it has not).
 
 Usage:
@@ -30,9 +30,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bnexp.config import compose_config  # noqa: E402
-from bnexp.models import build_model  # noqa: E402
-from bnexp.precision import autocast, bf16_supported, channels_last_input, to_channels_last  # noqa: E402
+from bnexp.config.schema import compose_config  # noqa: E402
+from bnexp.nets.models import build_model  # noqa: E402
+from bnexp.train.precision import autocast, bf16_supported, channels_last_input, to_channels_last  # noqa: E402
 
 VARIANTS = (("fp32 NCHW", False, None), ("fp32 channels-last", True, None),
             ("bf16 + channels-last", True, torch.bfloat16))

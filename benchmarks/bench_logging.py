@@ -11,7 +11,7 @@ cadences (``trainer.eval_every`` = ``trainer.hist_every`` = 1000, plus step 0) a
 fraction of the bare step. Medians over ``--repeats`` (the parts of the record: means).
 
 With ``trainer.async_records=true`` (the default) the step loop itself does only the copy of the
-network and the probe's forward pass; the rest runs on the records thread (``bnexp.background``), so
+network and the probe's forward pass; the rest runs on the records thread (``bnexp.train.background``), so
 these are CPU costs there and, with a free second core, not the loop's wall time.
 
 Usage:
@@ -32,9 +32,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bnexp.config import compose_config  # noqa: E402
-from bnexp.measurements import evaluate  # noqa: E402
-from bnexp.trainer import Trainer  # noqa: E402
+from bnexp.config.schema import compose_config  # noqa: E402
+from bnexp.train.measurements import evaluate  # noqa: E402
+from bnexp.train.trainer import Trainer  # noqa: E402
 
 
 def median_ms(fn, repeats: int) -> float:

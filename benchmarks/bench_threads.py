@@ -1,7 +1,7 @@
 """Training speed of the paper's MLP with 1 and 2 torch threads, idle and under CPU load, in one run.
 
 Why: ``trainer.num_threads=0`` (auto) picks one thread for small networks
-(:func:`bnexp.resources.default_num_threads`). This benchmark is the measurement behind
+(:func:`bnexp.config.resources.default_num_threads`). This benchmark is the measurement behind
 that default: the paper's Fig. 1 network (784-100-100-100-10, sigmoid, BN, mini-batch 60,
 plain SGD) trained on real MNIST by bnexp's own model and sampler, with
 
@@ -30,10 +30,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bnexp.config import compose_config  # noqa: E402
-from bnexp.data import BatchSampler, load_data  # noqa: E402
-from bnexp.models import build_model  # noqa: E402
-from bnexp.resources import default_num_threads  # noqa: E402
+from bnexp.config.schema import compose_config  # noqa: E402
+from bnexp.nets.data import BatchSampler, load_data  # noqa: E402
+from bnexp.nets.models import build_model  # noqa: E402
+from bnexp.config.resources import default_num_threads  # noqa: E402
 
 
 def _spin(stop) -> None:

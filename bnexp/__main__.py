@@ -1,7 +1,7 @@
 """``python -m bnexp ...``: the same command line as the ``bnexp`` console script.
 
 This is the form launchers need: ``torchrun --standalone --nproc-per-node=N -m bnexp train ...``
-starts N replicas of one run (data-parallel training, see :mod:`bnexp.distributed`).
+starts N replicas of one run (data-parallel training, see :mod:`bnexp.train.distributed`).
 """
 
 import sys

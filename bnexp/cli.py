@@ -1,16 +1,16 @@
 """The ``bnexp`` command line: ``bnexp train [-m] [overrides]`` and ``bnexp report SWEEP_DIR``.
 
 ``bnexp train`` is a Hydra application: Hydra owns the override syntax, multirun (``-m``) and
-launchers. Before Hydra sees the arguments, bnexp reads them itself (:mod:`bnexp.explain`): the
+launchers. Before Hydra sees the arguments, bnexp reads them itself (:mod:`bnexp.config.explain`): the
 values of ``bn=...`` overrides are quoted (``bn`` is a config group whose options are named
 ``true`` and ``false``, which Hydra's grammar would read as booleans), an override Hydra cannot
 read is named with a hint to quote it, a key given twice is refused, and ``--help`` lists every
-key with its default and description (from the schemas in :mod:`bnexp.config`).
+key with its default and description (from the schemas in :mod:`bnexp.config.schema`).
 
 Errors: :func:`main` is the one place that turns an error into one ``bnexp: error: ...`` line:
 a :class:`~bnexp.errors.UserError`, or an error of Hydra's composition or OmegaConf (a wrong
-type, an unknown key or group option), worded by :func:`bnexp.explain.explain`.
-Exit codes: 0 success; 1 a sweep with failed jobs (listed at its end, :mod:`bnexp.sweepjobs`),
+type, an unknown key or group option), worded by :func:`bnexp.config.explain.explain`.
+Exit codes: 0 success; 1 a sweep with failed jobs (listed at its end, :mod:`bnexp.runs.sweepjobs`),
 or an internal error, with its traceback; 2 a user error; 130 Ctrl-C (one line, no traceback,
 at any phase), 128 + N another signal N.
 
@@ -36,7 +36,7 @@ def _hydra_train():
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from bnexp.config import CONF_DIR
+    from bnexp.config.schema import CONF_DIR
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def train_app(cfg):
@@ -107,7 +107,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
 
     - a run folder holds one configuration: a folder whose run is complete or resumable and was
       made with a different result-changing value is refused (:func:`_refuse_other_config`);
-      the keys of ``bnexp.rundir.RESULT_NEUTRAL_KEYS`` never count;
+      the keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count;
     - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
       re-run of a sweep does only what is left and never overwrites a finished run;
     - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
@@ -117,15 +117,15 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     - a lock file keeps two processes out of one run directory.
 
     User errors: single run -> one message and exit code 2; in a multirun the job is
-    recorded as ``failed``, returns a :class:`~bnexp.sweepjobs.FailedRun` and the sweep goes
+    recorded as ``failed``, returns a :class:`~bnexp.runs.sweepjobs.FailedRun` and the sweep goes
     on. Internal errors: recorded as ``failed`` with the traceback in summary.json; re-raised
     in a single run (traceback kept). Ctrl-C before training: one line, exit code 130.
     SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
     Under torchrun (N replicas) rank 0 does all of the above and tells the other replicas
     whether to train; they train in rank 0's run directory and write nothing.
     """
-    from bnexp import distributed
-    from bnexp.runtime import resolve_device
+    from bnexp.train import distributed
+    from bnexp.train.runtime import resolve_device
 
     try:
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
@@ -156,9 +156,9 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
 
 def _follow(cfg, run_dir: Path, replicas):
     """A replica of rank > 0 (torchrun): train beside rank 0 if it says go; write nothing."""
-    from bnexp import distributed
-    from bnexp.config import validate
-    from bnexp.trainer import Interrupted, train
+    from bnexp.train import distributed
+    from bnexp.config.schema import validate
+    from bnexp.train.trainer import Interrupted, train
 
     if not distributed.broadcast_object(None, replicas):
         return None
@@ -174,12 +174,13 @@ def _follow(cfg, run_dir: Path, replicas):
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
-    from bnexp import distributed, rundir
-    from bnexp.config import validate
+    from bnexp.train import distributed
+    from bnexp.runs import rundir
+    from bnexp.config.schema import validate
     from bnexp.errors import OutputError
-    from bnexp.records import sparse_record_warnings
-    from bnexp.sweepjobs import FailedRun
-    from bnexp.trainer import Interrupted, train
+    from bnexp.train.records import sparse_record_warnings
+    from bnexp.runs.sweepjobs import FailedRun
+    from bnexp.train.trainer import Interrupted, train
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
@@ -263,15 +264,15 @@ def _refuse_other_config(cfg, run_dir: Path) -> None:
     """A run folder holds one configuration: refuse a folder whose complete or resumable run was
     made with a different result-changing value (its ``config.yaml``, written when it started).
 
-    Keys of ``bnexp.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.changed_keys`).
+    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
 
     Raises:
         UserError: naming the differing keys (old -> new) and the two ways out.
     """
     import yaml
 
-    from bnexp import rundir
-    from bnexp.config import changed_keys, resolved
+    from bnexp.runs import rundir
+    from bnexp.config.schema import changed_keys, resolved
 
     complete = rundir.is_complete(run_dir)
     if not (complete or (run_dir / "checkpoint.pt").exists()):
@@ -296,7 +297,7 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
     """Ctrl-C before the training loop took over the signal (validation, data loading): one line;
     a folder holding nothing yet is removed, an attempt in a kept folder is recorded. Returns the
     lock still to release (None once released)."""
-    from bnexp import rundir
+    from bnexp.runs import rundir
 
     summary = rundir.read_summary(run_dir) or {}
     if fresh and not summary:
@@ -359,7 +360,7 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
     status is ``failed`` (a sweep re-run starts that run over). A complete summary.json
     (``finished`` or ``diverged``) is never overwritten: the attempt's error goes to the log only.
     """
-    from bnexp import rundir
+    from bnexp.runs import rundir
 
     try:
         prev = rundir.read_summary(run_dir) or {}
@@ -456,9 +457,9 @@ def train_main(args: list[str]) -> int:
     Raises:
         UserError, Hydra's and OmegaConf's errors: for :func:`main` to show as one line.
     """
-    from bnexp.config import CONF_DIR, quote_bn_overrides
-    from bnexp.explain import parse_overrides
-    from bnexp.sweepjobs import sweep_failures
+    from bnexp.config.schema import CONF_DIR, quote_bn_overrides
+    from bnexp.config.explain import parse_overrides
+    from bnexp.runs.sweepjobs import sweep_failures
 
     if not CONF_DIR.is_dir():
         raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
@@ -466,7 +467,7 @@ def train_main(args: list[str]) -> int:
     flags, args = _parse_flags(quote_bn_overrides(args))
     parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
     if flags.help:
-        from bnexp.usage import train_help
+        from bnexp.config.usage import train_help
 
         print(train_help(flags.overrides))
         return 0
@@ -510,7 +511,7 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
         UserError: ``-m`` under torchrun (a sweep of data-parallel runs: launch one torchrun per
             run, e.g. through hydra/launcher=slurm), or a malformed WORLD_SIZE/RANK.
     """
-    from bnexp import distributed
+    from bnexp.train import distributed
 
     if distributed.env_world_size() <= 1:
         return args, None
@@ -529,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnexp`` console script: the one place errors become one line.
 
     A :class:`UserError` or an error of Hydra's composition or OmegaConf
-    (:func:`bnexp.explain.explain`) -> ``bnexp: error: ...`` and exit code 2; Ctrl-C at any phase
+    (:func:`bnexp.config.explain.explain`) -> ``bnexp: error: ...`` and exit code 2; Ctrl-C at any phase
     -> one line and exit code 130; any other exception is internal and keeps its traceback.
     """
     try:
@@ -541,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         if _raised_by_ctrl_c(exc):  # e.g. a library's cleanup failing half-way (argparse's, on Python 3.11)
             _print_error("interrupted (Ctrl-C).")
             return 130
-        from bnexp.explain import explain
+        from bnexp.config.explain import explain
 
         message = None if _raised_in_a_job(exc) else explain(exc)
         if message is None:  # an internal error: its traceback
@@ -575,7 +576,7 @@ def _raised_in_a_job(exc: BaseException) -> bool:
 
 def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
-        from bnexp.usage import usage
+        from bnexp.config.usage import usage
 
         print(usage())
         return 0 if argv else 2

@@ -7,7 +7,7 @@
 # Every (preset, budget, seed) is one run whose rate halves 5 times over its own budget
 # (trainer.max_steps=B optim.decay_rate=0.5 optim.decay_steps=B/5, 4 evaluations) on top of the
 # presets in conf/experiment/. The ladder decisions are made in Python from the runs already in the
-# sweep folder (bnexp/ladder.py: `python -m bnexp.ladder next|plan SWEEP_DIR ...`):
+# sweep folder (bnexp/designs/ladder.py: `python -m bnexp.designs.ladder next|plan SWEEP_DIR ...`):
 #   stage 1: the baseline at 6k steps, rates 0.025, 0.04 x dropout 0, 0.3, seeds 0, 1; the winner is the
 #            highest seed-mean final test accuracy (its 6k runs are the ladder's 6k rung: same folder);
 #   stage 2: the winner at 3k, 6k, 12k, 24k steps, and 48k when 24k gains >= 0.5 points over 12k;
@@ -53,7 +53,7 @@ if [[ -n "${SEEDS:-}" ]]; then PLAN+=(--seeds "${SEEDS}"); fi
 if [[ -n "${LADDER:-}" ]]; then PLAN+=(--ladder "${LADDER}"); fi
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.ladder plan "${PLAN[@]}" --jobs "${JOBS}" --steps-per-s "${STEPS_PER_S:-15}"
+  exec python -m bnexp.designs.ladder plan "${PLAN[@]}" --jobs "${JOBS}" --steps-per-s "${STEPS_PER_S:-15}"
 fi
 source scripts/_data_env.sh
 THREADS=1
@@ -63,7 +63,7 @@ COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_overr
 start=$(date +%s)
 previous=""
 while :; do
-  if ! batch="$(python -m bnexp.ladder next "${PLAN[@]}")"; then rc=2; break; fi
+  if ! batch="$(python -m bnexp.designs.ladder next "${PLAN[@]}")"; then rc=2; break; fi
   if [[ -z "${batch}" ]]; then break; fi
   if [[ "${batch}" == "${previous}" ]]; then
     echo "error: these runs are still missing after they ran (failed jobs, see above); stopping:" >&2

@@ -3,7 +3,7 @@
 #
 #   scripts/reproduce_mnist.sh [extra Hydra overrides ...]
 #
-# Design (issue 20, item 5; fixed before the run in bnexp/mnist_design.py, pass rules in docs/mnist/README.md),
+# Design (issue 20, item 5; fixed before the run in bnexp/designs/mnist.py, pass rules in docs/mnist/README.md),
 # at the paper's setup (784-100-100-100-10 sigmoid MLP, mini-batch 60, plain SGD at a constant rate):
 #   BN,    normal init (paper, W ~ N(0, 0.01^2)): lr 0.12, 0.6, 3.6, 5.4, 7.2, 10.8, 14.4, 28.8
 #   no BN, normal init:                           lr 0.12, 0.6, 1.2, 1.8, 2.4, 3.6, 5.4, 7.2, 14.4
@@ -43,7 +43,7 @@ SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/mnist_fig1$(sweep_suffix "$@")}"
 if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/mnist" "$@")"; fi
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.mnist_design plan --sweep-dir "${SWEEP_DIR}" --jobs "${JOBS}" \
+  exec python -m bnexp.designs.mnist plan --sweep-dir "${SWEEP_DIR}" --jobs "${JOBS}" \
     --steps-per-s-bn "${STEPS_PER_S_BN:-290}" --steps-per-s-no-bn "${STEPS_PER_S_NO_BN:-490}" \
     --startup-s "${STARTUP_S:-12}" -- "$@"
 fi
@@ -51,7 +51,7 @@ if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data/MNIST ]]; then
   export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"
 fi
 start=$(date +%s)
-blocks="$(python -m bnexp.mnist_design blocks -- "$@")"
+blocks="$(python -m bnexp.designs.mnist blocks -- "$@")"
 while IFS= read -r line; do
   read -ra OVERRIDES <<< "${line}"
   bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")" \

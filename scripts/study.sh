@@ -4,10 +4,10 @@
 #   scripts/study.sh NAME [extra Hydra overrides ...]
 #
 # NAME: batch_size | inference_statistics | placement | normalizer | depth. The runs of each study
-# (bnexp/studyplan.py) are Hydra multiruns through the joblib launcher, one torch thread per job, into
+# (bnexp/designs/studies.py) are Hydra multiruns through the joblib launcher, one torch thread per job, into
 # one sweep folder; each run folder is named by the keys its multirun sweeps. inference_statistics then
 # evaluates every run's final weights with batch statistics, running averages and Alg. 2 population
-# statistics (python -m bnexp.inference_eval). `bnexp report` writes the study section (claims with
+# statistics (python -m bnexp.train.inference_eval). `bnexp report` writes the study section (claims with
 # per-seed values, 95% intervals and verdicts, a table, a figure) beside the usual report.
 # Extra overrides come last and win, e.g. a quick look: scripts/study.sh depth trainer.max_steps=500 seed=0
 # Environment:
@@ -36,7 +36,7 @@ SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/study_${NAME}$(sweep_suffix "$@")}"
 if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/studies/${NAME}" "$@")"; fi
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.studyplan plan "${NAME}" "${SWEEP_DIR}" --jobs "${JOBS}" "$@"
+  exec python -m bnexp.designs.studies plan "${NAME}" "${SWEEP_DIR}" --jobs "${JOBS}" "$@"
 fi
 source scripts/_data_env.sh
 mkdir -p "${SWEEP_DIR}"
@@ -59,7 +59,7 @@ PY
 record
 COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")")
 start=$(date +%s)
-lines="$(python -m bnexp.studyplan lines "${NAME}" "${SWEEP_DIR}" "$@")" || exit 2
+lines="$(python -m bnexp.designs.studies lines "${NAME}" "${SWEEP_DIR}" "$@")" || exit 2
 if [[ -z "${lines}" ]]; then echo "every run of ${SWEEP_DIR} is complete"; fi
 while IFS= read -r line; do
   if [[ -z "${line}" ]]; then continue; fi
@@ -67,7 +67,7 @@ while IFS= read -r line; do
   bnexp train -m "${COMMON[@]}" "${OVERRIDES[@]}" < /dev/null || rc=$?
 done <<< "${lines}"
 if [[ "${NAME}" == "inference_statistics" ]]; then
-  python -m bnexp.inference_eval "${SWEEP_DIR}" || rc=$?
+  python -m bnexp.train.inference_eval "${SWEEP_DIR}" || rc=$?
 fi
 end=$(date +%s)
 wall=$((end - start))

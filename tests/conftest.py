@@ -138,9 +138,9 @@ def steps_of(path: Path) -> list[int]:
 
 
 def train_in_process(run_dir: Path, data_root: Path, overrides: list[str]) -> dict:
-    """Train one run in this process (:func:`bnexp.trainer.train`) on the real data; returns its summary."""
-    from bnexp.config import compose_config
-    from bnexp.trainer import train
+    """Train one run in this process (:func:`bnexp.train.trainer.train`) on the real data; returns its summary."""
+    from bnexp.config.schema import compose_config
+    from bnexp.train.trainer import train
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("BNEXP_DATA_ROOT", str(data_root))

@@ -1,4 +1,4 @@
-"""The records thread (bnexp.background): job order, errors, and the same records as in the loop."""
+"""The records thread (bnexp.train.background): job order, errors, and the same records as in the loop."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import threading
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from bnexp.background import Background
-from bnexp.config import compose_config
-from bnexp.trainer import train
+from bnexp.train.background import Background
+from bnexp.config.schema import compose_config
+from bnexp.train.trainer import train
 
 
 def test_jobs_run_in_order_on_one_other_thread():

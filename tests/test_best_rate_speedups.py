@@ -1,5 +1,5 @@
 """Speedups at each network's own best rate (issue 20, item 5) on synthetic sweeps whose steps-to-target
-are set by hand, and the MNIST sweep's fixed design (bnexp/mnist_design.py, scripts/reproduce_mnist.sh)."""
+are set by hand, and the MNIST sweep's fixed design (bnexp/designs/mnist.py, scripts/reproduce_mnist.sh)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from test_report import has_row, make_run  # noqa: E402  (synthetic run builders)
 
-from bnexp import mnist_design as design  # noqa: E402
+from bnexp.designs import mnist as design# noqa: E402
 from bnexp.report import build_report  # noqa: E402
 from bnexp.report.best_rate import (CENSORED, EVERY_SEED, LOWER, SPEEDUP_TARGETS, SPEEDUP_THRESHOLD,  # noqa: E402
                                     init_of, seed_ratio)
@@ -175,7 +175,7 @@ def test_seeds_exclude_the_pilot_and_evaluation_every_250():
 
 
 def test_script_header_states_the_design():
-    """The header of scripts/reproduce_mnist.sh lists exactly the grids and seeds of bnexp/mnist_design.py."""
+    """The header of scripts/reproduce_mnist.sh lists exactly the grids and seeds of bnexp/designs/mnist.py."""
     text = (REPO / "scripts" / "reproduce_mnist.sh").read_text()
     for b in design.BLOCKS:
         m = re.search(rf"^#\s+{'BN' if b.bn else 'no BN'},\s+{b.init} init.*?:\s+lr ([\d., ]+)$", text, re.M)

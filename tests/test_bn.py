@@ -1,4 +1,4 @@
-"""Tests of the reference BN math in :mod:`bnexp.bn` against independent expectations.
+"""Tests of the reference BN math in :mod:`bnexp.nets.bn` against independent expectations.
 
 Expected values come from torch's own ``nn.BatchNorm1d``/``nn.BatchNorm2d``, from
 autograd / finite differences, or from formulas written out in the test itself
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bnexp.bn import (
+from bnexp.nets.bn import (
     NoisyBatchNorm,
     ReferenceBatchNorm,
     batch_norm_backward,
@@ -27,7 +27,7 @@ from bnexp.bn import (
     recompute_population_statistics,
     sample_noise,
 )
-from bnexp.models import CNN, MLP, hidden_layers
+from bnexp.nets.models import CNN, MLP, hidden_layers
 
 DT = torch.float64
 SHAPES_2D = [(2, 3), (5, 1), (7, 4), (64, 10)]

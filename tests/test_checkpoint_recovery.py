@@ -18,10 +18,10 @@ import logging
 import pytest
 import torch
 
-from bnexp import rundir
-from bnexp.config import compose_config
+from bnexp.runs import rundir
+from bnexp.config.schema import compose_config
 from bnexp.errors import CheckpointMismatch, UserError
-from bnexp.trainer import train
+from bnexp.train.trainer import train
 
 from conftest import SHORT_RUN, before_call, steps_of, train_in_process
 

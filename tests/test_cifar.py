@@ -11,8 +11,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnexp.config import compose_config, validate
-from bnexp.data import CIFAR_FILES, Augmenter, load_cifar10, make_augmenter
+from bnexp.config.schema import compose_config, validate
+from bnexp.nets.data import CIFAR_FILES, Augmenter, load_cifar10, make_augmenter
 from bnexp.errors import DataError
 
 from conftest import FAST
@@ -49,7 +49,7 @@ def test_non_canonical_copy_loads_with_a_warning(data_root):
 def test_checked_and_unchecked_copies_load_through_one_reader(cifar, data_root, monkeypatch):
     # Declared official (its own md5s in place of torchvision's list), the same copy loads through the
     # checked path without a warning and gives exactly the tensors of the unchecked path.
-    import bnexp.data as data
+    import bnexp.nets.data as data
     from torchvision.datasets.utils import calculate_md5
 
     md5 = {n: calculate_md5(str(data_root / "cifar-10-batches-py" / n)) for n in CIFAR_FILES}
@@ -171,7 +171,7 @@ TINY = ("scale.channels=[4,8,8]", "scale.fc=16", "trainer.probe_size=100")
 @pytest.mark.slow  # loads CIFAR-10 and trains in this process
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_runs_a_few_steps_on_real_cifar(preset, tmp_path, data_root):
-    from bnexp.trainer import train
+    from bnexp.train.trainer import train
 
     cfg = compose_config([f"+experiment={preset}", "data.verify_checksums=false", f"data.root={data_root}",
                           *FAST, "trainer.max_steps=6", "trainer.eval_every=6", "trainer.hist_every=3",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bnexp import precision
-from bnexp.config import compose_config, validate
-from bnexp.models import CNN, build_model, hidden_layers
-from bnexp.runtime import lr_lambda
+from bnexp.train import precision
+from bnexp.config.schema import compose_config, validate
+from bnexp.nets.models import CNN, build_model, hidden_layers
+from bnexp.train.runtime import lr_lambda
 
 from conftest import FAST
 
@@ -84,7 +84,7 @@ def _preactivation_std(model: torch.nn.Module, x: torch.Tensor) -> list[float]:
 @pytest.fixture(scope="module")
 def cifar_images(data_root):
     cfg = compose_config(["+experiment=baseline", "data.verify_checksums=false", f"data.root={data_root}"])
-    from bnexp.data import load_data
+    from bnexp.nets.data import load_data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_data(cfg.data, torch.device("cpu")).train_x[:256]  # standardized per channel
@@ -155,7 +155,7 @@ def test_channels_last_gives_the_same_values():
 
 
 def _train_few(tmp_path: Path, data_root: Path, *extra: str) -> dict:
-    from bnexp.trainer import train
+    from bnexp.train.trainer import train
 
     cfg = compose_config(["+experiment=bn_x5", "data.verify_checksums=false", f"data.root={data_root}", *FAST,
                           "trainer.max_steps=4", "trainer.eval_every=4", "trainer.hist_every=4",
@@ -176,7 +176,7 @@ def test_channels_last_fp32_path_trains_on_cpu(tmp_path, data_root):
 
 @pytest.mark.slow
 def test_bf16_path_trains_with_fp32_statistics_loss_and_optimizer_state(tmp_path, data_root, monkeypatch):
-    from bnexp.trainer import Trainer
+    from bnexp.train.trainer import Trainer
 
     monkeypatch.setattr(precision, "bf16_supported", lambda device: True)
     cfg = compose_config(["+experiment=bn_x5", "data.verify_checksums=false", f"data.root={data_root}", *FAST,

@@ -10,9 +10,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bnexp.config import compose_config, validate
-from bnexp.models import HiddenLayer, build_model
-from bnexp.rundir import read_jsonl
+from bnexp.config.schema import compose_config, validate
+from bnexp.nets.models import HiddenLayer, build_model
+from bnexp.runs.rundir import read_jsonl
 
 from conftest import FAST
 
@@ -154,7 +154,7 @@ def test_help_lists_groups_and_options(run_bnexp):
     # every key with its default and its one-line description from the schema's field metadata
     import dataclasses
 
-    from bnexp.config import TrainerConfig
+    from bnexp.config.schema import TrainerConfig
 
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ") and "=" in ln.split()[0]}
     for f in dataclasses.fields(TrainerConfig):
@@ -211,7 +211,7 @@ def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):
 
 
 def test_long_override_sets_get_short_unique_folder_names():
-    from bnexp.runnames import MAX_DIRNAME, safe_dirname as _safe_dirname
+    from bnexp.runs.runnames import MAX_DIRNAME, safe_dirname as _safe_dirname
 
     a = "+experiment=bn_baseline,bn='true'," + ",".join(f"monitor.option_{i}=value_{i}" for i in range(20))
     b = a.replace("value_19", "value_X")

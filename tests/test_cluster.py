@@ -45,8 +45,8 @@ def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tm
 
     import torch
 
-    from bnexp.config import compose_config
-    from bnexp.trainer import train
+    from bnexp.config.schema import compose_config
+    from bnexp.train.trainer import train
 
     common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "seed=3"]
     # calibrate: pick max_steps so an uninterrupted run trains ~32 s on this machine, well past the

@@ -42,7 +42,7 @@ CASES: list[list[str]] = (
 CHANGED = {"data.augment": ("False", "false")}
 # Keys added since the golden file (issue 23: LayerNorm / GroupNorm, BN placement), with the value every
 # case has now: their defaults, which build the networks the golden configs built (BN before g).
-# Later: trainer.async_records (the records thread, bnexp.background), which cannot alter results.
+# Later: trainer.async_records (the records thread, bnexp.train.background), which cannot alter results.
 ADDED = {"bn.norm": "batch", "bn.groups": 4, "bn.position": "before", "trainer.async_records": True}
 
 
@@ -53,7 +53,7 @@ def _key(overrides: list[str]) -> str:
 def resolved(overrides: list[str]) -> dict:
     from omegaconf import OmegaConf
 
-    from bnexp.config import compose_config
+    from bnexp.config.schema import compose_config
 
     return OmegaConf.to_container(compose_config(overrides), resolve=True, enum_to_str=True)
 

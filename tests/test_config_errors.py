@@ -17,7 +17,7 @@ import time
 import pytest
 
 from bnexp import cli
-from bnexp.config import compose_config, validate
+from bnexp.config.schema import compose_config, validate
 from bnexp.errors import ConfigError, UserError
 
 from conftest import FAST, spawn_bnexp
@@ -131,7 +131,7 @@ def test_field_ranges_from_the_schema(override, key, allowed):
 def test_every_schema_field_has_a_description_and_the_defaults_pass():
     import dataclasses
 
-    from bnexp import config
+    from bnexp.config import schema as config
 
     for schema in (config.Config, config.BNConfig, config.MLPConfig, config.CNNConfig, config.DataConfig,
                    config.OptimConfig, config.TrainerConfig, config.MonitorConfig, config.ScaleConfig):

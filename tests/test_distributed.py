@@ -1,6 +1,6 @@
 """Cross-replica BN (2 gloo processes), ghost-batch BN, the replicas' batch split, the preemption guard.
 
-Independent expectation: Algorithm 1 (``bnexp.bn.batch_norm_train``, itself tested against the
+Independent expectation: Algorithm 1 (``bnexp.nets.bn.batch_norm_train``, itself tested against the
 paper's formulas and torch) on the *concatenated* global mini-batch, in float64.
 """
 
@@ -15,12 +15,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from bnexp.bn import batch_norm_train
-from bnexp.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
+from bnexp.nets.bn import batch_norm_train
+from bnexp.nets.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
                            replica_local, sync_batch_norm)
-from bnexp.distributed import BNPlan, Replicas, per_replica_batch_size, replica_share, step_seed
+from bnexp.train.distributed import BNPlan, Replicas, per_replica_batch_size, replica_share, step_seed
 from bnexp.errors import ConfigError, UserError
-from bnexp.preemption import Preempted, PreemptionGuard
+from bnexp.train.preemption import Preempted, PreemptionGuard
 
 SHAPES = {"fc": (8, 5), "conv": (6, 3, 4, 4)}
 
@@ -199,13 +199,13 @@ def test_preemption_guard_defers_the_signal_and_chains_submitits_handler():
 
 # ----- the replicas' BN plan -------------------------------------------------------------------
 def _cfg(*overrides):
-    from bnexp.config import compose_config
+    from bnexp.config.schema import compose_config
 
     return compose_config(list(overrides))
 
 
 def test_bn_plan_per_choice():
-    from bnexp.distributed import bn_plan
+    from bnexp.train.distributed import bn_plan
 
     two = Replicas(rank=0, world_size=2, backend="gloo")
     one = Replicas()
@@ -271,7 +271,7 @@ def _torchrun(tmp_path, data_root, name, *overrides):
 
 
 def _one_process(tmp_path, name, *overrides):
-    from bnexp.trainer import train
+    from bnexp.train.trainer import train
 
     summary = train(_cfg(*RUN, *overrides), tmp_path / name)
     assert summary["status"] == "finished" and summary["replicas"] == 1
@@ -306,8 +306,8 @@ def test_torchrun_sync_bn_matches_one_process_and_only_rank0_writes(tmp_path, da
 
 def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, data_root):
     """bn.sync=false with 2 replicas = one process with bn.ghost_batch_size = batch_size/2."""
-    from bnexp.data import load_data
-    from bnexp.models import build_model
+    from bnexp.nets.data import load_data
+    from bnexp.nets.models import build_model
 
     two = _torchrun(tmp_path, data_root, "two", "bn.sync=false", "trainer.max_steps=50")
     one = _one_process(tmp_path, "one", "bn.ghost_batch_size=30", "trainer.max_steps=50")
@@ -338,7 +338,7 @@ def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, 
 @pytest.mark.slow  # trains on MNIST in this process
 def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data_root):
     from bnexp.errors import CheckpointMismatch
-    from bnexp.trainer import Trainer
+    from bnexp.train.trainer import Trainer
 
     run = _one_process(tmp_path, "one", "trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5")
     state = _weights(run)
@@ -357,7 +357,7 @@ def test_checkpoint_resumes_across_result_neutral_keys_only(tmp_path, data_root)
     """Keys that cannot change results (here data.verify_checksums, which also leaves the run folder's
     name unchanged) do not block a resume; a change of the learning rate does, naming the key."""
     from bnexp.errors import CheckpointMismatch
-    from bnexp.trainer import Trainer
+    from bnexp.train.trainer import Trainer
 
     short = ("trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5")
     run = _one_process(tmp_path, "one", *short)
@@ -376,7 +376,7 @@ def test_convert_batch_norm_keeps_values_device_and_dtype():
 
 
 def test_ghost_batch_size_checked_before_a_run():
-    from bnexp.distributed import check_bn_config
+    from bnexp.train.distributed import check_bn_config
 
     check_bn_config(_cfg("bn.ghost_batch_size=15"), 1)
     check_bn_config(_cfg("bn=false", "bn.ghost_batch_size=7"), 1)  # no BN: nothing to split

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bnexp.config import compose_config, validate
-from bnexp.records import record_count, sparse_record_warnings
+from bnexp.config.schema import compose_config, validate
+from bnexp.train.records import record_count, sparse_record_warnings
 from bnexp.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""Tests of bnexp.ics against hand-computed and closed-form values."""
+"""Tests of bnexp.train.ics against hand-computed and closed-form values."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from bnexp.ics import (DistributionShiftTracker, gradient_ics, landscape_probe, layer_param_groups,
+from bnexp.train.ics import (DistributionShiftTracker, gradient_ics, landscape_probe, layer_param_groups,
                        per_unit_shift, per_unit_wasserstein1, unit_moments, wasserstein1)
-from bnexp.models import MLP, CNN
+from bnexp.nets.models import MLP, CNN
 
 torch.set_num_threads(1)
 

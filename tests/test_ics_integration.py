@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from bnexp.config import compose_config
-from bnexp.bn import NoisyBatchNorm
-from bnexp.models import build_model
-from bnexp.rundir import read_jsonl
+from bnexp.config.schema import compose_config
+from bnexp.nets.bn import NoisyBatchNorm
+from bnexp.nets.models import build_model
+from bnexp.runs.rundir import read_jsonl
 
 
 def test_train_with_all_ics_measurements(bnexp_train, tmp_path):
@@ -93,7 +93,7 @@ def test_noisy_bn_run_is_identical_whatever_the_monitoring(tmp_path, data_root, 
     """The monitor (every bn_stats mode) and the gradient-ICS and landscape probes never draw from
     the training noise: a noisy-BN run gives the same weights with hist_every=1 and all probes on
     as with hist_every=max_steps and the probes off."""
-    from bnexp.trainer import Trainer
+    from bnexp.train.trainer import Trainer
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     base = ["bn=noisy", "bn.noise_scale=3", "trainer.max_steps=24", "trainer.eval_every=12",

@@ -1,4 +1,4 @@
-"""Tests of the scale-free measures of bnexp.ics (issue 20): KS and W1-in-initial-spreads shift with
+"""Tests of the scale-free measures of bnexp.train.ics (issue 20): KS and W1-in-initial-spreads shift with
 their sampling-noise floors, gradient ICS per unit of movement, the filter-normalized landscape
 (Li et al. 2018), against scipy, hand-computed values and the invariances each one claims."""
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from bnexp.ics import DistributionShiftTracker, ks_distance, per_unit_ks, per_unit_relative_w1
+from bnexp.train.ics import DistributionShiftTracker, ks_distance, per_unit_ks, per_unit_relative_w1
 
 scipy_stats = pytest.importorskip("scipy.stats")
 torch.set_num_threads(1)
@@ -47,7 +47,7 @@ def test_ks_matches_scipy_with_ties_and_unequal_sizes():
 def test_ks_rows_fast_path_equals_pooled_point_definition():
     """Rows without ties inside a sample take the half-search path; it must give bit for bit the
     pooled-point value (both CDFs searched at all n + m points), including ties across samples."""
-    from bnexp.ics.distribution import _ks_sorted_rows
+    from bnexp.train.ics.distribution import _ks_sorted_rows
     gen = torch.Generator().manual_seed(3)
     for n, m in ((1, 1), (1, 7), (13, 5), (200, 200), (64, 150)):
         a = torch.randn(6, n, generator=gen).double().sort(dim=1).values
@@ -239,8 +239,8 @@ def test_checkpoint_keeps_the_initial_spreads():
 # ---------------------------------------------------------------------------- monitor: the records and the layout
 
 def test_monitor_records_the_scale_free_keys_with_the_charts_spread():
-    from bnexp.models import MLP
-    from bnexp.monitor import ShiftMonitor
+    from bnexp.nets.models import MLP
+    from bnexp.train.monitor import ShiftMonitor
 
     torch.manual_seed(0)
     model = MLP(12, [8, 6], 3, "relu", SimpleNamespace(enabled=False), init_std=0.3)
@@ -304,7 +304,7 @@ def test_move_rel_is_the_earlier_layers_relative_sgd_step(wd):
     G_W2_after = _hand_gradients(W1 + dW1, b1 + db1, W2, X, T)[2]  # G' of layer 2
     l2_rel = float((G_W2 - G_W2_after).norm() / G_W2.norm())
 
-    from bnexp.ics import gradient_ics
+    from bnexp.train.ics import gradient_ics
     out = gradient_ics(model, _sse, X, T, opt, [["0.weight", "0.bias"], ["1.weight"]], ["0.weight", "1.weight"])
     assert out[1]["move_rel"] == pytest.approx(move, rel=1e-10)
     assert out[1]["l2_rel"] == pytest.approx(l2_rel, rel=1e-9)
@@ -314,7 +314,7 @@ def test_move_rel_is_the_earlier_layers_relative_sgd_step(wd):
 
 def test_l2_rel_per_move_does_not_vanish_with_the_step():
     """A network that barely moves (a small rate) scores a small l2_rel; per unit of movement it does not."""
-    from bnexp.ics import gradient_ics
+    from bnexp.train.ics import gradient_ics
 
     gen = torch.Generator().manual_seed(6)
     X = torch.randn(8, 3, generator=gen, dtype=torch.float64)
@@ -339,7 +339,7 @@ def test_l2_rel_per_move_does_not_vanish_with_the_step():
 # ---------------------------------------------------------------------------- filter-normalized landscape
 
 def test_filter_normalize_gives_every_filter_its_weight_filters_norm():
-    from bnexp.ics import filter_normalize, filter_norms
+    from bnexp.train.ics import filter_normalize, filter_norms
 
     gen = torch.Generator().manual_seed(7)
     weights = [torch.randn(5, 3, generator=gen), torch.randn(5, generator=gen),          # Linear weight, bias
@@ -388,7 +388,7 @@ def _quad_matrix_loss(out, A):
 
 
 def test_filter_normalized_probe_quadratic_closed_form():
-    from bnexp.ics import landscape_probe
+    from bnexp.train.ics import landscape_probe
 
     gen = torch.Generator().manual_seed(8)
     Q, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen, dtype=torch.float64))
@@ -428,7 +428,7 @@ FN_KEYS = ("fn_loss_variation", "fn_grad_predictiveness", "fn_beta_smoothness", 
 
 
 def _relu_net_and_batch():
-    from bnexp.models import MLP
+    from bnexp.nets.models import MLP
 
     torch.manual_seed(0)
     model = MLP(8, [6, 5], 3, "relu", SimpleNamespace(enabled=False), init_std=0.5).double()
@@ -439,7 +439,7 @@ def _relu_net_and_batch():
 
 
 def _probe(model, x, y):
-    from bnexp.ics import landscape_probe
+    from bnexp.train.ics import landscape_probe
 
     return landscape_probe(model, nn.functional.cross_entropy, x, y, [0.1, 0.5], rel_step_sizes=[0.01, 0.05],
                            fn_step_sizes=[0.01, 0.05, 0.2])
@@ -472,7 +472,7 @@ def test_filter_normalized_measures_are_invariant_to_relu_rescaling_raw_are_not(
 
 
 def test_filter_normalized_measures_are_invariant_to_per_filter_rescaling_before_bn_rel_are_not():
-    from bnexp.models import MLP
+    from bnexp.nets.models import MLP
 
     torch.manual_seed(0)
     bn_cfg = SimpleNamespace(enabled=True, eps=1e-12, momentum=0.1, impl="torch", noise=False)

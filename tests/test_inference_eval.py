@@ -1,4 +1,4 @@
-"""bnexp/inference_eval.py (the inference_statistics study): test accuracy of a BN network with batch
+"""bnexp/train/inference_eval.py (the inference_statistics study): test accuracy of a BN network with batch
 statistics, running averages and Alg. 2 population statistics, against the formulas written out here
 (Alg. 1 normalization per mini-batch; Alg. 2 steps 10-12: E[x] = mean of mu_B, Var[x] = m/(m-1) mean of
 sigma2_B), and against the trainer's own evaluation on a run folder."""
@@ -12,8 +12,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.data import BatchSampler
-from bnexp.inference_eval import ORDER_SEED, RESULT, evaluate_modes, main, needs_eval, read_result
+from bnexp.nets.data import BatchSampler
+from bnexp.train.inference_eval import ORDER_SEED, RESULT, evaluate_modes, main, needs_eval, read_result
 
 
 def tiny_net(seed: int = 0) -> nn.Sequential:
@@ -79,10 +79,10 @@ def test_bad_input_is_refused():
 
 @pytest.mark.slow  # trains a run on real MNIST in this process, then evaluates it three ways (~4 s of CPU)
 def test_a_run_folder_is_evaluated_once_and_matches_the_trainers_evaluation(tmp_path, data_root, capsys):
-    from bnexp.config import compose_config
-    from bnexp.data import load_data
-    from bnexp.measurements import evaluate
-    from bnexp.models import build_model
+    from bnexp.config.schema import compose_config
+    from bnexp.nets.data import load_data
+    from bnexp.train.measurements import evaluate
+    from bnexp.nets.models import build_model
 
     cfg = compose_config(["trainer.batch_size=4", "seed=3", f"data.root={data_root}"])
     data = load_data(cfg.data, torch.device("cpu"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bnexp import rundir
-from bnexp.rundir import read_jsonl
+from bnexp.runs import rundir
+from bnexp.runs.rundir import read_jsonl
 
 from conftest import FAST, spawn_bnexp, wait_for
 
@@ -165,7 +165,7 @@ def _mnist_copy(data_root: Path, dest: Path) -> Path:
 
 
 def rundir_names():
-    from bnexp.data import MNIST_FILES
+    from bnexp.nets.data import MNIST_FILES
 
     return set(MNIST_FILES)
 
@@ -203,9 +203,9 @@ def test_unwritable_output_location(run_bnexp, tmp_path):
 
 @pytest.mark.slow  # loads MNIST and builds a trainer in this process
 def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatch):
-    from bnexp.config import compose_config
+    from bnexp.config.schema import compose_config
     from bnexp.errors import UserError
-    from bnexp.trainer import Trainer
+    from bnexp.train.trainer import Trainer
 
     cfg = compose_config([f"data.root={data_root}", *FAST, "trainer.max_steps=20"])
     tr = Trainer(cfg, tmp_path)
@@ -226,7 +226,7 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatc
 def test_run_directory_lock_keeps_a_second_process_out(tmp_path):
     lock = rundir.RunLock(tmp_path)
     assert lock.acquire()
-    code = ("import sys; from bnexp.rundir import RunLock; "
+    code = ("import sys; from bnexp.runs.rundir import RunLock; "
             f"sys.exit(0 if not RunLock({str(tmp_path)!r}).acquire() else 1)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
     lock.release()

@@ -1,11 +1,11 @@
-"""The ladder overrides of scripts/reproduce_cifar.sh (``LADDER="key=value;..."``, bnexp.ladder.parse_ladder):
+"""The ladder overrides of scripts/reproduce_cifar.sh (``LADDER="key=value;..."``, bnexp.designs.ladder.parse_ladder):
 the values they set, and one message naming the item for a value that is not what its key takes."""
 
 from __future__ import annotations
 
 import pytest
 
-from bnexp.ladder import LADDERS, parse_ladder
+from bnexp.designs.ladder import LADDERS, parse_ladder
 
 
 def test_overrides_set_the_ladder_and_keep_the_rest():

@@ -28,7 +28,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _resolve(target: str, modules: dict[str, Path]) -> str | None:
-    """The bnexp module a dotted name refers to (``bnexp.bn.NoisyBatchNorm`` -> ``bnexp.bn``)."""
+    """The bnexp module a dotted name refers to (``bnexp.nets.bn.NoisyBatchNorm`` -> ``bnexp.nets.bn``)."""
     while target:
         if target in modules:
             return target
@@ -100,10 +100,10 @@ def test_cycle_finder_finds_a_planted_cycle():
 def test_import_graph_sees_lazy_and_from_imports():
     graph = import_graph(_modules())
     # a package import counts as the package's __init__ ...
-    assert "bnexp.bn" in graph["bnexp.models"]
+    assert "bnexp.nets.bn" in graph["bnexp.nets.models"]
     # ... and the bn package's __init__ imports its submodules
-    assert {"bnexp.bn.functional", "bnexp.bn.noisy", "bnexp.bn.population",
-            "bnexp.bn.reference"} <= graph["bnexp.bn"]
+    assert {"bnexp.nets.bn.functional", "bnexp.nets.bn.noisy", "bnexp.nets.bn.population",
+            "bnexp.nets.bn.reference"} <= graph["bnexp.nets.bn"]
 
 
 def test_no_import_cycle_in_bnexp():
@@ -114,8 +114,8 @@ def test_no_import_cycle_in_bnexp():
 def test_bn_math_depends_on_nothing_else_in_bnexp():
     graph = import_graph(_modules())
     for name, deps in graph.items():
-        if name == "bnexp.bn" or name.startswith("bnexp.bn."):
-            outside = {d for d in deps if not (d == "bnexp.bn" or d.startswith("bnexp.bn."))}
+        if name == "bnexp.nets.bn" or name.startswith("bnexp.nets.bn."):
+            outside = {d for d in deps if not (d == "bnexp.nets.bn" or d.startswith("bnexp.nets.bn."))}
             assert not outside, f"{name} imports {sorted(outside)}"
 
 

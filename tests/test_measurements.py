@@ -1,4 +1,4 @@
-"""The measurement schedule of the step loop (bnexp.measurements): who is called at which step."""
+"""The measurement schedule of the step loop (bnexp.train.measurements): who is called at which step."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bnexp.distributed import Replicas
-from bnexp.measurements import Diverged, Measurement, Schedule, TrainLoss
+from bnexp.train.distributed import Replicas
+from bnexp.train.measurements import Diverged, Measurement, Schedule, TrainLoss
 
 
 class _Recorder(Measurement):

@@ -10,9 +10,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.bn import ReferenceBatchNorm, bn_layers
-from bnexp.config import CNNConfig, Config, MLPConfig
-from bnexp.models import CNN, MLP, HiddenLayer, build_model, hidden_layers, make_activation
+from bnexp.nets.bn import ReferenceBatchNorm, bn_layers
+from bnexp.config.schema import CNNConfig, Config, MLPConfig
+from bnexp.nets.models import CNN, MLP, HiddenLayer, build_model, hidden_layers, make_activation
 
 
 def _bn_cfg(enabled=True, impl="torch", eps=1e-5, momentum=0.1):
@@ -329,7 +329,7 @@ def test_cnn_xavier_init_uses_the_receptive_field():
 
 
 def test_xavier_is_a_valid_config_value():
-    from bnexp.config import compose_config, validate
+    from bnexp.config.schema import compose_config, validate
 
     cfg = compose_config(["model.init=xavier"])
     validate(cfg)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from bnexp.bn import NoisyBatchNorm
-from bnexp.ics import per_unit_wasserstein1, unit_moments
-from bnexp.models import MLP, CNN
-from bnexp.monitor import ShiftMonitor
+from bnexp.nets.bn import NoisyBatchNorm
+from bnexp.train.ics import per_unit_wasserstein1, unit_moments
+from bnexp.nets.models import MLP, CNN
+from bnexp.train.monitor import ShiftMonitor
 
 torch.set_num_threads(1)
 

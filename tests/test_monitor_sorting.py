@@ -1,4 +1,4 @@
-"""bnexp.ics.sorting: the monitor's CPU sorts and quantiles give torch's values (``torch.equal``: -0.0 and
+"""bnexp.train.ics.sorting: the monitor's CPU sorts and quantiles give torch's values (``torch.equal``: -0.0 and
 +0.0 count as equal; their order within a tie is the sorts' own)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bnexp.ics.sorting import quantiles, sort_values
+from bnexp.train.ics.sorting import quantiles, sort_values
 
 
 def _samples(seed: int):

@@ -1,6 +1,6 @@
 """LayerNorm / GroupNorm (``bn=layer``, ``bn=group``) and ``bn.position`` (issue 23, item 1).
 
-The math (bnexp.bn.groupnorm) against independent references: torch.nn.functional.layer_norm /
+The math (bnexp.nets.bn.groupnorm) against independent references: torch.nn.functional.layer_norm /
 group_norm, nn.LayerNorm / nn.GroupNorm (outputs and gradients), and a hand-computed example; the
 placement of the normalizer in every hidden layer checked with forward hooks; the config's
 validation (each message names its key); the run names, HParams columns and report labels of the
@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.bn import DEFAULT_GROUPS, GroupNorm, LayerNorm, NoisyBatchNorm, group_norm, group_statistics, layer_norm
-from bnexp.config import CNNConfig, Config, MLPConfig, compose_config, normalizer_variant, validate
+from bnexp.nets.bn import DEFAULT_GROUPS, GroupNorm, LayerNorm, NoisyBatchNorm, group_norm, group_statistics, layer_norm
+from bnexp.config.schema import CNNConfig, Config, MLPConfig, compose_config, normalizer_variant, validate
 from bnexp.errors import ConfigError
-from bnexp.models import CNN, MLP, build_model, hidden_layers
+from bnexp.nets.models import CNN, MLP, build_model, hidden_layers
 
 DT = torch.float64
 SHAPES_GROUPS = [((6, 12), 1), ((6, 12), 3), ((6, 12), 6), ((5, 8, 4, 3), 1), ((5, 8, 4, 3), 2), ((5, 8, 4, 3), 8),
@@ -138,7 +138,7 @@ def test_per_example_and_the_same_in_train_and_eval():
 
 def test_default_groups_divide_every_preset_width():
     """bn.groups' default (4) divides every hidden width of the presets, so bn=group runs on each."""
-    from bnexp.config import BNConfig
+    from bnexp.config.schema import BNConfig
 
     assert BNConfig().groups == DEFAULT_GROUPS == 4
     for preset in (["model=mlp"], ["model=cnn"], ["+experiment=bn_baseline"], ["+experiment=bn_baseline", "scale=gpu"]):
@@ -306,7 +306,7 @@ def test_nonsense_combinations_name_their_key(overrides, key, needles):
 def test_bad_values_are_explained_in_one_line(override, needle):
     """What ``bnexp train`` prints (``bnexp: error: <explain(...)>``, exit 2) for a value the schema
     or the group refuses."""
-    from bnexp.explain import explain
+    from bnexp.config.explain import explain
 
     with pytest.raises(Exception) as e:
         compose_config([override])
@@ -324,7 +324,7 @@ def test_groups_range_from_the_schema():
 
 
 def test_run_names_tell_the_kinds_and_positions_apart():
-    from bnexp.runnames import safe_dirname, swept_name
+    from bnexp.runs.runnames import safe_dirname, swept_name
 
     names = {swept_name([f"bn={k}", f"bn.position={p}"], {"bn", "bn.position"})
              for k in ("'true'", "'false'", "noisy", "layer", "group") for p in ("before", "after")}
@@ -333,7 +333,7 @@ def test_run_names_tell_the_kinds_and_positions_apart():
 
 
 def test_hparams_column_for_the_normalizer():
-    from bnexp.tblog import flat_hparams, sweep_values
+    from bnexp.train.tblog import flat_hparams, sweep_values
 
     cols = sweep_values(["bn='true','false',layer,group", "bn.position=before,after"])
     assert cols["bn.norm"] == ["batch", "group", "layer"] and cols["bn.position"] == ["before", "after"]
@@ -362,7 +362,7 @@ def test_normalizer_variant_labels():
 def test_new_kinds_train_beyond_chance(overrides, tmp_path, data_root, monkeypatch):
     """200 steps through the Python API: finished, recorded as what it is, above chance (10 classes:
     0.1; the paper MLP with BN is at ~0.9 after 200 steps at lr 0.12)."""
-    from bnexp.trainer import train
+    from bnexp.train.trainer import train
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     cfg = compose_config(["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu",

@@ -2,7 +2,7 @@
 
 The class: TensorBoard's writer thread hits a full disk (while the loop still writes events, or
 after the last one, found only when the writer closes), or summary.json itself cannot be replaced
-because the disk is full. Expected: :func:`bnexp.trainer.train` raises one
+because the disk is full. Expected: :func:`bnexp.train.trainer.train` raises one
 :class:`~bnexp.errors.OutputError` naming the file and the fix, summary.json says ``failed`` with
 that message (never ``running``), and no thread traceback reaches stderr.
 """
@@ -15,10 +15,10 @@ import json
 import pytest
 from tensorboard.summary.writer import record_writer
 
-from bnexp import rundir
-from bnexp.config import compose_config
+from bnexp.runs import rundir
+from bnexp.config.schema import compose_config
 from bnexp.errors import OutputError
-from bnexp.trainer import train
+from bnexp.train.trainer import train
 
 BASE = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=30",
         "trainer.eval_every=10", "trainer.hist_every=10", "trainer.log_every=5", "trainer.probe_size=100",

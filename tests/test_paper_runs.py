@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bnexp.rundir import read_jsonl
+from bnexp.runs.rundir import read_jsonl
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bnexp import rundir
-from bnexp.rundir import read_jsonl
+from bnexp.runs import rundir
+from bnexp.runs.rundir import read_jsonl
 
 from conftest import FAST, REPO, spawn_bnexp, steps_of, strict_json, wait_for
 
@@ -94,7 +94,7 @@ def test_refused_attempt_never_overwrites_a_complete_summary(run_bnexp, bnexp_ma
         assert (run_dir / "summary.json").read_bytes() == done, bad
     # an attempt failing after the completeness check (another process finished the run meanwhile)
     from bnexp import cli
-    from bnexp.config import compose_config
+    from bnexp.config.schema import compose_config
 
     cli._record_failure(run_dir, compose_config([]), "OSError: disk full", "Traceback ...")
     assert (run_dir / "summary.json").read_bytes() == done
@@ -162,7 +162,7 @@ def test_dataset_content_is_checked_naming_the_file(run_bnexp, tmp_path, data_ro
     assert not (tmp_path / "r").exists()
 
     # CIFAR-10 batches of the wrong pixel type or with bad labels (read without checksums)
-    from bnexp.data import CIFAR_FOLDER, _read_cifar_batch
+    from bnexp.nets.data import CIFAR_FOLDER, _read_cifar_batch
     from bnexp.errors import DataError
 
     batch = tmp_path / CIFAR_FOLDER / "data_batch_1"
@@ -234,10 +234,10 @@ def test_nonfinite_measurement_means_diverged_with_step(bnexp_train, tmp_path):
 def test_monitor_raises_diverged_on_inf():
     import torch
 
-    from bnexp.config import compose_config
+    from bnexp.config.schema import compose_config
     from bnexp.errors import Diverged
-    from bnexp.models import build_model, hidden_layers
-    from bnexp.monitor import ShiftMonitor
+    from bnexp.nets.models import build_model, hidden_layers
+    from bnexp.train.monitor import ShiftMonitor
 
     cfg = compose_config(["bn=false"])
     model = build_model(cfg, (1, 28, 28), 10)
@@ -255,9 +255,9 @@ def test_divergence_at_step_0_is_diverged_with_step_0(tmp_path, data_root, monke
     """A non-finite pre-activation already at step 0 (a measurement taken before the first update)."""
     import torch
 
-    from bnexp.config import compose_config
-    from bnexp.models import hidden_layers
-    from bnexp.trainer import Trainer
+    from bnexp.config.schema import compose_config
+    from bnexp.nets.models import hidden_layers
+    from bnexp.train.trainer import Trainer
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     cfg = compose_config(["bn=false", "trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=50",
@@ -296,8 +296,8 @@ def test_outputs_are_strict_json_with_umask_modes(bnexp_train, tmp_path):
 
 # ----- 7. defaults that hold up -------------------------------------------------------------
 def test_thread_default_is_one_for_the_paper_mlp():
-    from bnexp.config import compose_config
-    from bnexp.resources import default_num_threads, step_flops, torch_default_threads
+    from bnexp.config.schema import compose_config
+    from bnexp.config.resources import default_num_threads, step_flops, torch_default_threads
 
     mlp = compose_config([])
     # paper MLP: 6 x 60 x (784*100 + 100*100 + 100*100 + 100*10) multiply-adds

@@ -1,6 +1,6 @@
 """A run folder holds one configuration (issue 22, item 1): a folder whose run is finished or
 resumable refuses a command with a different result-changing value, naming the keys and the two
-ways out; the result-neutral keys (one list, ``bnexp.rundir.RESULT_NEUTRAL_KEYS``) never block.
+ways out; the result-neutral keys (one list, ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS``) never block.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bnexp import cli, rundir
-from bnexp.config import changed_keys, compose_config, resolved
+from bnexp import cli
+from bnexp.runs import rundir
+from bnexp.config.schema import changed_keys, compose_config, resolved
 from bnexp.errors import UserError
-from bnexp.rundir import read_jsonl
+from bnexp.runs.rundir import read_jsonl
 
 from conftest import FAST
 
@@ -67,7 +68,7 @@ def test_a_failed_folder_without_checkpoint_starts_over_with_any_config(tmp_path
 def test_result_neutral_keys_do_not_name_run_folders():
     from hydra import compose, initialize_config_dir
 
-    from bnexp.config import CONF_DIR
+    from bnexp.config.schema import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", return_hydra_config=True)

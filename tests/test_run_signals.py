@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import bnexp.measurements as measurements_mod
-import bnexp.trainer as trainer_mod
-from bnexp.config import compose_config
-from bnexp.runtime import Interrupted
+import bnexp.train.measurements as measurements_mod
+import bnexp.train.trainer as trainer_mod
+from bnexp.config.schema import compose_config
+from bnexp.train.runtime import Interrupted
 
 from conftest import SHORT_RUN, before_call, steps_of, train_in_process, wait_for
 
@@ -104,14 +104,14 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
     """The terminal's SIGINT reaches the launcher and its workers; every job that was training ends
     ``interrupted`` with the checkpoint its log announces, the sweep stops, no traceback.
 
-    (Without :class:`bnexp.runtime.SweepSignals` joblib killed the workers still saving: a run stayed
+    (Without :class:`bnexp.train.runtime.SweepSignals` joblib killed the workers still saving: a run stayed
     ``running`` without the checkpoint its log announced.)"""
     sweep = tmp_path / "sweep"
     exe = Path(sys.executable).with_name("bnexp")
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
     # wide layers: a checkpoint takes long enough to write that killing a worker early would show
     p = _terminal_job([str(exe), "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                       "++hydra.callbacks.sweep_signals._target_=bnexp.runtime.SweepSignals",
+                       "++hydra.callbacks.sweep_signals._target_=bnexp.train.runtime.SweepSignals",
                        "seed=0,1,2", "model.hidden=[1500,1500,1500]", "trainer.max_steps=100000",
                        "trainer.progress=false", "trainer.num_threads=1", "trainer.ckpt_every=100000",
                        "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",
@@ -140,8 +140,8 @@ def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch
     """wait_for_sweep_siblings: a sibling run folder that is ``running`` under a live lock is waited
     for (until the timeout); one that is interrupted, finished or unlocked is not; outside a sweep
     under SweepSignals nothing is waited for."""
-    from bnexp import rundir
-    from bnexp.runtime import SWEEP_ENV, wait_for_sweep_siblings
+    from bnexp.runs import rundir
+    from bnexp.train.runtime import SWEEP_ENV, wait_for_sweep_siblings
 
     sweep = tmp_path / "sweep"
     mine, busy, done = sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"
@@ -176,7 +176,7 @@ def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch
 def test_sweep_signals_callback_ignores_sigint_in_a_joblib_launcher_only(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from bnexp.runtime import SWEEP_ENV, SweepSignals
+    from bnexp.train.runtime import SWEEP_ENV, SweepSignals
 
     monkeypatch.delenv(SWEEP_ENV, raising=False)
     before = signal.getsignal(signal.SIGINT)

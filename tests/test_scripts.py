@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bnexp.rundir import read_jsonl
+from bnexp.runs.rundir import read_jsonl
 
 from conftest import REPO
 
@@ -55,7 +55,7 @@ def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
     """DRY_RUN=1 trains nothing: the 81 planned runs (4 blocks x their grids x seeds 1-3, not the pilot seed 0),
     30,000 steps each, the estimate from the stated idle speeds; a run already complete is marked done and
     leaves the estimate."""
-    from bnexp.mnist_design import BLOCKS, SEEDS, run_seconds
+    from bnexp.designs.mnist import BLOCKS, SEEDS, run_seconds
 
     sweep = tmp_path / "mnist"
     r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1")

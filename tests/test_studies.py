@@ -18,7 +18,7 @@ from bnexp.report.load import find_run_dirs, load_sweep
 from bnexp.report.studies import MARKER, best_rate, cells, censored_ratio, usable
 from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
-from bnexp.rundir import dumps
+from bnexp.runs.rundir import dumps
 
 
 def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int = 60, lr: float = 0.6,
@@ -149,7 +149,7 @@ def test_inference_statistics_without_the_evaluation_is_premise_not_met(tmp_path
         make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000)
     sec = section(tmp_path, "inference_statistics")
     assert set(verdicts(sec)) == {PREMISE_NOT_MET}
-    assert "bnexp.inference_eval" in sec["claims"][0]["reason"]
+    assert "bnexp.train.inference_eval" in sec["claims"][0]["reason"]
 
 
 def test_placement_claims_each_position_at_its_best_rate(tmp_path):

@@ -1,4 +1,4 @@
-"""The failed jobs of a sweep, collected by the Hydra callback bnexp.sweepjobs.FailedJobs.
+"""The failed jobs of a sweep, collected by the Hydra callback bnexp.runs.sweepjobs.FailedJobs.
 
 Launchers run a job's ``on_job_end`` in the process that ran the job (a joblib worker, a cluster
 job) on a pickled copy of the callback made after ``on_multirun_start``; the list is printed by the
@@ -13,8 +13,8 @@ import pickle
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from bnexp import sweepjobs
-from bnexp.sweepjobs import FailedJobs, FailedRun
+from bnexp.runs import sweepjobs
+from bnexp.runs.sweepjobs import FailedJobs, FailedRun
 
 
 def _job(sweep_dir, name: str, status: JobStatus, value) -> tuple:

@@ -90,7 +90,7 @@ def test_sweep_folders_are_named_by_the_swept_key_only_and_hold_no_lock(sweep):
 def test_hparams_values_keep_their_types_in_the_session(sweep):
     from tensorboard.plugins.hparams import metadata
 
-    from bnexp.tblog import MAX_COLUMNS
+    from bnexp.train.tblog import MAX_COLUMNS
 
     for run, bn in (("bn=true", True), ("bn=false", False)):
         ea = _accumulator(sweep / run)
@@ -206,7 +206,7 @@ def test_grad_ics_scalars_leave_out_layer1_and_fill_the_layout(sweep):
 
 
 def test_relative_bands_by_hand():
-    from bnexp.monitor import relative_bands
+    from bnexp.train.monitor import relative_bands
 
     first = {"p15": 1.0, "p50": 2.0, "p85": 5.0, "mean": 9.0, "std": 1.0}
     now = {"p15": 3.0, "p50": 6.0, "p85": 10.0, "mean": 0.0, "std": 0.0}
@@ -217,9 +217,9 @@ def test_relative_bands_by_hand():
 def test_grad_ics_layout_skips_layer1_and_bn_input_charts_follow_each_layer():
     import torch
 
-    from bnexp.config import compose_config
-    from bnexp.models import build_model
-    from bnexp.monitor import ShiftMonitor
+    from bnexp.config.schema import compose_config
+    from bnexp.nets.models import build_model
+    from bnexp.train.monitor import ShiftMonitor
 
     model = build_model(compose_config(["bn=true"]), in_shape=(1, 28, 28), num_classes=10)
     mon = ShiftMonitor(model, torch.zeros(4, 1, 28, 28), [15, 50, 85])
@@ -234,7 +234,7 @@ def test_grad_ics_layout_skips_layer1_and_bn_input_charts_follow_each_layer():
 
 
 def test_percentile_figure_one_row_per_layer_with_labelled_axes():
-    from bnexp.monitor import plot_percentile_bands
+    from bnexp.train.monitor import plot_percentile_bands
 
     def stats(x):
         return {"p15": x - 1, "p50": x, "p85": x + 1, "mean": x, "std": 1.0}
@@ -252,7 +252,7 @@ def test_percentile_figure_one_row_per_layer_with_labelled_axes():
 def _write_run(logdir, name: str, hp: dict, swept, values: dict) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
-    from bnexp.tblog import metric_names, write_hparams_end, write_hparams_start
+    from bnexp.train.tblog import metric_names, write_hparams_end, write_hparams_start
 
     w = SummaryWriter(log_dir=str(logdir / name))
     write_hparams_start(w, hp, metric_names([0.98, 0.9, 0.95]), swept=swept)
@@ -265,7 +265,7 @@ HP = {"bn": True, "act": "sigmoid", "lr": 0.1, "seed": 0, "model": "mlp", "data"
 
 
 def test_sweep_values_name_the_columns_and_list_the_values():
-    from bnexp.tblog import sweep_values
+    from bnexp.train.tblog import sweep_values
 
     assert sweep_values(["bn='true','false','noisy'", "seed=range(0,3)", "lr=0.1", "+experiment=a,b",
                          "hydra.launcher.n_jobs=2,3", "act=sigmoid,relu", "act=tanh", "x=interval(0,1)"]) == {
@@ -276,7 +276,7 @@ def test_sweep_values_name_the_columns_and_list_the_values():
 
 
 def test_shown_metrics_keep_the_table_within_six_columns():
-    from bnexp.tblog import TABLE_COLUMNS, shown_metrics
+    from bnexp.train.tblog import TABLE_COLUMNS, shown_metrics
 
     m = ["final", "s0.9", "s0.95", "s0.97", "s0.98", "best"]
     assert TABLE_COLUMNS == 6

@@ -2,7 +2,7 @@
 
 It reproduces Ioffe & Szegedy (2015) Sec. 4.1 (Fig. 1(a): test accuracy vs steps and BN's speedup;
 Fig. 1(b, c): a typical unit's input percentiles, per-layer stability), Sec. 4.2 (the CIFAR-style
-presets vs the baseline) and, with :mod:`bnexp.ics`'s measurements, "Does BN reduce internal
+presets vs the baseline) and, with :mod:`bnexp.train.ics`'s measurements, "Does BN reduce internal
 covariate shift?" beside Santurkar et al. 2018. The sweep is read once into DataFrames
 (:mod:`.load`), grouped into configurations (:mod:`.groups`), summarized over seeds with pandas
 (:mod:`.stats`, :mod:`.ics_stats`), judged only by claims (:mod:`.claims`; the claims of

@@ -18,7 +18,7 @@ from bnexp.report.stats import (STD_NOTE, config_stability, layer_stability, opt
                                 target_key, value_stat)
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
 from bnexp.report.study_claims import study_section  # issue 23: a scripts/study.sh sweep (study.json)
-from bnexp.rundir import symlink_problem
+from bnexp.runs.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
-from bnexp.rundir import run_overrides
-from bnexp.runnames import read_sweep_overrides
+from bnexp.runs.rundir import run_overrides
+from bnexp.runs.runnames import read_sweep_overrides
 
 CHANCE_MARGIN = 0.05
 NUM_CLASSES = 10  # MNIST and CIFAR-10
@@ -34,7 +34,7 @@ def _kept(overrides: list[str]) -> list[str]:
 
 def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None = None, folder: str = "") -> str:
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``: ``overrides`` (default: its multirun.yaml's,
-    :func:`bnexp.runnames.read_sweep_overrides`) without seed and hydra.*, the seeds and a new sweep folder
+    :func:`bnexp.runs.runnames.read_sweep_overrides`) without seed and hydra.*, the seeds and a new sweep folder
     inside it (``folder``, default ``seed=...``; no run folder is reused)."""
     keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
     seed = f"seed={','.join(map(str, seeds))}"
@@ -57,7 +57,7 @@ def _values(overrides: list[str]) -> dict[str, set[str]] | None:
 
 def own_overrides(group) -> list[str] | None:
     """The overrides its runs were started with: the first readable ``.hydra/overrides.yaml`` of ``group``'s
-    runs (:func:`bnexp.rundir.run_overrides`), or None."""
+    runs (:func:`bnexp.runs.rundir.run_overrides`), or None."""
     return next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.config import normalizer_variant
+from bnexp.config.schema import normalizer_variant
 from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
 
 # Short names of config keys in configuration labels.

@@ -34,7 +34,7 @@ from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, e
 from bnexp.report.evidence import CHANCE_MARGIN, NUM_CLASSES
 from bnexp.report.groups import ConfigGroup, comparison_sets, noise_scale, pair_label
 from bnexp.report.stats import target_key
-from bnexp.rundir import COMPLETE_STATUSES
+from bnexp.runs.rundir import COMPLETE_STATUSES
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
 ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")

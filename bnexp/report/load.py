@@ -1,4 +1,4 @@
-"""Loading a sweep: every run directory read once (:mod:`bnexp.rundir` reads the files) into
+"""Loading a sweep: every run directory read once (:mod:`bnexp.runs.rundir` reads the files) into
 :class:`Run` objects, and their records into DataFrames (:class:`Sweep`).
 
 A run's ``config`` is the flattened config (``config.yaml``, else ``.hydra/config.yaml``) minus
@@ -17,13 +17,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.rundir import (COMPLETE_STATUSES, ICS, METRICS, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs, flatten,
+from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs, flatten,
                           is_run_dir, read_config, read_records, read_summary)
 
 __all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
 
 # Config keys that do not change the experiment, left out of the grouping: the result-neutral keys of
-# bnexp.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
+# bnexp.runs.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
 # TensorBoard histograms; ``seed`` is what is averaged over. Any ``hydra`` key too.
 IGNORED_KEYS = frozenset({"seed", *RESULT_NEUTRAL_KEYS, "trainer.save_checkpoint", "trainer.targets",
                           "monitor.histograms"})

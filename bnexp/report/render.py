@@ -18,7 +18,7 @@ from bnexp.report.load import ordered_keys
 from bnexp.report.noise_sweep import noise_strength_md
 from bnexp.report.figstyle import refs
 from bnexp.report.stats import STD_NOTE, target_key
-from bnexp.rundir import dumps
+from bnexp.runs.rundir import dumps
 from bnexp.report.frontier import frontier_markdown
 from bnexp.report.figures_studies import study_files
 from bnexp.report.studies import study_md

@@ -16,7 +16,7 @@ import pandas as pd
 from bnexp.report.fmt import format_steps
 from bnexp.report.groups import ConfigGroup
 from bnexp.report.load import Sweep, ordered_keys
-from bnexp.rundir import REACHED_TOL
+from bnexp.runs.rundir import REACHED_TOL
 
 STD_NOTE = "std is the population standard deviation over seeds (ddof=0)"
 
@@ -59,7 +59,7 @@ def reach_stat(steps) -> dict:
 
 def first_reached(metrics: pd.DataFrame, target: float) -> pd.Series:
     """Per run (index ``run``), the first evaluated step whose test accuracy is >= ``target``
-    (:data:`bnexp.rundir.REACHED_TOL` tolerance); runs that never reach it are absent."""
+    (:data:`bnexp.runs.rundir.REACHED_TOL` tolerance); runs that never reach it are absent."""
     acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
     return metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min()
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from bnexp.report.claims import Claim, claims_md, evaluate, seed_interval
 from bnexp.report.fmt import md_table
-from bnexp.rundir import first_reached
+from bnexp.runs.rundir import first_reached
 
 log = logging.getLogger("bnexp")
 

@@ -85,13 +85,13 @@ DEPTH_CLAIMS = (DP_BN_12, DP_NOBN_12, DP_ADV_6, DP_BN_SLOWDOWN)
 
 
 def _examples() -> int:
-    from bnexp.studyplan import EXAMPLES
+    from bnexp.designs.studies import EXAMPLES
 
     return EXAMPLES
 
 
 def _question(name: str) -> str:
-    from bnexp.studyplan import build_studies
+    from bnexp.designs.studies import build_studies
 
     return build_studies()[name].question
 
@@ -163,7 +163,7 @@ def analyze_batch_size(runs) -> dict:
 # --- inference_statistics ----------------------------------------------------------------------------------
 
 def _inference_extra(run) -> dict:
-    from bnexp.inference_eval import read_result
+    from bnexp.train.inference_eval import read_result
 
     r = read_result(run.path) or {}
     acc = r.get("accuracy") or {}
@@ -179,12 +179,12 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
 
 def analyze_inference_statistics(runs) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
-    momentum (``inference_stats.json`` of each run, :mod:`bnexp.inference_eval`), :data:`INFERENCE_CLAIMS`."""
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`INFERENCE_CLAIMS`."""
     c = cells(runs, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
     missing = None
     if not c.empty and c["acc_batch"].isna().all():
-        missing = ("no run has inference_stats.json: run python -m bnexp.inference_eval SWEEP_DIR "
+        missing = ("no run has inference_stats.json: run python -m bnexp.train.inference_eval SWEEP_DIR "
                    "(scripts/study.sh does)")
 
     def at(m, mom):

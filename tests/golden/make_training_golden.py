@@ -5,7 +5,7 @@ Usage (from the repository root, real data in ``$BNEXP_DATA_ROOT``)::
     PYTHONPATH=$PWD python tests/golden/make_training_golden.py   # writes training_golden_<cpu kind>.json
 
 Each configuration below trains a few hundred steps through the Python API
-(:func:`bnexp.config.compose_config`, :func:`bnexp.config.validate`, :func:`bnexp.trainer.train`)
+(:func:`bnexp.config.schema.compose_config`, :func:`bnexp.config.schema.validate`, :func:`bnexp.train.trainer.train`)
 in a temporary folder, one torch thread, and records
 
 * every ``metrics.jsonl`` record's ``test_loss``, ``test_accuracy`` and ``train_loss`` (floats as
@@ -112,9 +112,9 @@ def results_of(run_dir: Path) -> dict:
 
 def run_config(name: str, workdir: Path) -> dict:
     """Train configuration ``name`` of :data:`CONFIGS` in ``workdir/name`` and return its results."""
-    from bnexp import rundir
-    from bnexp.config import compose_config, validate
-    from bnexp.trainer import train
+    from bnexp.runs import rundir
+    from bnexp.config.schema import compose_config, validate
+    from bnexp.train.trainer import train
 
     cfg = compose_config(BASE + CONFIGS[name])
     validate(cfg)

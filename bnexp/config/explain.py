@@ -1,0 +1,188 @@
+"""What Hydra's and OmegaConf's errors mean for the user, in one line.
+
+``bnexp train`` shows every error as one ``bnexp: error: ...`` line (:func:`bnexp.cli.main`).
+Errors of the command line itself come from here: :func:`parse_overrides` reads the overrides
+before Hydra does (a value the shell split at a space gets the hint to quote it; a key given twice
+is refused, naming both values), and :func:`explain` words the errors of Hydra's composition (a
+wrong type, an unknown key or group option) with the key, the value given and what the key accepts
+(its type from the schema, its range from :mod:`bnexp.config.checks`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+import typing
+from typing import Any
+
+from bnexp.errors import UserError
+
+QUOTE_HINT = ("a value with spaces or any of ()[]{},=' \" must be quoted inside the override, and the override "
+              "as one argument, e.g. 'data.root=\"/tmp/my data\"'")
+LAST_WINS_ENV = "BNEXP_LAST_OVERRIDE_WINS"  # =1: a later override of a key replaces an earlier one
+
+
+def parse_overrides(args: list[str]) -> list:
+    """Parse command-line overrides one by one with Hydra's grammar and refuse a key given twice.
+
+    Args:
+        args: the overrides (after :func:`bnexp.config.schema.quote_bn_overrides`); flags are skipped.
+
+    Returns:
+        Hydra's ``Override`` objects.
+
+    Raises:
+        UserError: an override Hydra cannot read (naming it, with the quoting hint), or a key given
+            twice (naming both values), unless ``$BNEXP_LAST_OVERRIDE_WINS=1`` (the sweep scripts set
+            it: their extra overrides come last and win), which prints a note instead.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    lines = [a for a in args if not a.startswith("-")]
+    out, seen = [], {}
+    for i, line in enumerate(lines):
+        try:
+            o = parser.parse_overrides([line])[0]
+        except Exception as exc:  # OverrideParseException, or a ValueError for odd input such as '=3'
+            raise UserError(_parse_message(line, lines[i - 1] if i else None, exc)) from None
+        key = (o.key_or_group, o.package)
+        if key in seen:
+            first = seen[key].input_line
+            if os.environ.get(LAST_WINS_ENV) != "1":
+                raise UserError(f"{o.key_or_group} is given twice, as {first} and as {line}: give each key once "
+                                f"(with -m, a,b sweeps over several values).")
+            _note(f"{line} replaces the earlier {first} (${LAST_WINS_ENV}=1: the last override of a key wins)")
+        seen[key] = o
+        out.append(o)
+    return out
+
+
+def _note(text: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"bnexp: note: {text}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
+    reason = next((x for x in str(exc).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))),
+                  str(exc)).strip()
+    if "=" not in line and previous is not None and "=" in previous:
+        return (f"cannot read the override {line!r}: it is not key=value. If it belongs to the previous value "
+                f"({previous}), the shell split that value at a space: {QUOTE_HINT}.")
+    if "=" not in line and not line.startswith("~"):
+        return f"cannot read the override {line!r}: it is not key=value (e.g. lr=0.1, model=cnn)."
+    if line.count("'") % 2 or line.count('"') % 2:
+        return f"cannot read the override {line!r}: a quote is not closed ({QUOTE_HINT})."
+    return f"cannot read the override {line!r} ({reason}): {QUOTE_HINT}."
+
+
+def type_words(tp: Any) -> str:
+    """What values of the annotation ``tp`` look like, in words (``List[int]`` -> ``a list of integers``)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union and type(None) in args:
+        inner = [a for a in args if a is not type(None)]
+        return f"{type_words(inner[0])} or null" if len(inner) == 1 else "a value or null"
+    if origin in (list, typing.List):
+        item = {int: "integers", float: "numbers", str: "texts", bool: "booleans"}.get(args[0] if args else Any,
+                                                                                       "values")
+        return f"a list of {item}, e.g. [1, 2]"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(m.name for m in tp)
+    if dataclasses.is_dataclass(tp):
+        return f"a group of keys (set them one by one, e.g. {dataclasses.fields(tp)[0].name}=...)"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "text"}.get(tp, "a value")
+
+
+def _field(schema: Any, key: Any) -> dataclasses.Field | None:
+    if dataclasses.is_dataclass(schema):
+        return next((f for f in dataclasses.fields(schema) if f.name == key), None)
+    return None
+
+
+def _resolve_annotation(schema: type, f: dataclasses.Field) -> Any:
+    try:
+        return typing.get_type_hints(schema)[f.name]
+    except Exception:
+        return f.type
+
+
+def _value_error(exc, override: str | None) -> str:
+    """A wrong type or value: name the key, the value given and what the key takes."""
+    key = exc.full_key or str(exc.key)
+    given = override or f"{key}={exc.value!r}"
+    schema = exc.object_type
+    f = _field(schema, exc.key)
+    if f is not None:
+        tp = _resolve_annotation(schema, f)
+        check = f.metadata.get("check")
+    else:  # an element of a list: the list's annotation
+        tp, check = getattr(exc, "ref_type", None), None
+        key = re.sub(r"\[\d+\]$", "", key)
+    words = type_words(tp) if tp is not None else None
+    msg = str(getattr(exc, "msg", "") or exc).splitlines()[0]
+    if words is None or words == "a value":
+        return f"invalid value in {given}: {msg}."
+    extra = f" ({check.allowed})" if check is not None else ""
+    hint = ""
+    value = exc.value
+    if tp in (int, typing.Optional[int]) and isinstance(value, float) and value.is_integer():
+        written = given.split("=", 1)[1] if "=" in given else str(value)
+        hint = f"; {written} is a float ({value!r}) in Hydra's syntax: write {key}={int(value)}"
+    elif isinstance(value, str) and words.startswith("a list") and "," in value:
+        hint = f"; write a list in brackets: {key}=[{value}]"
+    return f"invalid value in {given}: {key} takes {words}{extra}{hint}."
+
+
+def explain(exc: BaseException) -> str | None:
+    """One line for an error of Hydra's composition or of OmegaConf, or None when ``exc`` is none
+    of these (an internal error, which keeps its traceback)."""
+    from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
+                              OverrideParseException)
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
+
+    from bnexp.config.schema import unknown_key_message
+
+    if isinstance(exc, UserError):
+        return str(exc)
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else None
+    override = (m.group(1) if (m := re.match(r"Error merging override (.+)$", first)) else None)
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
+        group, _, option = str(exc.missing_cfg_file).rpartition("/")
+        plus = "+" if group == "experiment" else ""
+        return (f"{plus}{group}={option}: the config group {group} has no option {option}; use one of "
+                f"{', '.join(exc.options)}.")
+    err = cause if cause is not None else exc
+    if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and getattr(err, "full_key", None):
+        m = re.match(r"Could not override '([^']+)'", first)
+        line = next((a for a in (override,) if a), None)
+        return unknown_key_message(err.full_key, err.object_type, line or (m.group(1) if m else None))
+    if isinstance(err, ValidationError) and getattr(err, "full_key", None):
+        return _value_error(err, override)
+    if m := re.match(r"Could not override '([^']+)'\. No match in the defaults list", first):
+        line = re.search(r"use \+(\S+)", text)
+        return (f"{m.group(1)} is not a group of the defaults list: add it with a +, as in "
+                f"+{line.group(1) if line else m.group(1) + '=...'}.")
+    if m := re.match(r"Could not append to config\. An item is already at '([^']+)'", first):
+        line = re.search(r"remove \+ prefix: '([^']+)'", text)
+        return (f"{m.group(1)} exists already: set it without the + (a + adds a new key), as in "
+                f"{line.group(1) if line else m.group(1) + '=VALUE'}.")
+    if override and override.startswith("~") and "does not support deletion" in str(cause):
+        return f"cannot delete {override[1:]}: it is a key of the schema, which every run needs (drop {override})."
+    if isinstance(exc, ConfigCompositionException) and first.startswith("Ambiguous value for argument"):
+        arg = re.search(r"'(.+)'", first).group(1)
+        key, _, value = arg.partition("=")
+        return (f"{arg} gives several values: add -m to sweep over them (bnexp train -m {arg}), write "
+                f"{key}=[{value}] for one list value, or quote it ({key}='{value}') for one text value.")
+    if isinstance(exc, (HydraException, OmegaConfBaseException, OverrideParseException)):
+        lines = [ln.strip() for ln in text.splitlines()
+                 if ln.strip() and not ln.strip().startswith(("full_key:", "object_type=", "reference_type=",
+                                                              "See https", "Config search path", "provider="))]
+        if cause is not None:
+            lines.append(str(getattr(cause, "msg", cause)).splitlines()[0])
+        return " ".join(lines).rstrip(".") + "."
+    return None

@@ -1,0 +1,1 @@
+"""Study designs: the sweeps that reproduce the paper and the studies, as plans of runs."""

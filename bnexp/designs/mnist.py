@@ -1,0 +1,183 @@
+"""The design of the MNIST Fig. 1 sweep (scripts/reproduce_mnist.sh; issue 20, item 5), fixed before the run.
+
+Four blocks, each one Hydra multirun over its own rate grid x the evaluation seeds, at the paper's setup
+(784-100-100-100-10 sigmoid MLP, mini-batch 60, plain SGD at a constant rate):
+
+* the paper's small Gaussian init (``model.init=normal``, W ~ N(0, 0.01^2)), BN and no BN, each grid refined
+  around its optimum in the old sweep (docs/mnist/README.md: no BN 3.6, BN 7.2) with neighbouring rates at
+  most :data:`MAX_NEIGHBOUR_RATIO` apart over the refined range, plus the outer rates that show the grid's
+  edges (0.12, the paper's base rate; 0.6; 14.4 where no BN stays at chance; 28.8 above BN's optimum);
+* the init control: Glorot (Xavier) uniform init (``model.init=xavier``), BN and no BN, on smaller
+  factor-2 grids chosen by a 500-step pilot of seed 0 (no BN: 9.6 stuck at chance, 4.8 slow, 0.6-2.4 the
+  fastest start; BN: 57.6 stuck, 28.8 slow, 0.6-14.4 alike).
+
+Seeds :data:`SEEDS` exclude the pilot seed :data:`PILOT_SEED` that chose the grids. Every run is cut at
+:data:`MAX_STEPS` (the full 50,000 steps do not fit the ~90 minutes on 2 cores; no BN at its old best rate
+reached 97% at 12,833 ± 1,546 steps, BN at 4,667-7,833), with a test evaluation every :data:`EVAL_EVERY`
+steps.
+
+``python -m bnexp.designs.mnist blocks [-- OVERRIDE ...]`` prints one line of Hydra overrides per block (the
+script runs each as a multirun, extra overrides appended, last wins); ``python -m bnexp.designs.mnist plan
+--sweep-dir SWEEP_DIR [--jobs N] [-- OVERRIDE ...]`` prints every planned run, the ones already complete in SWEEP_DIR,
+the total steps and the estimated wall time (the script's DRY_RUN=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from bnexp.runs.rundir import COMPLETE_STATUSES, read_summary
+
+PILOT_SEED = 0
+SEEDS = (1, 2, 3)
+MAX_STEPS = 30_000
+EVAL_EVERY = 250
+HIST_EVERY = 500
+REFINED_RANGE = (1.2, 7.2)  # no BN's refined range (issue 20): neighbours at most 1.5x apart inside it
+MAX_NEIGHBOUR_RATIO = 1.5
+# One job's speed on one idle core (eval every 250, monitor every 500 steps), steps/s, and its start-up
+# (imports, data): measured as CPU time of 2,000- vs 250-step runs under nice on this 2-core machine
+# while a sweep held both cores (BN 288, no BN 493 steps per CPU-second, ~12 CPU-s to start).
+STEPS_PER_S = {True: 290.0, False: 490.0}
+STARTUP_S = 12.0
+# every run's folder, named by its design coordinates (deterministic: a second call finds and skips it)
+SUBDIR = "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},init=${model.init},lr=${lr},seed=${seed}'"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One multirun of the sweep: BN on or off, the weight init (``model.init``) and its rate grid."""
+
+    bn: bool
+    init: str
+    rates: tuple[float, ...]
+    refined: tuple[float, float]  # the part of the grid refined around the optimum
+
+    @property
+    def name(self) -> str:
+        """e.g. "BN, normal init"."""
+        return f"{'BN' if self.bn else 'no BN'}, {self.init} init"
+
+
+BLOCKS = (
+    Block(True, "normal", (0.12, 0.6, 3.6, 5.4, 7.2, 10.8, 14.4, 28.8), (3.6, 14.4)),
+    Block(False, "normal", (0.12, 0.6, 1.2, 1.8, 2.4, 3.6, 5.4, 7.2, 14.4), REFINED_RANGE),
+    Block(True, "xavier", (0.9, 1.8, 3.6, 7.2, 14.4), (0.9, 14.4)),
+    Block(False, "xavier", (0.3, 0.6, 1.2, 2.4, 4.8), (0.3, 4.8)),
+)
+
+
+def neighbour_ratios(rates, lo: float = 0.0, hi: float = math.inf) -> list[float]:
+    """Ratios of neighbouring rates (sorted) with both ends inside [lo, hi]: (1.2, 1.8, 2.4) -> [1.5, 1.33]."""
+    r = sorted(x for x in rates if lo <= x <= hi)
+    return [b / a for a, b in zip(r, r[1:])]
+
+
+def apply_overrides(extra: list[str]) -> tuple[list[Block], tuple[int, ...], int, list[str]]:
+    """The design with the extra overrides the script appends (the last of a key wins, as bnexp train
+    does with BNEXP_LAST_OVERRIDE_WINS): plain lists ``lr=a,b``, ``seed=a,b`` and ``trainer.max_steps=N``
+    change the plan; any other override (or another syntax such as ``range(..)``) is returned as passed
+    through to bnexp train unchanged.
+
+    Returns:
+        (blocks, seeds, max_steps, the other overrides).
+    """
+    blocks, seeds, steps, other = list(BLOCKS), SEEDS, MAX_STEPS, []
+    for o in extra:
+        key, _, value = o.partition("=")
+        try:
+            if key == "lr":
+                rates = tuple(float(v) for v in value.split(","))
+                blocks = [replace(b, rates=rates) for b in blocks]
+            elif key == "seed":
+                seeds = tuple(int(v) for v in value.split(","))
+            elif key == "trainer.max_steps":
+                steps = int(value)
+            else:
+                other.append(o)
+        except ValueError:
+            other.append(o)
+    return blocks, seeds, steps, other
+
+
+def block_overrides(block: Block, seeds=SEEDS, max_steps: int = MAX_STEPS) -> list[str]:
+    """The Hydra overrides of one block's multirun (before the script's common ones and the extra ones)."""
+    return [f"bn={'true' if block.bn else 'false'}", f"model.init={block.init}",
+            "lr=" + ",".join(f"{r:g}" for r in block.rates), "seed=" + ",".join(map(str, seeds)),
+            f"trainer.max_steps={max_steps}", f"trainer.eval_every={EVAL_EVERY}", f"trainer.hist_every={HIST_EVERY}",
+            SUBDIR]
+
+
+def run_name(block: Block, lr: float, seed) -> str:
+    """The run folder's name (:data:`SUBDIR`): "bn=true,init=normal,lr=3.6,seed=1"."""
+    return f"bn={'true' if block.bn else 'false'},init={block.init},lr={float(lr)!r},seed={int(seed)}"
+
+
+def run_seconds(bn: bool, max_steps: int, steps_per_s: dict | None = None, startup_s: float = STARTUP_S) -> float:
+    """Estimated wall time of one run on one idle core: start-up + max_steps / steps per second."""
+    return startup_s + max_steps / (steps_per_s or STEPS_PER_S)[bn]
+
+
+def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
+         startup_s: float = STARTUP_S) -> str:
+    """The DRY_RUN text: each block's runs (marked "done" when SWEEP_DIR holds the run finished or
+    diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs.
+    A block's runs have equal length, so a block takes ceil(runs to do / jobs) x one run's time
+    (:func:`run_seconds`); the blocks run one after the other."""
+    blocks, seeds, steps, other = apply_overrides(extra)
+    lines, total_runs, todo_runs, todo_steps, wall = [], 0, 0, 0, 0.0
+    for b in blocks:
+        names = [run_name(b, lr, s) for lr in b.rates for s in seeds]
+        done = [n for n in names if (read_summary(Path(sweep_dir) / n) or {}).get("status") in COMPLETE_STATUSES]
+        todo = len(names) - len(done)
+        t = run_seconds(b.bn, steps, steps_per_s, startup_s)
+        block_wall = math.ceil(todo / max(1, jobs)) * t
+        total_runs, todo_runs, todo_steps, wall = total_runs + len(names), todo_runs + todo, todo_steps + todo * steps, \
+            wall + block_wall
+        lines.append(f"{b.name}: lr {', '.join(f'{r:g}' for r in b.rates)} x seeds {', '.join(map(str, seeds))}: "
+                     f"{len(names)} runs, {todo} to run, ~{t:.0f} s each, ~{block_wall / 60:.1f} min")
+        lines += [f"  {n}{'  (done)' if n in done else ''}" for n in names]
+    rate = ", ".join(f"{'BN' if k else 'no BN'} {v:g} steps/s" for k, v in (steps_per_s or STEPS_PER_S).items())
+    lines += [f"{total_runs} runs of {steps:,} steps, evaluation every {EVAL_EVERY} steps; to run: {todo_runs} runs, "
+              f"{todo_steps:,} steps",
+              f"estimated wall time: {wall / 60:.0f} min with {jobs} parallel jobs, assuming an idle machine "
+              f"(one core per job: {rate}, {startup_s:g} s start-up per run)"]
+    if other:
+        lines.append("passed to bnexp train, not reflected in this plan: " + " ".join(other))
+    return "\n".join(lines)
+
+
+def _args(argv: list[str]):
+    """The options before ``--``, and the Hydra overrides after it (as ``overrides``)."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(prog="python -m bnexp.designs.mnist", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=["blocks", "plan"])
+    p.add_argument("--sweep-dir", default=".")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--steps-per-s-bn", type=float, default=STEPS_PER_S[True])
+    p.add_argument("--steps-per-s-no-bn", type=float, default=STEPS_PER_S[False])
+    p.add_argument("--startup-s", type=float, default=STARTUP_S)
+    a = p.parse_args(argv[:cut])
+    a.overrides = argv[cut + 1:]
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The CLI (see the module docstring)."""
+    a = _args(sys.argv[1:] if argv is None else argv)
+    if a.command == "blocks":
+        blocks, seeds, steps, _ = apply_overrides(a.overrides)
+        for b in blocks:
+            print(" ".join(block_overrides(b, seeds, steps)))
+    else:
+        print(plan(Path(a.sweep_dir), a.jobs, a.overrides, {True: a.steps_per_s_bn, False: a.steps_per_s_no_bn},
+                   a.startup_s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

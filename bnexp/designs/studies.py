@@ -1,0 +1,336 @@
+"""The five studies of issue 23 (docs/studies/): which runs each one trains and what that costs.
+
+A study is a list of :class:`Batch` es, each one Hydra multirun (``bnexp train -m``) through the joblib
+launcher into the study's sweep folder: fixed overrides plus swept ones (``a,b,c``), expanded into jobs
+exactly as Hydra's basic sweeper does (:meth:`BasicSweeper.split_arguments`). A batch with a ``prefix``
+puts its run folders under ``SWEEP_DIR/<prefix>/``; every run folder is named by the keys its multirun
+sweeps (:mod:`bnexp.runs.runnames`), so a second call of ``scripts/study.sh`` finds the finished runs.
+
+The designs, their claims and pass rules are fixed in docs/studies/NAME.md and
+:mod:`bnexp.report.study_claims` before any run. Command line (what ``scripts/study.sh`` calls)::
+
+    python -m bnexp.designs.studies lines NAME SWEEP_DIR [EXTRA ...]   # one line of overrides per multirun that
+                                                                # still has runs to do (none: complete)
+    python -m bnexp.designs.studies plan NAME SWEEP_DIR [--jobs N] [EXTRA ...]   # DRY_RUN: runs, steps, minutes
+
+``EXTRA`` are the user's extra Hydra overrides (they come last on every multirun and win).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
+SEEDS = "0,1,2"
+# every run of every study: one torch thread per job, no progress bar, no TensorBoard histograms and no
+# distribution-shift metrics (the studies read accuracies only); each batch adds trainer.hist_every =
+# max_steps / 4 (5 shift-monitor records). Task overrides hold plain values only: an interpolation
+# ("${...}") in one would be resolved again where Hydra stores the overrides (multirun.yaml), and
+# bnexp's run-folder names read them from there.
+COMMON = ("trainer.num_threads=1", "trainer.progress=false", "monitor.histograms=false",
+          "monitor.shift_metrics=false")
+SUBDIR = "hydra.sweep.subdir='{prefix}/${{bnexp_sweep_subdir:${{hydra.sweep.dir}},${{hydra.overrides.task}}," \
+         "${{hydra.job.override_dirname}}}}'"
+
+# --- the designs (docs/studies/NAME.md states each and why) -------------------------------------------
+# batch_size and inference_statistics: a fixed number of examples seen, the rate scaled with m
+# (lr = RATE_PER_EXAMPLE * m: 0.6, the 5x paper rate, at m = 60; 2.56 at m = 256, below the rate 3.6
+# where the plain network still trained in all seeds at m = 60, docs/mnist/README.md)
+EXAMPLES = 240_000            # 4 epochs of MNIST's 60,000 training images
+EVAL_EXAMPLES = 6_000         # an evaluation every 6,000 examples: 40 per run
+RATE_PER_EXAMPLE = 0.01
+BATCH_SIZES = (2, 4, 16, 60, 256)   # of the issue's 2, 4, 8, 16, 32, 60, 128, 256: cut to fit 25 minutes
+GHOST_SIZES = (2, 4)          # ghost BN at m = 60: statistics of 2 or 4 examples, gradient of 60
+MOMENTA = (0.1, 0.01)         # bn.momentum of the running averages (torch's convention: new = 0.9 old + 0.1 batch)
+# placement: BN before / after g, each (model, act) on its own rate grid (factor 4 apart)
+PLACEMENT_MLP = dict(steps=4000, eval_every=200, rates=(0.15, 0.6, 2.4), target=0.95)
+PLACEMENT_CNN = dict(steps=1500, eval_every=150, rates=(0.02, 0.08, 0.32), target=0.97,
+                     overrides=("model=cnn", "model.channels=[8,16]", "model.fc=64"))
+# normalizer: the paper net at m = 60 with BN, LayerNorm, GroupNorm (4 groups of 25 units) and none
+NORMALIZER = dict(steps=8000, eval_every=200, rates=(0.9, 1.8, 3.6, 7.2, 14.4), groups=4, target=0.95)
+# depth: 3, 6, 12 sigmoid hidden layers of 100 units, paper init, m = 60, BN and no BN
+DEPTH = dict(steps=10000, eval_every=250, rates=(0.9, 3.6, 14.4), depths=(3, 6, 12), target=0.95)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One Hydra multirun of a study.
+
+    Attributes:
+        label: what the plan shows for it.
+        overrides: Hydra overrides, fixed (``key=value``) and swept (``key=a,b,c``); :data:`COMMON` is added.
+        prefix: its run folders go under ``SWEEP_DIR/<prefix>/`` (None: directly in the sweep folder).
+        model: "mlp" or "cnn" (the cost model). depth: hidden layers of the MLP (the cost model).
+        steps: a job's training steps (``trainer.max_steps``). every: steps between its test evaluations.
+    """
+
+    label: str
+    overrides: tuple[str, ...]
+    prefix: str | None = None
+    model: str = "mlp"
+    depth: int = 3
+    steps: int = 0
+    every: int = 1
+
+    def all_overrides(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """:data:`COMMON`, the budget (max_steps, eval_every, hist_every), this batch's overrides, its
+        run-folder rule and ``extra`` (last of a key wins)."""
+        out = list(COMMON) + [f"trainer.max_steps={self.steps}", f"trainer.eval_every={self.every}",
+                              f"trainer.hist_every={max(1, round(self.steps / 4))}"] + list(self.overrides)
+        if self.prefix:
+            out.append(SUBDIR.format(prefix=self.prefix))
+        return out + list(extra)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study: its ``name`` (the docs page docs/studies/NAME.md), one-line ``question``, ``batches``
+    and the ``notes`` the plan prints (what was cut to fit the time budget)."""
+
+    name: str
+    question: str
+    batches: tuple[Batch, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _grid(values) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
+def _fixed_examples(m: int) -> dict:
+    """The budget of a fixed-examples run at mini-batch size m: 240,000 / m steps, an evaluation every
+    6,000 / m steps, lr = 0.01 m (rounded as Python's round, 938 and 23 at m = 256)."""
+    return {"steps": max(1, round(EXAMPLES / m)), "every": max(1, round(EVAL_EXAMPLES / m)),
+            "lr": f"lr={RATE_PER_EXAMPLE * m:g}"}
+
+
+def build_studies() -> dict[str, Study]:
+    """The five studies (docs/studies/), by name. The multiruns of a study run one after another, the
+    longest first; each run folder is SWEEP_DIR/<prefix>/<the keys its multirun sweeps>."""
+    bs, inf = [], []
+    for m in BATCH_SIZES:
+        b = _fixed_examples(m)
+        bs.append(Batch(f"m={m}: BN, LayerNorm, no BN", (f"trainer.batch_size={m}", b["lr"], "bn=true,false,layer",
+                                                         f"seed={SEEDS}"), prefix=f"m={m}", steps=b["steps"],
+                        every=b["every"]))
+        inf.append(Batch(f"m={m}: BN x momentum", (f"trainer.batch_size={m}", b["lr"], "bn=true",
+                                                   f"bn.momentum={_grid(MOMENTA)}", f"seed={SEEDS}"),
+                         prefix=f"m={m}", steps=b["steps"], every=b["every"]))
+    g = _fixed_examples(60)
+    bs.append(Batch("ghost BN at m=60", ("trainer.batch_size=60", g["lr"], "bn=true",
+                                         f"bn.ghost_batch_size={_grid(GHOST_SIZES)}", f"seed={SEEDS}"),
+                    prefix="ghost,m=60", steps=g["steps"], every=g["every"]))
+    ms = ",".join(map(str, BATCH_SIZES))
+    batch_size = Study("batch_size", "Does BN's speedup survive small mini-batches, and where does it end?",
+                       tuple(bs), notes=(f"m in {{{ms}}} of the issue's 2-256 grid (8, 32, 128 cut to fit ~25 "
+                                         "minutes); LayerNorm is the batch-free control (GroupNorm is in the "
+                                         "normalizer study)",))
+    inference = Study("inference_statistics",
+                      "How far apart are train-mode (batch statistics) and inference-mode accuracies?", tuple(inf),
+                      notes=("after training, every run's checkpoint is evaluated three ways: "
+                             "python -m bnexp.train.inference_eval",))
+    pl_batches = []
+    for model, spec in (("mlp", PLACEMENT_MLP), ("cnn", PLACEMENT_CNN)):
+        for act in ("sigmoid", "relu"):
+            pl_batches.append(Batch(
+                f"{model} {act}", (*spec.get("overrides", ()), f"act={act}", "bn=true", "bn.position=before,after",
+                                   f"lr={_grid(spec['rates'])}", f"seed={SEEDS}"),
+                prefix=f"{model}_{act}", model=model, steps=spec["steps"], every=spec["eval_every"]))
+    placement = Study("placement", "Does it matter that BN sits before the nonlinearity?", tuple(pl_batches),
+                      notes=("CNN kept small: channels [8,16], fc 64, 1,500 steps",))
+    n = NORMALIZER
+    normalizer = Study("normalizer", "Which part of BN's speedup needs batch statistics?", (
+        Batch("BN, LayerNorm, no BN x rate", ("bn=true,false,layer", f"lr={_grid(n['rates'])}", f"seed={SEEDS}"),
+              steps=n["steps"], every=n["eval_every"]),
+        Batch(f"GroupNorm ({n['groups']} groups) x rate", ("bn=group", f"bn.groups={n['groups']}",
+                                                            f"lr={_grid(n['rates'])}", f"seed={SEEDS}"),
+              prefix=f"bn=group,groups={n['groups']}", steps=n["steps"], every=n["eval_every"]),
+    ))
+    d = DEPTH
+    depth = Study("depth", "Does the plain sigmoid net fail with depth while BN holds?", tuple(
+        Batch(f"{k} hidden layers", ("model.hidden=[" + ",".join(["100"] * k) + "]", "bn=true,false",
+                                     f"lr={_grid(d['rates'])}", f"seed={SEEDS}"),
+              prefix=f"depth={k}", depth=k, steps=d["steps"], every=d["eval_every"])
+        for k in sorted(d["depths"], reverse=True)))  # the longest runs first
+    return {s.name: s for s in (batch_size, inference, placement, normalizer, depth)}
+
+
+# --- expansion into jobs and run folders ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Job:
+    """One planned run: its ``batch`` index, its ``overrides`` (as Hydra's sweeper writes them), its run
+    folder ``folder`` relative to the sweep folder, ``m`` and the cost model's ``steps`` and ``evals``."""
+
+    batch: int
+    overrides: tuple[str, ...]
+    folder: str
+    m: int
+    steps: int
+    evals: int
+
+
+def expand(study: Study, extra: tuple[str, ...] = ()) -> list[Job]:
+    """Every job of ``study`` with ``extra`` overrides, in launch order, with its run folder.
+
+    Raises:
+        hydra.errors.OverrideParseException: an override Hydra's grammar rejects.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from bnexp.config.schema import quote_bn_overrides
+    from bnexp.runs.runnames import swept_keys, swept_name
+
+    parser = OverridesParser.create()
+    jobs = []
+    for i, b in enumerate(study.batches):
+        task = quote_bn_overrides([o for o in b.all_overrides(extra) if not o.startswith("hydra.")])
+        keys = swept_keys(task)
+        for ov in BasicSweeper.split_arguments(parser.parse_overrides(task), None)[0]:
+            name = swept_name(ov, keys) or "default"
+            values = dict(o.split("=", 1) for o in ov)
+            m = int(values.get("trainer.batch_size", 60))
+            steps = _int_or(values.get("trainer.max_steps"), b.steps)
+            evals = steps // max(1, _int_or(values.get("trainer.eval_every"), b.every)) + 1
+            jobs.append(Job(i, tuple(ov), f"{b.prefix}/{name}" if b.prefix else name, m, steps, evals))
+    return jobs
+
+
+def _int_or(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None and "$" not in text else default
+    except ValueError:
+        return default
+
+
+def is_done(sweep_dir: Path, job: Job) -> bool:
+    """True when the job's run folder holds a finished or diverged run (bnexp would skip it)."""
+    from bnexp.runs.rundir import is_complete
+
+    return is_complete(Path(sweep_dir) / job.folder)
+
+
+def pending_lines(study: Study, sweep_dir: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """One line of overrides (space-separated, ``extra`` last) per batch that still has a job to do."""
+    jobs = expand(study, extra)
+    todo = sorted({j.batch for j in jobs if not is_done(sweep_dir, j)})
+    return [" ".join(study.batches[i].all_overrides(extra)) for i in todo]
+
+
+# --- the cost model ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of one job on one idle core (docs/studies/README.md, "Cost model", says how these were
+    measured): ``overhead_s`` per run (start-up, data, checkpoints, summary); the paper MLP's step
+    ``mlp_step_ms + mlp_example_ms * m`` for 3 hidden layers, half of the per-step part growing with the
+    number of linear layers (k + 1 for k hidden layers) and the per-example part with the multiply-adds
+    (a 12-layer step at m = 60 costs 2.0x a 3-layer one, as measured); the small CNN's step
+    ``cnn_step_ms + cnn_example_ms * m``; one test-set evaluation ``mlp_eval_s`` / ``cnn_eval_s``."""
+
+    overhead_s: float = 6.0
+    mlp_step_ms: float = 1.0
+    mlp_example_ms: float = 0.0133
+    mlp_eval_s: float = 0.07
+    cnn_step_ms: float = 2.0
+    cnn_example_ms: float = 0.08
+    cnn_eval_s: float = 0.5
+
+    def job_seconds(self, job: Job, batch: Batch) -> float:
+        """Estimated seconds of ``job`` on one idle core."""
+        if batch.model == "cnn":
+            step_ms, eval_s = self.cnn_step_ms + self.cnn_example_ms * job.m, self.cnn_eval_s
+        else:
+            k = batch.depth
+            macs = 784 * 100 + (k - 1) * 100 * 100 + 100 * 10
+            ratio = macs / (784 * 100 + 2 * 100 * 100 + 100 * 10)
+            step_ms = self.mlp_step_ms * (0.5 + 0.5 * (k + 1) / 4) + self.mlp_example_ms * job.m * ratio
+            eval_s = self.mlp_eval_s * ratio
+        return self.overhead_s + job.steps * step_ms / 1000 + job.evals * eval_s
+
+
+def makespan(seconds: list[float], jobs: int) -> float:
+    """Wall time of running ``seconds`` in order on ``jobs`` workers, each job to the first free one
+    (how joblib dispatches a multirun's jobs)."""
+    free = [0.0] * max(1, jobs)
+    for s in seconds:
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
+def estimate(study: Study, jobs: int, extra: tuple[str, ...] = (), cost: CostModel = CostModel(),
+             sweep_dir: Path | None = None) -> dict:
+    """The plan of ``study`` on ``jobs`` parallel jobs: {"runs", "todo", "steps", "seconds", "batches":
+    [{"label", "runs", "todo", "steps", "seconds"}]} (seconds: wall time of the runs still to do, the
+    batches one after another; runs already complete in ``sweep_dir`` cost nothing)."""
+    js = expand(study, extra)
+    out = {"runs": len(js), "todo": 0, "steps": 0, "seconds": 0.0, "batches": []}
+    for i, b in enumerate(study.batches):
+        mine = [j for j in js if j.batch == i]
+        todo = [j for j in mine if sweep_dir is None or not is_done(sweep_dir, j)]
+        secs = makespan([cost.job_seconds(j, b) for j in todo], jobs)
+        row = {"label": b.label, "prefix": b.prefix, "runs": len(mine), "todo": len(todo),
+               "steps": sum(j.steps for j in mine), "seconds": secs,
+               "overrides": " ".join(o for o in b.overrides)}
+        out["batches"].append(row)
+        out["todo"] += len(todo)
+        out["steps"] += row["steps"]
+        out["seconds"] += secs
+    return out
+
+
+def plan_text(study: Study, est: dict, jobs: int) -> str:
+    """The DRY_RUN text: one block per multirun, the totals and the estimate's assumption."""
+    lines = [f"study {study.name}: {study.question}"]
+    for b in est["batches"]:
+        lines.append(f"  {b['label']}: {b['runs']} runs ({b['todo']} to do), {b['steps']:,} steps, "
+                     f"~{b['seconds'] / 60:.1f} min" + (f"  [folders under {b['prefix']}/]" if b["prefix"] else ""))
+        lines.append(f"    bnexp train -m {b['overrides']}")
+    lines += [f"  note: {n}" for n in study.notes]
+    lines.append(f"total: {est['runs']} runs ({est['todo']} to do), {est['steps']:,} steps; estimated wall time "
+                 f"{math.ceil(est['seconds'] / 60)} min with {jobs} parallel jobs")
+    lines.append("assumption: one idle core per job (the cost model of docs/studies/README.md); on a loaded "
+                 "machine expect longer")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bnexp.designs.studies", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=("lines", "plan"))
+    p.add_argument("study", metavar="NAME", help=f"one of {', '.join(STUDIES)}")
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR")
+    p.add_argument("--jobs", type=int, default=2, help="parallel jobs (plan only)")
+    p.add_argument("extra", nargs="*", help="extra Hydra overrides (last wins)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bnexp.designs.studies lines|plan NAME SWEEP_DIR [--jobs N] [EXTRA ...]``: exit 0, or 2 with
+    one ``error:`` line for an unknown study or an override Hydra cannot parse."""
+    a = _parser().parse_intermixed_args(argv)
+    studies = build_studies()
+    if a.study not in studies:
+        print(f"error: unknown study {a.study!r}; the studies are {', '.join(STUDIES)}", file=sys.stderr)
+        return 2
+    study, extra = studies[a.study], tuple(a.extra)
+    try:
+        if a.command == "lines":
+            print("\n".join(pending_lines(study, Path(a.sweep_dir), extra)))
+        else:
+            print(plan_text(study, estimate(study, a.jobs, extra, sweep_dir=Path(a.sweep_dir)), a.jobs))
+    except Exception as exc:  # Hydra's grammar errors: one line, exit 2
+        if type(exc).__name__ not in ("OverrideParseException", "HydraException"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

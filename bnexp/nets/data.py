@@ -1,0 +1,457 @@
+"""Datasets held as tensors on the training device, and the seeded mini-batch sampler.
+
+The whole dataset is loaded once through torchvision, converted to float tensors
+of shape (N, C, H, W) on the training device, and mini-batches are drawn by index
+from a seeded per-epoch permutation (no DataLoader workers: the models here are
+small and the loader would dominate the step time).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bnexp.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# MNIST IDX files: (file name, magic number, number of items, bytes per item).
+MNIST_FILES = {
+    "train-images-idx3-ubyte": (2051, 60000, 28 * 28),
+    "train-labels-idx1-ubyte": (2049, 60000, 1),
+    "t10k-images-idx3-ubyte": (2051, 10000, 28 * 28),
+    "t10k-labels-idx1-ubyte": (2049, 10000, 1),
+}
+
+
+@dataclass
+class TensorData:
+    """A labelled image dataset held as tensors.
+
+    Attributes:
+        train_x: (N_train, C, H, W) float32, scaled.
+        train_y: (N_train,) int64 class labels.
+        test_x: (N_test, C, H, W) float32, scaled like train_x.
+        test_y: (N_test,) int64.
+        num_classes: number of classes.
+        name: dataset name.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    name: str
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image."""
+        return tuple(self.train_x.shape[1:])  # type: ignore[return-value]
+
+
+def default_data_root() -> Path:
+    """The data root used when ``data.root`` is null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/nets/data."""
+    env = os.environ.get("BNEXP_DATA_ROOT")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "bnexp" / "data"
+
+
+def resolve_root(root: str | None) -> Path:
+    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path."""
+    return (Path(root).expanduser() if root else default_data_root()).resolve()
+
+
+def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: list[str]) -> None:
+    """Raise DataError naming the expected files and the fix when any of ``names`` is missing."""
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise DataError(
+            f"{dataset} not found under data root {root}: expected the {kind} {', '.join(names)} in "
+            f"{folder} (missing: {', '.join(missing)}). Point the root at a folder that holds "
+            f"{folder.relative_to(root)}/ with data.root=PATH or the BNEXP_DATA_ROOT environment variable, "
+            "or add data.download=true to fetch it (needs internet)."
+        )
+
+
+def check_mnist_files(root: Path) -> None:
+    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header
+    (magic number = unsigned-byte type and dimensions, item count, 28x28 images), and content:
+    every label within the class range 0..9.
+
+    Raises:
+        DataError: naming the missing or corrupt file and how to fix it.
+    """
+    raw = root / "MNIST" / "raw"
+    _require_files("MNIST", "uncompressed IDX files", root, raw, list(MNIST_FILES))
+    for name, (magic, count, item_bytes) in MNIST_FILES.items():
+        path = raw / name
+        header_len = 16 if magic == 2051 else 8
+        expected = header_len + count * item_bytes
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(header_len)
+        got_magic = int.from_bytes(header[:4], "big") if len(header) >= 4 else None
+        got_count = int.from_bytes(header[4:8], "big") if len(header) >= 8 else None
+        if got_magic != magic or got_count != count:
+            raise DataError(
+                f"MNIST file {path} has a bad IDX header (magic {got_magic}, {got_count} items; "
+                f"expected magic {magic} and {count} items): the copy is corrupt. Replace it with "
+                "the official uncompressed file, or delete it and run with data.download=true."
+            )
+        if size != expected:
+            raise DataError(
+                f"MNIST file {path} has {size} bytes, expected {expected}: the copy is truncated or "
+                "corrupt. Replace it with the official uncompressed file, or delete it and run with "
+                "data.download=true."
+            )
+        if magic == 2051:
+            rows, cols = int.from_bytes(header[8:12], "big"), int.from_bytes(header[12:16], "big")
+            if (rows, cols) != (28, 28):
+                raise DataError(f"MNIST file {path} holds {rows}x{cols} images, expected 28x28: the copy is "
+                                "corrupt or not MNIST. Replace it with the official uncompressed file.")
+        else:
+            check_labels(path, path.read_bytes()[header_len:], 10)
+
+
+def check_labels(path: Path, labels, num_classes: int) -> None:
+    """Every label must be an integer class index in 0..num_classes-1.
+
+    Args:
+        path: the file the labels come from (named in the message).
+        labels: bytes, a sequence of ints, or a numpy array.
+
+    Raises:
+        DataError: naming the file, the first bad label and its position.
+    """
+    import numpy as np
+
+    arr = np.frombuffer(labels, dtype=np.uint8) if isinstance(labels, (bytes, bytearray)) else np.asarray(labels)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"the labels in {path} are of type {arr.dtype}, not integers: the copy is corrupt. "
+                        "Replace it with the official file.")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_classes)) if arr.size else []
+    if len(bad):
+        raise DataError(f"the labels in {path} must be class indices 0..{num_classes - 1}, but label "
+                        f"{int(arr[bad[0]])} is at position {int(bad[0])} ({len(bad)} labels out of range): "
+                        "the copy is corrupt. Replace it with the official file, or delete it and run with "
+                        "data.download=true.")
+
+
+def load_mnist(root: Path, download: bool) -> TensorData:
+    """Load MNIST through ``torchvision.datasets.MNIST`` as uint8-derived tensors (unscaled, 0..255).
+
+    Raises:
+        DataError: files missing (and download off, or download failing) or corrupt.
+    """
+    from torchvision.datasets import MNIST
+
+    raw = root / "MNIST" / "raw"
+    if download and not all((raw / n).is_file() for n in MNIST_FILES):
+        try:
+            MNIST(str(root), train=True, download=True)
+        except Exception as exc:  # network errors come in many types
+            raise DataError(
+                f"could not download MNIST into {root} ({type(exc).__name__}: {exc}). Without "
+                "internet, copy the four uncompressed IDX files into MNIST/raw/ under a folder and "
+                "point data.root (or BNEXP_DATA_ROOT) at it."
+            ) from None
+    check_mnist_files(root)
+    train = MNIST(str(root), train=True, download=False)
+    test = MNIST(str(root), train=False, download=False)
+    return TensorData(
+        train_x=train.data.unsqueeze(1).float(),
+        train_y=train.targets.long(),
+        test_x=test.data.unsqueeze(1).float(),
+        test_y=test.targets.long(),
+        num_classes=10,
+        name="mnist",
+    )
+
+
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+CIFAR_FILES = CIFAR_TRAIN + ["test_batch", "batches.meta"]
+
+
+def _cifar_md5s() -> dict[str, str]:
+    from torchvision.datasets import CIFAR10
+
+    md5 = {name: digest for name, digest in CIFAR10.train_list + CIFAR10.test_list}
+    md5[CIFAR10.meta["filename"]] = CIFAR10.meta["md5"]
+    return md5
+
+
+def check_cifar10_files(root: Path, verify_checksums: bool) -> None:
+    """Check the CIFAR-10 python-version batch files under ``root/cifar-10-batches-py``.
+
+    Presence always; with ``verify_checksums`` each file's md5 against torchvision's
+    list of the official files.
+
+    Raises:
+        DataError: naming the missing file, or the file whose md5 differs, and the fix.
+    """
+    folder = root / CIFAR_FOLDER
+    _require_files("CIFAR-10", "python-version batch files", root, folder, CIFAR_FILES)
+    if verify_checksums:
+        from torchvision.datasets.utils import check_integrity
+
+        for name, md5 in _cifar_md5s().items():
+            if not check_integrity(str(folder / name), md5):
+                raise DataError(
+                    f"CIFAR-10 file {folder / name} does not match the md5 of the official file "
+                    f"({md5}), so the copy is corrupt or not the canonical one. If it is a known "
+                    "non-canonical copy of the standard layout (for example the re-encoded copy in "
+                    "../shared/data), load it anyway with data.verify_checksums=false; otherwise replace "
+                    "it, or delete it and run with data.download=true."
+                )
+
+
+def _cifar10_reader():
+    """torchvision's CIFAR10 reader, made to read one named batch file of the python layout.
+
+    The integrity check is :func:`check_cifar10_files`'s (presence, and the official md5s unless
+    ``data.verify_checksums=false``), so torchvision's own md5 checks are turned off here: they
+    would refuse a non-canonical copy of the standard layout, such as the re-encoded copy in
+    ../shared/data.
+    """
+    from torchvision.datasets import CIFAR10
+
+    class CIFAR10Batch(CIFAR10):
+        def __init__(self, root: Path, name: str):
+            self.train_list = [[name, None]]  # read by CIFAR10.__init__: the one file to load
+            super().__init__(str(root), train=True, download=False)
+
+        def _check_integrity(self) -> bool:
+            return True  # done by check_cifar10_files
+
+        def _load_meta(self) -> None:
+            pass  # class names are not used; batches.meta is checked by check_cifar10_files
+
+    return CIFAR10Batch
+
+
+def _read_cifar_batch(root: Path, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CIFAR-10 python batch through torchvision: images (10000, 3, 32, 32) uint8 and labels
+    (10000,) int64.
+
+    Raises:
+        DataError: the pickle is unreadable or has the wrong structure, sizes or pixel type.
+    """
+    import numpy as np
+
+    path = root / CIFAR_FOLDER / name
+    try:
+        batch = _cifar10_reader()(root, name)
+        data, labels = np.asarray(batch.data), np.asarray(batch.targets)
+    except Exception as exc:  # truncated or foreign pickles raise many exception types
+        raise DataError(
+            f"CIFAR-10 file {path} is unreadable ({type(exc).__name__}: {exc}): the copy is truncated "
+            "or corrupt. Replace it with the official file, or delete it and run with data.download=true."
+        ) from None
+    if data.shape != (10000, 32, 32, 3) or len(labels) != 10000:
+        raise DataError(
+            f"CIFAR-10 file {path} holds {len(data)} images of shape {data.shape[1:]} with {len(labels)} labels; "
+            "expected 10000 images of 32x32x3 and 10000 labels. Replace the file with a correct copy."
+        )
+    if data.dtype != np.uint8:  # pixels are bytes 0..255; anything else would be silently wrapped
+        raise DataError(f"CIFAR-10 file {path} holds pixels of type {data.dtype}, expected uint8 (0..255): "
+                        "the copy is corrupt or not CIFAR-10. Replace it with the official file.")
+    check_labels(path, labels, 10)
+    return torch.from_numpy(data).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels.astype(np.int64))
+
+
+def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorData:
+    """Load CIFAR-10 (python version, torchvision's layout) as tensors (unscaled, 0..255), with
+    ``torchvision.datasets.CIFAR10``'s reader, one batch file at a time.
+
+    With ``verify_checksums`` (default) every file must match the official md5s. With
+    ``verify_checksums=false`` a non-canonical copy of the same layout (same structure, other
+    bytes) is read, with a warning; torchvision's own md5 check, which would refuse it, is then
+    not applied (:func:`_cifar10_reader`). Either way every batch's shape, pixel type and labels
+    are checked.
+
+    Raises:
+        DataError: files missing, unreadable, of the wrong shape, or failing the md5 check.
+    """
+    folder = root / CIFAR_FOLDER
+    if download and not all((folder / n).is_file() for n in CIFAR_FILES):
+        from torchvision.datasets import CIFAR10
+
+        try:
+            CIFAR10(str(root), train=True, download=True)
+        except Exception as exc:
+            raise DataError(
+                f"could not download CIFAR-10 into {root} ({type(exc).__name__}: {exc}). Without internet, "
+                "copy cifar-10-batches-py/ under a folder and point data.root (or BNEXP_DATA_ROOT) at it."
+            ) from None
+    check_cifar10_files(root, verify_checksums)
+    if not verify_checksums:
+        msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
+               "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
+               "differ a little from published figures.")
+        log.warning(msg)
+        import warnings
+
+        warnings.warn(msg, stacklevel=2)
+    parts = [_read_cifar_batch(root, n) for n in CIFAR_TRAIN]
+    train_x, train_y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    test_x, test_y = _read_cifar_batch(root, "test_batch")
+    return TensorData(train_x.float(), train_y.long(), test_x.float(), test_y.long(), 10, "cifar10")
+
+
+def scale(data: TensorData, scaling: str) -> TensorData:
+    """Scale 0..255 pixels: ``unit`` divides by 255; ``standardize`` z-scores each channel
+    with the training set's per-channel mean and std. Shapes are unchanged."""
+    train_x = data.train_x / 255.0
+    test_x = data.test_x / 255.0
+    if scaling == "standardize":
+        mean = train_x.mean(dim=(0, 2, 3), keepdim=True)
+        std = train_x.std(dim=(0, 2, 3), keepdim=True)
+        train_x = (train_x - mean) / std
+        test_x = (test_x - mean) / std
+    return TensorData(train_x, data.train_y, test_x, data.test_y, data.num_classes, data.name)
+
+
+def load_data(cfg, device: torch.device) -> TensorData:
+    """Load the dataset named by ``cfg.name`` from ``cfg.root`` onto ``device``, scaled.
+
+    Args:
+        cfg: the ``data`` config node (name, root, download, scaling, ...).
+        device: where the tensors live during training.
+
+    Raises:
+        DataError: unknown dataset, missing or corrupt files.
+    """
+    root = resolve_root(cfg.root)
+    if cfg.name == "mnist":
+        data = load_mnist(root, cfg.download)
+    elif cfg.name == "cifar10":
+        data = load_cifar10(root, cfg.download, cfg.verify_checksums)
+    else:
+        raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist, cifar10.")
+    data = scale(data, cfg.scaling)
+    log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
+             len(data.train_y), len(data.test_y), tuple(data.input_shape))
+    return TensorData(
+        data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
+        data.test_y.to(device), data.num_classes, data.name,
+    )
+
+
+class BatchSampler:
+    """Draws mini-batch indices from a seeded permutation, reshuffled every epoch.
+
+    An epoch is one pass over ``n`` examples in permuted order; the last partial
+    mini-batch of an epoch is dropped, so every mini-batch has exactly
+    ``batch_size`` examples (BN statistics never see a smaller m).
+
+    Args:
+        n: number of training examples.
+        batch_size: mini-batch size m (<= n).
+        seed: seeds the permutation generator.
+        device: where the index tensors are created.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, device: torch.device):
+        if batch_size > n:
+            raise DataError(f"trainer.batch_size={batch_size} is larger than the training set ({n}).")
+        self.n, self.batch_size, self.device = n, batch_size, device
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.epoch = 0
+        self.position = 0
+        self.perm = self._new_perm()
+
+    def _new_perm(self) -> torch.Tensor:
+        return torch.randperm(self.n, generator=self.generator).to(self.device)
+
+    def next(self) -> torch.Tensor:
+        """Indices of the next mini-batch, shape (batch_size,), int64 on ``device``."""
+        if self.position + self.batch_size > self.n:
+            self.perm = self._new_perm()
+            self.epoch += 1
+            self.position = 0
+        idx = self.perm[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        return idx
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue the exact same sequence of mini-batches."""
+        return {"generator": self.generator.get_state(), "epoch": self.epoch,
+                "position": self.position, "perm": self.perm.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state from :meth:`state_dict`."""
+        self.generator.set_state(state["generator"])
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.perm = state["perm"].to(self.device)
+
+
+class Augmenter:
+    """Random crops with zero padding and horizontal flips, on a whole mini-batch at once.
+
+    The standard CIFAR-10 augmentation, done as batched tensor operations on the
+    training device: each image is padded by ``pad`` pixels on every side, a random
+    HxW window is cut out (offsets uniform in [0, 2*pad]) and, with probability 1/2,
+    mirrored left-right. Labels are unchanged. A seeded generator makes it reproducible.
+
+    Args:
+        pad: padding in pixels (4 for CIFAR-10).
+        flip: also apply random horizontal flips.
+        seed: seeds the generator.
+        device: where the images live.
+    """
+
+    def __init__(self, pad: int = 4, flip: bool = True, seed: int = 0, device: torch.device | str = "cpu"):
+        self.pad, self.flip = pad, flip
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed + 7919)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (N, C, H, W) -> augmented (N, C, H, W), a new tensor."""
+        n, _, h, w = x.shape
+        p = self.pad
+        if p > 0:
+            padded = torch.nn.functional.pad(x, (p, p, p, p))
+            dy = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
+            dx = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
+            rows = (dy.view(n, 1) + torch.arange(h, device=x.device).view(1, h))  # (N, H)
+            cols = (dx.view(n, 1) + torch.arange(w, device=x.device).view(1, w))  # (N, W)
+            batch = torch.arange(n, device=x.device).view(n, 1, 1)
+            # gather the window: (N, H, W, C) -> (N, C, H, W)
+            x = padded.permute(0, 2, 3, 1)[batch, rows.view(n, h, 1), cols.view(n, 1, w)].permute(0, 3, 1, 2)
+        if self.flip:
+            mask = (torch.rand(n, generator=self.generator) < 0.5).to(x.device)
+            x = torch.where(mask.view(n, 1, 1, 1), x.flip(3), x)
+        return x.contiguous()
+
+    def state_dict(self) -> dict:
+        """The generator state (for exact resumption)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        self.generator.set_state(state["generator"])
+
+
+def make_augmenter(cfg, seed: int, device: torch.device) -> Augmenter | None:
+    """The training-set augmentation of ``data.augment`` (None when off).
+
+    ``data.augment`` false/off: none; true/standard: 4-pixel-pad random crops and
+    horizontal flips; light: flips only (the paper's "fewer photometric distortions",
+    Sec. 4.2.1, in spirit).
+    """
+    mode = str(cfg.augment).lower()
+    if mode in ("false", "off", "none"):
+        return None
+    if mode in ("true", "standard"):
+        return Augmenter(pad=4, flip=True, seed=seed, device=device)
+    if mode == "light":
+        return Augmenter(pad=0, flip=True, seed=seed, device=device)
+    raise ValueError(f"unknown data.augment {cfg.augment!r}")

@@ -1,0 +1,1 @@
+"""Run folders: their files, locks, names, and the failed jobs of a sweep."""

@@ -1,0 +1,83 @@
+"""Whether a ``checkpoint.pt`` found in a run folder can be resumed by this run.
+
+Three answers (:meth:`bnexp.train.trainer.Trainer.try_resume` acts on them):
+
+* it is this run's checkpoint: resume from it;
+* it is a checkpoint of *another run* -- another config (keys that cannot change results aside,
+  :data:`bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`) or another number of data-parallel replicas --:
+  refuse with :class:`~bnexp.errors.CheckpointMismatch` and leave it where it is, so the right
+  command can still resume it;
+* it is not a readable checkpoint of this run -- keys missing (:func:`missing_keys`), a network of
+  other layers or shapes, an optimizer of other parameter groups (:func:`incompatibility`): the
+  trainer sets it aside (kept) and the run starts over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bnexp.errors import CheckpointMismatch
+
+# what Trainer.load_state_dict reads; a file without them is not a checkpoint of a run
+CHECKPOINT_KEYS = ("step", "model", "optimizer", "scheduler", "sampler", "rng", "measurements", "logs",
+                   "train_time", "config")
+
+
+def missing_keys(state: object) -> list[str]:
+    """The :data:`CHECKPOINT_KEYS` that ``state`` (what ``torch.load`` returned) lacks; ``["all"]`` for a non-dict."""
+    if not isinstance(state, dict):
+        return ["all"]
+    return [k for k in CHECKPOINT_KEYS if k not in state]
+
+
+def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) -> None:
+    """Refuse another run's checkpoint.
+
+    Args:
+        state: a checkpoint with every :data:`CHECKPOINT_KEYS`.
+        config: this run's resolved config as a plain dict.
+        world_size: this run's number of replicas N.
+        run_dir: the run folder (named in the message).
+
+    Raises:
+        CheckpointMismatch: the configs differ in a result-changing key (the message names the keys
+            and the two ways out), or the checkpoint was written with another N.
+    """
+    if state["config"] != config:
+        from bnexp.config.schema import changed_keys  # the one rule, shared with the run-folder check of the CLI
+
+        changed = sorted(k for k, _, _ in changed_keys(state["config"] or {}, config))
+        if changed:
+            raise CheckpointMismatch(
+                f"the checkpoint in {run_dir} belongs to a run with a different config "
+                f"(differs in: {', '.join(changed)}); use a new run directory, or "
+                "trainer.resume=false to start this one over.")
+    n_saved = int(state.get("world_size", 1))
+    if n_saved != world_size:
+        raise CheckpointMismatch(
+            f"the checkpoint in {run_dir} was written by a run with {n_saved} replica(s); this one "
+            f"has {world_size}. Resume it with the same number of processes (torchrun --nproc-per-node={n_saved} "
+            "..., or no torchrun for 1 replica).")
+
+
+def incompatibility(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
+    """Why ``state`` cannot be loaded into ``model`` and ``optimizer`` (None: it can).
+
+    Checks the model's state_dict keys and tensor shapes, and the optimizer's parameter groups
+    (their number and sizes), without loading anything.
+    """
+    mine, theirs = model.state_dict(), state["model"]
+    if not isinstance(theirs, dict) or set(mine) != set(theirs):
+        diff = sorted(set(mine) ^ set(theirs)) if isinstance(theirs, dict) else ["all"]
+        return f"its network has other layers ({', '.join(diff[:4])}{' ...' if len(diff) > 4 else ''})"
+    shapes = [k for k in mine if not isinstance(theirs[k], torch.Tensor) or theirs[k].shape != mine[k].shape]
+    if shapes:
+        return f"its network has other shapes ({', '.join(shapes[:4])})"
+    groups = state["optimizer"].get("param_groups") if isinstance(state["optimizer"], dict) else None
+    own = optimizer.state_dict()["param_groups"]
+    if not groups or [len(g.get("params", ())) for g in groups] != [len(g["params"]) for g in own]:
+        return "its optimizer state does not match this network"
+    return None

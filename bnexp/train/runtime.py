@@ -1,0 +1,339 @@
+"""Process-level helpers of a training run: device choice, seeding and RNG state,
+learning-rate schedules and the current rate, the progress bar, the SIGINT/SIGTERM guard,
+TensorBoard's writer thread, and Ctrl-C in a sweep whose launcher runs the jobs in worker
+processes (hydra/launcher=joblib, :class:`SweepSignals`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bnexp.errors import ConfigError
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available, else cpu; other names as given.
+
+    Raises:
+        ConfigError: when the named device is not available on this machine.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("trainer.device", name, "CUDA is not available on this machine; use auto or cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("trainer.device", name, "MPS is not available on this machine; use auto or cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA) generators."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def lr_lambda(schedule: str, decay_rate: float, decay_steps: int):
+    """Multiplier of the base learning rate at a step: constant, exponential or step decay."""
+    if schedule == "exponential":
+        return lambda step: decay_rate ** (step / decay_steps)
+    if schedule == "step":
+        return lambda step: decay_rate ** (step // decay_steps)
+    return lambda step: 1.0
+
+
+def learning_rate(optimizer: torch.optim.Optimizer) -> float:
+    """The learning rate of the optimizer's next update: the one source of the current rate.
+
+    The scheduler (:func:`lr_lambda`) writes it into the optimizer's parameter groups at each of
+    its steps; all groups share it here. The step loop reads it once per step, after the
+    scheduler's step, into the measurements' context.
+    """
+    return optimizer.param_groups[0]["lr"]
+
+
+class Progress:
+    """A rich progress bar (step, steps/s, ETA, loss, latest test accuracy), or nothing.
+
+    Args:
+        enabled: show it (``trainer.progress``).
+        total: ``trainer.max_steps``.
+        start: the step the run starts (or resumes) at; steps/s count from there.
+    """
+
+    def __init__(self, enabled: bool, total: int, start: int = 0):
+        self.enabled = enabled
+        self.t0, self.step0 = time.time(), start
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        import rich
+
+        console: Console = rich.get_console()
+        self.progress = Progress(
+            TextColumn("step"), MofNCompleteColumn(), BarColumn(),
+            TextColumn("{task.fields[sps]:>6.0f} steps/s"), TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("test acc {task.fields[acc]}"),
+            console=console, transient=False, refresh_per_second=4,
+        )
+        self.task = self.progress.add_task("train", total=total, sps=0.0, loss=float("nan"), acc="-")
+        self.progress.start()
+
+    def update(self, step: int, **fields) -> None:
+        """Move the bar to ``step``; ``loss=`` (also refreshes steps/s) and ``acc=`` set those columns."""
+        if self.enabled:
+            if "loss" in fields:
+                fields["sps"] = (step - self.step0) / max(time.time() - self.t0, 1e-9)
+            self.progress.update(self.task, completed=step, **fields)
+
+    def stop(self) -> None:
+        """Remove the bar (idempotent)."""
+        if self.enabled:
+            self.progress.stop()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+
+class Interrupted(Exception):
+    """Raised inside the step loop by SIGINT/SIGTERM; carries the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalGuard:
+    """Context: the first SIGINT/SIGTERM only sets :attr:`requested` (and :attr:`signum`); the step
+    loop stops at the end of that step and saves a checkpoint, so a checkpoint never holds a
+    half-done step, and data-parallel replicas all stop at the same step, never inside a collective.
+    A second signal exits at once (exit code 128 + signal). Only in the main thread; elsewhere
+    (some launchers) signals are left alone. Re-entrant: entering a guard already in place (the
+    training function's, handed to the loop) changes nothing.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self.signum = int(signal.SIGTERM)
+        self.saved: dict = {}
+        self._depth = 0
+
+    def __enter__(self):
+        self._depth += 1
+        if self._depth > 1:
+            return self
+        self.saved = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.saved[sig] = signal.signal(sig, self._first)
+        except ValueError:  # not the main thread (e.g. some launchers): leave signals alone
+            self.saved = {}
+        return self
+
+    def _first(self, signum, frame):
+        for sig in self.saved:
+            signal.signal(sig, self._second)
+        self.requested, self.signum = True, int(signum)
+
+    @staticmethod
+    def _second(signum, frame):
+        os._exit(128 + signum)
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0:
+            for sig, handler in self.saved.items():
+                signal.signal(sig, handler)
+            self.saved = {}
+        return False
+
+
+def rng_state(device: torch.device) -> dict:
+    """Python, numpy, torch CPU (and CUDA) generator states, for checkpoints."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    """Restore :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+# ----- TensorBoard's writer thread -------------------------------------------------------------
+WRITER_QUEUE = 1000  # events the writer thread may lag behind the loop
+_QUIET_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_previous_excepthook = None
+
+
+def _writer_threads(writer) -> list[threading.Thread]:
+    """The background threads that write a ``SummaryWriter``'s event files (tensorboard's
+    ``_AsyncWriterThread``; they keep the exception that stopped them in ``.exception``)."""
+    out = []
+    for fw in (getattr(writer, "all_writers", None) or {}).values():
+        thread = getattr(getattr(getattr(fw, "event_writer", None), "_async_writer", None), "_worker", None)
+        if thread is not None:
+            out.append(thread)
+    return out
+
+
+def _quiet_hook(args) -> None:
+    if args.thread in _QUIET_THREADS:  # the main thread raises it at the writer's next call or close
+        return
+    (_previous_excepthook or threading.__excepthook__)(args)
+
+
+def open_writer(run_dir: Path, resumed_from: int | None = None):
+    """A TensorBoard ``SummaryWriter`` for ``run_dir`` whose writer thread fails quietly.
+
+    The writer thread of tensorboard's event files keeps the exception that stops it (a full
+    disk) and the main thread gets it at the writer's next call; the thread's own traceback on
+    stderr is suppressed, so a user sees one message. See :func:`writer_failure`.
+
+    Args:
+        run_dir: the folder of the event files.
+        resumed_from: the checkpoint's step when resuming: the later events of earlier files are
+            dropped (``purge_step``); None for a fresh run.
+    """
+    global _previous_excepthook
+    from torch.utils.tensorboard import SummaryWriter
+
+    kwargs = {} if resumed_from is None else {"purge_step": resumed_from + 1}
+    # a long queue: a monitor record adds ~150 events at once, and with tensorboard's default of
+    # 10 the loop would wait for the thread (pure-Python checksums, one open() per event) to write them
+    writer = SummaryWriter(log_dir=str(run_dir), max_queue=WRITER_QUEUE, **kwargs)
+    if threading.excepthook is not _quiet_hook:
+        _previous_excepthook, threading.excepthook = threading.excepthook, _quiet_hook
+    _QUIET_THREADS.update(_writer_threads(writer))
+    return writer
+
+
+def writer_failure(writer) -> BaseException | None:
+    """The exception that stopped one of ``writer``'s event-file threads (e.g. ``OSError`` ENOSPC), or None."""
+    for thread in _writer_threads(writer):
+        if getattr(thread, "exception", None) is not None:
+            return thread.exception
+    return None
+
+
+# ----- Ctrl-C in a sweep of worker processes ---------------------------------------------------
+SWEEP_ENV = "BNEXP_SWEEP_WORKERS_STOP_TOGETHER"
+
+
+def _lock_held(lock: Path) -> bool:
+    """True if another open file holds an flock on ``lock`` (a bnexp process runs in that folder)."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock this probe took
+    return False
+
+
+def _saving(run_dir: Path) -> bool:
+    import json
+
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status == "running" and _lock_held(run_dir / ".lock")
+
+
+def wait_for_sweep_siblings(run_dir: Path, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
+    """In a sweep worker after Ctrl-C: wait until the other runs of the sweep have saved their checkpoints.
+
+    Under :class:`SweepSignals` (``$BNEXP_SWEEP_WORKERS_STOP_TOGETHER`` names the sweep folder)
+    every worker got the terminal's SIGINT and stops its run at the end of a step. The first job
+    to end makes joblib's parent kill every worker, so each interrupted run first waits, after
+    saving its own checkpoint, until no other run folder of the sweep is still ``running`` under
+    a live lock (at most ``timeout_s`` seconds). Outside such a sweep: returns at once.
+
+    Args:
+        run_dir: this run's folder (inside the sweep folder).
+        timeout_s: the longest wait, seconds.
+        poll_s: seconds between looks.
+    """
+    sweep = os.environ.get(SWEEP_ENV)
+    if not sweep:
+        return
+    run_dir = Path(run_dir).resolve()
+    others = [p.parent for p in Path(sweep).glob("**/.lock") if p.parent.resolve() != run_dir]
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        busy = [d for d in others if _saving(d)]
+        if not busy:
+            return
+        time.sleep(poll_s)
+    logging.getLogger("bnexp").warning("stopped waiting for %d run(s) of the sweep to save their checkpoints",
+                                       len(busy))
+
+
+try:
+    from hydra.experimental.callback import Callback as _Callback
+except ImportError:  # pragma: no cover - hydra is a dependency
+    _Callback = object
+
+
+class SweepSignals(_Callback):
+    """Hydra callback: Ctrl-C of a sweep run by worker processes (``hydra/launcher=joblib``)
+    stops every running job at the end of its step, each with its checkpoint.
+
+    Why it is needed: the terminal sends SIGINT to the launching process and to its joblib
+    workers alike. Each worker's run stops at the end of its step and saves; but the launcher's
+    own KeyboardInterrupt (or the first job to end) makes joblib kill every worker at once
+    (SIGKILL), so the others were left at status ``running`` without the checkpoint their log
+    announced. With this callback the launching process ignores SIGINT during the sweep (and its
+    workers, started after, inherit that while they are between runs); a run in a worker takes
+    the signal through its :class:`SignalGuard`, saves, and waits for its siblings to save
+    (:func:`wait_for_sweep_siblings`) before its job ends and joblib stops the sweep. A second
+    Ctrl-C still ends a run at once. Other launchers are left alone.
+
+    Registered in the Hydra config as ``hydra.callbacks.sweep_signals._target_=bnexp.train.runtime.SweepSignals``.
+    """
+
+    def __init__(self) -> None:
+        self._saved = None
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """In the launching process, before the workers start: ignore SIGINT (joblib launcher only)."""
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if "joblib" not in launcher.lower() or threading.current_thread() is not threading.main_thread():
+            return
+        os.environ[SWEEP_ENV] = str(Path(str(config.hydra.sweep.dir)).resolve())
+        self._saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        """Restore the launching process's SIGINT handler."""
+        if self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
+            self._saved = None
+        os.environ.pop(SWEEP_ENV, None)
