@@ -184,7 +184,8 @@ class NoisyBatchNorm(nn.Module):
         return (-self.a + self.a) / 2.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Training: s * bn(x) + m with fresh noise; eval: E[s] * bn(x) + E[m]. Same shape as x."""
+        """Training: s * bn(x) + m with fresh noise (inside :meth:`hold_noise`: s and m drawn from the held
+        mu_t, sigma_t); eval: E[s] * bn(x) + E[m]. Same shape as x."""
         y = self.bn(x)
         if not self.training:
             scale, shift = self.expected_scale, self.expected_shift
