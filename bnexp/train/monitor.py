@@ -26,17 +26,24 @@ move; ``population`` mode and the BN input show the shift BN absorbs.
 Everything else is in eval mode (no dropout), no gradients are taken, the BN running
 averages are saved and restored, and noisy BN's training noise generator is rewound
 after the probe, so monitoring never changes training.
+
+Noisy BN (``batch`` and ``probe`` modes) holds one noise draw per record
+(:func:`bnexp.nets.bn.held_noise`): every probe mini-batch of a record sees the same per-unit noise
+distribution (mu_t, sigma_t), as the mini-batch of one training step does. Drawn afresh per
+mini-batch, a record would pool P / m steps' noise (about 16) into one mixture whose per-unit
+shifts average out, and the shift measures could not see the noise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
 import torch
 from torch import nn
 
-from bnexp.nets.bn import NoisyBatchNorm, bn_layers
+from bnexp.nets.bn import NoisyBatchNorm, bn_layers, held_noise
 from bnexp.errors import Diverged
 from bnexp.train.ics import DistributionShiftTracker
 from bnexp.train.ics.sorting import quantiles
@@ -92,8 +99,8 @@ def log_histogram(writer, tag: str, values: torch.Tensor, step: int, bins: int =
 
 class _ProbeMode:
     """Context: the model in eval mode except, for ``bn_stats`` batch/probe, the BN layers (batch
-    statistics, noisy BN's noise); BN running averages and noisy BN's generator states are saved
-    and restored, so the probe leaves no trace on training."""
+    statistics, noisy BN's noise, one draw held over the whole probe); BN running averages and noisy
+    BN's generator states are saved and restored, so the probe leaves no trace on training."""
 
     def __init__(self, model: nn.Module, bn_stats: str):
         self.model = model
@@ -110,12 +117,16 @@ class _ProbeMode:
         self.saved = [{k: v.clone() for k, v in bn.state_dict().items() if "running" in k or "num_batches" in k}
                       for bn in self.bns]
         self.model.eval()
+        self.hold = contextlib.ExitStack()
         if self.bn_stats != "population":
             for bn in self.bns + self.noisy:
                 bn.train()
+            # one noise draw per record: the probe's mini-batches see one step's noise distribution
+            self.hold.enter_context(held_noise(self.model))
         return self
 
     def __exit__(self, *exc):
+        self.hold.close()
         for bn, state in zip(self.bns, self.saved):
             for k, v in state.items():
                 getattr(bn, k).copy_(v)

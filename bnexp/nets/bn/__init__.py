@@ -5,7 +5,8 @@
 * :mod:`bnexp.nets.bn.reference` -- :class:`ReferenceBatchNorm`, a layer built on them
   (``bn.impl=reference``); training otherwise uses torch's ``nn.BatchNorm1d/2d``.
 * :mod:`bnexp.nets.bn.noisy` -- :class:`NoisyBatchNorm` and :func:`sample_noise`, the "noisy BN"
-  of Santurkar et al. 2018, Sec. 2.1 (``bn=noisy``).
+  of Santurkar et al. 2018, Sec. 2.1 (``bn=noisy``), and :func:`held_noise` (one noise draw held over
+  several forward calls, e.g. a monitor record's probe mini-batches).
 * :mod:`bnexp.nets.bn.distributed` -- statistics over other sets of examples than one process's
   mini-batch: :class:`CrossReplicaBatchNorm` (``bn.sync=true`` across data-parallel replicas,
   Alg. 1 with all-reduced sums) and :class:`GhostBatchNorm` (``bn.ghost_batch_size``).
@@ -29,7 +30,7 @@ from bnexp.nets.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cr
 from bnexp.nets.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
                                  batch_norm_train_with_statistics, batch_statistics)
 from bnexp.nets.bn.groupnorm import DEFAULT_GROUPS, GroupNorm, LayerNorm, group_norm, group_statistics, layer_norm
-from bnexp.nets.bn.noisy import NoisyBatchNorm, sample_noise
+from bnexp.nets.bn.noisy import NoisyBatchNorm, held_noise, sample_noise
 from bnexp.nets.bn.population import BN_TYPES, bn_layers, recompute_population_statistics
 from bnexp.nets.bn.reference import ReferenceBatchNorm
 
@@ -42,6 +43,7 @@ __all__ = [
     "ReferenceBatchNorm",
     "NoisyBatchNorm",
     "sample_noise",
+    "held_noise",
     "BN_TYPES",
     "bn_layers",
     "recompute_population_statistics",

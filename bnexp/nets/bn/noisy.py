@@ -7,12 +7,17 @@ distribution changes every step; :mod:`bnexp.train.ics` measures what this does 
 internal covariate shift. Evaluation multiplies by the noise's expected scale E[s]
 (and adds its expected shift E[m] = 0), so inference sees the training-time
 activation on average (:class:`NoisyBatchNorm`).
+
+A measurement that feeds several mini-batches through the network to see *one* step's distribution
+(the covariate-shift monitor's probe) holds one noise draw over them with :func:`held_noise` /
+:meth:`NoisyBatchNorm.hold_noise`; training draws afresh at every forward call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -60,15 +65,31 @@ def _draw_noise(shape: tuple[int, ...], unit_dim: int, generator: torch.Generato
                 d: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`sample_noise` without the checks (ranges validated once by the caller; ``unit_dim`` >= 0):
     the per-step path of :class:`NoisyBatchNorm`."""
-    units = shape[unit_dim]
+    mu_t, sigma_t = _draw_step(shape[unit_dim], generator, a, b, dtype)
+    s, m = _draw_activation_noise(shape, unit_dim, generator, mu_t, sigma_t, c, d)
+    return s, m, mu_t, sigma_t
+
+
+def _draw_step(units: int, generator: torch.Generator, a: float, b: float,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's per-unit noise distribution: (mu_t, sigma_t), each (units,), mu_t ~ U(-a, a),
+    sigma_t ~ U(1, b) (Santurkar et al. 2018, Sec. 2.1)."""
     dev = generator.device
     mu_t = (torch.rand(units, generator=generator, device=dev, dtype=dtype) * 2 - 1) * a
     sigma_t = 1 + torch.rand(units, generator=generator, device=dev, dtype=dtype) * (b - 1)
+    return mu_t, sigma_t
+
+
+def _draw_activation_noise(shape: tuple[int, ...], unit_dim: int, generator: torch.Generator, mu_t: torch.Tensor,
+                           sigma_t: torch.Tensor, c: float, d: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-activation noise of ``shape`` given the step's (units,) mu_t and sigma_t:
+    m ~ U(mu_t - c, mu_t + c), s ~ N(sigma_t, d^2); returns (s, m)."""
+    dev, dtype = generator.device, mu_t.dtype
     view = [1] * len(shape)
-    view[unit_dim] = units
+    view[unit_dim] = shape[unit_dim]
     m = mu_t.view(view) + (torch.rand(shape, generator=generator, device=dev, dtype=dtype) * 2 - 1) * c
     s = sigma_t.view(view) + torch.randn(shape, generator=generator, device=dev, dtype=dtype) * d
-    return s, m, mu_t, sigma_t
+    return s, m
 
 
 def _check_noise_ranges(a: float, b: float, c: float, d: float) -> None:
@@ -111,6 +132,13 @@ class NoisyBatchNorm(nn.Module):
         a, b, c, d: noise ranges (defaults 0.5, 1.25, 0.1, 0.1), a, c, d >= 0, b >= 1.
         seed: seed of the noise generator.
 
+    Held noise (:meth:`hold_noise`, :func:`held_noise`): inside the block the step's per-unit
+    distribution (mu_t, sigma_t) is drawn once, at the first training forward call, and every
+    training forward call in the block reuses it (the per-activation s and m are still drawn from
+    it, as within one training step). So several mini-batches fed through the network see one
+    step's noise, as one training step does, instead of a mixture of many steps' noise whose
+    per-unit shifts average out.
+
     Attributes:
         last_mu, last_sigma: the (units,) mu_t and sigma_t of the latest training
             forward call (None before the first).
@@ -131,6 +159,7 @@ class NoisyBatchNorm(nn.Module):
         self._generator: torch.Generator | None = None
         self.last_mu: torch.Tensor | None = None
         self.last_sigma: torch.Tensor | None = None
+        self._held: dict | None = None  # {"mu", "sigma"} while hold_noise is active (None: draw at first use)
 
     def _generator_for(self, device: torch.device) -> torch.Generator:
         g = self._generator
@@ -155,7 +184,8 @@ class NoisyBatchNorm(nn.Module):
         return (-self.a + self.a) / 2.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Training: s * bn(x) + m with fresh noise; eval: E[s] * bn(x) + E[m]. Same shape as x."""
+        """Training: s * bn(x) + m with fresh noise (inside :meth:`hold_noise`: s and m drawn from the held
+        mu_t, sigma_t); eval: E[s] * bn(x) + E[m]. Same shape as x."""
         y = self.bn(x)
         if not self.training:
             scale, shift = self.expected_scale, self.expected_shift
@@ -165,9 +195,57 @@ class NoisyBatchNorm(nn.Module):
         if x.dim() < 2:
             raise ValueError(f"expected an input with a unit dimension 1, got shape {tuple(x.shape)}")
         gen = self._generator_for(y.device)  # the ranges were checked once, in __init__
-        s, m, mu_t, sigma_t = _draw_noise(tuple(y.shape), 1, gen, self.a, self.b, self.c, self.d, y.dtype)
+        if self._held is None:
+            s, m, mu_t, sigma_t = _draw_noise(tuple(y.shape), 1, gen, self.a, self.b, self.c, self.d, y.dtype)
+        else:
+            mu_t, sigma_t = self._held_step(y, gen)
+            s, m = _draw_activation_noise(tuple(y.shape), 1, gen, mu_t, sigma_t, self.c, self.d)
         self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
         return s * y + m
+
+    def _held_step(self, y: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The held (mu_t, sigma_t), drawn now if the block has none yet, on y's device and dtype."""
+        held = self._held
+        units = y.shape[1]
+        if held["mu"] is None:
+            held["mu"], held["sigma"] = _draw_step(units, gen, self.a, self.b, y.dtype)
+        for key in ("mu", "sigma"):
+            v = torch.as_tensor(held[key], dtype=y.dtype, device=y.device)
+            held[key] = v.expand(units).clone() if v.dim() == 0 else v
+            if held[key].shape != (units,):
+                raise ValueError(f"held noise {key} has shape {tuple(held[key].shape)}, expected ({units},)")
+        return held["mu"], held["sigma"]
+
+    @contextlib.contextmanager
+    def hold_noise(self, mu: torch.Tensor | float | None = None,
+                   sigma: torch.Tensor | float | None = None) -> Iterator["NoisyBatchNorm"]:
+        """Hold one step's noise distribution over every training forward call inside the block.
+
+        Args:
+            mu, sigma: the per-unit mu_t and sigma_t to hold ((units,) tensors or floats for every
+                unit; a measurement of a known injected shift); None (both): drawn from the module's
+                generator at the first training forward call in the block (as a training step's).
+
+        Yields:
+            the module.
+
+        Blocks nest: inside an enclosing block the outer hold wins (its draw or its given values stay),
+        so a test can hold a known shift around a measurement that holds the noise itself.
+
+        Raises:
+            ValueError: only one of mu and sigma given; ValueError (in forward): a held tensor of the
+                wrong size.
+        """
+        if (mu is None) != (sigma is None):
+            raise ValueError("hold_noise needs both mu and sigma, or neither")
+        if self._held is not None:
+            yield self
+            return
+        self._held = {"mu": mu, "sigma": sigma}
+        try:
+            yield self
+        finally:
+            self._held = None
 
     def noise_state(self) -> dict:
         """The generator's state for checkpoints: {"seed": int, "device": str or None,
@@ -192,3 +270,20 @@ class NoisyBatchNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"a={self.a}, b={self.b}, c={self.c}, d={self.d}, seed={self.seed}"
+
+
+@contextlib.contextmanager
+def held_noise(model: nn.Module) -> Iterator[list[NoisyBatchNorm]]:
+    """:meth:`NoisyBatchNorm.hold_noise` for every noisy-BN layer of ``model`` at once: inside the block
+    each layer draws one noise distribution (mu_t, sigma_t) and reuses it for all training forward
+    calls, e.g. the covariate-shift monitor's probe mini-batches of one record. A model without
+    noisy BN is unaffected.
+
+    Yields:
+        the model's :class:`NoisyBatchNorm` layers.
+    """
+    layers = [m for m in model.modules() if isinstance(m, NoisyBatchNorm)]
+    with contextlib.ExitStack() as stack:
+        for m in layers:
+            stack.enter_context(m.hold_noise())
+        yield layers

@@ -1,0 +1,209 @@
+"""Held-out tuning: a design picks each network's rate on tuning seeds, then scores it on fresh seeds.
+
+Picking each network's best rate on the same seeds whose results are then reported is optimistic: the
+minimum of a noisy grid is biased low, and by more for the denser grid. So every design that picks a rate
+(the MNIST best rate, each study, the ICS study's rate) runs in two stages (docs/mnist/PLAN.md):
+
+1. **tuning**: every rate of a network's grid on the tuning seeds :data:`TUNING_SEEDS` (100, 101, 102);
+2. **evaluation**: each network at its chosen rate on the evaluation seeds :data:`EVALUATION_SEEDS`
+   (0-4), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
+   records both seed lists as ``tuning_seeds`` and ``evaluation_seeds`` (:func:`seed_record`).
+
+The rule (:func:`choose_rates`), fixed before any result:
+
+* objective ``"steps"`` (steps to a target accuracy): per rate, the tuning seeds that *failed* (never
+  reached the target within the budget, or diverged) and the mean steps with a failed seed counted at the
+  budget. The chosen rate has the fewest failed seeds, then the fewest mean steps, then is the smallest
+  rate (steps are resolved to the evaluation spacing, so ties happen; the smaller rate is the safer one).
+  When every rate has a failed seed the choice is marked ``censored``.
+* objective ``"accuracy"`` (final test accuracy): the fewest diverged seeds, then the highest mean final
+  accuracy, then the smallest rate.
+
+Pure functions on per-run results (:class:`TuningRun`); reading run folders is the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+TUNING_SEEDS = (100, 101, 102)
+EVALUATION_SEEDS = (0, 1, 2, 3, 4)
+OBJECTIVES = ("steps", "accuracy")
+
+STEPS_RULE = ("the rate with the fewest tuning seeds that failed (never reached the target within the budget, "
+              "or diverged), then the fewest mean steps to the target over the tuning seeds (a failed seed at "
+              "the budget), then the smallest rate")
+ACCURACY_RULE = ("the rate with the fewest diverged tuning seeds, then the highest mean final test accuracy over "
+                 "the tuning seeds, then the smallest rate")
+
+
+@dataclass(frozen=True)
+class TuningRun:
+    """One tuning run's result.
+
+    Attributes:
+        network: the Hydra overrides that make the network, without ``lr`` and ``seed``, e.g.
+            ("bn=true", "model.init=normal"): one network per distinct tuple.
+        rate: the learning rate (``lr``).
+        seed: the run's seed.
+        steps: steps to the target (the first evaluation at or above it); None: not reached within the
+            budget. Objective "steps" only.
+        accuracy: final test accuracy as a fraction; objective "accuracy" only (None: missing).
+        diverged: the run ended with status ``diverged``.
+    """
+
+    network: tuple[str, ...]
+    rate: float
+    seed: int
+    steps: int | None = None
+    accuracy: float | None = None
+    diverged: bool = False
+
+
+@dataclass(frozen=True)
+class RateChoice:
+    """One network's chosen rate and the tuning grid behind it.
+
+    Attributes:
+        network: the network's overrides (as :attr:`TuningRun.network`).
+        rate: the chosen learning rate.
+        objective: "steps" or "accuracy".
+        rule: the rule, one sentence.
+        tuning_seeds: the seeds the choice used, sorted.
+        censored: objective "steps" and every rate had a failed tuning seed.
+        grid: per rate, ascending: {"rate", "n", "failed" (steps) or "diverged", "mean_steps" (failed
+            seeds at the budget) or "mean_accuracy" (None when no seed has one), "chosen"}.
+    """
+
+    network: tuple[str, ...]
+    rate: float
+    objective: str
+    rule: str
+    tuning_seeds: tuple[int, ...]
+    censored: bool
+    grid: tuple[dict, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict:
+        """JSON-ready (report.json): lists instead of tuples."""
+        return {"network": list(self.network), "rate": self.rate, "objective": self.objective, "rule": self.rule,
+                "tuning_seeds": list(self.tuning_seeds), "censored": self.censored, "grid": [dict(g) for g in self.grid]}
+
+
+def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | None) -> tuple[tuple, dict]:
+    """(sort key, grid row) of one rate's tuning runs."""
+    if objective == "steps":
+        failed = [r for r in runs if r.diverged or r.steps is None]
+        steps = [budget if (r.diverged or r.steps is None) else r.steps for r in runs]
+        mean = sum(steps) / len(steps)
+        return (len(failed), mean, rate), {"rate": rate, "n": len(runs), "failed": len(failed), "mean_steps": mean}
+    diverged = sum(r.diverged for r in runs)
+    accs = [r.accuracy for r in runs if not r.diverged and r.accuracy is not None]
+    mean = sum(accs) / len(accs) if accs else None
+    return (diverged, -mean if mean is not None else math.inf, rate), {
+        "rate": rate, "n": len(runs), "diverged": diverged, "mean_accuracy": mean}
+
+
+def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: int | None = None,
+                 tuning_seeds: Sequence[int] = TUNING_SEEDS) -> list[RateChoice]:
+    """Each network's rate by the module's rule, from a complete tuning grid.
+
+    Args:
+        runs: the tuning runs, every (network, rate) on every tuning seed.
+        objective: "steps" (fewest steps to a target) or "accuracy" (highest final test accuracy).
+        budget: the runs' step budget (``trainer.max_steps``): a failed seed's steps; needed for "steps".
+        tuning_seeds: the seeds the tuning grid must hold (extra seeds are an error: a design that scores
+            its evaluation seeds must not choose on them).
+
+    Returns:
+        one :class:`RateChoice` per network, in first-seen order.
+
+    Raises:
+        ValueError: an unknown objective; no budget for "steps"; no runs; a (network, rate) missing a
+            tuning seed or run twice on one; a run on a seed outside ``tuning_seeds``; a non-finite or
+            non-positive rate; a steps value that is negative or above the budget.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective == "steps" and (budget is None or budget <= 0):
+        raise ValueError("objective 'steps' needs the runs' step budget (trainer.max_steps) > 0")
+    seeds = tuple(sorted(int(s) for s in tuning_seeds))
+    cells: dict[tuple[str, ...], dict[float, dict[int, TuningRun]]] = {}
+    for r in runs:
+        if not (math.isfinite(r.rate) and r.rate > 0):
+            raise ValueError(f"{' '.join(r.network)}: rate {r.rate!r} is not a positive number")
+        if r.seed not in seeds:
+            raise ValueError(f"{' '.join(r.network)} lr={r.rate:g}: seed {r.seed} is not a tuning seed "
+                             f"({', '.join(map(str, seeds))})")
+        if objective == "steps" and r.steps is not None and not 0 <= r.steps <= budget:
+            raise ValueError(f"{' '.join(r.network)} lr={r.rate:g} seed={r.seed}: steps {r.steps} outside "
+                             f"0..{budget}")
+        cell = cells.setdefault(tuple(r.network), {}).setdefault(float(r.rate), {})
+        if r.seed in cell:
+            raise ValueError(f"{' '.join(r.network)} lr={r.rate:g}: seed {r.seed} appears twice")
+        cell[r.seed] = r
+    if not cells:
+        raise ValueError("no tuning runs")
+    choices = []
+    for network, rates in cells.items():
+        rows = []
+        for rate in sorted(rates):
+            missing = [s for s in seeds if s not in rates[rate]]
+            if missing:
+                raise ValueError(f"{' '.join(network)} lr={rate:g}: tuning seed(s) {', '.join(map(str, missing))} "
+                                 f"missing (the tuning grid is not complete)")
+            rows.append(_grid_row(rate, [rates[rate][s] for s in seeds], objective, budget))
+        key, best = min(rows, key=lambda kr: kr[0])
+        grid = tuple({**row, "chosen": row is best} for _, row in rows)
+        censored = objective == "steps" and key[0] > 0
+        choices.append(RateChoice(network=network, rate=best["rate"], objective=objective,
+                                  rule=STEPS_RULE if objective == "steps" else ACCURACY_RULE, tuning_seeds=seeds,
+                                  censored=censored, grid=grid))
+    return choices
+
+
+def evaluation_overrides(choices: Iterable[RateChoice],
+                         evaluation_seeds: Sequence[int] = EVALUATION_SEEDS) -> list[list[str]]:
+    """One Hydra multirun per network: its overrides, its chosen rate(s) and the evaluation seeds.
+
+    Choices for several targets of one network give one line with every distinct chosen rate
+    (``lr=5.4,7.2``), so a rate chosen twice is trained once.
+
+    Args:
+        choices: from :func:`choose_rates` (one call per target is fine).
+        evaluation_seeds: fresh seeds, disjoint from every choice's tuning seeds.
+
+    Returns:
+        [[*network, "lr=a[,b]", "seed=0,1,2,3,4"], ...] in first-seen network order.
+
+    Raises:
+        ValueError: no evaluation seeds, or an evaluation seed that a choice tuned on.
+    """
+    seeds = sorted({int(s) for s in evaluation_seeds})
+    if not seeds:
+        raise ValueError("no evaluation seeds")
+    rates: dict[tuple[str, ...], set[float]] = {}
+    for c in choices:
+        reused = sorted(set(seeds) & set(c.tuning_seeds))
+        if reused:
+            raise ValueError(f"{' '.join(c.network)}: evaluation seed(s) {', '.join(map(str, reused))} were "
+                             f"tuning seeds; the evaluation needs fresh seeds")
+        rates.setdefault(c.network, set()).add(c.rate)
+    return [[*network, "lr=" + ",".join(f"{r:g}" for r in sorted(rs)), "seed=" + ",".join(map(str, seeds))]
+            for network, rs in rates.items()]
+
+
+def seed_record(tuning_seeds: Sequence[int] = TUNING_SEEDS,
+                evaluation_seeds: Sequence[int] = EVALUATION_SEEDS) -> dict[str, list[int]]:
+    """report.json's seed fields: {"tuning_seeds": [...], "evaluation_seeds": [...]} (sorted ints).
+
+    Raises:
+        ValueError: the two sets overlap, or one is empty.
+    """
+    t, e = sorted({int(s) for s in tuning_seeds}), sorted({int(s) for s in evaluation_seeds})
+    if not t or not e:
+        raise ValueError("tuning and evaluation seeds must both be given")
+    if set(t) & set(e):
+        raise ValueError(f"seeds {sorted(set(t) & set(e))} are both tuning and evaluation seeds")
+    return {"tuning_seeds": t, "evaluation_seeds": e}

@@ -1,0 +1,301 @@
+"""The one interval method for seed-mean claims: a Student-t interval over seeds, with censored seeds.
+
+A claim about a seed mean ("BN trains 2x faster", "BN's accuracy is 0.3 points higher") is judged by a
+two-sided ``level`` (95%) interval of the mean of the per-seed values (Student 1908; e.g. Casella &
+Berger, Statistical Inference, Sec. 9.2.2):
+
+    mean +- t_{(1 + level) / 2, n - 1} * s / sqrt(n),     s the sample std (ddof=1) of the n values.
+
+* ``scale="raw"`` -- differences and other additive quantities: the interval of the mean of the values.
+* ``scale="log"`` -- ratios (speedups): the interval of the mean of the per-seed *log* ratios,
+  exponentiated, ``exp(mean(log r) +- t * s_log / sqrt(n))``. The estimate is the geometric mean of the
+  ratios and the interval covers the ratio's median exp(E[log r]) (its geometric mean); for log-normal
+  ratios it is exact. A ratio of steps is skewed (a slow seed can double it, a fast one cannot halve
+  it below 0), so its log is nearer normal than the ratio itself.
+
+Why not the percentile bootstrap: with 3 seeds the bootstrap distribution of the mean lives inside the
+per-seed range, and the range [min, max] covers the median only 1 - 2 * 0.5^n of the time (75% at
+n = 3, 94% at n = 5), whatever the nominal level. The t interval widens by t_{0.975, 2} = 4.30 at
+n = 3 instead; its coverage at n = 3 and n = 5 is checked by simulation in tests/test_interval.py
+(2,000 simulated studies each, log-normal ratios, some censored at a budget).
+
+Censored seeds. A seed can give only a bound: a network that never reached the target within the
+budget has steps-to-target >= the budget, so its ratio no-BN / BN steps is a lower bound (">=");
+when BN's run never reached it the ratio is an upper bound ("<="); when neither did, the ratio is
+unknown ("?"). A bound is entered at its value with its direction, and then
+
+* a lower-bound seed makes the interval's upper side *open* (``high`` None, ``high_open`` True: the
+  mean could be arbitrarily large) and the estimate a lower bound (``estimate_bound`` ">=");
+* an upper-bound seed makes the lower side open in the same way (``estimate_bound`` "<=");
+* an unknown seed, or bounds in both directions, opens both sides (no interval; the estimate is None).
+
+The closed side is the t bound computed with the bounds at their values. It is not proven
+conservative (a censored value also shrinks s), so its coverage is part of the simulation test. A
+censored side is never reported as an exact number (:func:`format_interval` writes "open").
+
+With fewer than 2 seeds there is no interval (both ends None, ``reason`` says so); n equal values give
+a zero-width interval at the value (s = 0).
+
+The per-seed range (``seed_min``, ``seed_max``, on the claim's scale, with their bound directions) is
+returned beside the interval, so a page can show both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+LEVEL = 0.95
+EXACT, LOWER, UPPER, UNKNOWN = "", ">=", "<=", "?"
+CENSOR_MARKS = (EXACT, LOWER, UPPER, UNKNOWN)
+SCALES = ("raw", "log")
+
+
+@lru_cache(maxsize=None)
+def t_quantile(q: float, df: int) -> float:
+    """The q quantile of Student's t with ``df`` degrees of freedom (:func:`scipy.stats.t.ppf`): 4.303 for
+    (0.975, 2), 2.776 for (0.975, 4). Raises ValueError for df < 1 or q outside (0, 1)."""
+    if df < 1 or not 0.0 < q < 1.0:
+        raise ValueError(f"t quantile needs df >= 1 and 0 < q < 1, got df={df}, q={q}")
+    from scipy import stats as sps
+
+    return float(sps.t.ppf(q, df))
+
+
+def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised Student-t interval of the mean over the last axis.
+
+    Args:
+        values: (..., n) float array, n >= 2, finite (one row per study, one column per seed).
+        level: two-sided confidence level in (0, 1).
+
+    Returns:
+        (mean, low, high), each of shape (...): mean -+ t_{(1+level)/2, n-1} * s / sqrt(n), s the sample
+        std (ddof=1), in the units of ``values``.
+
+    Raises:
+        ValueError: n < 2, non-finite values or a level outside (0, 1).
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim < 1 or x.shape[-1] < 2:
+        raise ValueError(f"a t interval needs at least 2 values per study, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("a t interval needs finite values")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    n = x.shape[-1]
+    mean = x.mean(axis=-1)
+    half = t_quantile((1.0 + level) / 2.0, n - 1) * x.std(axis=-1, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+@dataclass(frozen=True)
+class SeedInterval:
+    """A seed-mean estimate with its interval and the per-seed range (see the module docstring).
+
+    Attributes:
+        method: "student-t, raw" or "student-t, log ratio" (what the page names).
+        scale: "raw" or "log".
+        level: the two-sided confidence level (0.95).
+        n: the seeds counted (bounds and unknown seeds included).
+        n_censored: the seeds that gave only a bound or nothing (">=", "<=", "?").
+        estimate: the mean (raw) or geometric mean (log) with bounds at their values; None when n = 0
+            or both sides are open.
+        estimate_bound: "" (exact), ">=" or "<=" (the estimate is only a bound), "?" (unknown).
+        low, high: the interval's ends on the claim's scale; None where the side is open or n < 2.
+        low_open, high_open: the side is open because of censored seeds (never an exact value).
+        seed_min, seed_max: the smallest and largest known per-seed value (None when none is known).
+        seed_min_bound, seed_max_bound: "", ">=" or "<=": the censoring of those two seeds.
+        reason: "" or why there is no interval / which side is open, one sentence.
+    """
+
+    method: str
+    scale: str
+    level: float
+    n: int
+    n_censored: int
+    estimate: float | None
+    estimate_bound: str
+    low: float | None
+    high: float | None
+    low_open: bool
+    high_open: bool
+    seed_min: float | None
+    seed_max: float | None
+    seed_min_bound: str
+    seed_max_bound: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        """The fields as a JSON-ready dict (report.json)."""
+        return asdict(self)
+
+    def side_of(self, threshold: float) -> str:
+        """Where the interval lies against ``threshold`` (claim's scale, e.g. 1 for a ratio):
+        "above" (low > threshold), "below" (high < threshold), else "straddles" (an open side, or
+        n < 2, never lies on either side by itself)."""
+        if self.low is not None and self.low > threshold:
+            return "above"
+        if self.high is not None and self.high < threshold:
+            return "below"
+        return "straddles"
+
+
+def _marks(censored, n: int) -> list[str]:
+    if censored is None:
+        return [EXACT] * n
+    marks = [EXACT if c is None else str(c) for c in censored]
+    if len(marks) != n:
+        raise ValueError(f"censored has {len(marks)} entries for {n} values")
+    bad = sorted({c for c in marks if c not in CENSOR_MARKS})
+    if bad:
+        raise ValueError(f"censored entries must be one of '', '>=', '<=', '?' or None; got {bad}")
+    return marks
+
+
+def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | None] | None = None,
+                       scale: str = "raw", level: float = LEVEL) -> SeedInterval:
+    """The Student-t interval of a seed mean, censored seeds as bounds (module docstring).
+
+    Args:
+        values: one value per seed on the claim's scale (a ratio for ``scale="log"``, > 0; a difference
+            or any additive quantity for "raw"). An unknown seed's value ("?") is ignored (may be None).
+        censored: per seed None/"" (exact), ">=" (the true value is at least this), "<=" (at most
+            this) or "?" (unknown); None: every seed exact.
+        scale: "raw" (interval of the mean) or "log" (of the mean log, exponentiated).
+        level: the two-sided confidence level.
+
+    Returns:
+        a :class:`SeedInterval`.
+
+    Raises:
+        ValueError: no seeds; an unknown scale or censoring mark; a known value that is not finite, or
+            not > 0 for ``scale="log"``; a level outside (0, 1).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    marks = _marks(censored, len(values))
+    if not marks:
+        raise ValueError("an interval needs at least one seed")
+    known = [(float(v), c) for v, c in zip(values, marks) if c != UNKNOWN]
+    for v, _ in known:
+        if not math.isfinite(v) or (scale == "log" and not v > 0):
+            raise ValueError(f"per-seed values must be finite{' and > 0 for ratios' if scale == 'log' else ''}, "
+                             f"got {v!r}")
+    lower_bounds, upper_bounds = LOWER in marks, UPPER in marks
+    unknown = UNKNOWN in marks
+    low_open = upper_bounds or unknown
+    high_open = lower_bounds or unknown
+    n, n_cens = len(marks), sum(c != EXACT for c in marks)
+    method = "student-t, log ratio" if scale == "log" else "student-t, raw"
+    fwd, back = (np.log, np.exp) if scale == "log" else (np.asarray, lambda a: a)
+
+    seed_min = seed_max = None
+    min_mark = max_mark = EXACT
+    if known:
+        lo_v, lo_c = min(known, key=lambda vc: vc[0])
+        hi_v, hi_c = max(known, key=lambda vc: vc[0])
+        seed_min, seed_max, min_mark, max_mark = lo_v, hi_v, lo_c, hi_c
+
+    estimate, bound = None, UNKNOWN
+    if low_open and high_open:
+        reason = "a seed's value is unknown" if unknown else "seeds bounded from both sides"
+    else:
+        x = fwd(np.array([v for v, _ in known]))
+        estimate = float(back(x.mean()))
+        bound = LOWER if high_open else UPPER if low_open else EXACT
+        reason = ""
+    low = high = None
+    if estimate is not None and n < 2:
+        reason = "fewer than 2 seeds"
+    elif estimate is not None:
+        _, lo, hi = t_bounds(x, level)
+        low = None if low_open else float(back(lo))
+        high = None if high_open else float(back(hi))
+        if high_open:
+            reason = f"{marks.count(LOWER)} seed(s) only a lower bound: the upper side is open"
+        elif low_open:
+            reason = f"{marks.count(UPPER)} seed(s) only an upper bound: the lower side is open"
+    return SeedInterval(method=method, scale=scale, level=float(level), n=n, n_censored=n_cens,
+                        estimate=estimate, estimate_bound=bound, low=low, high=high, low_open=low_open,
+                        high_open=high_open, seed_min=seed_min, seed_max=seed_max, seed_min_bound=min_mark,
+                        seed_max_bound=max_mark, reason=reason)
+
+
+def ratio_interval(numerators: Sequence[float], denominators: Sequence[float],
+                   numerator_censored: Sequence[bool] | None = None,
+                   denominator_censored: Sequence[bool] | None = None, level: float = LEVEL) -> SeedInterval:
+    """The interval of a seed-paired ratio numerator / denominator (e.g. no-BN steps / BN steps to a
+    target, seed s with seed s), on the log scale.
+
+    A censored numerator (the run never reached the target; its value is the budget) makes that seed's
+    ratio a lower bound (">="); a censored denominator an upper bound ("<="); both: unknown ("?").
+
+    Args:
+        numerators, denominators: (n,) positive values, paired by seed (steps: a count, units cancel).
+        numerator_censored, denominator_censored: (n,) bools (None: none censored).
+        level: the two-sided confidence level.
+
+    Returns:
+        :func:`seed_mean_interval` of the ratios with ``scale="log"``.
+
+    Raises:
+        ValueError: lengths differ, no seeds, or a value that is not finite and > 0.
+    """
+    n = len(numerators)
+    if len(denominators) != n:
+        raise ValueError(f"{n} numerators but {len(denominators)} denominators")
+    nc = [False] * n if numerator_censored is None else [bool(c) for c in numerator_censored]
+    dc = [False] * n if denominator_censored is None else [bool(c) for c in denominator_censored]
+    if len(nc) != n or len(dc) != n:
+        raise ValueError("the censoring flags must have one entry per seed")
+    values, marks = [], []
+    for a, b, ca, cb in zip(numerators, denominators, nc, dc):
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
+            raise ValueError(f"ratio parts must be finite and > 0, got {a!r} / {b!r}")
+        values.append(a / b)
+        marks.append(UNKNOWN if ca and cb else LOWER if ca else UPPER if cb else EXACT)
+    return seed_mean_interval(values, marks, scale="log", level=level)
+
+
+def _num(v: float, digits: int) -> str:
+    return f"{v:.{digits}g}"
+
+
+def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
+    """One line for a page: estimate, interval, per-seed range and n, e.g.
+
+    "1.98x, 95% t interval [0.76x, 5.18x]; per seed 1.5x to 3.08x (n = 3)",
+    ">= 2.3x, 95% t interval [1.21x, open: 1 seed(s) only a lower bound]; per seed 1.5x to >= 4x (n = 3)".
+
+    Args:
+        iv: the interval.
+        unit: appended to every number ("x" for ratios, "" or " points" otherwise).
+        digits: significant digits.
+    """
+    def num(v, mark=EXACT):
+        return f"{mark + ' ' if mark else ''}{_num(v, digits)}{unit}"
+
+    if iv.estimate is None:
+        head = "unknown"
+    else:
+        head = num(iv.estimate, iv.estimate_bound)
+    pct = f"{100 * iv.level:g}%"
+    if iv.n < 2 or (iv.low_open and iv.high_open):
+        body = f"no {pct} interval ({iv.reason})"
+    else:
+        lo = "open" if iv.low_open else num(iv.low)
+        hi = "open" if iv.high_open else num(iv.high)
+        note = f": {iv.reason.split(':')[0]}" if iv.reason else ""
+        body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
+            f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
+    rng = ("per seed n/a" if iv.seed_min is None else
+           f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
+    return f"{head}, {body}; {rng} (n = {iv.n})"

@@ -1,0 +1,176 @@
+"""The seed-mean interval (bnexp.report.interval): hand-computed values, then coverage by simulation.
+
+Coverage: 2,000 simulated studies at n = 3 and n = 5 with a known true value, each judged by the
+public function. For a proportion of 2,000 near 0.95 the sampling std is sqrt(0.95 * 0.05 / 2000) =
+0.0049, so an exact 95% method lands in [0.93, 0.97] (4 std either side) and a method below 0.90 fails.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bnexp.report.interval import (SeedInterval, format_interval, ratio_interval, seed_mean_interval, t_bounds,
+                                   t_quantile)
+
+STUDIES = 2000
+# Student-t table (e.g. Casella & Berger, Table in App. or any printed table): t_{0.975, df}
+T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262}
+
+
+@pytest.mark.parametrize("df", sorted(T_TABLE))
+def test_t_quantile_matches_the_printed_table(df):
+    assert t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=1e-3)
+
+
+def test_mnist_97_example_raw_and_log_by_hand():
+    """The per-seed speedups 1.69, 1.5, 3.08 (MNIST, 97%): the raw t interval is the [-0.05, 4.23] the
+    review computed; the log-ratio one is exp(mean log +- 4.303 s_log / sqrt 3), written out here."""
+    r = [1.69, 1.5, 3.08]
+    raw = seed_mean_interval(r)
+    mean = sum(r) / 3
+    s = math.sqrt(sum((v - mean) ** 2 for v in r) / 2)
+    assert raw.estimate == pytest.approx(2.09, abs=0.005)
+    assert (raw.low, raw.high) == pytest.approx((mean - 4.303 * s / math.sqrt(3), mean + 4.303 * s / math.sqrt(3)),
+                                                abs=2e-3)
+    assert raw.low == pytest.approx(-0.05, abs=0.01) and raw.high == pytest.approx(4.23, abs=0.01)
+    logs = [math.log(v) for v in r]
+    m = sum(logs) / 3
+    sl = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
+    iv = ratio_interval([1.69, 3.0, 3.08], [1.0, 2.0, 1.0])
+    assert iv.estimate == pytest.approx(math.exp(m), rel=1e-9)  # the geometric mean
+    assert iv.low == pytest.approx(math.exp(m - 4.303 * sl / math.sqrt(3)), rel=1e-3)
+    assert iv.high == pytest.approx(math.exp(m + 4.303 * sl / math.sqrt(3)), rel=1e-3)
+    assert (iv.seed_min, iv.seed_max) == (1.5, 3.08)
+    assert iv.side_of(1.0) == "straddles" and raw.side_of(1.0) == "straddles"
+    assert format_interval(iv, "x") == "1.98x, 95% t interval [0.761x, 5.17x]; per seed 1.5x to 3.08x (n = 3)"
+
+
+def test_side_of_and_equal_values():
+    iv = seed_mean_interval([2.0, 2.2, 2.1, 2.05, 2.15], scale="log")
+    assert iv.side_of(1.0) == "above" and iv.side_of(3.0) == "below" and iv.side_of(2.1) == "straddles"
+    same = seed_mean_interval([0.5, 0.5, 0.5])
+    assert (same.estimate, same.low, same.high) == (0.5, 0.5, 0.5)
+
+
+def test_fewer_than_two_seeds_has_no_interval():
+    iv = seed_mean_interval([1.7], scale="log")
+    assert iv.estimate == pytest.approx(1.7) and iv.low is None and iv.high is None
+    assert iv.side_of(1.0) == "straddles" and "fewer than 2 seeds" in format_interval(iv, "x")
+
+
+def test_censored_sides_are_open_never_exact():
+    # seed 2 of no BN never reached the target: its ratio is only a lower bound
+    iv = ratio_interval([1690, 1500, 3080], [1000, 1000, 1000], numerator_censored=[False, False, True])
+    assert iv.high is None and iv.high_open and not iv.low_open and iv.low is not None
+    assert iv.estimate_bound == ">=" and iv.seed_max_bound == ">=" and iv.n_censored == 1
+    text = format_interval(iv, "x")
+    assert text.startswith(">= 1.98x") and "open" in text and ">= 3.08x" in text
+    assert iv.side_of(0.5) == "above" and iv.side_of(100.0) == "straddles"  # an open side is never "below"
+    # BN's seed never reached it: an upper bound, the lower side open
+    up = ratio_interval([1690, 1500, 3080], [1000, 1000, 1000], denominator_censored=[True, False, False])
+    assert up.low is None and up.low_open and up.high is not None and up.estimate_bound == "<="
+    # neither reached: the ratio is unknown, no interval at all
+    none = ratio_interval([1690, 1500, 3080], [1000, 1000, 1000], [True, False, False], [True, False, False])
+    assert none.estimate is None and none.low is None and none.high is None and none.n == 3
+    both = seed_mean_interval([1.0, 2.0, 3.0], ["<=", "", ">="])
+    assert both.low is None and both.high is None and "no 95% interval" in format_interval(both)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(values=[]), "at least one seed"),
+    (dict(values=[1.0, -1.0], scale="log"), "> 0"),
+    (dict(values=[1.0, float("nan")]), "finite"),
+    (dict(values=[1.0, 2.0], censored=[">"]), "one entry|entries"),
+    (dict(values=[1.0, 2.0], censored=[">", ""]), "must be one of"),
+    (dict(values=[1.0, 2.0], scale="sqrt"), "scale"),
+    (dict(values=[1.0, 2.0], level=95), "level"),
+])
+def test_bad_input_is_a_value_error(bad, match):
+    with pytest.raises(ValueError, match=match):
+        seed_mean_interval(**bad)
+
+
+def _coverage(intervals: list[SeedInterval], truth: float) -> float:
+    return float(np.mean([(iv.low is None or iv.low <= truth) and (iv.high is None or truth <= iv.high)
+                          for iv in intervals]))
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_coverage_log_normal_ratios(n):
+    """Per-seed ratio = no-BN steps / BN steps, both log-normal: the log ratio is N(log 2, 0.35^2 * 2),
+    so the true ratio (median, geometric mean) is 2. The 95% interval covers it 93-97% of the time;
+    the per-seed range covers it only 1 - 2 * 0.5^n of the time (0.75 at n = 3), the old bootstrap's
+    problem."""
+    rng = np.random.default_rng(100 + n)
+    no_bn = np.exp(rng.normal(math.log(2000), 0.35, (STUDIES, n)))
+    bn = np.exp(rng.normal(math.log(1000), 0.35, (STUDIES, n)))
+    ivs = [ratio_interval(a, b) for a, b in zip(no_bn, bn)]
+    assert 0.93 <= _coverage(ivs, 2.0) <= 0.97
+    in_range = np.mean([iv.seed_min <= 2.0 <= iv.seed_max for iv in ivs])
+    assert in_range == pytest.approx(1 - 2 * 0.5 ** n, abs=0.03)
+    assert all(iv.low is not None and iv.high is not None and iv.estimate_bound == "" for iv in ivs)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("censored_share", [0.3, 0.6])
+def test_coverage_with_no_bn_seeds_censored_at_a_budget(n, censored_share):
+    """As above, but a no-BN run that has not reached the target by the budget stops there: its steps
+    are the budget and its ratio a lower bound. The budget is set so that ``censored_share`` of the
+    no-BN seeds hit it. The interval (upper side open whenever a seed is censored) still covers the
+    true ratio 2 at least 90% of the time, and a censored side is never written as a number."""
+    rng = np.random.default_rng(200 + n + int(10 * censored_share))
+    no_bn = np.exp(rng.normal(math.log(2000), 0.35, (STUDIES, n)))
+    bn = np.exp(rng.normal(math.log(1000), 0.35, (STUDIES, n)))
+    from statistics import NormalDist
+    budget = 2000 * math.exp(0.35 * NormalDist().inv_cdf(1 - censored_share))
+    cens = no_bn > budget
+    assert cens.mean() == pytest.approx(censored_share, abs=0.03)
+    ivs = [ratio_interval(np.minimum(a, budget), b, c) for a, b, c in zip(no_bn, bn, cens)]
+    assert _coverage(ivs, 2.0) >= 0.90
+    for iv, c in zip(ivs, cens):
+        assert iv.n_censored == int(c.sum())
+        if c.any():
+            assert iv.high is None and iv.high_open and iv.estimate_bound == ">="
+            text = format_interval(iv, "x")
+            assert ", open:" in text and "t interval [" in text
+        else:
+            assert iv.high is not None and not iv.high_open and iv.estimate_bound == ""
+        assert iv.low is not None and not iv.low_open
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_coverage_bn_seeds_censored_open_the_lower_side(n):
+    """BN runs censored at a budget (a BN seed that never reached the target): ratios are upper bounds,
+    the lower side is open, coverage >= 90%."""
+    rng = np.random.default_rng(300 + n)
+    no_bn = np.exp(rng.normal(math.log(2000), 0.35, (STUDIES, n)))
+    bn = np.exp(rng.normal(math.log(1000), 0.35, (STUDIES, n)))
+    budget = 1200.0
+    cens = bn > budget
+    ivs = [ratio_interval(a, np.minimum(b, budget), denominator_censored=c) for a, b, c in zip(no_bn, bn, cens)]
+    assert _coverage(ivs, 2.0) >= 0.90
+    assert all((iv.low is None) == bool(c.any()) and iv.high is not None for iv, c in zip(ivs, cens))
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_coverage_raw_differences(n):
+    """Accuracy differences (BN - no BN, in points) drawn N(0.4, 0.3^2): the raw t interval covers 0.4
+    93-97% of the time."""
+    rng = np.random.default_rng(400 + n)
+    d = rng.normal(0.4, 0.3, (STUDIES, n))
+    ivs = [seed_mean_interval(row) for row in d]
+    assert 0.93 <= _coverage(ivs, 0.4) <= 0.97
+
+
+def test_t_bounds_vectorised_agrees_with_the_per_study_function():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(50, 4))
+    mean, lo, hi = t_bounds(x)
+    for i in (0, 17, 49):
+        iv = seed_mean_interval(x[i])
+        assert (iv.estimate, iv.low, iv.high) == pytest.approx((mean[i], lo[i], hi[i]))
+    with pytest.raises(ValueError, match="at least 2"):
+        t_bounds(np.ones((3, 1)))
