@@ -116,7 +116,8 @@ def test_headline_first_then_the_others_in_order_each_stopped_by_its_rule():
 
 
 def test_a_net_at_chance_or_diverged_runs_to_12k_and_stops_there():
-    base = {**BASE_V1, ("baseline", 96000): 0.78815, ("bn_x5", 375): 0.80}
+    # bn_x5's ladder stopped below a* (converged): the control's "decided" rule has no budget to compare with
+    base = {**BASE_V1, ("baseline", 96000): 0.78815, ("bn_x5", 375): 0.60, ("bn_x5", 750): 0.602}
     # baseline_x5 diverged (a diverged run counts as chance, 10%): a doubling that gains nothing at chance
     # does not stop it before 12k ...
     div = {**base, ("baseline_x5", 3000): 0.10, ("baseline_x5", 6000): 0.10}
@@ -206,3 +207,27 @@ def test_baseline_x5_is_the_tuned_baseline_at_5x_its_rate_and_nothing_else():
         assert diff == {"lr", "experiment"}, diff
         assert x5["lr"] == pytest.approx(5 * base["lr"]) and base["lr"] == pytest.approx(0.025)
         assert x5["model.dropout"] == dropout and x5["optim.weight_decay"] == base["optim.weight_decay"] > 0
+
+
+def test_the_control_stops_once_its_question_is_decided():
+    """baseline_x5 that trains: "the rate alone is BN-x5's speedup" needs B_baseline_x5(a*) <= 1.25 x B_bn_x5(a*);
+    a rung past that budget still below a* decides "no", so no further rung is needed."""
+    import math
+
+    a_star = 0.78815
+    base = {**BASE_V1, ("baseline", 96000): a_star}
+    x5 = {("bn_x5", b): a for b, a in ((375, .4279), (750, .4961), (1500, .5827), (3000, .6559), (6000, .7182),
+                                        (12000, .7588), (24000, .7935))}
+    # bn_x5 crosses a* between 12k and 24k, linear in log2(budget)
+    decided_at = 1.25 * 2 ** (math.log2(12000) + (a_star - .7588) / (.7935 - .7588))
+    assert 24000 < decided_at < 48000
+    ctl = {**base, **x5, **{("baseline_x5", b): a for b, a in ((3000, .50), (6000, .60), (12000, .68), (24000, .74))}}
+    pair = ("bn_x5", "baseline_x5")
+    assert nxt(ctl, pair)[1] == [("baseline_x5", 48000, (0, 1))]  # 24k is below 1.25 x B_bn_x5(a*)
+    st = stops({**ctl, ("baseline_x5", 48000): 0.77}, pair)["baseline_x5"]
+    assert st == (f"stopped by decided: 77.00% at 48,000 steps >= 1.25 x B_bn_x5(a*) = {decided_at:,.0f} is below a*, "
+                  "so the rate alone is not BN-x5's speedup")
+    assert stops({**ctl, ("baseline_x5", 48000): 0.79}, pair)["baseline_x5"].startswith("stopped by a*")
+    # without bn_x5's crossing (its ladder stopped below a*) the control climbs by the other rules
+    low = {k: (v if k[1] < 24000 else 0.7590) for k, v in ctl.items() if k[0] == "bn_x5"}
+    assert nxt({**ctl, **low, ("baseline_x5", 48000): 0.77}, pair)[1] == [("baseline_x5", 96000, (0, 1))]

@@ -17,11 +17,12 @@ uses the seed means of the *decision seeds* (``--seeds``, 0 and 1 on the CPU lad
    baseline's first, then bn_x5's, then the others'; they never change a decision.
 
 A preset ladder stops at the first complete rung b (seed-mean accuracy a) where, in this order:
-``a*`` (a >= a*; the presets of :data:`TARGETED`), *chance* (b >= ``early``, 12k steps on the CPU ladder, and
-a < chance + 5 points: it stayed at chance or diverged, a diverged run counting as chance), *trains*
-(a >= chance + 5 points, for :data:`STOP_WHEN_TRAINS`: its claim is decided), *converged* (the doubling to b
-gained < 0.5 points, above chance + 5 points), *cap* (2b passes the baseline's largest budget, or ``early``
-for :data:`EARLY_CAPPED`). :func:`ladder_stops` names the rule that stopped each ladder.
+``a*`` (a >= a*; the presets of :data:`TARGETED`), *decided* (baseline_x5 only, :data:`RATE_ALONE`: b >= 1.25 x
+bn_x5's budget to a* and a < a*, so the rate alone is not BN-x5's speedup), *chance* (b >= ``early``, 12k steps
+on the CPU ladder, and a < chance + 5 points: it stayed at chance or diverged, a diverged run counting as
+chance), *trains* (a >= chance + 5 points, for :data:`STOP_WHEN_TRAINS`: its claim is decided), *converged*
+(the doubling to b gained < 0.5 points, above chance + 5 points), *cap* (2b passes the baseline's largest
+budget, or ``early`` for :data:`EARLY_CAPPED`). :func:`ladder_stops` names the rule that stopped each ladder.
 
 ``python -m bnexp.designs.ladder next SWEEP_DIR [options]`` prints the next batch: ``#`` lines to show, then one
 line of Hydra overrides per multirun (nothing when the sweep is complete).
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from bnexp.report.frontier import BASELINE, CHANCE, GAIN, TOL, TRAINS, load_runs
+from bnexp.report.frontier import BASELINE, CHANCE, GAIN, TOL, TRAINS, budget_to_reach, load_runs
 
 NO_DROPOUT = ("bn_x5", "bn_x30", "bn_x5_sigmoid")  # Sec. 4.2.1: BN-x5 and its variants drop dropout
 HEADLINE = "bn_x5"  # the pass rule's preset: its ladder runs right after the baseline's, before the others
@@ -53,6 +54,9 @@ PRESET_SETS = {"default": ("bn_x5", "bn_baseline"),
 TARGETED = ("bn_x5", "bn_baseline", "bn_x30", "baseline_x5")
 EARLY_CAPPED = ("bn_x5_sigmoid", "baseline_sigmoid")
 STOP_WHEN_TRAINS = ("baseline_sigmoid",)  # its claim "does not train" is refuted by one rung above chance + 5
+# the baseline_x5 control (the tuned baseline at 5x its rate): "the rate alone is BN-x5's speedup" needs
+# S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE; a rung past RATE_ALONE x B_bn_x5(a*) still below a* decides "no"
+CONTROL, RATE_ALONE = "baseline_x5", 1.25
 # each run's folder in the sweep: the tuning run at the tuning budget and the ladder's rung at that budget
 # have the same overrides, hence the same folder, and bnexp skips it as complete
 # (quoted: the value holds "," and "="; the quotes are part of the override Hydra parses)
@@ -186,12 +190,16 @@ def _pct(a: float) -> str:
 
 
 def _stop_rule(b: int, a: float, prev: float | None, target: float | None, early: int | None,
-               stop_trains: bool) -> str | None:
+               stop_trains: bool, decided_at: float | None = None) -> str | None:
     """Why a ladder stops at its complete rung ``b`` (seed-mean accuracy ``a``; ``prev``: the rung before it),
     or None: the rules of the module docstring in their order, except the cap (see :func:`_climb`).
-    ``early`` None: no chance rule, and the convergence rule applies at any accuracy (the baseline's ladder)."""
+    ``early`` None: no chance rule, and the convergence rule applies at any accuracy (the baseline's ladder).
+    ``decided_at``: the control's budget past which a rung below a* decides its question (:data:`RATE_ALONE`)."""
     if target is not None and a >= target - TOL:
         return f"a*: {_pct(a)} at {b:,} steps reaches a* = {_pct(target)}"
+    if decided_at is not None and b >= decided_at and a >= CHANCE + TRAINS:
+        return (f"decided: {_pct(a)} at {b:,} steps >= {RATE_ALONE:g} x B_bn_x5(a*) = {decided_at:,.0f} is below a*, "
+                "so the rate alone is not BN-x5's speedup")
     if early is not None and b >= early and a < CHANCE + TRAINS:
         return f"chance: {_pct(a)} at {b:,} steps, below chance + 5 points (at chance or diverged by {early:,})"
     if stop_trains and a >= CHANCE + TRAINS:
@@ -202,7 +210,8 @@ def _stop_rule(b: int, a: float, prev: float | None, target: float | None, early
 
 
 def _climb(accs: dict, first: int, cap: int, target: float | None = None, prev: float | None = None,
-           early: int | None = None, stop_trains: bool = False) -> tuple[int | None, str]:
+           early: int | None = None, stop_trains: bool = False, decided_at: float | None = None
+           ) -> tuple[int | None, str]:
     """(next rung or None when the ladder stops, why) of a doubling ladder from ``first``, given the seed-mean
     accuracies found so far ({budget: acc or None}; ``prev``: the accuracy of the rung before ``first``).
     It stops at the first complete rung where :func:`_stop_rule` gives a rule, or where the next rung would
@@ -212,7 +221,7 @@ def _climb(accs: dict, first: int, cap: int, target: float | None = None, prev: 
         a = accs.get(b)
         if a is None:
             return (b, f"running: next rung {b:,} steps") if b <= cap else (None, f"cap: first rung {b:,} > {cap:,}")
-        why = _stop_rule(b, a, prev, target, early, stop_trains)
+        why = _stop_rule(b, a, prev, target, early, stop_trains, decided_at)
         if why is None and 2 * b > cap:
             why = f"cap: {b:,} steps is its largest budget ({_pct(a)})"
         if why:
@@ -237,12 +246,19 @@ def _baseline_state(runs, lad: Ladder, seeds):
 def _preset_ladder(runs, lad: Ladder, p: str, lr: float, d: float, seeds, target: float | None, cap: int):
     """(dropout, cap, {budget: seed-mean acc or None}, next rung or None, why) of preset ``p``'s ladder at
     the winner's rate ``lr`` and dropout ``d``, toward ``target`` (a*) under the baseline's largest budget
-    ``cap`` (:data:`TARGETED`, :data:`EARLY_CAPPED`, :data:`STOP_WHEN_TRAINS` choose its rules)."""
+    ``cap`` (:data:`TARGETED`, :data:`EARLY_CAPPED`, :data:`STOP_WHEN_TRAINS` choose its rules; for
+    :data:`CONTROL`, the rule "decided" once bn_x5's ladder has stopped at a*)."""
     dp = 0.0 if p in NO_DROPOUT else d
     pcap = min(cap, lad.early) if p in EARLY_CAPPED else cap
     accs = {b: _mean(runs, p, b, lr, dp, seeds) for b in _doublings(lad.starts[p], pcap, True)}
+    decided_at = None
+    if p == CONTROL and target is not None:
+        _, _, x5, x5_next, _ = _preset_ladder(runs, lad, HEADLINE, lr, d, seeds, target, cap)
+        got = sorted((b, a) for b, a in x5.items() if a is not None)
+        b_x5, _ = budget_to_reach([b for b, _ in got], [a for _, a in got], target) if got else (None, False)
+        decided_at = RATE_ALONE * b_x5 if x5_next is None and b_x5 is not None else None
     nxt, why = _climb(accs, lad.starts[p], pcap, target if p in TARGETED else None, None, lad.early,
-                      p in STOP_WHEN_TRAINS)
+                      p in STOP_WHEN_TRAINS, decided_at)
     return dp, pcap, accs, nxt, why
 
 
@@ -337,7 +353,8 @@ def _doublings(first: int, cap: int, inclusive_first: bool = False) -> list[int]
 
 def _rules_text(p: str, lad: Ladder) -> str:
     """The stop rules of preset ``p``'s ladder, short (the module docstring's names and order)."""
-    rules = (["a*"] if p in TARGETED else []) + [f"chance by {lad.early:,}"]
+    rules = (["a*"] if p in TARGETED else []) + ([f"decided ({RATE_ALONE:g} x B_bn_x5(a*))"] if p == CONTROL else [])
+    rules += [f"chance by {lad.early:,}"]
     rules += ["trains"] if p in STOP_WHEN_TRAINS else []
     rules += ["gain < 0.5", f"cap {lad.early:,}" if p in EARLY_CAPPED else "cap"]
     return "until " + " | ".join(rules)
