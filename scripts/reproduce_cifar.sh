@@ -20,7 +20,8 @@
 #            (375), bn_x30 (375); a ladder at chance (or diverged) by 12k stops there, the sigmoid pair
 #            stops at 12k, baseline_sigmoid also at its first rung above chance + 5 points;
 #   stage 5: EXTRA_SEEDS (none by default) at every rung the ladders ran, baseline and bn_x5 first.
-# `DRY_RUN=1` prints which rule stopped each ladder.
+# `DRY_RUN=1` prints which rule stopped each ladder; after a sweep the same plan is written to
+# SWEEP_DIR/ladders.txt (and copied into DOCS_DIR with the report).
 # Each batch is one Hydra multirun through the joblib launcher (one torch thread per job), longest
 # budget first, so the parallel jobs of a batch (the seeds) finish together; then `bnexp report`
 # writes the frontier section (bnexp/report/frontier.py) and the rest, copied to DOCS_DIR.
@@ -92,7 +93,16 @@ while :; do
 done
 end=$(date +%s)
 echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs, scale ${SCALE})"
+# every planned run, its status and the rule that stopped each ladder, beside the runs (and in DOCS_DIR)
+if [[ -d "${SWEEP_DIR}" ]]; then
+  python -m bnexp.designs.ladder plan "${PLAN[@]}" --jobs "${JOBS}" --steps-per-s "${STEPS_PER_S:-15}" \
+    > "${SWEEP_DIR}/ladders.txt" || rc=2
+  sed -n '/^ladders (/,/^to run/p' "${SWEEP_DIR}/ladders.txt" | sed '$d'
+fi
 bnexp report "${SWEEP_DIR}" || rc=$?
 copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
+if [[ -n "${DOCS_DIR}" && -f "${SWEEP_DIR}/ladders.txt" && -f "${SWEEP_DIR}/report.json" ]]; then
+  cp "${SWEEP_DIR}/ladders.txt" "${DOCS_DIR}/"
+fi
 echo "total wall time: $(( $(date +%s) - start )) s"
 exit "${rc}"

@@ -269,7 +269,7 @@ def _ordered(presets) -> list[str]:
 
 def ladder_stops(runs: pd.DataFrame, lad: Ladder, presets, seeds) -> list[str]:
     """One line per ladder (the baseline's, then each preset's in run order): the rule that stopped it
-    (a*, chance, trains, converged, cap), or what it waits for / runs next."""
+    (a*, decided, chance, trains, converged, cap), or what it waits for / runs next."""
     seeds = tuple(seeds)
     w, accs, ext, why = _baseline_state(runs, lad, seeds)
     out = [f"baseline: {'stopped by ' if w and ext is None and not why.startswith('running') else ''}{why}"]
