@@ -322,9 +322,11 @@ def test_ladder_stages_from_synthetic_results():
     base = {**TUNE, **{("baseline", b, 0.04, 0.0): a for b, a in ((3000, 0.45), (12000, 0.60))}}
     # 24k gains 0.6 points over 12k: the 48k rung
     assert _next({**base, ("baseline", 24000, 0.04, 0.0): 0.606})[1] == [("baseline", 48000, (0.04,), (0.0,))]
-    # 24k gains 0.4 points: the baseline is done (a* = 0.604, cap 24000); stage 3 starts both presets
+    # 24k gains 0.4 points: the baseline is done (a* = 0.604, cap 24000); stage 3 starts the headline, bn_x5
     done = {**base, ("baseline", 24000, 0.04, 0.0): 0.604}
-    assert _next(done)[1] == [("bn_baseline", 1500, (0.04,), (0.0,)), ("bn_x5", 375, (0.04,), (0.0,))]
+    assert _next(done)[1] == [("bn_x5", 375, (0.04,), (0.0,))]
+    # bn_baseline (stage 4) waits until bn_x5's ladder has stopped
+    assert _next({**done, ("bn_x5", 375, 0.04, 0.0): 0.61})[1] == [("bn_baseline", 1500, (0.04,), (0.0,))]
     # bn_x5 below a* and still gaining: next doubling; bn_baseline reached a*: stops
     s3 = {**done, ("bn_baseline", 1500, 0.04, 0.0): 0.61, ("bn_x5", 375, 0.04, 0.0): 0.40,
           ("bn_x5", 750, 0.04, 0.0): 0.50}
@@ -370,7 +372,7 @@ def test_plan_totals_and_cli(tmp_path, capsys):
     always = t[t.when == "always"]
     # 4 tuning configurations x 2 seeds x 6k, the baseline at 3k, 12k, 24k, the presets' first rungs
     assert int(always.steps.sum()) == 8 * 6000 + 2 * (3000 + 12000 + 24000) + 2 * (1500 + 375)
-    assert t[t.preset == "baseline"].budget.max() == 48000 and t.budget.max() == 48000
+    assert t[t.preset == "baseline"].budget.max() == 192000 and t.budget.max() == 192000  # the CPU cap
     assert L.main(["plan", str(tmp_path / "none"), "--jobs", "2", "--steps-per-s", "15"]) == 0
     out = capsys.readouterr().out
     assert "to run, always: 18 runs, 129,750 steps" in out

@@ -107,7 +107,7 @@ def test_reproduce_cifar_tiny_ladder_end_to_end(tmp_path, data_root):
     # JOBS=1: joblib trains each batch's runs one after the other in the sweep's own process instead of
     # starting worker processes for every batch (parallel jobs: test_reproduce_mnist_small_sweep_writes_report)
     env = dict(SWEEP_DIR=str(sweep), DOCS_DIR=str(docs), VERIFY_CHECKSUMS="false", SEEDS="0", JOBS="1",
-               LADDER="tune=16;lrs=0.025;dropouts=0,0.3;baseline=8,16;cap=32;bn_x5=4;bn_baseline=8")
+               LADDER="tune=16;lrs=0.025;dropouts=0,0.3;baseline=8,16;cap=32;early=16;bn_x5=4;bn_baseline=8")
     small = ("scale.channels=[4,8,8]", "scale.fc=16", "trainer.probe_size=100", "trainer.log_every=2")
     r = _script("reproduce_cifar.sh", tmp_path, data_root, *small, **env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -123,6 +123,11 @@ def test_reproduce_cifar_tiny_ladder_end_to_end(tmp_path, data_root):
     assert (docs / "frontier.png").stat().st_size > 0
     assert "budget-accuracy frontier" in (docs / "report.md").read_text()
     assert "sweep wall time" in r.stdout and "stage 3" in r.stdout
+    # the rule that stopped each ladder, printed and kept beside the report
+    ladders = (docs / "ladders.txt").read_text()
+    assert (sweep / "ladders.txt").read_text() == ladders
+    for preset in ("baseline", "bn_x5", "bn_baseline"):
+        assert f"  {preset}: stopped by " in ladders and f"  {preset}: stopped by " in r.stdout
     r2 = _script("reproduce_cifar.sh", tmp_path, data_root, *small, **env)
     assert r2.returncode == 0 and "stage 1:" not in r2.stdout and "stage 3:" not in r2.stdout  # nothing left
 
