@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduce the paper's Sec. 4.2 claims on CIFAR-10 as budget-accuracy frontiers (issue 19; design and
-# pass rule: docs/cifar/PLAN.md), then report.
+# Reproduce the paper's Sec. 4.2 claims on CIFAR-10 as budget-accuracy frontiers (design and pass rule:
+# docs/cifar/PLAN.md), then report.
 #
 #   scripts/reproduce_cifar.sh [extra Hydra overrides ...]
 #
@@ -22,65 +22,24 @@
 #   PRESETS    default (bn_baseline, bn_x5) | all (+ bn_x30, bn_x5_sigmoid, baseline_sigmoid) | NAME,NAME
 #   SEEDS      comma-separated seeds (default: the scale's ladder, 0,1 on cpu)
 #   JOBS       parallel jobs (default: number of cores; a multiple of it in seeds uses every core)
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#              hydra.launcher.n_jobs=JOBS)
 #   LADDER     overrides of the ladder, e.g. "tune=40;baseline=20,40;cap=80;bn_x5=10;bn_baseline=20"
 #   DRY_RUN=1  print the planned runs, total steps and estimated wall time; train nothing
 #   STEPS_PER_S  one job's steps/s for DRY_RUN's estimate (default 15: docs/cifar/PLAN.md)
 #   SWEEP_DIR  default outputs/sweeps/cifar_frontier_<scale>, + <extra overrides> when there are any
 #   DOCS_DIR   where the report files are copied (default docs/cifar for the default cpu run, else none)
-#   BNEXP_DATA_ROOT, VERIFY_CHECKSUMS: as in scripts/_data_env.sh (the ../shared/data copy of CIFAR-10
-#   is re-encoded, so data.verify_checksums=false is passed for it).
+#   BNEXP_DATA_ROOT (default ../shared/data when it exists), VERIFY_CHECKSUMS (default true; false for the
+#   ../shared/data copy of CIFAR-10, which is re-encoded).
 # Resumable: a second call skips the complete runs (bnexp skips a folder whose summary.json is finished
 # or diverged, and resumes an interrupted one from its checkpoint), so a cut sweep completes. Failed
 # jobs: the loop stops when a batch still misses runs after it ran; the report covers the rest and the
 # script exits non-zero. Extra overrides must not repeat the ladder's keys (max_steps, schedule, rate).
+# Checked before anything runs: every environment value and extra override (each block's config is composed
+# and validated as bnexp train does), the sweep and docs folders; a problem is one "error:" line, exit code 2.
+# Ctrl-C or SIGTERM stops every process the script started (each block runs in its own process group): the
+# runs save their checkpoints and are recorded interrupted, nothing is left running after 10 s, no further
+# block starts, and the exit code is 130 / 143; the same command resumes. (bnexp/designs/orchestrate.py)
 set -euo pipefail
-rc=0
 cd "$(dirname "$0")/.."
-SCALE="${SCALE:-cpu}"
-JOBS="${JOBS:-$(nproc)}"
-PRESETS="${PRESETS:-default}"
-source scripts/_sweep_name.sh
-source scripts/_report_docs.sh
-SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/cifar_frontier_${SCALE}$(sweep_suffix "$@")}"
-if [[ -z "${DOCS_DIR+x}" ]]; then
-  DOCS_DIR=""
-  if [[ $# -eq 0 && "${SCALE}" == "cpu" && -z "${LADDER:-}" && -z "${SEEDS:-}" && "${PRESETS}" == "default" ]]; then
-    DOCS_DIR="docs/cifar"
-  fi
-fi
-PLAN=("${SWEEP_DIR}" --scale "${SCALE}" --presets "${PRESETS}")
-if [[ -n "${SEEDS:-}" ]]; then PLAN+=(--seeds "${SEEDS}"); fi
-if [[ -n "${LADDER:-}" ]]; then PLAN+=(--ladder "${LADDER}"); fi
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.designs.ladder plan "${PLAN[@]}" --jobs "${JOBS}" --steps-per-s "${STEPS_PER_S:-15}"
-fi
-source scripts/_data_env.sh
-THREADS=1
-if [[ "${SCALE}" == "gpu" ]]; then THREADS=0; fi
-COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")"
-        "trainer.num_threads=${THREADS}" trainer.progress=false "data.verify_checksums=${VERIFY}" "scale=${SCALE}")
-start=$(date +%s)
-previous=""
-while :; do
-  if ! batch="$(python -m bnexp.designs.ladder next "${PLAN[@]}")"; then rc=2; break; fi
-  if [[ -z "${batch}" ]]; then break; fi
-  if [[ "${batch}" == "${previous}" ]]; then
-    echo "error: these runs are still missing after they ran (failed jobs, see above); stopping:" >&2
-    echo "${batch}" >&2
-    rc=1
-    break
-  fi
-  previous="${batch}"
-  while IFS= read -r line; do
-    if [[ "${line}" == "#"* ]]; then echo "${line#\# }"; continue; fi
-    read -ra OVERRIDES <<< "${line}"
-    bnexp train -m "${COMMON[@]}" "${OVERRIDES[@]}" "$@" < /dev/null || rc=$?
-  done <<< "${batch}"
-done
-end=$(date +%s)
-echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs, scale ${SCALE})"
-bnexp report "${SWEEP_DIR}" || rc=$?
-copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
-echo "total wall time: $(( $(date +%s) - start )) s"
-exit "${rc}"
+exec python -m bnexp.designs.orchestrate cifar "$@"

@@ -300,16 +300,24 @@ def main(argv: list[str] | None = None) -> int:
         if batches:
             print("\n".join([f"# {m}" for m in msgs] + [" ".join(b.overrides()) for b in batches]))
         return 0
-    t = plan_table(runs, lad, presets, seeds)
-    print(t.to_string(index=False))
+    print(plan_text(plan_table(runs, lad, presets, seeds), a.jobs, a.steps_per_s, a.overhead_s)[0])
+    return 0
+
+
+def plan_text(t: pd.DataFrame, jobs: int, steps_per_s: float, overhead_s: float) -> tuple[str, float, float]:
+    """The DRY_RUN text of a :func:`plan_table` (the table, what is to run always and at most, with the
+    wall time on ``jobs`` parallel jobs at ``steps_per_s`` per job + ``overhead_s`` per run, and what is
+    done), and the two estimates in seconds: (text, always, at most)."""
+    lines, secs = [t.to_string(index=False)], []
     todo = t[t.status == "to run"]
     for label, sel in (("always", todo[todo.when == "always"]), ("at most", todo)):
-        secs = (sel.steps.sum() / a.steps_per_s + sel.runs.sum() * a.overhead_s) / a.jobs
-        print(f"to run, {label}: {int(sel.runs.sum())} runs, {int(sel.steps.sum()):,} steps: about "
-              f"{secs / 60:.0f} min with {a.jobs} jobs at {a.steps_per_s:g} steps/s per job + {a.overhead_s:g} s "
-              "per run (start-up, evaluations)")
-    print(f"done: {int(t[t.status == 'done'].runs.sum())} runs, {int(t[t.status == 'done'].steps.sum()):,} steps")
-    return 0
+        secs.append(float((sel.steps.sum() / steps_per_s + sel.runs.sum() * overhead_s) / max(1, jobs)))
+        lines.append(f"to run, {label}: {int(sel.runs.sum())} runs, {int(sel.steps.sum()):,} steps: about "
+                     f"{secs[-1] / 60:.0f} min with {jobs} jobs at {steps_per_s:g} steps/s per job + {overhead_s:g} s "
+                     "per run (start-up, evaluations)")
+    lines.append(f"done: {int(t[t.status == 'done'].runs.sum())} runs, {int(t[t.status == 'done'].steps.sum()):,} "
+                 "steps")
+    return "\n".join(lines), secs[0], secs[1]
 
 
 if __name__ == "__main__":
