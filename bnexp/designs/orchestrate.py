@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -260,14 +261,17 @@ def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 
 
 def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
     """Run every part's blocks, then its report; the script's exit code (see the module docstring)."""
-    bnexp = ["bnexp"] if shutil.which("bnexp") else [sys.executable, "-m", "bnexp.cli"]
+    bnexp = preflight.bnexp_argv()
     rc = 0
 
-    def call(cmd: list[str]) -> int | None:
+    def call(cmd: list[str], watch: Path | None = None) -> int | None:
         """Run one command; None to go on, else the exit code to stop with."""
         nonlocal rc
-        code = sup.run(cmd)
+        code = sup.run(cmd, watch=watch)
         if sup.exit_code is not None:
+            print(f"interrupted ({signal.Signals(sup.signum).name}): every process the script started is stopped"
+                  f"{' (some after the grace time, killed)' if sup.killed else ''}; runs in progress are recorded "
+                  "interrupted with their checkpoints: re-run the same command to resume", file=sys.stderr)
             return sup.exit_code
         if code == 0:
             return None
@@ -288,7 +292,7 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
         while blocks:
             for i, b in enumerate(blocks, 1):
                 print(f"{p.title}: block {i}/{len(blocks)}: {b.label}", flush=True)
-                stop = call(bnexp + b.command[1:])
+                stop = call(b.command, p.sweep_dir)
                 if stop is not None:
                     return stop
             if p.next_blocks is None:
@@ -303,7 +307,7 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             for m in msgs if blocks else ():
                 print(m)
         for cmd in p.after:
-            stop = call(cmd)
+            stop = call(cmd, p.sweep_dir)
             if stop is not None:
                 return stop
         wall = round(time.time() - start)

@@ -55,6 +55,54 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def _proc_locked_inodes() -> set[int] | None:
+    """Inode numbers of the files with a lock held now (``/proc/locks``), or None where it cannot be read."""
+    try:
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    out = set()
+    for line in text.splitlines():
+        fields = line.split()
+        dev = next((f for f in fields if f.count(":") == 2), None)  # MAJOR:MINOR:INODE
+        if dev is not None:
+            try:
+                out.add(int(dev.rsplit(":", 1)[1]))
+            except ValueError:
+                pass
+    return out
+
+
+def runs_holding_locks(sweep_dir: Path) -> list[Path]:
+    """The run folders under ``sweep_dir`` whose ``.lock`` a process holds (a run is training or saving in
+    it: :class:`bnexp.runs.runlock.RunLock`). Read from ``/proc/locks`` without touching the locks; where that
+    cannot be read, each lock is probed with a non-blocking flock."""
+    import fcntl
+
+    locks = list(Path(sweep_dir).glob("**/.lock")) if Path(sweep_dir).is_dir() else []
+    held = _proc_locked_inodes()
+    out = []
+    for lock in locks:
+        if held is not None:
+            try:
+                if lock.stat().st_ino in held:
+                    out.append(lock.parent)
+            except OSError:
+                pass
+            continue
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            out.append(lock.parent)
+        finally:
+            os.close(fd)
+    return out
+
+
 class Supervisor:
     """Context manager: SIGINT/SIGTERM handlers of this process for the time of a script's blocks.
 
@@ -106,9 +154,14 @@ class Supervisor:
             self._forwarded.add(child.pid)
             self._send(child, int(signum))
 
-    def run(self, command: list[str], env: dict | None = None) -> int:
+    def run(self, command: list[str], env: dict | None = None, watch: Path | None = None) -> int:
         """Run ``command`` in a new session and wait for it (stdin from /dev/null; stdout and stderr are
         this process's).
+
+        After a signal, the group is done when it is empty; or, with ``watch`` (the sweep folder), as soon
+        as ``command`` itself has ended and no run folder under ``watch`` is locked any more (every run has
+        saved): what is left then (the launcher's idle worker processes and resource trackers, which outlive
+        their parent) gets SIGKILL at once instead of after the grace time.
 
         Returns:
             its exit code (a negative number: killed by that signal); :attr:`exit_code` instead when a
@@ -127,13 +180,13 @@ class Supervisor:
             if self.signum is not None and child.pid not in self._forwarded:  # the signal came while it started
                 self._forwarded.add(child.pid)
                 self._send(child, self.signum)
-            rc = self._wait(child)
+            rc = self._wait(child, watch)
         finally:
             self._child = None
         return self.exit_code if self.signum is not None else rc
 
-    def _wait(self, child: subprocess.Popen) -> int:
-        """Wait for ``child``; after a signal, also for the rest of its group, SIGKILL after the grace time."""
+    def _wait(self, child: subprocess.Popen, watch: Path | None) -> int:
+        """Wait for ``child``; after a signal, also for the rest of its group (see :meth:`run`)."""
         while True:
             try:
                 rc = child.wait(timeout=POLL_S * 4)
@@ -145,11 +198,13 @@ class Supervisor:
                 continue
             if rc is not None and not group_alive(child.pid):
                 return rc
+            if rc is not None and watch is not None and not runs_holding_locks(watch):
+                break  # every run has saved: the rest are idle helpers
             if time.monotonic() - self._since > self.grace_s:
+                self.killed += 1
                 break
             if rc is not None:
                 time.sleep(POLL_S)
-        self.killed += 1
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:
