@@ -95,7 +95,8 @@ def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):
     assert code == 0, err
     blocks = trains(ran)
     assert len(blocks) == 4
-    for c, (bn, init) in zip(blocks, [("true", "normal"), ("false", "normal"), ("true", "xavier"), ("false", "xavier")]):
+    design = [("true", "normal"), ("false", "normal"), ("true", "xavier"), ("false", "xavier")]
+    for c, (bn, init) in zip(blocks, design):
         assert c[c.index("train") + 1:][:3] == ["-m", "hydra/launcher=basic", "hydra.sweep.dir='m'"]
         assert f"bn={bn}" in c and f"model.init={init}" in c and c[-3:] == list(SMALL)
         assert not any(a.startswith("hydra.launcher.n_jobs") for a in c)  # only joblib takes JOBS
@@ -290,7 +291,7 @@ def _start(script_name: str, cwd: Path, data_root: Path, *args: str, **env_extra
 
 # two runs in the first block (seeds 1, 2 on 2 parallel jobs: loky worker processes); long enough that both are
 # still training when their step-0 records appear (the signal follows at once)
-MNIST_ARGS = ("trainer.max_steps=1500", "seed=1,2", "lr=0.12", "trainer.eval_every=500", "trainer.hist_every=500",
+MNIST_ARGS = ("trainer.max_steps=1000", "seed=1,2", "lr=0.12", "trainer.eval_every=250", "trainer.hist_every=500",
               "trainer.log_every=100")
 
 
@@ -326,7 +327,7 @@ def _interrupted_runs(sweep: Path) -> dict[str, int]:
         summary = json.loads(s.read_text())
         assert summary["status"] == "interrupted", (s.parent.name, summary["status"])
         ckpt = torch.load(s.parent / "checkpoint.pt", map_location="cpu", weights_only=False)
-        assert ckpt["step"] == summary["step"] and 0 < summary["step"] < 1500
+        assert ckpt["step"] == summary["step"] and 0 < summary["step"] < 1000
         out[s.parent.name] = summary["step"]
     return out
 
@@ -350,7 +351,7 @@ def test_sigterm_to_reproduce_mnist_stops_everything_and_the_rerun_resumes(tmp_p
         summary = json.loads((sweep / name / "summary.json").read_text())
         assert summary["status"] == "finished" and summary["resumed_from_step"] == step
         logged = [json.loads(line)["step"] for line in (sweep / name / "metrics.jsonl").read_text().splitlines()]
-        assert logged == sorted(set(logged)) and logged[0] == 0 and logged[-1] == 1500
+        assert logged == sorted(set(logged)) and logged[0] == 0 and logged[-1] == 1000
 
 
 @pytest.mark.slow
@@ -363,3 +364,53 @@ def test_one_ctrl_c_stops_reproduce_mnist(tmp_path, data_root):
     assert code == 130 and "Traceback" not in err, err[-3000:]
     assert len(_interrupted_runs(sweep)) == 2
     assert not list(sweep.glob("bn=false*")) and not (sweep / "report.json").exists()
+
+
+@pytest.mark.slow  # plans all eight sweeps three times (~10 s of CPU)
+def test_reproduce_all_plans_runs_and_regenerates_the_docs_in_order(script, tmp_path):
+    """reproduce_all: the eight sweeps in order (MNIST, CIFAR-10, the ICS study's two parts, the five studies);
+    DRY_RUN=1 prints each plan and an estimated total that is the sum of the parts' own estimates (no inf);
+    a run reports each sweep after its blocks and ends with `bnexp report --update-docs` (the default run only)."""
+    from bnexp.designs.studies import STUDIES
+
+    folders = ["mnist_fig1", "cifar_frontier_cpu", "ics_mnist", "ics_cifar", *(f"study_{s}" for s in STUDIES)]
+    code, out, err, ran = script("all", DRY_RUN="1")
+    assert code == 0 and ran == [], err
+    heads = [line.split(" of ")[1].split(" (")[0] for line in out.splitlines() if line.startswith("DRY_RUN: ")]
+    assert heads == [f"outputs/sweeps/{f}" for f in folders]
+    parts = [int(m) for m in re.findall(r"^estimated wall time: (\d+) min with", out, re.MULTILINE)]  # MNIST
+    parts += [int(m) for m in re.findall(r"^to run, always: .* about (\d+) min", out, re.MULTILINE)]  # ladder
+    parts += [int(m) for m in re.findall(r"part: estimated wall time: (\d+) min", out)]  # the ICS study
+    parts += [int(m) for m in re.findall(r"^total: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
+    total = int(re.search(r"estimated wall time: (\d+) min in all", out).group(1))
+    assert len(parts) == 9 and abs(total - sum(parts)) <= len(parts) and total > 0
+    assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
+    code, out, err, ran = script("all")
+    reports = [c[c.index("report") + 1:] for c in ran if "report" in c]
+    assert reports == [[f"outputs/sweeps/{f}"] for f in folders] + [["--update-docs"]]
+    evals = [i for i, c in enumerate(ran) if "bnexp.train.inference_eval" in c]
+    assert len(evals) == 1 and ran[evals[0] + 1][-1] == "outputs/sweeps/study_inference_statistics"
+    assert code == 1 and "still missing after they ran" in err  # the recorder trained nothing: the ladder stops
+    # with extra overrides: their own folders, and the docs are left alone
+    code, out, err, ran = script("all", "trainer.log_every=100")
+    assert ran[-1][-2:] == ["report", "outputs/sweeps/study_depth+trainer.log_every=100"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_cifar_stops_its_loky_workers(tmp_path, data_root):
+    """SIGTERM to reproduce_cifar.sh while the ladder's first batch trains on 2 parallel jobs (a tiny network
+    on real CIFAR-10): the workers stop too, both runs are interrupted with their checkpoints, exit code 143,
+    no report and no later stage."""
+    import torch
+
+    sweep = tmp_path / "sweep"
+    p, tag = _start("reproduce_cifar.sh", tmp_path, data_root, "scale.channels=[4,8,8]", "scale.fc=16",
+                    "trainer.probe_size=100", SWEEP_DIR=str(sweep), JOBS="2", SEEDS="0", VERIFY_CHECKSUMS="false",
+                    LADDER="tune=5000;lrs=0.025;dropouts=0,0.3;baseline=2500,5000;cap=5000;bn_x5=100;bn_baseline=100")
+    code, err = _stop(p, tag, sweep, "SIGTERM")
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    summaries = {s.parent: json.loads(s.read_text()) for s in sweep.glob("*/summary.json")}
+    assert len(summaries) == 2 and not (sweep / "report.json").exists()
+    for run, summary in summaries.items():
+        assert summary["status"] == "interrupted" and 0 < summary["step"] < 5000
+        assert torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]

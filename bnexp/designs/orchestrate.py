@@ -153,12 +153,12 @@ def ics_parts(env: Env, extra: list[str]) -> list[Part]:
     cifar_dir = env.sweep_dir("CIFAR_DIR", "outputs/sweeps/ics_cifar", extra + cifar_extra)
     mnist_docs = env.docs_dir("MNIST_DOCS_DIR", "docs/ics/mnist", not extra and not noise_env)
     cifar_docs = env.docs_dir("CIFAR_DOCS_DIR", "docs/ics/cifar", not extra and not noise_env and not cifar_extra)
+    mnist_own = ["trainer.eval_every=500", "trainer.hist_every=500", "seed=0,1,2"]
+    cifar_own = [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline", "scale=cpu", "seed=0,1"]
     parts = []
-    for title, sweep, docs, own, user in (
-            ("ICS study, MNIST part", mnist_dir, mnist_docs, ["trainer.eval_every=500", "trainer.hist_every=500", "seed=0,1,2"],
-             extra),
-            ("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline",
-                                                      "scale=cpu", "seed=0,1"], extra + cifar_extra)):
+    for title, sweep, docs, own, user in (("ICS study, MNIST part", mnist_dir, mnist_docs, mnist_own, extra),
+                                          ("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, cifar_own,
+                                           extra + cifar_extra)):
         common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false", *own, *ICS_PROBES]
         blocks = [Block("BN and no BN", common + ["bn=true,false"], user),
                   Block(f"noisy BN at strengths {noise}", common + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])]
