@@ -90,6 +90,20 @@ def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, ar
     assert [c[c.index("report") + 1:] for c in ran if "report" in c][0] == [env.get("SWEEP_DIR", env.get("MNIST_DIR"))]
 
 
+def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
+    """The ICS study's plan counts each run once and leaves out a run whose folder (named by the block's swept
+    keys, as the real sweep names it) holds a finished run: its estimate is that of the runs left."""
+    args = ("trainer.max_steps=20", "seed=0")
+    env = dict(MNIST_DIR="im", CIFAR_DIR="ic", NOISE_SCALES="1,3", DRY_RUN="1")
+    code, out, err, ran = script("ics", *args, **env)
+    assert "BN and no BN: 2 runs of 20 steps, 2 to run" in out and "strengths 1,3: 2 runs of 20 steps, 2 to run" in out
+    done = tmp_path / "im" / "bn=true"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "finished"}))
+    code, out, err, ran = script("ics", *args, **env)
+    assert code == 0 and "MNIST part, BN and no BN: 2 runs of 20 steps, 1 to run" in out, out
+
+
 def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):
     code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", LAUNCHER="basic")
     assert code == 0, err
@@ -195,7 +209,7 @@ def test_validation_covers_every_value_a_user_sweeps():
     assert [p[2] for p in picks] == ["bn.noise_scale=1", "bn.noise_scale=3", "bn.noise_scale=10"]
     assert _cover(jobs, set()) == jobs[:1]
     own = ["bn=noisy", "lr=0.1,0.2", "trainer.max_steps=10"]
-    assert check_blocks([Block("b", own, ["bn.noise_scale=1,3,10"])])[0][0] == 6
+    assert len(check_blocks([Block("b", own, ["bn.noise_scale=1,3,10"])])[0][0]) == 6
     with pytest.raises(UserError, match="bn.noise_scale"):
         check_blocks([Block("b", own, ["bn.noise_scale=1,-3,10"])])
 

@@ -282,11 +282,12 @@ def _user_error(exc: Exception, block: Block) -> UserError:
     return UserError(f"{msg} (in the block {block.label!r})")
 
 
-def check_blocks(blocks: list[Block]) -> list[tuple[int, object]]:
+def check_blocks(blocks: list[Block]) -> list[tuple[list[list[str]], object]]:
     """Compose and validate each block's configs (see the module docstring).
 
     Returns:
-        per block: (its number of jobs, the first job's composed config).
+        per block: (its jobs, each a list of ``key=value`` overrides as Hydra's basic sweeper makes them,
+        the first job's composed config).
 
     Raises:
         UserError: the first override, value or combination refused, named.
@@ -316,7 +317,7 @@ def check_blocks(blocks: list[Block]) -> list[tuple[int, object]]:
                     first = cfg if first is None else first
             except Exception as exc:  # Hydra's and OmegaConf's errors, worded as bnexp train words them
                 raise _user_error(exc, b) from None
-            out.append((len(jobs), first))
+            out.append((jobs, first))
     return out
 
 
@@ -354,11 +355,27 @@ def check_parts(parts: list, env: Env) -> None:
         if p.plan or cost is None:
             continue
         lines, total = [], 0.0
-        for b, (n, cfg) in zip(p.blocks, found):
+        for b, (jobs, cfg) in zip(p.blocks, found):
             steps, bn = int(cfg.trainer.max_steps), bool(cfg.bn.enabled)
-            secs = math.ceil(n / env.jobs) * cost(steps, bn)
+            todo = len(jobs) - len(complete_jobs(p.sweep_dir, b, jobs))
+            secs = math.ceil(todo / env.jobs) * cost(steps, bn)
             total += secs
-            lines.append(f"{p.title}, {b.label}: {n} runs of {steps:,} steps, ~{secs / 60:.1f} min")
+            lines.append(f"{p.title}, {b.label}: {len(jobs)} runs of {steps:,} steps, {todo} to run, "
+                         f"~{secs / 60:.1f} min")
         lines.append(f"{p.title}: estimated wall time: {total / 60:.0f} min with {env.jobs} parallel jobs, assuming "
-                     "an idle machine (probes not counted; runs already complete are skipped when it runs)")
+                     "an idle machine (one core per job; the probes not counted)")
         p.plan, p.seconds = "\n".join(lines), total
+
+
+def complete_jobs(sweep_dir: Path, block: Block, jobs: list[list[str]]) -> list[list[str]]:
+    """The jobs of ``block`` whose run folder in ``sweep_dir`` holds a complete run (finished or diverged:
+    bnexp skips it). A run folder is named by the keys the block's multirun sweeps
+    (:func:`bnexp.runs.runnames.swept_name`, as ``hydra.sweep.subdir`` names it)."""
+    from bnexp.config.schema import quote_bn_overrides
+    from bnexp.runs.rundir import is_complete
+    from bnexp.runs.runnames import swept_keys, swept_name
+
+    keys = swept_keys(quote_bn_overrides([o for o in block.args if not o.startswith("hydra")]))
+    return [j for j in jobs
+            if is_complete(Path(sweep_dir) / (swept_name([o for o in j if not o.startswith("hydra")], keys)
+                                              or "default"))]
