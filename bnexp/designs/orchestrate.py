@@ -76,6 +76,7 @@ class Part:
     after: list[list[str]] = field(default_factory=list)
     validate: list[Block] = field(default_factory=list)  # further blocks to validate (the ladder's later presets)
     cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
+    messages: list[str] = field(default_factory=list)  # shown before the first blocks run (the ladder's stage)
 
 
 # ----- the parts of each script ------------------------------------------------------------------------
@@ -138,7 +139,8 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
     text, always, _ = ladder.plan_text(ladder.plan_table(state(), lad, presets, seeds), env.jobs, steps_per_s, 40.0)
     text = "\n".join([text, *msgs, "the later batches are decided from the results of these (the ladder's next "
                       "stage, python -m bnexp.designs.ladder next)" if first else "the ladder is complete"])
-    return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, first, text, always, next_blocks, validate=later)]
+    return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, first, text, always, next_blocks, validate=later,
+                 messages=msgs)]
 
 
 def ics_parts(env: Env, extra: list[str]) -> list[Part]:
@@ -289,6 +291,8 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
         blocks, previous = p.blocks, None
+        for m in p.messages if blocks else ():
+            print(m)
         while blocks:
             for i, b in enumerate(blocks, 1):
                 print(f"{p.title}: block {i}/{len(blocks)}: {b.label}", flush=True)
