@@ -3,7 +3,7 @@
 #
 #   scripts/reproduce_mnist.sh [extra Hydra overrides ...]
 #
-# Design (issue 20, item 5; fixed before the run in bnexp/designs/mnist.py, pass rules in docs/mnist/README.md),
+# Design (fixed before the run in bnexp/designs/mnist.py, pass rules in docs/mnist/README.md),
 # at the paper's setup (784-100-100-100-10 sigmoid MLP, mini-batch 60, plain SGD at a constant rate):
 #   BN,    normal init (paper, W ~ N(0, 0.01^2)): lr 0.12, 0.6, 3.6, 5.4, 7.2, 10.8, 14.4, 28.8
 #   no BN, normal init:                           lr 0.12, 0.6, 1.2, 1.8, 2.4, 3.6, 5.4, 7.2, 14.4
@@ -24,6 +24,8 @@
 #   scripts/reproduce_mnist.sh trainer.max_steps=2000 seed=1 lr=3.6
 # Environment:
 #   JOBS       parallel jobs (default: number of cores)
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#              hydra.launcher.n_jobs=JOBS)
 #   DRY_RUN=1  print the planned runs (those already complete marked), total steps and the estimated wall
 #              time; train nothing. The estimate assumes an idle machine, one core per job: BN 290, no BN
 #              490 steps/s, 12 s start-up per run (STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S override):
@@ -33,32 +35,11 @@
 #   BNEXP_DATA_ROOT (default ../shared/data when it exists).
 # Resumable: re-running the same command completes only the runs without a finished summary.json (bnexp
 # skips a complete run folder and resumes an interrupted one from its checkpoint).
+# Checked before anything runs: every environment value and extra override (each block's config is composed
+# and validated as bnexp train does), the sweep and docs folders; a problem is one "error:" line, exit code 2.
+# Ctrl-C or SIGTERM stops every process the script started (each block runs in its own process group): the
+# runs save their checkpoints and are recorded interrupted, nothing is left running after 10 s, no further
+# block starts, and the exit code is 130 / 143; the same command resumes. (bnexp/designs/orchestrate.py)
 set -euo pipefail
-rc=0  # a sweep with failed jobs: report the rest, then exit non-zero
 cd "$(dirname "$0")/.."
-JOBS="${JOBS:-$(nproc)}"
-source scripts/_sweep_name.sh
-source scripts/_report_docs.sh
-SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/mnist_fig1$(sweep_suffix "$@")}"
-if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/mnist" "$@")"; fi
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.designs.mnist plan --sweep-dir "${SWEEP_DIR}" --jobs "${JOBS}" \
-    --steps-per-s-bn "${STEPS_PER_S_BN:-290}" --steps-per-s-no-bn "${STEPS_PER_S_NO_BN:-490}" \
-    --startup-s "${STARTUP_S:-12}" -- "$@"
-fi
-if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data/MNIST ]]; then
-  export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"
-fi
-start=$(date +%s)
-blocks="$(python -m bnexp.designs.mnist blocks -- "$@")"
-while IFS= read -r line; do
-  read -ra OVERRIDES <<< "${line}"
-  bnexp train -m hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")" \
-    trainer.num_threads=1 trainer.progress=false "${OVERRIDES[@]}" "$@" < /dev/null || rc=$?
-done <<< "${blocks}"
-end=$(date +%s)
-echo "sweep wall time: $((end - start)) s (${JOBS} parallel jobs)"
-bnexp report "${SWEEP_DIR}" || rc=$?
-copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
-exit "${rc}"
+exec python -m bnexp.designs.orchestrate mnist "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One of the five studies of issue 23 (design, claims and pass rules: docs/studies/NAME.md), then report.
+# One of the five studies (design, claims and pass rules: docs/studies/NAME.md), then report.
 #
 #   scripts/study.sh NAME [extra Hydra overrides ...]
 #
@@ -12,67 +12,20 @@
 # Extra overrides come last and win, e.g. a quick look: scripts/study.sh depth trainer.max_steps=500 seed=0
 # Environment:
 #   JOBS       parallel jobs (default: number of cores)
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#              hydra.launcher.n_jobs=JOBS)
 #   DRY_RUN=1  print the planned multiruns, run counts, steps and the estimated wall time; train nothing
 #   SWEEP_DIR  default outputs/sweeps/study_NAME, + <extra overrides> when there are any
 #   DOCS_DIR   where the report files are copied (default docs/studies/NAME for the default run, else none)
-#   BNEXP_DATA_ROOT: as in scripts/_data_env.sh
+#   BNEXP_DATA_ROOT (default ../shared/data when it exists)
 # Resumable: a second call trains only the runs without a finished summary.json (whole multiruns that are
 # complete are not started again; bnexp skips finished runs and resumes interrupted ones from their
 # checkpoint). Failed jobs: the report covers the rest and the script exits non-zero.
+# Checked before anything runs: every environment value and extra override (each block's config is composed
+# and validated as bnexp train does), the sweep and docs folders; a problem is one "error:" line, exit code 2.
+# Ctrl-C or SIGTERM stops every process the script started (each block runs in its own process group): the
+# runs save their checkpoints and are recorded interrupted, nothing is left running after 10 s, no further
+# block starts, and the exit code is 130 / 143; the same command resumes. (bnexp/designs/orchestrate.py)
 set -euo pipefail
-rc=0
 cd "$(dirname "$0")/.."
-STUDIES="batch_size inference_statistics placement normalizer depth"
-NAME="${1:-}"
-if [[ -z "${NAME}" || " ${STUDIES} " != *" ${NAME} "* ]]; then
-  echo "usage: scripts/study.sh NAME [extra Hydra overrides ...]; NAME is one of: ${STUDIES}" >&2
-  exit 2
-fi
-shift
-JOBS="${JOBS:-$(nproc)}"
-source scripts/_sweep_name.sh
-source scripts/_report_docs.sh
-SWEEP_DIR="${SWEEP_DIR:-outputs/sweeps/study_${NAME}$(sweep_suffix "$@")}"
-if [[ -z "${DOCS_DIR+x}" ]]; then DOCS_DIR="$(docs_dir_default "docs/studies/${NAME}" "$@")"; fi
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  echo "DRY_RUN: the planned runs of ${SWEEP_DIR} (nothing is trained)"
-  exec python -m bnexp.designs.studies plan "${NAME}" "${SWEEP_DIR}" --jobs "${JOBS}" "$@"
-fi
-source scripts/_data_env.sh
-mkdir -p "${SWEEP_DIR}"
-# study.json marks the folder as this study's (bnexp report then writes the study section) and sums the
-# measured wall time of the calls that trained
-record() {
-  python - "${SWEEP_DIR}/study.json" "${NAME}" "$@" <<'PY'
-import json, sys
-path, name, *wall = sys.argv[1:]
-try:
-    d = json.load(open(path))
-except (OSError, ValueError):
-    d = {}
-d = d if isinstance(d, dict) and d.get("study") == name else {"study": name}
-if wall:
-    d.update(wall_time_s=d.get("wall_time_s", 0) + int(wall[0]), jobs=int(wall[1]), calls=d.get("calls", 0) + 1)
-json.dump(d, open(path, "w"))
-PY
-}
-record
-COMMON=(hydra/launcher=joblib "hydra.launcher.n_jobs=${JOBS}" "$(sweep_dir_override "${SWEEP_DIR}")")
-start=$(date +%s)
-lines="$(python -m bnexp.designs.studies lines "${NAME}" "${SWEEP_DIR}" "$@")" || exit 2
-if [[ -z "${lines}" ]]; then echo "every run of ${SWEEP_DIR} is complete"; fi
-while IFS= read -r line; do
-  if [[ -z "${line}" ]]; then continue; fi
-  read -ra OVERRIDES <<< "${line}"
-  bnexp train -m "${COMMON[@]}" "${OVERRIDES[@]}" < /dev/null || rc=$?
-done <<< "${lines}"
-if [[ "${NAME}" == "inference_statistics" ]]; then
-  python -m bnexp.train.inference_eval "${SWEEP_DIR}" || rc=$?
-fi
-end=$(date +%s)
-wall=$((end - start))
-echo "study ${NAME}: wall time ${wall} s (${JOBS} parallel jobs)"
-if [[ -n "${lines}" ]]; then record "${wall}" "${JOBS}"; fi
-bnexp report "${SWEEP_DIR}" || rc=$?
-copy_report "${SWEEP_DIR}" "${DOCS_DIR}"  # scripts/_report_docs.sh
-exit "${rc}"
+exec python -m bnexp.designs.orchestrate study "$@"

@@ -408,33 +408,33 @@ def test_report_update_docs_errors_are_one_line_exit_2_and_write_nothing(tmp_pat
 # ----------------------------------------------------------------------------- the scripts' copy into docs/
 
 
-def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path):
-    """scripts/_report_docs.sh: the report's files and figures (not the runs' files) reach DOCS_DIR; a run
-    with extra overrides gets no docs folder; an empty DOCS_DIR copies nothing."""
-    import subprocess
+def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path, monkeypatch, capsys):
+    """The orchestrator's copy: the report's files and figures (not the runs' files) reach the docs folder; a
+    run with extra overrides gets no docs folder; an empty DOCS_DIR copies nothing."""
+    from bnexp.designs.orchestrate import copy_report
+    from bnexp.designs.preflight import Env
 
     sweep = tmp_path / "sweep"
     (sweep / "bn=true,seed=0").mkdir(parents=True)
     for name in ("report.md", "report.json", "report.csv", "accuracy_vs_steps.png", "ics_gradient.png",
                  "multirun.yaml", "bn=true,seed=0/percentiles.png", "bn=true,seed=0/summary.json"):
         (sweep / name).write_text(name)
-    lib = REPO / "scripts" / "_report_docs.sh"
-
-    def run(cmd):
-        return subprocess.run(["bash", "-c", f"set -euo pipefail; source '{lib}'; {cmd}"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=60)
-
-    r = run("docs_dir_default docs/mnist; echo; docs_dir_default docs/mnist lr=0.1; echo end")
-    assert r.returncode == 0 and r.stdout == "docs/mnist\nend\n", r.stderr
-    r = run(f"copy_report '{sweep}' docs/x; copy_report '{sweep}' ''")
-    assert r.returncode == 0, r.stderr
+    monkeypatch.chdir(tmp_path)
+    env = Env({})
+    assert env.docs_dir("DOCS_DIR", "docs/mnist", True) == "docs/mnist"
+    assert env.docs_dir("DOCS_DIR", "docs/mnist", False) == ""
+    assert Env({"DOCS_DIR": ""}).docs_dir("DOCS_DIR", "docs/mnist", True) == ""
+    copy_report(sweep, "docs/x")
+    copy_report(sweep, "")
     assert sorted(p.name for p in (tmp_path / "docs" / "x").iterdir()) == [
         "accuracy_vs_steps.png", "ics_gradient.png", "report.csv", "report.json", "report.md"]
     assert (tmp_path / "docs" / "x" / "report.json").read_text() == "report.json"
     assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["x"]
     # a sweep whose report failed: nothing copied, and the script says so instead of "copied"
-    r = run(f"copy_report '{tmp_path / 'no_report'}' docs/y")
-    assert r.returncode == 0 and "nothing copied" in r.stderr and "copied the report" not in r.stdout
+    capsys.readouterr()
+    copy_report(tmp_path / "no_report", "docs/y")
+    out = capsys.readouterr()
+    assert "nothing copied" in out.err and "copied the report" not in out.out
     assert not (tmp_path / "docs" / "y").exists()
 
 

@@ -175,27 +175,23 @@ def test_ics_study_few_steps(tmp_path, data_root):
 
 
 def test_sweep_folders_named_after_extra_overrides_pass_through_hydra():
-    """A sweep folder named by _sweep_name.sh's suffix holds '=' and ',' (e.g. outputs/sweeps/ics_cifar+
+    """A sweep folder named by the orchestrator's suffix holds '=' and ',' (e.g. outputs/sweeps/ics_cifar+
     scale.baseline_steps=3000,monitor.grad_ics_every=500), which Hydra's override grammar refuses unquoted:
-    every script passes hydra.sweep.dir through sweep_dir_override, whose override parses back to the
-    same path (a single quote in a folder name included); a backslash or '$' is refused with exit code 2."""
-    import re
-
+    every block passes hydra.sweep.dir through sweep_dir_override, whose override parses back to the same
+    path (a single quote in a folder name included); a backslash or '$' is refused, naming the variable."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    def helper(call: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", f"set -euo pipefail; source scripts/_sweep_name.sh; {call}"], cwd=REPO,
-                              capture_output=True, text=True)
+    from bnexp.designs.preflight import sweep_dir_override, sweep_suffix
+    from bnexp.errors import UserError
 
-    suffix = helper("sweep_suffix scale.baseline_steps=3000 monitor.grad_ics_every=500 'lr=[0.1, 0.2]'").stdout
-    assert "=" in suffix and "," in suffix
+    suffix = sweep_suffix(["scale.baseline_steps=3000", "monitor.grad_ics_every=500", "lr=[0.1, 0.2]"])
+    assert suffix == "+scale.baseline_steps=3000,monitor.grad_ics_every=500,lr=_0.1,_0.2_"
     for folder in (f"outputs/sweeps/ics_cifar{suffix}", "outputs/sweeps/it's mine, a=b"):
-        override = helper(f"sweep_dir_override {shlex.quote(folder)}").stdout
-        parsed = OverridesParser.create().parse_overrides([override])[0]
+        parsed = OverridesParser.create().parse_overrides([sweep_dir_override(folder)])[0]
         assert (parsed.key_or_group, parsed.value()) == ("hydra.sweep.dir", folder)
     for bad in ("outputs/a\\b", "outputs/${x}"):
-        r = helper(f"A=(x \"$(sweep_dir_override {shlex.quote(bad)})\"); echo continued")
-        assert r.returncode == 2 and "continued" not in r.stdout and r.stderr.count("sweep folder") == 1, r
-    for script in ("ics_study.sh", "reproduce_cifar.sh", "reproduce_mnist.sh", "study.sh"):
+        with pytest.raises(UserError, match="MNIST_DIR"):
+            sweep_dir_override(bad, "MNIST_DIR")
+    for script in ("ics_study.sh", "reproduce_cifar.sh", "reproduce_mnist.sh", "study.sh", "reproduce_all.sh"):
         text = (REPO / "scripts" / script).read_text()
-        assert "hydra.sweep.dir" not in text and re.search(r'"\$\(sweep_dir_override "\$\{\w+\}"\)"', text), script
+        assert "hydra.sweep.dir" not in text and "exec python -m bnexp.designs.orchestrate " in text, script

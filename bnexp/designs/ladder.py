@@ -455,19 +455,28 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([f"# {m}" for m in msgs] + [" ".join(b.overrides()) for b in batches]))
         return 0
     t = plan_table(runs, lad, presets, seeds, extra)
-    print(t.to_string(index=False))
+    print(plan_text(t, a.jobs, a.steps_per_s, a.overhead_s)[0])
     print("ladders (the rule that stopped each, or what it runs next):")
     print("\n".join(f"  {line}" for line in ladder_stops(runs, lad, presets, seeds)))
+    return 0
+
+
+def plan_text(t: pd.DataFrame, jobs: int, steps_per_s: float, overhead_s: float) -> tuple[str, float, float]:
+    """The DRY_RUN text of a :func:`plan_table` (the table, what is to run always and at most, with the
+    wall time on ``jobs`` parallel jobs at ``steps_per_s`` per job + ``overhead_s`` per run, and what is
+    done), and the two estimates in seconds: (text, always, at most). Each row is one multirun of its runs
+    on min(jobs, runs) parallel jobs, the rows one after another."""
+    lines, secs = [t.to_string(index=False)], []
     todo = t[t.status == "to run"]
     for label, sel in (("always", todo[todo.when == "always"]), ("at most", todo)):
-        # each row is one multirun of its runs on min(jobs, runs) parallel jobs, one after another
-        waves = -(-sel.runs // a.jobs)
-        secs = float((waves * (sel.budget / a.steps_per_s + a.overhead_s)).sum())
-        print(f"to run, {label}: {int(sel.runs.sum())} runs, {int(sel.steps.sum()):,} steps: about "
-              f"{secs / 3600:.1f} h ({secs / 60:.0f} min) with {a.jobs} jobs at {a.steps_per_s:g} steps/s per job "
-              f"+ {a.overhead_s:g} s per run (start-up, evaluations)")
-    print(f"done: {int(t[t.status == 'done'].runs.sum())} runs, {int(t[t.status == 'done'].steps.sum()):,} steps")
-    return 0
+        waves = -(-sel.runs // max(1, jobs))
+        secs.append(float((waves * (sel.budget / steps_per_s + overhead_s)).sum()))
+        lines.append(f"to run, {label}: {int(sel.runs.sum())} runs, {int(sel.steps.sum()):,} steps: about "
+                     f"{secs[-1] / 3600:.1f} h ({secs[-1] / 60:.0f} min) with {jobs} jobs at {steps_per_s:g} steps/s "
+                     f"per job + {overhead_s:g} s per run (start-up, evaluations)")
+    lines.append(f"done: {int(t[t.status == 'done'].runs.sum())} runs, {int(t[t.status == 'done'].steps.sum()):,} "
+                 "steps")
+    return "\n".join(lines), secs[0], secs[1]
 
 
 if __name__ == "__main__":

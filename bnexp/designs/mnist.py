@@ -124,14 +124,21 @@ def run_seconds(bn: bool, max_steps: int, steps_per_s: dict | None = None, start
 
 def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
          startup_s: float = STARTUP_S) -> str:
+    """The DRY_RUN text of :func:`plan_and_seconds`."""
+    return plan_and_seconds(sweep_dir, jobs, extra, steps_per_s, startup_s)[0]
+
+
+def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
+                     startup_s: float = STARTUP_S) -> tuple[str, float]:
     """The DRY_RUN text: each block's runs (marked "done" when SWEEP_DIR holds the run finished or
-    diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs.
-    A block's runs have equal length, so a block takes ceil(runs to do / jobs) x one run's time
-    (:func:`run_seconds`); the blocks run one after the other."""
+    diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs;
+    and that wall time in seconds. A block's runs have equal length, so a block takes
+    ceil(runs to do / jobs) x one run's time (:func:`run_seconds`); the blocks run one after the other.
+    Each run is counted once (a seed or rate listed twice in ``extra`` names the same run folder)."""
     blocks, seeds, steps, other = apply_overrides(extra)
     lines, total_runs, todo_runs, todo_steps, wall = [], 0, 0, 0, 0.0
     for b in blocks:
-        names = [run_name(b, lr, s) for lr in b.rates for s in seeds]
+        names = list(dict.fromkeys(run_name(b, lr, s) for lr in b.rates for s in seeds))
         done = [n for n in names if (read_summary(Path(sweep_dir) / n) or {}).get("status") in COMPLETE_STATUSES]
         todo = len(names) - len(done)
         t = run_seconds(b.bn, steps, steps_per_s, startup_s)
@@ -148,7 +155,7 @@ def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None 
               f"(one core per job: {rate}, {startup_s:g} s start-up per run)"]
     if other:
         lines.append("passed to bnexp train, not reflected in this plan: " + " ".join(other))
-    return "\n".join(lines)
+    return "\n".join(lines), wall
 
 
 def _args(argv: list[str]):

@@ -285,13 +285,21 @@ def estimate(study: Study, jobs: int, extra: tuple[str, ...] = (), cost: CostMod
     return out
 
 
-def plan_text(study: Study, est: dict, jobs: int) -> str:
-    """The DRY_RUN text: one block per multirun, the totals and the estimate's assumption."""
+def plan_text(study: Study, est: dict, jobs: int, commands: dict[int, str] | None = None) -> str:
+    """The DRY_RUN text: one block per multirun, the totals and the estimate's assumption.
+
+    Args:
+        commands: {batch index: the exact command line that runs it} (scripts/study.sh's plan; a batch
+            without one is complete and is not started); None: each batch's own overrides only.
+    """
     lines = [f"study {study.name}: {study.question}"]
-    for b in est["batches"]:
+    for i, b in enumerate(est["batches"]):
         lines.append(f"  {b['label']}: {b['runs']} runs ({b['todo']} to do), {b['steps']:,} steps, "
                      f"~{b['seconds'] / 60:.1f} min" + (f"  [folders under {b['prefix']}/]" if b["prefix"] else ""))
-        lines.append(f"    bnexp train -m {b['overrides']}")
+        if commands is None:
+            lines.append(f"    bnexp train -m {b['overrides']}")
+        else:
+            lines.append(f"    $ {commands[i]}" if i in commands else "    (complete: not started)")
     lines += [f"  note: {n}" for n in study.notes]
     lines.append(f"total: {est['runs']} runs ({est['todo']} to do), {est['steps']:,} steps; estimated wall time "
                  f"{math.ceil(est['seconds'] / 60)} min with {jobs} parallel jobs")

@@ -1,0 +1,396 @@
+"""The sweep scripts' one orchestrator: plan, validate, launch, stop, report.
+
+``python -m bnexp.designs.orchestrate mnist|cifar|ics|study NAME|all [OVERRIDE ...]`` is what
+scripts/reproduce_mnist.sh, reproduce_cifar.sh, ics_study.sh, study.sh and reproduce_all.sh run (each a
+thin wrapper that keeps its name, environment variables and documented behaviour). For every sweep folder
+of the script (a *part*) it
+
+1. **plans**: the blocks, each one ``bnexp train -m ...`` call, from the designs of this package
+   (:mod:`.mnist`, :mod:`.ladder`, :mod:`.studies`; ics: BN / no BN, then noisy BN at NOISE_SCALES);
+2. **validates** every environment value and extra override once, before anything runs
+   (:mod:`.preflight`): one line ``error: ...`` and exit code 2;
+3. with ``DRY_RUN=1`` prints the plan (each run once), exactly the commands it will run and the estimated
+   wall time, and trains nothing;
+4. **launches** the blocks one after the other, each in its own process group
+   (:class:`bnexp.runs.supervise.Supervisor`): SIGINT/SIGTERM is forwarded to every process it started,
+   what is left after 8 s is killed, no further block starts, and the exit code is 130 / 143; the runs are
+   recorded ``interrupted`` with their checkpoints, so the same command resumes them. A block refused as a
+   whole (exit 2: every later block would be refused the same way) stops the script; a block with failed
+   jobs (exit 1) does not: the report covers the rest and the exit code is 1;
+5. **reports**: ``bnexp report SWEEP_DIR``, the report copied into the docs folder of a default run
+   (``all``: then ``bnexp report --update-docs`` rewrites the docs' numbers from the copies).
+
+Environment (each script documents its own): JOBS, DRY_RUN, LAUNCHER (the Hydra launcher of every block,
+``hydra/launcher=LAUNCHER``; default joblib, given ``hydra.launcher.n_jobs=JOBS``), SWEEP_DIR, DOCS_DIR,
+BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
+PRESETS, SEEDS, LADDER, STEPS_PER_S; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
+CIFAR_OVERRIDES.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bnexp.designs import preflight
+from bnexp.designs.preflight import Block, Env
+from bnexp.errors import UserError
+
+SCRIPTS = {"mnist": "reproduce_mnist.sh", "cifar": "reproduce_cifar.sh", "ics": "ics_study.sh",
+           "study": "study.sh", "all": "reproduce_all.sh"}
+ICS_PROBES = ("monitor.grad_ics=true", "monitor.landscape=true", "monitor.grad_ics_every=1000",
+              "monitor.landscape_every=1000", "monitor.shift_max_values=200000")
+ICS_CPU = dict(steps_per_s=15.0, overhead_s=40.0)  # one CIFAR-10 job at the cpu scale (docs/cifar/PLAN.md)
+REPORT_GLOBS = ("report.md", "report.json", "report.csv", "*.png", "ladders.txt")
+
+
+@dataclass
+class Part:
+    """One sweep folder of a script: its blocks, its plan and where its report goes.
+
+    Attributes:
+        title: what the output calls it ("MNIST part"). sweep_dir: the folder. docs_dir: where the report is
+            copied ("" for nowhere).
+        blocks: the blocks known before it runs (all of them, except for the CIFAR-10 ladder: its first batch).
+        next_blocks: the ladder: a function of nothing giving (messages, the next blocks), or None.
+        plan: the DRY_RUN text. seconds: the estimated wall time of what is left.
+        study: the study's name (study.json is written) or None. after: commands run after the blocks.
+    """
+
+    title: str
+    sweep_dir: Path
+    docs_dir: str
+    blocks: list[Block]
+    plan: str = ""
+    seconds: float = 0.0
+    next_blocks: Callable[[], tuple[list[str], list[Block]]] | None = None
+    study: str | None = None
+    after: list[list[str]] = field(default_factory=list)
+    validate: list[Block] = field(default_factory=list)  # further blocks to validate (the ladder's later presets)
+    cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
+    messages: list[str] = field(default_factory=list)  # shown before the first blocks run (the ladder's stage)
+    ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
+
+
+# ----- the parts of each script ------------------------------------------------------------------------
+
+
+def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
+    """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1)."""
+    from bnexp.designs import mnist
+
+    sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
+    docs = env.docs_dir("DOCS_DIR", "docs/mnist", not extra)
+    rates = {True: env.number("STEPS_PER_S_BN", mnist.STEPS_PER_S[True]),
+             False: env.number("STEPS_PER_S_NO_BN", mnist.STEPS_PER_S[False])}
+    startup = env.number("STARTUP_S", mnist.STARTUP_S, minimum=0.0)
+    blocks_, seeds, steps, _ = mnist.apply_overrides(extra)
+    common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false"]
+    blocks = [Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_]
+    text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup)
+    return [Part("MNIST", sweep, docs, blocks, text, secs)]
+
+
+def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
+    """scripts/reproduce_cifar.sh: the budget ladder of :mod:`.ladder`, batch after batch, in SWEEP_DIR."""
+    from bnexp.designs import ladder
+    from bnexp.report.frontier import load_runs
+
+    scale = env.get("SCALE", "cpu")
+    presets_name = env.get("PRESETS", "default")
+    try:
+        lad = ladder.parse_ladder(scale, env.get("LADDER") or None)
+    except ValueError as exc:
+        raise UserError(f"SCALE / LADDER: {exc}".replace("--ladder", "LADDER")) from None
+    seeds = env.int_list("SEEDS") or lad.seeds
+    extra_seeds = tuple(s for s in env.int_list("EXTRA_SEEDS") or () if s not in seeds)
+    presets = ladder.PRESET_SETS.get(presets_name) or tuple(x.strip() for x in presets_name.split(",") if x.strip())
+    unknown = [x for x in presets if x not in lad.starts]
+    if unknown or not presets:
+        raise UserError(f"PRESETS={presets_name}: unknown preset(s) {unknown}; use default, all or names of "
+                        f"{sorted(lad.starts)}")
+    sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/cifar_frontier_{scale}", extra)
+    default = not extra and scale == "cpu" and not env.get("LADDER") and not env.get("SEEDS") and \
+        presets_name in ("default", "all")
+    docs = env.docs_dir("DOCS_DIR", "docs/cifar", default)
+    common = env.launcher_args(sweep) + [f"trainer.num_threads={0 if scale == 'gpu' else 1}",
+                                         "trainer.progress=false", f"data.verify_checksums={env.verify}",
+                                         f"scale={scale}"]
+
+    def state():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # runs in progress or failed: the plan treats them as missing
+            return load_runs(sweep)
+
+    def next_blocks():
+        msgs, batches = ladder.next_batches(state(), lad, presets, seeds, extra_seeds)
+        return msgs, [Block(f"{b.preset} at {b.budget} steps", common + b.overrides(), extra) for b in batches]
+
+    msgs, first = next_blocks()
+    later = [Block(p, common + ladder.Batch(p, lad.starts[p], lad.tune_lrs[:1], (0.0,), seeds).overrides(), extra)
+             for p in presets]
+    steps_per_s = env.number("STEPS_PER_S", 15.0)
+
+    def ladders() -> str:
+        runs = state()
+        text = ladder.plan_text(ladder.plan_table(runs, lad, presets, seeds, extra_seeds), env.jobs, steps_per_s,
+                                40.0)[0]
+        stops = ladder.ladder_stops(runs, lad, presets, seeds)
+        return "\n".join([text, "ladders (the rule that stopped each, or what it runs next):",
+                          *(f"  {line}" for line in stops)]) + "\n"
+
+    text, always, _ = ladder.plan_text(ladder.plan_table(state(), lad, presets, seeds, extra_seeds), env.jobs,
+                                       steps_per_s, 40.0)
+    text = "\n".join([text, *msgs, "the later batches are decided from the results of these (the ladder's next "
+                      "stage, python -m bnexp.designs.ladder next)" if first else "the ladder is complete"])
+    return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, first, text, always, next_blocks, validate=later,
+                 messages=msgs, ladders=ladders)]
+
+
+def ics_parts(env: Env, extra: list[str]) -> list[Part]:
+    """scripts/ics_study.sh: BN / no BN, then noisy BN at NOISE_SCALES; MNIST, then CIFAR-10."""
+    from bnexp.designs import mnist
+
+    noise_env = env.get("NOISE_SCALES")
+    scales = env.number_list("NOISE_SCALES") or (1.0, 3.0, 10.0)
+    noise = ",".join(f"{s:g}" for s in scales)
+    cifar_extra = env.get("CIFAR_OVERRIDES").split()
+    mnist_dir = env.sweep_dir("MNIST_DIR", "outputs/sweeps/ics_mnist", extra)
+    cifar_dir = env.sweep_dir("CIFAR_DIR", "outputs/sweeps/ics_cifar", extra + cifar_extra)
+    mnist_docs = env.docs_dir("MNIST_DOCS_DIR", "docs/ics/mnist", not extra and not noise_env)
+    cifar_docs = env.docs_dir("CIFAR_DOCS_DIR", "docs/ics/cifar", not extra and not noise_env and not cifar_extra)
+    mnist_own = ["trainer.eval_every=500", "trainer.hist_every=500", "seed=0,1,2"]
+    cifar_own = [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline", "scale=cpu", "seed=0,1"]
+    parts = []
+    for title, sweep, docs, own, user in (("ICS study, MNIST part", mnist_dir, mnist_docs, mnist_own, extra),
+                                          ("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, cifar_own,
+                                           extra + cifar_extra)):
+        common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false", *own, *ICS_PROBES]
+        blocks = [Block("BN and no BN", common + ["bn=true,false"], user),
+                  Block(f"noisy BN at strengths {noise}", common + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])]
+        parts.append(Part(title, sweep, docs, blocks))
+    parts[0].cost = lambda steps, bn: mnist.run_seconds(bn, steps)
+    parts[1].cost = lambda steps, bn: ICS_CPU["overhead_s"] + steps / ICS_CPU["steps_per_s"]
+    return parts
+
+
+def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
+    """scripts/study.sh NAME: the multiruns of :mod:`.studies` still to do, into SWEEP_DIR (study_NAME)."""
+    from bnexp.designs import studies
+
+    all_ = studies.build_studies()
+    study = all_[name]
+    sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)
+    docs = env.docs_dir("DOCS_DIR", f"docs/studies/{name}", not extra)
+    common = env.launcher_args(sweep)
+    every = [Block(b.label, common + b.all_overrides(), extra) for b in study.batches]
+    try:
+        jobs = studies.expand(study, tuple(extra))
+    except Exception as exc:  # Hydra's grammar: worded by the preflight below
+        preflight.check_blocks(every[:1])
+        raise UserError(str(exc)) from None
+    pending = sorted({j.batch for j in jobs if not studies.is_done(sweep, j)})
+    blocks = [every[i] for i in pending]
+    est = studies.estimate(study, env.jobs, tuple(extra), sweep_dir=sweep)
+    text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
+    after = [[sys.executable, "-m", "bnexp.train.inference_eval", str(sweep)]] if name == "inference_statistics" else []
+    return [Part(f"study {name}", sweep, docs, blocks, text, est["seconds"], study=name, after=after,
+                 validate=[b for b in every if b not in blocks])]
+
+
+def all_parts(env: Env, extra: list[str]) -> list[Part]:
+    """scripts/reproduce_all.sh: MNIST, CIFAR-10, the ICS study and the five studies, in this order."""
+    from bnexp.designs.studies import STUDIES
+
+    for name in ("SWEEP_DIR", "DOCS_DIR", "MNIST_DIR", "CIFAR_DIR", "MNIST_DOCS_DIR", "CIFAR_DOCS_DIR"):
+        if name in env.environ:
+            raise UserError(f"{name} names one sweep's folder; reproduce_all.sh runs every sweep into its default "
+                            f"folder: unset {name} (or run the one script that takes it)")
+    parts = mnist_parts(env, extra) + cifar_parts(env, extra) + ics_parts(env, extra)
+    for name in STUDIES:
+        parts += study_parts(env, name, extra)
+    return parts
+
+
+# ----- dry run, run, report ----------------------------------------------------------------------------
+
+
+def dry_run(parts: list[Part], env: Env) -> None:
+    """Print each part's plan, the exact commands and the estimated wall time; train nothing."""
+    for p in parts:
+        print(f"DRY_RUN: the planned runs of {p.sweep_dir} (nothing is trained)")
+        if p.plan:
+            print(p.plan)
+        print(f"commands ({len(p.blocks)}):" if p.blocks else "commands: none (every run is complete)")
+        for b in p.blocks:
+            print(f"$ {shlex.join(b.command)}")
+    if len(parts) > 1:
+        total = sum(p.seconds for p in parts)
+        each = ", ".join(f"{p.title} {p.seconds / 60:.0f}" for p in parts)
+        print(f"estimated wall time: {total / 60:.0f} min in all with {env.jobs} parallel jobs, assuming an idle "
+              f"machine ({each} min; the CIFAR-10 ladder's runs that are always needed)")
+
+
+def copy_report(sweep: Path, docs: str) -> None:
+    """Copy report.md/.json/.csv and the report's figures (the ``*.png`` at the top of ``sweep``; the runs are
+    in subfolders) into ``docs`` ("" : nothing)."""
+    if not docs:
+        return
+    if not (sweep / "report.json").is_file():
+        print(f"no report in {sweep} (see the errors above): nothing copied into {docs}", file=sys.stderr)
+        return
+    Path(docs).mkdir(parents=True, exist_ok=True)
+    for pattern in REPORT_GLOBS:
+        for f in sorted(sweep.glob(pattern)):
+            if f.is_file():
+                shutil.copy(f, Path(docs) / f.name)
+    print(f"copied the report of {sweep} into {docs}; `bnexp report --update-docs` rewrites the docs' numbers "
+          "from it")
+
+
+def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 1) -> None:
+    """study.json: marks ``sweep`` as study ``name``'s (``bnexp report`` then writes the study section) and
+    sums the measured wall time of the calls that trained (``wall_time_s``, ``calls``, ``jobs``)."""
+    import json
+
+    path = sweep / "study.json"
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        d = {}
+    d = d if isinstance(d, dict) and d.get("study") == name else {"study": name}
+    if wall_s is not None:
+        d.update(wall_time_s=d.get("wall_time_s", 0) + int(wall_s), jobs=jobs, calls=d.get("calls", 0) + 1)
+    sweep.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(d))
+
+
+def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
+    """Run every part's blocks, then its report; the script's exit code (see the module docstring)."""
+    bnexp = preflight.bnexp_argv()
+    rc = 0
+
+    def call(cmd: list[str], watch: Path | None = None) -> int | None:
+        """Run one command; None to go on, else the exit code to stop with."""
+        nonlocal rc
+        code = sup.run(cmd, watch=watch)
+        if sup.exit_code is not None:
+            print(f"interrupted ({signal.Signals(sup.signum).name}): every process the script started is stopped"
+                  f"{' (some after the grace time, killed)' if sup.killed else ''}; runs in progress are recorded "
+                  "interrupted with their checkpoints: re-run the same command to resume", file=sys.stderr)
+            return sup.exit_code
+        if code == 0:
+            return None
+        if code == 1:  # failed jobs: the other runs go on, the script ends non-zero
+            rc = 1
+            return None
+        print(f"error: stopped: {shlex.join(cmd)} ended with exit code {code}; the later blocks would end the same "
+              "way (see its message above)", file=sys.stderr)
+        return code if 0 < code < 256 else 1
+
+    for p in parts:
+        start = time.time()
+        if p.study:
+            record_study(p.sweep_dir, p.study)
+            if not p.blocks:
+                print(f"every run of {p.sweep_dir} is complete")
+        blocks, previous = p.blocks, None
+        for m in p.messages if blocks else ():
+            print(m)
+        while blocks:
+            for i, b in enumerate(blocks, 1):
+                print(f"{p.title}: block {i}/{len(blocks)}: {b.label}", flush=True)
+                stop = call(b.command, p.sweep_dir)
+                if stop is not None:
+                    return stop
+            if p.next_blocks is None:
+                break
+            previous = [b.args for b in blocks]
+            msgs, blocks = p.next_blocks()
+            if blocks and [b.args for b in blocks] == previous:
+                print("error: these runs are still missing after they ran (failed jobs, see above); stopping:\n"
+                      + "\n".join(shlex.join(b.command) for b in blocks), file=sys.stderr)
+                rc = 1
+                break
+            for m in msgs if blocks else ():
+                print(m)
+        for cmd in p.after:
+            stop = call(cmd, p.sweep_dir)
+            if stop is not None:
+                return stop
+        if p.ladders is not None and p.sweep_dir.is_dir():
+            text = p.ladders()
+            (p.sweep_dir / "ladders.txt").write_text(text)
+            print(text[text.index("ladders ("):].rstrip())
+        wall = round(time.time() - start)
+        print(f"{p.title}: sweep wall time: {wall} s ({env.jobs} parallel jobs)")
+        if p.study and p.blocks:
+            record_study(p.sweep_dir, p.study, wall, env.jobs)
+        stop = call(bnexp + ["report", str(p.sweep_dir)])
+        if stop is not None:
+            return stop
+        copy_report(p.sweep_dir, p.docs_dir)
+    if update_docs:
+        stop = call(bnexp + ["report", "--update-docs"])
+        if stop is not None:
+            return stop
+    return rc
+
+
+def build(script: str, argv: list[str], env: Env) -> tuple[list[Part], list[str]]:
+    """The parts of ``script`` with its arguments (``study``: NAME first), and the extra overrides.
+
+    Raises:
+        UserError: an unknown study, or any environment value or override that is refused.
+    """
+    from bnexp.designs.studies import STUDIES
+
+    if script == "study":
+        if not argv or argv[0] not in STUDIES:
+            raise UserError(f"usage: scripts/study.sh NAME [extra Hydra overrides ...]; NAME is one of: "
+                            f"{' '.join(STUDIES)}")
+        extra = argv[1:]
+        preflight.check_overrides(extra)
+        return study_parts(env, argv[0], extra), extra
+    preflight.check_overrides(argv)
+    builders = {"mnist": mnist_parts, "cifar": cifar_parts, "ics": ics_parts, "all": all_parts}
+    return builders[script](env, argv), argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bnexp.designs.orchestrate SCRIPT [ARGS ...]``: exit 0; 1 (failed jobs, see above); 2 a
+    refused input (one ``error:`` line); 130 / 143 after SIGINT / SIGTERM."""
+    from bnexp.runs.supervise import Supervisor
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in SCRIPTS:
+        print(f"usage: python -m bnexp.designs.orchestrate {{{'|'.join(SCRIPTS)}}} [ARGS ...]", file=sys.stderr)
+        return 2
+    script, rest = args[0], args[1:]
+    with Supervisor() as sup:  # from here on a signal stops everything the script started
+        try:
+            env = Env(os.environ)
+            parts, extra = build(script, rest, env)
+            preflight.check_parts(parts, env)
+        except UserError as exc:
+            print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+            return 2
+        if sup.exit_code is not None:
+            return sup.exit_code
+        if env.dry_run:
+            dry_run(parts, env)
+            return 0
+        update = script == "all" and not extra and all(p.docs_dir for p in parts)
+        return run_parts(parts, env, sup, update)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

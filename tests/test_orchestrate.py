@@ -1,0 +1,442 @@
+"""The sweep scripts' orchestrator (bnexp/designs/orchestrate.py, preflight.py, bnexp/runs/supervise.py):
+every input checked once before anything runs, DRY_RUN's commands are the ones that run, a refused block
+stops the script, and SIGINT/SIGTERM stop every process the script started (real process trees), record
+the runs ``interrupted`` with their checkpoints, and the same command resumes them.
+
+The in-process tests replace :meth:`Supervisor.run` by a recorder, so they start no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bnexp.designs import orchestrate
+from bnexp.runs import supervise
+
+from conftest import REPO, wait_for
+
+SCRIPT_ENV = ("JOBS", "DRY_RUN", "SWEEP_DIR", "DOCS_DIR", "SEEDS", "LADDER", "SCALE", "PRESETS", "NOISE_SCALES",
+              "CIFAR_OVERRIDES", "MNIST_DIR", "CIFAR_DIR", "MNIST_DOCS_DIR", "CIFAR_DOCS_DIR", "LAUNCHER",
+              "VERIFY_CHECKSUMS", "STEPS_PER_S", "STEPS_PER_S_BN", "STEPS_PER_S_NO_BN", "STARTUP_S")
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch, capsys, data_root):
+    """``script(NAME, *args, **env)`` -> (exit code, stdout, stderr, the commands run): the orchestrator in this
+    process, in tmp_path, with only ``env`` of the scripts' variables set, and :meth:`Supervisor.run` recording
+    each command and answering the next of ``codes`` (default 0)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    monkeypatch.setenv("BNEXP_LAST_OVERRIDE_WINS", "1")
+
+    def run(name, *args, codes=(), signal_at=None, **env):
+        for key in SCRIPT_ENV:
+            monkeypatch.delenv(key, raising=False)
+        for key, value in {"JOBS": "2", **env}.items():
+            monkeypatch.setenv(key, value)
+        ran, answers = [], list(codes)
+
+        def fake(self, command, env=None, watch=None):
+            ran.append(list(command))
+            if signal_at is not None and len(ran) == signal_at:
+                self.signum = int(signal.SIGTERM)
+                return self.exit_code
+            return answers.pop(0) if answers else 0
+
+        monkeypatch.setattr(supervise.Supervisor, "run", fake)
+        code = orchestrate.main([name, *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err, ran
+
+    return run
+
+
+def trains(commands):
+    return [c for c in commands if "train" in c]
+
+
+SMALL = ("trainer.max_steps=300", "seed=1", "lr=0.12")
+
+
+@pytest.mark.parametrize("name, args, env", [
+    ("mnist", SMALL, {"SWEEP_DIR": "m"}),
+    ("study", ("depth", "trainer.max_steps=20", "seed=0", "lr=3.6"), {"SWEEP_DIR": "d"}),
+    ("ics", ("trainer.max_steps=20", "seed=0"), {"MNIST_DIR": "im", "CIFAR_DIR": "ic", "NOISE_SCALES": "1,3",
+                                                  "VERIFY_CHECKSUMS": "false"}),
+    ("cifar", (), {"SWEEP_DIR": "c", "SEEDS": "0", "VERIFY_CHECKSUMS": "false"}),
+])
+def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, args, env):
+    """The ``$`` lines of DRY_RUN=1, read as a shell reads them, are the train commands the same call then runs
+    (the CIFAR-10 ladder: its first batch), and DRY_RUN writes nothing."""
+    code, out, err, ran = script(name, *args, DRY_RUN="1", **env)
+    assert code == 0 and ran == [], err
+    printed = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
+    assert printed and list(tmp_path.iterdir()) == []
+    assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
+    code, out, err, ran = script(name, *args, **env)
+    assert trains(ran)[:len(printed)] == printed
+    if name != "cifar":  # the ladder decides its next batch from the results (none here)
+        assert trains(ran) == printed and code == 0, err
+    assert [c[c.index("report") + 1:] for c in ran if "report" in c][0] == [env.get("SWEEP_DIR", env.get("MNIST_DIR"))]
+
+
+def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
+    """The ICS study's plan counts each run once and leaves out a run whose folder (named by the block's swept
+    keys, as the real sweep names it) holds a finished run: its estimate is that of the runs left."""
+    args = ("trainer.max_steps=20", "seed=0")
+    env = dict(MNIST_DIR="im", CIFAR_DIR="ic", NOISE_SCALES="1,3", DRY_RUN="1")
+    code, out, err, ran = script("ics", *args, **env)
+    assert "BN and no BN: 2 runs of 20 steps, 2 to run" in out and "strengths 1,3: 2 runs of 20 steps, 2 to run" in out
+    done = tmp_path / "im" / "bn=true"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "finished"}))
+    code, out, err, ran = script("ics", *args, **env)
+    assert code == 0 and "MNIST part, BN and no BN: 2 runs of 20 steps, 1 to run" in out, out
+
+
+def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", LAUNCHER="basic")
+    assert code == 0, err
+    blocks = trains(ran)
+    assert len(blocks) == 4
+    design = [("true", "normal"), ("false", "normal"), ("true", "xavier"), ("false", "xavier")]
+    for c, (bn, init) in zip(blocks, design):
+        assert c[c.index("train") + 1:][:3] == ["-m", "hydra/launcher=basic", "hydra.sweep.dir='m'"]
+        assert f"bn={bn}" in c and f"model.init={init}" in c and c[-3:] == list(SMALL)
+        assert not any(a.startswith("hydra.launcher.n_jobs") for a in c)  # only joblib takes JOBS
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m")
+    assert trains(ran)[0][trains(ran)[0].index("-m") + 1:][:2] == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+
+
+@pytest.mark.parametrize("name, args, env, words", [
+    ("mnist", (), {"JOBS": "0"}, "JOBS=0"),
+    ("mnist", (), {"JOBS": "abc"}, "JOBS=abc"),
+    ("cifar", (), {"SEEDS": "abc"}, "SEEDS=abc"),
+    ("cifar", (), {"SEEDS": "0,0"}, "SEEDS=0,0 lists 0 twice"),
+    ("cifar", (), {"LADDER": "tune=abc"}, "LADDER"),
+    ("ics", (), {"NOISE_SCALES": "abc"}, "NOISE_SCALES=abc"),
+    ("ics", (), {"CIFAR_OVERRIDES": "scale.fcc=3"}, "scale.fcc"),
+    ("mnist", (), {"SWEEP_DIR": "out/$x"}, "SWEEP_DIR"),
+    ("mnist", ("trainer.max_stepz=5",), {}, "trainer.max_stepz"),
+    ("mnist", ("seed=1,1",), {}, "seed=1,1 lists 1 twice"),
+    ("mnist", ("lr=abc",), {}, "lr=abc"),
+    ("study", ("depth", "trainer.max_stepz=5"), {}, "trainer.max_stepz"),
+    ("study", ("nonsense",), {}, "usage: scripts/study.sh NAME"),
+    ("study", ("depth",), {"SWEEP_DIR": "a_file/sweep"}, "a_file is a file"),
+    ("mnist", (), {"LAUNCHER": "nope"}, "LAUNCHER=nope"),
+    ("mnist", (), {"DRY_RUN": "yes"}, "DRY_RUN=yes"),
+    ("all", (), {"SWEEP_DIR": "x"}, "SWEEP_DIR"),
+])
+@pytest.mark.parametrize("dry", ["1", ""])
+def test_bad_input_is_one_line_before_anything_runs(script, tmp_path, name, args, env, words, dry):
+    (tmp_path / "a_file").write_text("")
+    code, out, err, ran = script(name, *args, **{"DRY_RUN": dry, **env})
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], err
+    assert ran == [] and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_read_only_sweep_folder_is_one_line(script, tmp_path, monkeypatch):
+    """A sweep folder under a folder without write permission: one line naming it, exit 2, nothing runs (root
+    may write anyway: there the permission check sees what any other user would, the mode bits)."""
+    from bnexp.designs import preflight
+
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr(preflight.os, "access", lambda p, mode: real(p, mode) and (
+            not mode & os.W_OK or bool(os.stat(p).st_mode & 0o200)))
+    code, out, err, ran = script("study", "depth", SWEEP_DIR="ro/sweep")
+    assert code == 2 and err.count("error:") == 1 and "ro/sweep" in err and "not writable" in err, err
+    assert ran == [] and list((tmp_path / "ro").iterdir()) == []
+
+
+def test_a_refused_block_stops_the_script_failed_jobs_do_not(script):
+    # exit 2 (the whole call refused): every later block would be refused the same way; no report
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", codes=[2])
+    assert code == 2 and len(ran) == 1 and err.count("error: stopped") == 1
+    # exit 1 (some jobs failed): the other blocks and the report still run, the exit code is 1
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", codes=[1])
+    assert code == 1 and len(trains(ran)) == 4 and ran[-1][-2:] == ["report", "m"]
+    # a signal during the second block: no further block, no report, 128 + SIGTERM
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", signal_at=2)
+    assert code == 143 and len(ran) == 2 and "interrupted (SIGTERM)" in err
+
+
+def test_the_ladder_stops_when_a_batch_is_still_missing_after_it_ran(script):
+    """The recorder trains nothing, so the ladder's first batch is still missing after it ran: the loop stops
+    (no endless repeat), the report runs, exit code 1."""
+    code, out, err, ran = script("cifar", SWEEP_DIR="c", SEEDS="0", VERIFY_CHECKSUMS="false")
+    assert code == 1 and len(trains(ran)) == 1 and "still missing after they ran" in err
+    assert ran[-1][-2:] == ["report", "c"]
+
+
+def test_env_lists_and_numbers():
+    from bnexp.designs.preflight import Env
+    from bnexp.errors import UserError
+
+    env = Env({"SEEDS": "3, 1", "NOISE_SCALES": "0.5,2", "JOBS": "3", "STEPS_PER_S": "12.5"})
+    assert env.int_list("SEEDS") == (3, 1) and env.number_list("NOISE_SCALES") == (0.5, 2.0)
+    assert env.jobs == 3 and env.number("STEPS_PER_S", 15.0) == 12.5 and env.number("STARTUP_S", 12.0) == 12.0
+    assert Env({}).int_list("SEEDS") is None and Env({}).jobs >= 1
+    for bad in ({"STEPS_PER_S": "0"}, {"STEPS_PER_S": "inf"}, {"STEPS_PER_S": "nan"}):
+        with pytest.raises(UserError, match="STEPS_PER_S"):
+            Env(bad).number("STEPS_PER_S", 15.0)
+    for bad in ({"SEEDS": "-1"}, {"SEEDS": "1.5"}, {"SEEDS": "1,,2"}):
+        with pytest.raises(UserError, match="SEEDS"):
+            Env(bad).int_list("SEEDS")
+
+
+def test_validation_covers_every_value_a_user_sweeps():
+    """A block's configs are composed for the first job and for each value of the user's sweeps: a bad
+    value in the middle of NOISE_SCALES-like lists is found, the design's own values are not all composed."""
+    from bnexp.designs.preflight import Block, _cover, check_blocks
+    from bnexp.errors import UserError
+
+    jobs = [[f"lr={lr}", f"seed={s}", f"bn.noise_scale={n}"] for lr in (1, 2) for s in (0, 1) for n in (1, 3, 10)]
+    picks = _cover(jobs, {"bn.noise_scale"})
+    assert [p[2] for p in picks] == ["bn.noise_scale=1", "bn.noise_scale=3", "bn.noise_scale=10"]
+    assert _cover(jobs, set()) == jobs[:1]
+    own = ["bn=noisy", "lr=0.1,0.2", "trainer.max_steps=10"]
+    assert len(check_blocks([Block("b", own, ["bn.noise_scale=1,3,10"])])[0][0]) == 6
+    with pytest.raises(UserError, match="bn.noise_scale"):
+        check_blocks([Block("b", own, ["bn.noise_scale=1,-3,10"])])
+
+
+# ----- the supervisor with real processes ----------------------------------------------------------------
+
+TREE = r"""
+import fcntl, os, signal, subprocess, sys, time
+ready, lock, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
+# a helper that ignores SIGTERM and outlives its parent (as the launchers' resource trackers do); it holds
+# the run folder's lock for `hold` seconds after the signal (a run saving its checkpoint), then idles
+helper = subprocess.Popen([sys.executable, "-c", '''
+import fcntl, os, signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+open(sys.argv[2], "w").write(str(os.getpid()))
+while not got:
+    time.sleep(0.01)
+time.sleep(float(sys.argv[3]))
+os.close(fd)
+while True:
+    time.sleep(1)
+''', lock, ready + ".helper", str(hold)])
+while not os.path.exists(ready + ".helper"):
+    time.sleep(0.01)
+open(ready, "w").write(str(os.getpid()))
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_supervisor_stops_the_whole_group(tmp_path, watch):
+    """SIGTERM to this process reaches the command's group once; a member that ignores it is killed: after
+    the grace time, or (watching the sweep folder) as soon as the command has ended and no run folder is
+    locked, i.e. once the 'run' released its lock. Exit code 143; nothing of the group is left."""
+    run_dir = tmp_path / "sweep" / "run"
+    run_dir.mkdir(parents=True)
+    ready = tmp_path / "ready"
+    grace = 3.0 if not watch else 60.0
+
+    def signal_when_ready():
+        wait_for(lambda: ready.exists() and ready.read_text(), timeout=120)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_when_ready, daemon=True).start()
+    with supervise.Supervisor(grace_s=grace) as sup:
+        t0 = time.monotonic()
+        code = sup.run([sys.executable, "-c", TREE, str(ready), str(run_dir / ".lock"), "0.5"],
+                       watch=tmp_path / "sweep" if watch else None)
+        took = time.monotonic() - t0
+    pids = [int(ready.read_text()), int(Path(str(ready) + ".helper").read_text())]
+    assert code == 143 and sup.exit_code == 143 and not any(_alive(p) for p in pids)
+    assert sup.killed == (0 if watch else 1)
+    if watch:
+        assert took < grace  # the lock, not the grace time, ended it
+    assert supervise.runs_holding_locks(tmp_path / "sweep") == []
+    # after the signal nothing new starts
+    started = tmp_path / "started"
+    assert sup.run([sys.executable, "-c", f"open({str(started)!r}, 'w')"]) == 143 and not started.exists()
+
+
+# ----- the scripts, signalled in real process trees ------------------------------------------------------
+
+
+def _tagged(tag: str) -> list[int]:
+    """Live processes whose environment holds ``tag`` (everything a script started inherits it)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tag.encode() in (d / "environ").read_bytes() and _alive(int(d.name)):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def _start(script_name: str, cwd: Path, data_root: Path, *args: str, **env_extra: str):
+    """Start a script as a terminal's foreground job (own process group, SIGINT at default); returns
+    (the process, the tag in its environment)."""
+    import subprocess
+
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), BNEXP_TEST_TAG=tag, DOCS_DIR="", **env_extra)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    p = subprocess.Popen(["bash", str(REPO / "scripts" / script_name), *args], cwd=cwd, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return p, tag
+
+
+# two runs in the first block (seeds 1, 2 on 2 parallel jobs: loky worker processes); long enough that both are
+# still training when their step-0 records appear (the signal follows at once)
+MNIST_ARGS = ("trainer.max_steps=1000", "seed=1,2", "lr=0.12", "trainer.eval_every=250", "trainer.hist_every=500",
+              "trainer.log_every=100")
+
+
+def _stop(p, tag: str, sweep: Path, how: str) -> tuple[int, str]:
+    """Wait until both runs of the first block train, signal the script (``how``), and check that within 10 s
+    the script has exited and nothing it started is alive; returns (exit code, stderr)."""
+    try:
+        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2 or p.poll() is not None, timeout=600)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        assert len(_tagged(tag)) >= 4  # the script, the launcher, its two workers (and its helpers)
+        if how == "SIGTERM":
+            os.kill(p.pid, signal.SIGTERM)  # what a scheduler or `timeout` sends: the script's pid only
+        elif how == "SIGTERM-group":
+            os.killpg(p.pid, signal.SIGTERM)
+        else:
+            os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        wait_for(lambda: not _tagged(tag), timeout=max(0.1, 10 - (time.monotonic() - t0)))
+        assert time.monotonic() - t0 < 10
+        return p.returncode, err
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        for pid in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _interrupted_runs(sweep: Path) -> dict[str, int]:
+    """{run folder: step} of the sweep's runs, each interrupted with the checkpoint of its step."""
+    import torch
+
+    out = {}
+    for s in sorted(sweep.glob("*/summary.json")):
+        summary = json.loads(s.read_text())
+        assert summary["status"] == "interrupted", (s.parent.name, summary["status"])
+        ckpt = torch.load(s.parent / "checkpoint.pt", map_location="cpu", weights_only=False)
+        assert ckpt["step"] == summary["step"] and 0 < summary["step"] < 1000
+        out[s.parent.name] = summary["step"]
+    return out
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_mnist_stops_everything_and_the_rerun_resumes(tmp_path, data_root):
+    """SIGTERM to the script's pid: the launcher and its loky workers stop too (no orphan trains on), both runs
+    are interrupted with their checkpoints, exit code 143, the next block never starts; the same command then
+    resumes both runs from their checkpoints (no step recorded twice) and completes the sweep."""
+    sweep = tmp_path / "sweep"
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    code, err = _stop(p, tag, sweep, "SIGTERM")
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    steps = _interrupted_runs(sweep)
+    assert sorted(steps) == ["bn=true,init=normal,lr=0.12,seed=1", "bn=true,init=normal,lr=0.12,seed=2"]
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    out, err = p.communicate(timeout=1800)
+    assert p.returncode == 0, err[-3000:]
+    assert len(list(sweep.glob("*/summary.json"))) == 8
+    for name, step in steps.items():
+        summary = json.loads((sweep / name / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["resumed_from_step"] == step
+        logged = [json.loads(line)["step"] for line in (sweep / name / "metrics.jsonl").read_text().splitlines()]
+        assert logged == sorted(set(logged)) and logged[0] == 0 and logged[-1] == 1000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT-group", "SIGTERM-group"])
+def test_one_ctrl_c_stops_reproduce_mnist(tmp_path, data_root, how):
+    """One Ctrl-C (SIGINT to the terminal's process group), or SIGTERM to that group: exit code 130 / 143, both
+    runs interrupted with their checkpoints, nothing left running, and no later block started (no run folder
+    without BN)."""
+    sweep = tmp_path / "sweep"
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    code, err = _stop(p, tag, sweep, how)
+    assert code == (130 if how == "SIGINT-group" else 143) and "Traceback" not in err, err[-3000:]
+    assert len(_interrupted_runs(sweep)) == 2
+    assert not list(sweep.glob("bn=false*")) and not (sweep / "report.json").exists()
+
+
+@pytest.mark.slow  # plans all eight sweeps three times (~10 s of CPU)
+def test_reproduce_all_plans_runs_and_regenerates_the_docs_in_order(script, tmp_path):
+    """reproduce_all: the eight sweeps in order (MNIST, CIFAR-10, the ICS study's two parts, the five studies);
+    DRY_RUN=1 prints each plan and an estimated total that is the sum of the parts' own estimates (no inf);
+    a run reports each sweep after its blocks and ends with `bnexp report --update-docs` (the default run only)."""
+    from bnexp.designs.studies import STUDIES
+
+    folders = ["mnist_fig1", "cifar_frontier_cpu", "ics_mnist", "ics_cifar", *(f"study_{s}" for s in STUDIES)]
+    code, out, err, ran = script("all", DRY_RUN="1")
+    assert code == 0 and ran == [], err
+    heads = [line.split(" of ")[1].split(" (")[0] for line in out.splitlines() if line.startswith("DRY_RUN: ")]
+    assert heads == [f"outputs/sweeps/{f}" for f in folders]
+    parts = [int(m) for m in re.findall(r"^estimated wall time: (\d+) min with", out, re.MULTILINE)]  # MNIST
+    parts += [int(m) for m in re.findall(r"^to run, always: .* about (\d+) min", out, re.MULTILINE)]  # ladder
+    parts += [int(m) for m in re.findall(r"part: estimated wall time: (\d+) min", out)]  # the ICS study
+    parts += [int(m) for m in re.findall(r"^total: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
+    total = int(re.search(r"estimated wall time: (\d+) min in all", out).group(1))
+    assert len(parts) == 9 and abs(total - sum(parts)) <= len(parts) and total > 0
+    assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
+    code, out, err, ran = script("all")
+    reports = [c[c.index("report") + 1:] for c in ran if "report" in c]
+    assert reports == [[f"outputs/sweeps/{f}"] for f in folders] + [["--update-docs"]]
+    evals = [i for i, c in enumerate(ran) if "bnexp.train.inference_eval" in c]
+    assert len(evals) == 1 and ran[evals[0] + 1][-1] == "outputs/sweeps/study_inference_statistics"
+    assert code == 1 and "still missing after they ran" in err  # the recorder trained nothing: the ladder stops
+    # with extra overrides: their own folders, and the docs are left alone
+    code, out, err, ran = script("all", "trainer.log_every=100")
+    assert ran[-1][-2:] == ["report", "outputs/sweeps/study_depth+trainer.log_every=100"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_cifar_stops_its_loky_workers(tmp_path, data_root):
+    """SIGTERM to reproduce_cifar.sh while the ladder's first batch trains on 2 parallel jobs (a tiny network
+    on real CIFAR-10): the workers stop too, both runs are interrupted with their checkpoints, exit code 143,
+    no report and no later stage."""
+    import torch
+
+    sweep = tmp_path / "sweep"
+    p, tag = _start("reproduce_cifar.sh", tmp_path, data_root, "scale.channels=[4,8,8]", "scale.fc=16",
+                    "trainer.probe_size=100", SWEEP_DIR=str(sweep), JOBS="2", SEEDS="0", VERIFY_CHECKSUMS="false",
+                    LADDER="tune=5000;lrs=0.025;dropouts=0,0.3;baseline=2500,5000;cap=5000;bn_x5=100;bn_baseline=100")
+    code, err = _stop(p, tag, sweep, "SIGTERM")
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    summaries = {s.parent: json.loads(s.read_text()) for s in sweep.glob("*/summary.json")}
+    assert len(summaries) == 2 and not (sweep / "report.json").exists()
+    for run, summary in summaries.items():
+        assert summary["status"] == "interrupted" and 0 < summary["step"] < 5000
+        assert torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
