@@ -51,6 +51,8 @@ try:
 except (OSError, ValueError):
     d = {}
 d = d if isinstance(d, dict) and d.get("study") == name else {"study": name}
+from bnexp.designs.studies import build_studies  # the question the report's study section states
+d["question"] = build_studies()[name].question
 if wall:
     d.update(wall_time_s=d.get("wall_time_s", 0) + int(wall[0]), jobs=int(wall[1]), calls=d.get("calls", 0) + 1)
 json.dump(d, open(path, "w"))

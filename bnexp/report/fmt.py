@@ -16,31 +16,30 @@ def format_steps(st: dict) -> str:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    text = f"{st['mean']:,.0f} (1 seed)" if st["reached"] == 1 else f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
     return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+
+
+def format_stat(st: dict | None, fmt: str = "{:.4g}", std_fmt: str = "{:.2g}", scale: float = 1.0,
+                missing: str = "n/a") -> str:
+    """A statistic over seeds ({"mean", "std", "n"}) as "0.1234 ± 0.005" (``fmt`` for the mean, ``std_fmt``
+    for the std, both times ``scale``); one value as "0.1234 (1 seed)"; ``missing`` without a mean."""
+    if st is None or st.get("mean") is None:
+        return missing
+    mean = fmt.format(scale * st["mean"])
+    if st.get("n") == 1 or st.get("std") is None:
+        return f"{mean} (1 seed)"
+    return f"{mean} ± {std_fmt.format(scale * st['std'])}"
 
 
 def format_acc(st: dict) -> str:
     """Accuracy statistic in percent: "97.12 ± 0.05", "95.57 (1 seed)" ("n/a" when missing)."""
-    if st["mean"] is None:
-        return "n/a"
-    if st.get("n") == 1:
-        return f"{100 * st['mean']:.2f} (1 seed)"
-    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
+    return format_stat(st, "{:.2f}", "{:.2f}", 100.0)
 
 
 def format_target(t: float) -> str:
     """0.95 -> "95%", 0.975 -> "97.5%"."""
     return f"{100 * t:g}%"
-
-
-def format_stat(st: dict | None, missing: str = "n/a") -> str:
-    """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
-    if st is None or st["mean"] is None:
-        return missing
-    if st.get("n") == 1:
-        return f"{st['mean']:.4g} (1 seed)"
-    return f"{st['mean']:.4g} ± {st['std']:.2g}"
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:

@@ -11,16 +11,18 @@ import pandas as pd
 
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale
-from bnexp.report.ics_verdicts import CHANCE, exceeds, main_target, seed_frame
-from bnexp.report.stats import target_key, value_stat
+from bnexp.report.ics_verdicts import exceeds, main_target, seed_frame
+from bnexp.report.load import target_key
+from bnexp.report.rules import CHANCE
+from bnexp.report.stats import value_stat
 
 NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
 SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spread from the start",
               "w1_first": "W1 from the start (raw, a.u.)"}
 NOTE = ("Test accuracy is evaluated at the noise's expectation (y = E[s] * bn(x) + E[m], E[s] = (1 + b)/2, "
         "E[m] = 0; runs made before that change evaluated at s = 1); train accuracy is the mean "
-        "over the training mini-batches since the previous evaluation, with the noise on. \"at chance\": final test "
-        "accuracy <= {chance:g}% in the seeds named.")
+        "over the training mini-batches since the previous evaluation, with the noise on. \"at chance\": the run never "
+        "left chance (best test accuracy <= {chance:g}%) in the seeds named.")
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], table: pd.DataFrame,

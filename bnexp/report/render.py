@@ -17,7 +17,8 @@ from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ordered_keys
 from bnexp.report.noise_sweep import noise_strength_md
 from bnexp.report.figstyle import refs
-from bnexp.report.stats import STD_NOTE, target_key
+from bnexp.report.load import target_key
+from bnexp.report.rules import STD_NOTE
 from bnexp.runs.rundir import dumps
 from bnexp.report.frontier import frontier_markdown
 from bnexp.report.figures_studies import study_files
@@ -106,7 +107,7 @@ def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
 
     def frame(columns) -> pd.DataFrame:
         return _frame(["configuration", "seeds"] + [h for _, h in columns],
-                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), "not measured")
+                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), missing="not measured")
                                                              for k, _ in columns] for c in confs])
 
     return {"distribution": frame(DIST_COLUMNS), "gradient": frame(GRAD_COLUMNS),
@@ -156,7 +157,7 @@ def render_markdown(d: dict) -> str:
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
         out += frontier_markdown(d)
-    out += study_md(d.get("study"))  # issue 23: a scripts/study.sh sweep's claims, table and figure
+    out += study_md(d.get("study"))  # a scripts/study.sh sweep's claims, table and figure
     out += claims_section_md(d) + ["## Results per configuration", ""] + md(main_table(d)) + [""]
     out += best_rate_speedups_md(d.get("best_rate_speedups") or [])
     out += ["## Figures", "",

@@ -5,9 +5,9 @@ Every claim is a :class:`bnexp.report.claims.Claim` at module level: its quantit
 contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
 ("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
 and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
-does not (20%, chance being 10-11%). Seeds are paired: seed s of one configuration with seed s of the other.
+does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of the other.
 
-Each ``analyze_NAME(runs)`` returns {"title", "question", "target", "claims", "table", "columns",
+Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns",
 "findings", "cells"} for :func:`bnexp.report.studies.study_section`.
 """
 
@@ -20,12 +20,12 @@ import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.studies import MARKER, read_marker
-from bnexp.report.studies import (NAMES, at_best_rate, cells, censored, censored_ratio, config_rows, diff_claim,
-                                  per_seed, ratio_claim, select, usable)
+from bnexp.report.rules import CHANCE, NORMALIZERS
+from bnexp.report.studies import (at_best_rate, cells, censored, config_rows, diff_claim, per_seed, ratio_claim,
+                                  select)
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
-CHANCE_LIKE = 20.0  # % final test accuracy below which a net "does not train" (chance: 10-11%)
 
 # --- batch_size: m in {2, 4, 16, 60, 256} at 240,000 examples, lr = 0.01 m ------------------------------
 BS_ADV_60 = Claim("At m = 60 BN reaches 95% in fewer examples than no BN",
@@ -76,24 +76,12 @@ NORMALIZER_CLAIMS = (NM_BN, NM_LN, NM_BN_LN, NM_BN_GN)
 DP_BN_12 = Claim("BN trains the 12-layer sigmoid net to above 95%",
                  "final test accuracy (%) of BN, 12 hidden layers, at its best rate", ">", 95.0)
 DP_NOBN_12 = Claim("Without BN the 12-layer sigmoid net does not train",
-                   "final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", CHANCE_LIKE)
+                   "final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", 100 * CHANCE)
 DP_ADV_6 = Claim("At 6 hidden layers BN reaches 95% in fewer steps than no BN",
                  "steps to 95%, no BN / BN, 6 hidden layers, each at its best rate", ">", 1.0)
 DP_BN_SLOWDOWN = Claim("BN needs less than 2x the steps to 95% at 12 hidden layers than at 3",
                        "steps to 95% of BN, 12 / 3 hidden layers, each at its best rate", "<", 2.0)
 DEPTH_CLAIMS = (DP_BN_12, DP_NOBN_12, DP_ADV_6, DP_BN_SLOWDOWN)
-
-
-def _examples() -> int:
-    from bnexp.designs.studies import EXAMPLES
-
-    return EXAMPLES
-
-
-def _question(name: str) -> str:
-    from bnexp.designs.studies import build_studies
-
-    return build_studies()[name].question
 
 
 def _interval_text(vals: dict) -> str:
@@ -107,7 +95,7 @@ def _interval_text(vals: dict) -> str:
 
 def _ratio_values(num: pd.DataFrame, den: pd.DataFrame, claim: Claim, unit: str) -> dict:
     a, b = censored(num, unit), censored(den, unit)
-    return {s: usable(*censored_ratio(a[s], b[s]), claim) for s in sorted(set(a) & set(b))}
+    return {s: (a[s] / b[s]).usable(claim.direction, claim.threshold) for s in sorted(set(a) & set(b))}
 
 
 def _side(vals: dict, threshold: float) -> str:
@@ -119,9 +107,10 @@ def _side(vals: dict, threshold: float) -> str:
 
 # --- batch_size --------------------------------------------------------------------------------------------
 
-def analyze_batch_size(runs) -> dict:
+def analyze_batch_size(sweep) -> dict:
     """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`BATCH_SIZE_CLAIMS`."""
-    c = cells(runs, TARGET)
+    c = cells(sweep, TARGET)
+    examples = int((c["budget"] * c["m"]).max()) if not c.empty else 0  # the budget: 240,000 (designs.studies)
     fin = {(n, m): per_seed(select(c, norm=n, m=m), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
 
     def drop(n):
@@ -149,12 +138,12 @@ def analyze_batch_size(runs) -> dict:
                 holds.append(str(m))
         if parts:
             findings.append(f"Examples to 95%, {label} / BN (mean [95% interval]; a run that never reached 95% counts "
-                            f"as its {_examples():,} examples): {'; '.join(parts)}. BN needs fewer examples than "
+                            f"as its {examples:,} examples): {'; '.join(parts)}. BN needs fewer examples than "
                             f"{label} "
                             f"(interval above 1) at m = {', '.join(holds) if holds else 'none of these'}.")
     table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
-    return {"title": "Mini-batch size: where does BN's advantage end?", "question": _question("batch_size"),
-            "target": TARGET, "budget_examples": _examples(), "claims": claims, "table": table, "findings": findings,
+    return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
+            "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
             "cells": c,
             "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
@@ -177,10 +166,10 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
     return {s: (abs(v) if absolute and v is not None else v) for s, v in out.items()}
 
 
-def analyze_inference_statistics(runs) -> dict:
+def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
     momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`INFERENCE_CLAIMS`."""
-    c = cells(runs, TARGET, _inference_extra)
+    c = cells(sweep, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
     missing = None
     if not c.empty and c["acc_batch"].isna().all():
@@ -216,7 +205,7 @@ def analyze_inference_statistics(runs) -> dict:
                  for m in sorted(c["m"].unique())]
         findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
-    return {"title": "Train-mode vs inference-mode statistics", "question": _question("inference_statistics"),
+    return {"title": "Train-mode vs inference-mode statistics", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
             "columns": [("m", "m"), ("momentum", "momentum"), ("seeds", "seeds"),
                         ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
@@ -260,11 +249,11 @@ def _best_rate_findings(best: dict, label) -> list[str]:
     return out
 
 
-def analyze_placement(runs) -> dict:
+def analyze_placement(sweep) -> dict:
     """The placement study: BN before vs after the nonlinearity, MLP and CNN, sigmoid and ReLU, each position
     at its best rate; :data:`PLACEMENT_CLAIMS`. The MLP's target is 95%, the CNN's 97%."""
-    c = pd.concat([cells([r for r in runs if r.config.get("model.name", "mlp") != "cnn"], TARGET),
-                   cells([r for r in runs if r.config.get("model.name") == "cnn"], CNN_TARGET)], ignore_index=True)
+    mlp, cnn = cells(sweep, TARGET), cells(sweep, CNN_TARGET)
+    c = pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
     combos = [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")]
     best = _families(c, ["model", "act", "position"], combos)
     claims = [ratio_claim(PLACEMENT_CLAIMS[(m, a)], best[(m, a, "after")][0], best[(m, a, "before")][0])
@@ -273,7 +262,7 @@ def analyze_placement(runs) -> dict:
     for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET)):
         table += config_rows(select(c, model=model), ["model", "act", "position", "lr"], target)
     _mark_best(table, best, ["model", "act", "position"])
-    return {"title": "BN before or after the nonlinearity", "question": _question("placement"), "target": TARGET,
+    return {"title": "BN before or after the nonlinearity", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
             "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
@@ -281,30 +270,30 @@ def analyze_placement(runs) -> dict:
                         ("to_target_text", "steps to target (reached); MLP 95%, CNN 97%")]}
 
 
-def analyze_normalizer(runs) -> dict:
+def analyze_normalizer(sweep) -> dict:
     """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`NORMALIZER_CLAIMS`."""
-    c = cells(runs, TARGET)
+    c = cells(sweep, TARGET)
     best = _families(c, ["norm"], [("batch",), ("layer",), ("group",), ("none",)])
     b = {k[0]: v[0] for k, v in best.items()}
     claims = [ratio_claim(NM_BN, b["none"], b["batch"]), ratio_claim(NM_LN, b["none"], b["layer"]),
               ratio_claim(NM_BN_LN, b["layer"], b["batch"]), ratio_claim(NM_BN_GN, b["group"], b["batch"])]
     table = _mark_best(config_rows(c, ["norm", "lr"], TARGET), best, ["norm"])
-    findings = _best_rate_findings(best, lambda k: NAMES[k[0]])
+    findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
              for k in b}
     if all(means[k] is not None for k in ("none", "batch", "layer")) and means["none"] > means["batch"]:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
         findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
                         f"{100 * share:.0f}% without batch statistics.")
-    return {"title": "Batch vs layer vs group normalization vs none", "question": _question("normalizer"),
+    return {"title": "Batch vs layer vs group normalization vs none", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
             "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
 
 
-def analyze_depth(runs) -> dict:
+def analyze_depth(sweep) -> dict:
     """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`DEPTH_CLAIMS`."""
-    c = cells(runs, TARGET)
+    c = cells(sweep, TARGET)
     depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
     best = _families(c, ["depth", "norm"],
                      [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
@@ -323,10 +312,10 @@ def analyze_depth(runs) -> dict:
               ratio_claim(DP_ADV_6, rows(6, "none"), rows(6, "batch")),
               ratio_claim(DP_BN_SLOWDOWN, rows(12, "batch"), rows(3, "batch"))]
     table = _mark_best(config_rows(c, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
-    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "question": _question("depth"), "target": TARGET,
+    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
             "findings": _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
-                                            lambda k: f"{k[0]} layers, {NAMES[k[1]]}"),
+                                            lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}"),
             "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to 95% (reached)")]}
@@ -343,7 +332,8 @@ log = logging.getLogger("bnexp")
 
 def study_section(sweep_dir: Path, sweep) -> dict | None:
     """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
-    "title", "question", "page", "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
+    "title", "question" (study.json's, written by scripts/study.sh from :mod:`bnexp.designs.studies`), "page",
+    "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
     "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
     (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded), "jobs"
     (its parallel jobs) and "calls" (how many calls of the script trained), from study.json (None when absent)}."""
@@ -354,9 +344,10 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     if name not in ANALYSES:
         log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
         return None
-    sec = ANALYSES[name](sweep.runs)
+    sec = ANALYSES[name](sweep)
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
+    sec = {"title": sec.pop("title"), "question": marker.get("question") or "", **sec}
     sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
                run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"),
                jobs=marker.get("jobs"), calls=marker.get("calls"))
