@@ -16,6 +16,7 @@ from collections.abc import Callable
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
+from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
 from bnexp.report.studies import table_md
@@ -305,3 +306,30 @@ def study_verdicts(report: dict) -> str:
     the runs and measured wall time, from report.json's ``study`` section."""
     sec = _study(report)
     return "\n".join([f"- {_claim_line(c)}" for c in sec["claims"]] + ["", f"{sec.get('runs', 0)} runs, {_wall(sec)}."])
+
+
+@view("mnist_rates")
+def mnist_rates(report: dict) -> str:
+    """The MNIST sweep's rates the study designs lean on, from report.json (normal init, m = 60): each
+    network's best rate per target (``best_rate_speedups``), the highest no-BN rate at which every seed left
+    chance (:data:`bnexp.report.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
+    examples to 95% at lr 0.6, the batch_size study's rate at m = 60 (seed means)."""
+    rows = [r for r in _speedup_rows(report) if r["init"] == "normal" and r["variant"] == "BN"]
+    plain = [c for c in need(report, "configurations") if c.get("bn") is False
+             and c["config"].get("model.init") == "normal"]
+    if not rows or not plain:
+        raise ViewDataError("report.json has no normal-init BN and no-BN rate grids")
+
+    def best(key: str) -> str:
+        return ", ".join(f"{r[key]:g} to {format_target(r['target'])}" for r in rows)
+
+    trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
+        (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
+    at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
+    m = int(plain[0]["config"].get("trainer.batch_size", 60))
+    steps = (at or {}).get("steps_to_target", {}).get("0.95", {})
+    reach = (f"at lr 0.6 no BN needed {steps['mean']:,.0f} steps ({m * steps['mean']:,.0f} examples) to reach 95% "
+             f"({steps['reached']}/{steps['n']} seeds)" if steps.get("mean") else "at lr 0.6 no BN did not reach 95%")
+    return (f"The MNIST sweep (normal init, m = {m}; docs/mnist/report.json): BN's best rate is {best('bn_lr')}; "
+            f"no BN's is {best('no_bn_lr')}; the highest rate at which no BN left chance in every seed is "
+            f"{max(trained):g}; {reach}, seed mean.")
