@@ -1,4 +1,4 @@
-"""Speedups at each network's own best rate (issue 20, item 5) on synthetic sweeps whose steps-to-target
+"""Speedups at each network's own best rate (docs/mnist/README.md "Design") on synthetic sweeps whose steps-to-target
 are set by hand, and the MNIST sweep's fixed design (bnexp/designs/mnist.py, scripts/reproduce_mnist.sh)."""
 
 from __future__ import annotations

@@ -412,7 +412,7 @@ def presets(tmp_path) -> Path:
 @pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_presets_pair_by_config_and_keep_their_names(presets):
     """Presets are labelled by name; bn_baseline pairs with baseline (same configuration but BN) in the claims,
-    bn_x5 has no no-BN partner; the legacy single-budget steps-to-target table is gone (issue 19: the frontier)."""
+    bn_x5 has no no-BN partner; the legacy single-budget steps-to-target table is gone (the Sec. 4.2 frontier replaces it)."""
     report = build_report(presets)
     labels = [c["label"] for c in report.data["configurations"]]
     assert labels[0] == "baseline" and set(labels) == {"baseline", "bn_baseline", "bn_x5", "bn_x30"}

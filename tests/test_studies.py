@@ -1,4 +1,4 @@
-"""The study section of the report (issue 23, bnexp/report/studies.py, study_claims.py): synthetic run
+"""The study section of the report (docs/studies/, bnexp/report/studies.py, study_claims.py): synthetic run
 folders with known numbers -> the claim verdicts each study must give, computed by hand below; the
 section in report.json / report.md and its figure."""
 

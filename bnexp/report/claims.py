@@ -1,4 +1,4 @@
-"""Claims instead of a tally (issue 20): each statement the report makes is one row with its quantity,
+"""Claims instead of a tally (the claims table of every report section): each statement the report makes is one row with its quantity,
 direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
 bootstrap 95% interval over seeds, the sample std (ddof=1), and a verdict.
 

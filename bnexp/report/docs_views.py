@@ -1,11 +1,11 @@
-"""The renderers of the docs' run numbers (issue 20, item 6): each view turns a report.json dict into the
+"""The renderers of the docs' run numbers : each view turns a report.json dict into the
 markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` finds, writes and checks the
 blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar, issue 19), ``claims`` (any
-claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5), ``ics_overview``
-(docs/ics, issue 20 item 7), ``study`` and ``study_verdicts`` (docs/studies and the README, issue 23).
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar), ``claims`` (any
+claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist; ``mnist_rates`` for the study designs), ``ics_overview``
+(docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def claims(report: dict) -> str:
     return "\n".join(claims_md(rows)).strip("\n")
 
 
-# ----------------------------------------------------------------------------- MNIST (issue 20, item 5)
+# ----------------------------------------------------------------------------- MNIST (docs/mnist)
 
 
 def _speedup_rows(report: dict) -> list[dict]:
@@ -199,7 +199,7 @@ def mnist_best_rate(report: dict) -> str:
     return "\n".join(claims_md(rows) + best_rate_detail_md(rows)).strip("\n")
 
 
-# ----------------------------------------------------------------------------- ICS study (issue 20, item 7)
+# ----------------------------------------------------------------------------- ICS study (docs/ics)
 
 ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
     ("shift.ks_first", "KS distance from the start, mean over hidden layers (scale-free)"),
@@ -260,7 +260,7 @@ def ics_overview(report: dict) -> str:
     return "\n".join(md_table(header, rows))
 
 
-# ----------------------------------------------------------------------------- studies (issue 23)
+# ----------------------------------------------------------------------------- studies (docs/studies)
 
 
 def _study(report: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The claims table (issue 20): each statement the report makes about BN, internal covariate shift and
+"""The claims table (docs/ics/README.md): each statement the report makes about BN, internal covariate shift and
 speed is one row of :mod:`bnexp.report.claims`, its quantity, direction and threshold fixed here
 (:data:`CLAIMS`) before any run. There is no tally: no row counts for or against an account.
 

@@ -1,8 +1,8 @@
-"""The claims of the five studies (issue 23), fixed here and in docs/studies/NAME.md before any run, and how
-each study's sweep is turned into per-seed values, claim rows, a table and findings.
+"""The claims of the five studies (docs/studies/), fixed in study_claims.yaml and docs/studies/NAME.md before
+any run, and how each study's sweep is turned into per-seed values, claim rows, a table and findings.
 
-Every claim is a :class:`bnexp.report.claims.Claim` at module level: its quantity (what one seed
-contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
+Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`, :data:`PLACEMENT_CLAIMS`): its
+quantity (what one seed contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
 ("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
 and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
 does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of the other.
@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.studies import MARKER, read_marker
@@ -27,61 +28,22 @@ from bnexp.report.studies import (at_best_rate, cells, censored, config_rows, di
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
 
-# --- batch_size: m in {2, 4, 16, 60, 256} at 240,000 examples, lr = 0.01 m ------------------------------
-BS_ADV_60 = Claim("At m = 60 BN reaches 95% in fewer examples than no BN",
-                  "examples to 95%, no BN / BN, m = 60", ">", 1.0)
-BS_ADV_4 = Claim("At m = 4 BN still reaches 95% in fewer examples than no BN",
-                 "examples to 95%, no BN / BN, m = 4", ">", 1.0)
-BS_LN_2 = Claim("At m = 2 LayerNorm ends higher than BN",
-                "final test accuracy, LayerNorm - BN (points), m = 2", ">", 0.0)
-BS_DROP = Claim("From m = 16 to m = 2 BN loses more accuracy than LayerNorm",
-                "final-accuracy drop from m = 16 to m = 2 (points), BN's minus LayerNorm's", ">", 0.0)
-BS_GHOST = Claim("Ghost batches of 2 examples cost BN accuracy at m = 60",
-                 "final test accuracy, BN - ghost BN with g = 2 (points), m = 60", ">", 0.0)
-BATCH_SIZE_CLAIMS = (BS_ADV_60, BS_ADV_4, BS_LN_2, BS_DROP, BS_GHOST)
 
-# --- inference_statistics: BN, m in {2, 4, 16, 60, 256} x momentum {0.1, 0.01} -----------------------
-IS_AGREE_60 = Claim("At m = 60 inference-mode and train-mode accuracies agree within 0.5 points",
-                    "|moving-average - batch-statistics test accuracy| (points), m = 60, momentum 0.1", "<", 0.5)
-IS_GAP_GROWS = Claim("The train/inference gap is larger at m = 2 than at m = 60",
-                     "|moving-average - batch-statistics accuracy| at m = 2 minus at m = 60 (points), momentum 0.1",
-                     ">", 0.0)
-IS_POP_60 = Claim("At m = 60 Alg. 2's population statistics and the moving averages agree within 0.2 points",
-                  "|population - moving-average accuracy| (points), m = 60, momentum 0.1", "<", 0.2)
-IS_POP_2 = Claim("At m = 2 with momentum 0.1 Alg. 2's population statistics beat the moving averages",
-                 "population - moving-average accuracy (points), m = 2, momentum 0.1", ">", 0.0)
-IS_SLOW_EMA = Claim("At m = 2 a slower moving average (momentum 0.01) narrows that difference",
-                    "(population - moving average) at momentum 0.1 minus at 0.01 (points), m = 2", ">", 0.0)
-INFERENCE_CLAIMS = (IS_AGREE_60, IS_GAP_GROWS, IS_POP_60, IS_POP_2, IS_SLOW_EMA)
+def _read_claims() -> dict[str, dict[str, Claim]]:
+    """The studies' claims of study_claims.yaml: {study: {NAME: Claim}} ("chance": 100 * CHANCE)."""
+    spec = yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text())
+    return {study: {k: Claim(n, q, d, 100 * CHANCE if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
+            for study, c in spec.items()}
 
-# --- placement: BN before vs after g, each position at its best rate --------------------------------------
+
+STUDY_CLAIMS = _read_claims()
+C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
-PLACEMENT_CLAIMS = {
+PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
     (model, act): Claim(f"{model.upper()} {act}: BN before g reaches {100 * t:g}% in fewer steps than BN after g",
                         f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
                         ">", 1.0)
     for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
-
-# --- normalizer: BN, LayerNorm, GroupNorm, none, each at its best rate ------------------------------------
-NM_BN = Claim("BN reaches 95% in fewer steps than no BN", "steps to 95%, no BN / BN, each at its best rate", ">", 1.0)
-NM_LN = Claim("LayerNorm (no batch statistics) reaches 95% in fewer steps than no BN",
-              "steps to 95%, no BN / LayerNorm, each at its best rate", ">", 1.0)
-NM_BN_LN = Claim("BN reaches 95% in fewer steps than LayerNorm",
-                 "steps to 95%, LayerNorm / BN, each at its best rate", ">", 1.0)
-NM_BN_GN = Claim("BN reaches 95% in fewer steps than GroupNorm",
-                 "steps to 95%, GroupNorm / BN, each at its best rate", ">", 1.0)
-NORMALIZER_CLAIMS = (NM_BN, NM_LN, NM_BN_LN, NM_BN_GN)
-
-# --- depth: 3, 6, 12 hidden sigmoid layers, BN vs no BN at each one's best rate ----------------------------
-DP_BN_12 = Claim("BN trains the 12-layer sigmoid net to above 95%",
-                 "final test accuracy (%) of BN, 12 hidden layers, at its best rate", ">", 95.0)
-DP_NOBN_12 = Claim("Without BN the 12-layer sigmoid net does not train",
-                   "final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", 100 * CHANCE)
-DP_ADV_6 = Claim("At 6 hidden layers BN reaches 95% in fewer steps than no BN",
-                 "steps to 95%, no BN / BN, 6 hidden layers, each at its best rate", ">", 1.0)
-DP_BN_SLOWDOWN = Claim("BN needs less than 2x the steps to 95% at 12 hidden layers than at 3",
-                       "steps to 95% of BN, 12 / 3 hidden layers, each at its best rate", "<", 2.0)
-DEPTH_CLAIMS = (DP_BN_12, DP_NOBN_12, DP_ADV_6, DP_BN_SLOWDOWN)
 
 
 def _interval_text(vals: dict) -> str:
@@ -108,7 +70,7 @@ def _side(vals: dict, threshold: float) -> str:
 # --- batch_size --------------------------------------------------------------------------------------------
 
 def analyze_batch_size(sweep) -> dict:
-    """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`BATCH_SIZE_CLAIMS`."""
+    """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET)
     examples = int((c["budget"] * c["m"]).max()) if not c.empty else 0  # the budget: 240,000 (designs.studies)
     fin = {(n, m): per_seed(select(c, norm=n, m=m), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
@@ -119,18 +81,18 @@ def analyze_batch_size(sweep) -> dict:
 
     d_bn, d_ln = drop("batch"), drop("layer")
     claims = [
-        ratio_claim(BS_ADV_60, select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
-        ratio_claim(BS_ADV_4, select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
-        diff_claim(BS_LN_2, fin[("layer", 2)], fin[("batch", 2)]),
-        diff_claim(BS_DROP, d_bn, d_ln),
-        diff_claim(BS_GHOST, fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
+        ratio_claim(C["BS_ADV_60"], select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
+        ratio_claim(C["BS_ADV_4"], select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
+        diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)]),
+        diff_claim(C["BS_DROP"], d_bn, d_ln),
+        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
     ]
     findings = []
     ms = sorted(int(m) for m in c["m"].unique()) if not c.empty else []
     for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
         parts, holds = [], []
         for m in ms:
-            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), BS_ADV_60, "examples")
+            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), C["BS_ADV_60"], "examples")
             if not vals:
                 continue
             parts.append(f"m = {m}: {_interval_text(vals)}")
@@ -168,7 +130,7 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
 
 def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
-    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`INFERENCE_CLAIMS`."""
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
     missing = None
@@ -186,11 +148,11 @@ def analyze_inference_statistics(sweep) -> dict:
         return evaluate(claim, vals, premise=missing or (None if vals else "no completed runs of this configuration"))
 
     claims = [
-        ev(IS_AGREE_60, _gap(at(60, 0.1), "ema", "batch", True)),
-        ev(IS_GAP_GROWS, minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
-        ev(IS_POP_60, _gap(at(60, 0.1), "population", "ema", True)),
-        ev(IS_POP_2, _gap(at(2, 0.1), "population", "ema")),
-        ev(IS_SLOW_EMA, minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
+        ev(C["IS_AGREE_60"], _gap(at(60, 0.1), "ema", "batch", True)),
+        ev(C["IS_GAP_GROWS"], minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
+        ev(C["IS_POP_60"], _gap(at(60, 0.1), "population", "ema", True)),
+        ev(C["IS_POP_2"], _gap(at(2, 0.1), "population", "ema")),
+        ev(C["IS_SLOW_EMA"], minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
     ]
     table = config_rows(c, ["m", "momentum"], TARGET)
     for row in table:
@@ -271,12 +233,12 @@ def analyze_placement(sweep) -> dict:
 
 
 def analyze_normalizer(sweep) -> dict:
-    """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`NORMALIZER_CLAIMS`."""
+    """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET)
     best = _families(c, ["norm"], [("batch",), ("layer",), ("group",), ("none",)])
     b = {k[0]: v[0] for k, v in best.items()}
-    claims = [ratio_claim(NM_BN, b["none"], b["batch"]), ratio_claim(NM_LN, b["none"], b["layer"]),
-              ratio_claim(NM_BN_LN, b["layer"], b["batch"]), ratio_claim(NM_BN_GN, b["group"], b["batch"])]
+    claims = [ratio_claim(C["NM_BN"], b["none"], b["batch"]), ratio_claim(C["NM_LN"], b["none"], b["layer"]),
+              ratio_claim(C["NM_BN_LN"], b["layer"], b["batch"]), ratio_claim(C["NM_BN_GN"], b["group"], b["batch"])]
     table = _mark_best(config_rows(c, ["norm", "lr"], TARGET), best, ["norm"])
     findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
@@ -292,7 +254,7 @@ def analyze_normalizer(sweep) -> dict:
 
 
 def analyze_depth(sweep) -> dict:
-    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`DEPTH_CLAIMS`."""
+    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET)
     depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
     best = _families(c, ["depth", "norm"],
@@ -308,9 +270,9 @@ def analyze_depth(sweep) -> dict:
     def ev(claim, vals):
         return evaluate(claim, vals, premise=None if vals else "no completed runs of this configuration")
 
-    claims = [ev(DP_BN_12, finals(12, "batch")), ev(DP_NOBN_12, finals(12, "none")),
-              ratio_claim(DP_ADV_6, rows(6, "none"), rows(6, "batch")),
-              ratio_claim(DP_BN_SLOWDOWN, rows(12, "batch"), rows(3, "batch"))]
+    claims = [ev(C["DP_BN_12"], finals(12, "batch")), ev(C["DP_NOBN_12"], finals(12, "none")),
+              ratio_claim(C["DP_ADV_6"], rows(6, "none"), rows(6, "batch")),
+              ratio_claim(C["DP_BN_SLOWDOWN"], rows(12, "batch"), rows(3, "batch"))]
     table = _mark_best(config_rows(c, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
     return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
@@ -323,8 +285,7 @@ def analyze_depth(sweep) -> dict:
 
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
-CLAIMS = {"batch_size": BATCH_SIZE_CLAIMS, "inference_statistics": INFERENCE_CLAIMS,
-          "placement": tuple(PLACEMENT_CLAIMS.values()), "normalizer": NORMALIZER_CLAIMS, "depth": DEPTH_CLAIMS}
+CLAIMS = {**{k: tuple(c.values()) for k, c in STUDY_CLAIMS.items()}, "placement": tuple(PLACEMENT_CLAIMS.values())}
 
 
 log = logging.getLogger("bnexp")
