@@ -7,6 +7,7 @@ the convention the report documents) from the accuracy curves written below.
 from __future__ import annotations
 
 import csv
+import math
 import json
 import re
 from pathlib import Path
@@ -715,3 +716,26 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
     assert rep.ICS_TITLE not in (sweep / "report.md").read_text(encoding="utf-8")
     assert not list(sweep.glob("ics_*.png"))
     assert json.loads((sweep / "report.json").read_text())["files"] == list(rep.REPORT_FILES)
+
+
+def test_the_per_run_table_holds_every_number_under_one_rule(sweep):
+    """One row per run: budget, m, normalizer code, best and final test accuracy, steps to each target with
+    its censoring flag and the left-chance flag (best test accuracy above 10% + 5 points), by hand."""
+    from bnexp.report.load import find_run_dirs, load_sweep
+    from bnexp.report.rules import CHANCE
+
+    s = load_sweep(find_run_dirs(sweep), targets=[0.95, 0.97])
+    t = s.table.set_index(s.table["path"].map(lambda p: Path(p).name))
+    assert CHANCE == pytest.approx(0.15)
+    bn0 = t.loc["bn=true,lr=0.5,seed=0"]
+    assert (bn0["budget"], bn0["norm"], bn0["status"]) == (MAX_STEPS, "batch", "finished")
+    assert (bn0["steps_to_0.95"], bn0["censored_0.95"], bn0["left_chance"]) == (1000, False, True)
+    assert bn0["max_test_accuracy"] == pytest.approx(0.985) and bn0["final_test_accuracy"] == pytest.approx(0.985)
+    nobn2 = t.loc["bn=false,lr=0.5,seed=2"]  # never reaches 97% within 20,000 steps: censored at the budget
+    assert nobn2["norm"] == "none" and math.isnan(nobn2["steps_to_0.97"]) and nobn2["censored_0.97"]
+    diverged = t.loc["bn=false,lr=5,seed=0"]  # best 20% > 15%: it left chance before it diverged
+    assert diverged["status"] == "diverged" and diverged["left_chance"] and diverged["censored_0.95"]
+    failed = t.loc["bn=false,lr=5,seed=2"]  # not completed: neither censored nor counted as having learned
+    assert failed["status"] == "failed" and not failed["censored_0.95"] and not failed["left_chance"]
+    first = s.reach(0.9).iloc[list(t.index).index("bn=true,lr=0.5,seed=0")]  # a target added on demand
+    assert (first["steps"], first["censored"]) == (1000, False)  # 86.5% at step 900, 95% at 1,000
