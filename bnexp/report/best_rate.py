@@ -176,25 +176,6 @@ def per_seed_ratios(row: dict, unit: str = "") -> str:
     return per_seed_text(row, lambda v: f"{v:.2f}", unit)
 
 
-def best_rate_speedups_md(rows: list[dict]) -> list[str]:
-    """Markdown of :func:`best_rate_speedups`: the rule, the claims table (:func:`bnexp.report.claims.claims_md`)
-    and per row the chosen rates and every seed's steps ([] without rows)."""
-    if not rows:
-        return []
-    tgts = ", ".join(format_target(t) for t in SPEEDUP_TARGETS)
-    out = [f"## {SPEEDUP_TITLE}", "",
-           f"Targets {tgts} and the threshold {SPEEDUP_THRESHOLD:g} are fixed before the run. For each target, each "
-           "network runs at the rate of its grid with the fewest mean steps to that target among the rates where "
-           "every seed reached it and none diverged (the best rate is chosen per target; \"highest final accuracy\": "
-           "no rate had every seed reach it, so the rate with the highest mean final test accuracy). Seed s's value "
-           "is no-BN steps / BN steps of seed s; a seed that never reached the target counts at its budget, so its "
-           "ratio is a bound (\">=\", \"<=\"), used only where it decides the side of the threshold, else left out. "
-           "Supported: the bootstrap 95% interval of the seed mean lies above the threshold; a run that never left "
-           "chance or fewer than 3 seeds make it inconclusive. Steps are those of the first evaluation at or above "
-           "the target, so they are resolved to the evaluation spacing.", ""]
-    return out + claims_md(rows) + best_rate_detail_md(rows)
-
-
 def best_rate_detail_md(rows: list[dict]) -> list[str]:
     """Markdown table of :func:`best_rate_speedups` rows: per init and target, each network's chosen rate
     (with "(edge of grid)" and "(highest final accuracy)" marks), every seed's steps and the per-seed ratios (">=": a lower

@@ -1,4 +1,5 @@
-"""How the report writes numbers: steps, accuracies, targets, multiples and other measurements.
+"""How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and
+its text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph.
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value
 and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread). A unit goes
@@ -6,6 +7,9 @@ with the column header ("max test acc (%)"), never after "(1 seed)".
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
 
 
 def format_steps(st: dict) -> str:
@@ -49,3 +53,23 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
 
     esc = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
     return pd.DataFrame(esc[1:], columns=esc[0]).to_markdown(index=False, disable_numparse=True).splitlines()
+
+
+@lru_cache(maxsize=1)
+def _templates():
+    """The Jinja2 environment of bnexp/report/templates/ (report.md and its sections): a block tag's line
+    leaves no trace, the text is markdown (no escaping), ``format_target`` is a filter."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["format_target"] = format_target
+    return env
+
+
+def render_template(name: str, d: dict, helpers: dict) -> str:
+    """The text of the template ``name`` (bnexp/report/templates/) for report.json's dict ``d``, the tables and
+    rules it names given as ``helpers`` (the template's ``f``), ending in exactly one newline."""
+    from types import SimpleNamespace
+
+    return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"

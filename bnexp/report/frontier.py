@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from bnexp.report.claims import by_seed
+from bnexp.report.fmt import render_template
 from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
 from bnexp.report.rules import CHANCE, NUM_CLASSES, PREFIX, Censored
 from bnexp.runs.rundir import COMPLETE_STATUSES
@@ -394,42 +395,24 @@ def converged_sentence(converged) -> str:
             "measured at its best accuracy so far")
 
 
+def tuning_md(t: dict) -> str:
+    """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
+    seed-mean and per-seed final test accuracy (%)."""
+    return pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
+                          "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
+                          "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())}
+                         for r in t["rows"]]).to_markdown(index=False)
+
+
+MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "matched_table": matched_table,
+      "converged_sentence": converged_sentence, "speedup_text": speedup_text, "headline_bound": headline_bound,
+      "PASS_FACTOR": PASS_FACTOR}  # what templates/frontier.md.j2 reads
+
+
 def frontier_markdown(section: dict) -> list[str]:
-    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data)."""
-    fa, ma = section["frontier_analysis"], section["matched_accuracy"]
-    out = ["## Sec. 4.2 on CIFAR-10: budget-accuracy frontier", "",
-           "Each run anneals its rate over its own budget; its point on the frontier is its final test accuracy. "
-           "B(a) = the budget at which a frontier first reaches a (linear in log2 budget between rungs, never "
-           "extrapolated); speedup S(a) = B_baseline(a) / B_preset(a).", ""]
-    t = fa.get("tuning")
-    if t:
-        tab = pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
-                             "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
-                             "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())} for r in t["rows"]])
-        out += [f"**Baseline tuning** at {t['budget_steps']:,} steps (rate x dropout; the ladder uses the winner, "
-                f"{t['config']}):", "", tab.to_markdown(index=False), ""]
-    out += ["**Frontiers** (final test and train accuracy):", "", frontier_table(section["frontier"]).to_markdown(
-        index=False, disable_numparse=True), ""]
-    gain = fa["baseline_last_gain"]
-    out += [f"Target a\\* = **{pct(fa['target_accuracy'])}%**, the baseline's best seed-mean final test accuracy "
-            f"(B_baseline(a\\*) = {fa['target_budget']:,.0f} steps); {converged_sentence(fa['baseline_converged'])}"
-            + ("" if gain is None else f" (last doubling {100 * gain:+.2f} points)") + ".", ""]
-    if ma:
-        out += ["**Matched-accuracy speedup at a\\***:", "",
-                matched_table(section).to_markdown(index=False, disable_numparse=True), ""]
-    x30 = (fa["speedup"].get("bn_x30") or {}).get("x5_vs_x30")
-    if x30:
-        out += [f"bn_x30 vs bn_x5 at {x30['budget_steps']:,} steps: {pct(x30['bn_x30'])}% vs {pct(x30['bn_x5'])}%.", ""]
-    if fa["pass_rule"]["verdict"] != "n/a":
-        x5 = speedup_text(ma["bn_x5"]["speedup"], headline_bound(section, "bn_x5"))
-        out += [f"**Pass rule** (docs/cifar/PLAN.md, stated before the run: bn_x5 reaches a* with at most 1/5 of "
-                f"the baseline's budget, S(a*) >= {PASS_FACTOR:g} on the seed-mean frontiers): "
-                f"**{fa['pass_rule']['verdict']}**, S(a*) = {x5}"
-                + ("" if fa["baseline_converged"] else " (baseline not converged: measured at its best accuracy so far)")
-                + ".", ""]
-    out += ["![Frontiers on a log2 budget axis and the speedup curve S(a)](frontier.png)", ""]
-    out += [f"- note: {n}" for n in fa["notes"]] + ([""] if fa["notes"] else [])
-    return out
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
+    templates/frontier.md.j2."""
+    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
 
 
 def main(argv: list[str] | None = None) -> int:

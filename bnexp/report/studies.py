@@ -180,23 +180,3 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     return NORMALIZERS.get(v, str(v)) if isinstance(v, str) else str(v)
-
-
-def study_md(sec: dict | None) -> list[str]:
-    """report.md lines of the study section ([] without one)."""
-    if not sec:
-        return []
-    wall = (f"{sec['wall_time_s'] / 60:.1f} min (scripts/study.sh's measurement)" if sec.get("wall_time_s")
-            else "not recorded")
-    out = [f"## Study: {sec['title']}", "", f"{sec['question']} Design, claims and pass rules, fixed before the run: "
-           f"`{sec['page']}`. Runs: {sec['runs']} completed; wall time {wall}.", "",
-           "### Claims", "",
-           "Per-seed values, the seed mean with its percentile-bootstrap 95% interval and the sample std (ddof=1); "
-           "*supported* when the whole interval lies on the claimed side of the threshold, *not supported* when "
-           "it lies on the other side, *inconclusive* otherwise or with fewer than 3 seeds.", ""]
-    out += claims_md(sec["claims"])
-    out += ["### Per configuration", "", "Mean ± sample std (ddof=1) over seeds.", ""] + table_md(sec) + [""]
-    if sec.get("findings"):
-        out += ["### Findings", ""] + [f"- {f}" for f in sec["findings"]] + [""]
-    out += [f"![{sec['title']}]({sec['figure']})", ""]
-    return out
