@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from bnexp.report.best_rate import edge_of
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.studies import MARKER, read_marker
 from bnexp.report.rules import CHANCE, NORMALIZERS
@@ -202,11 +203,8 @@ def _best_rate_findings(best: dict, label) -> list[str]:
         if lr is None:
             out.append(f"{label(combo)}: no completed runs.")
             continue
-        edge = ""  # a better rate may lie outside the grid (docs/studies/README.md)
-        if len(grid) > 1 and abs(lr - grid[0]) < 1e-12:
-            edge = "; the lowest rate of its grid, so a lower one might be better"
-        elif len(grid) > 1 and abs(lr - grid[-1]) < 1e-12:
-            edge = "; the highest rate of its grid, so a higher one might be better"
+        e = edge_of(lr, grid)  # a better rate may lie outside the grid (docs/studies/README.md)
+        edge = f"; the {e} rate of its grid, so a {e[:-3]}er one might be better" if e else ""
         out.append(f"{label(combo)}: best rate {lr:g} ({rule}{edge}).")
     return out
 
