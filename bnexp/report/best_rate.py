@@ -22,9 +22,9 @@ import pandas as pd
 
 from bnexp.report.claims import Claim, by_seed, claims_md, evaluate, per_seed_text
 from bnexp.report.fmt import format_target, md_table
-from bnexp.report.groups import ConfigGroup, bn_variant, pair_label
+from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
-from bnexp.report.rules import Censored, optional
+from bnexp.report.rules import Censored, normalizer_label, optional
 
 from bnexp.runs.rundir import COMPLETE_STATUSES
 
@@ -40,7 +40,7 @@ def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
 
 def _family_name(family: list[ConfigGroup], groups: list[ConfigGroup]) -> str:
     g = family[0]
-    v = bn_variant(g) or g.label
+    v = normalizer_label(g.config) or g.label
     others = [p for p in pair_label(g, groups).split() if not p.startswith("lr=")]
     return " ".join([v] + others) if others else v
 
@@ -116,7 +116,7 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
     """One claims row (:func:`bnexp.report.claims.evaluate`) of :func:`best_rate_speedups`: per seed the
     :class:`bnexp.report.rules.Censored` ratio no-BN steps / BN steps (a run that missed the target counts
     as its budget, a bound)."""
-    variant, init, tgt = bn_variant(bn[0]), init_of(bn[0].config), format_target(target)
+    variant, init, tgt = normalizer_label(bn[0].config), init_of(bn[0].config), format_target(target)
     b, n = best_rate_for_target(bn, table, target), best_rate_for_target(nb, table, target)
     seeds = sorted(set(b["steps"]) | set(n["steps"]))
     per_seed = {s: Censored.steps(n["steps"][s], n["budget"]) / Censored.steps(b["steps"][s], b["budget"])
@@ -156,8 +156,8 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
     """
     settings: dict[str, dict[str, list[ConfigGroup]]] = {}
     for fam in rate_families(groups):
-        v = bn_variant(fam[0])
-        if v is not None:
+        v = normalizer_label(fam[0].config)  # BN and noisy BN against no BN; other normalizers have no row
+        if v in ("BN", "noisy BN", "no BN"):
             settings.setdefault(config_key(fam[0].config, ("lr", "bn", "experiment")), {})[v] = fam
     rows = [_speedup_row(setting[variant], setting["no BN"], groups, table, target) for target in targets
             for setting in settings.values() for variant in ("BN", "noisy BN")
