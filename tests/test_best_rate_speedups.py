@@ -187,3 +187,25 @@ def test_script_header_states_the_design():
         assert m, b
         assert tuple(float(x) for x in m.group(1).split(",")) == b.rates
     assert "seeds 1, 2, 3" in text and "trainer.max_steps=30000" in text
+
+
+def test_bn_rows_compare_batch_normalization_not_other_normalizers():
+    """A setting with BN, LayerNorm and no BN families: the claim "BN trains in fewer steps" uses BN's family
+    (per seed 400 / 100 = 4), never LayerNorm's (400 / 50 = 8), whichever family comes last."""
+    import pandas as pd
+
+    from bnexp.report.best_rate import best_rate_speedups
+    from bnexp.report.groups import ConfigGroup
+    from bnexp.report.load import config_key
+
+    steps = {("batch", True, 1.0): 100, ("batch", True, 2.0): 200, ("layer", True, 1.0): 50,
+             ("layer", True, 2.0): 60, ("batch", False, 1.0): 400, ("batch", False, 2.0): 500}
+    groups, rows = [], []
+    for (norm, bn, lr), s in steps.items():
+        cfg = {"bn.enabled": bn, "bn.norm": norm, "lr": lr, "trainer.max_steps": 1000, "model.init": "normal"}
+        groups.append(ConfigGroup(config_key(cfg), cfg))
+        rows += [{"group": groups[-1].key, "seed": seed, "status": "finished", "lr": lr, "steps_to_0.9": float(s),
+                  "final_test_accuracy": 0.95, "left_chance": True} for seed in range(3)]
+    (row,) = best_rate_speedups(groups, pd.DataFrame(rows), targets=(0.9,))
+    assert (row["variant"], row["bn_lr"], row["no_bn_lr"]) == ("BN", 1.0, 1.0)
+    assert row["per_seed"] == {0: 4.0, 1: 4.0, 2: 4.0} and row["verdict"] == SUPPORTED
