@@ -142,7 +142,7 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         else:
             verdict, reason = INCONCLUSIVE, f"the 95% interval straddles {t:g}"
     if not premise and not missing:  # the bounds used are marked ">=" / "<=" in the per-seed values
-        reason += "".join(f"; seed {s} left out: {why}, a bound on the side that decides nothing"
+        reason += "".join(f"; seed {s} left out: {why}, a bound that does not decide the side of the threshold"
                           for s, why in dropped.items())
     row.update(verdict=verdict, reason=reason)
     return row

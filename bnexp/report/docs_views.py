@@ -54,7 +54,7 @@ def need(d: dict, *keys: str):
     return cur
 
 
-def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
+def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
     :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
@@ -97,7 +97,7 @@ def cifar_headline(report: dict) -> str:
         m = ma.get(p)
         if m is None:
             continue
-        per = per_seed_text(m, seed_bounds(report, p))
+        per = speedup_range_text(m, seed_bounds(report, p))
         s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
              + (f" ({per})" if per else ""))
         if p == "bn_x5":
