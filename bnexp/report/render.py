@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report import best_rate, frontier
+from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE, best_rate_detail_md
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
+from bnexp.report.frontier import MD as FRONTIER_MD
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import format_value
 from bnexp.report.ics_stats import PROBE_KINDS
@@ -88,13 +89,14 @@ def render_markdown(d: dict) -> str:
     4.2 frontier if any, the study if any, claims, main table, speedups at each network's best rate, figures,
     stability, the ICS section if any, the runs that diverged, failed or are incomplete)."""
     return render_template("report.md.j2", d, {
-        **frontier.MD, **{k: getattr(best_rate, k) for k in ("SPEEDUP_TITLE", "SPEEDUP_TARGETS", "SPEEDUP_THRESHOLD")},
+        **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD,
         "STD_NOTE": STD_NOTE, "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
         "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
         "bad_runs": lambda x: runs_md(x)[2:-1], "claims_table": lambda rows: "\n".join(claims_md(rows)),
         "study_table": lambda sec: "\n".join(table_md(sec)),
-        "best_rate_detail": lambda rows: "\n".join(best_rate.best_rate_detail_md(rows)[:-1])})
+        "best_rate_detail": lambda rows: "\n".join(best_rate_detail_md(rows)[:-1])})
 
 
 def runs_md(d: dict) -> list[str]:
