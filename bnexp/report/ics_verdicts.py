@@ -95,10 +95,11 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
                if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
     missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}" if lacking else None)
-    ratio = {} if premise or missing else {
-        s: (x if isinstance(x, Censored) else Censored(x)) / (y if isinstance(y, Censored) else Censored(y))
-        if s in a.index and s in b.index else None
-        for s in sorted(set(a.index) | set(b.index)) for x, y in [(a[col].get(s), b[col].get(s))]}
+    def value(x) -> Censored:  # steps are Censored already; a measure is exact (NaN: no value)
+        return x if isinstance(x, Censored) else Censored(None if pd.isna(x) else float(x))
+
+    ratio = {} if premise or missing else {s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index
+                                           else None for s in sorted(set(a.index) | set(b.index))}
     row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing)
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():

@@ -82,9 +82,10 @@ class Censored:
 
     def __truediv__(self, other: Censored) -> Censored:
         """The ratio of two values: a bound in the numerator stays that bound, one in the denominator flips
-        (a lower bound below makes an upper bound); bounds on both sides that disagree make it "unknown"."""
+        (a lower bound below makes an upper bound); bounds on both sides that disagree make it "unknown"; a
+        missing value (None, NaN, a zero denominator) makes no value."""
         if self.value is None or other.value is None or not other.value or not math.isfinite(self.value / other.value):
-            return Censored(None, "unknown", self.why or other.why or "no value")
+            return Censored(None)  # a missing value on either side: no value, nothing to say about bounds
         kinds = {self.bound, _FLIP.get(other.bound, other.bound)} - {"exact"}
         bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
         return Censored(self.value / other.value, bound, self.why or other.why)
