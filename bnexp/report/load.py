@@ -221,9 +221,10 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
                        **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
                       for r in runs], index=pd.RangeIndex(len(runs), name="run"),
                      columns=None if runs else ["path", "seed", "status", "error"])
-    t["m"] = [_first(r.config.get("trainer.batch_size"), r.summary.get("batch_size")) for r in runs]
-    t["budget"] = [_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"), r.summary.get("step"))
-                   for r in runs]
+    t["m"] = pd.Series([_first(r.config.get("trainer.batch_size"), r.summary.get("batch_size")) for r in runs],
+                       index=t.index, dtype=object)  # ints stay ints where a run lacks the value
+    t["budget"] = pd.Series([_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"),
+                                    r.summary.get("step")) for r in runs], index=t.index, dtype=object)
     t["norm"] = [normalizer(r.config) for r in runs]
     summ = {k: numeric([r.summary.get(k) for r in runs]).set_axis(t.index)
             for k in ("best_test_accuracy", "final_test_accuracy")}

@@ -61,7 +61,7 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
         hidden = c.get("model.hidden")
         rows.append({
             "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
-            "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": int(row["m"] or 60),
+            "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
             "lr": float(c.get("lr", r.summary.get("lr", math.nan))), "momentum": c.get("bn.momentum"),
             "position": option_text(c.get("bn.position", "before")), "act": option_text(c.get("act", r.summary.get("act"))),
             "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
