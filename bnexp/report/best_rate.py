@@ -20,7 +20,7 @@ import math
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, by_seed, claims_md, evaluate, per_seed_text
+from bnexp.report.claims import Claim, by_seed, evaluate, per_seed_text
 from bnexp.report.fmt import format_target, md_table
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
@@ -178,14 +178,14 @@ def per_seed_ratios(row: dict, unit: str = "") -> str:
 
 def best_rate_detail_md(rows: list[dict]) -> list[str]:
     """Markdown table of :func:`best_rate_speedups` rows: per init and target, each network's chosen rate
-    (with "(edge of grid)" and "(highest final accuracy)" marks), every seed's steps and the per-seed ratios (">=": a lower
-    bound). Used by report.md and the docs view ``mnist_best_rate``."""
-    detail = [[r["init"], format_target(r["target"]),
-               "-" if r["bn_lr"] is None else f"{r['bn_lr']:g}" + (f" ({r['bn_edge']} of grid)" if r["bn_edge"] else "")
-               + (" (highest final accuracy)" if r["bn_selection"] == HIGHEST_FINAL else ""), _steps_cell(r["bn_steps"]),
-               "-" if r["no_bn_lr"] is None else f"{r['no_bn_lr']:g}"
-               + (f" ({r['no_bn_edge']} of grid)" if r["no_bn_edge"] else "")
-               + (" (highest final accuracy)" if r["no_bn_selection"] == HIGHEST_FINAL else ""), _steps_cell(r["no_bn_steps"]),
-               per_seed_ratios(r)] for r in rows]
+    (with "(edge of grid)" and "(highest final accuracy)" marks), every seed's steps and the per-seed ratios
+    (">=", "<=": a bound). Used by report.md and the docs view ``mnist_best_rate``."""
+    def rate(r: dict, side: str) -> str:
+        lr, edge, chosen = r[f"{side}_lr"], r[f"{side}_edge"], r[f"{side}_selection"]
+        return ("-" if lr is None else f"{lr:g}" + (f" ({edge} of grid)" if edge else "")
+                + (" (highest final accuracy)" if chosen == HIGHEST_FINAL else ""))
+
+    detail = [[r["init"], format_target(r["target"]), rate(r, "bn"), _steps_cell(r["bn_steps"]), rate(r, "no_bn"),
+               _steps_cell(r["no_bn_steps"]), per_seed_ratios(r)] for r in rows]
     return md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
                      "no BN / BN per seed"], detail) + [""]

@@ -1,5 +1,5 @@
-"""Claims instead of a tally (the claims table of every report section): each statement the report makes is one row with its quantity,
-direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
+"""Claims instead of a tally (every section of the report): each statement the report makes is one row with
+its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
 bootstrap 95% interval over seeds, the sample std (ddof=1), and a verdict.
 
 Verdicts (:func:`evaluate`):
@@ -157,7 +157,8 @@ def by_seed(per_seed: Mapping) -> list[tuple]:
 def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
     """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
     (">=" / "<=": a bound, :data:`bnexp.report.rules.PREFIX`; "-": no value); "-" without seeds."""
-    bounds = {str(k): b for k, b in (row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}).items()}
+    bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
+    bounds = {str(k): b for k, b in bounds.items()}
     return ", ".join(f"{s}: " + ("-" if v is None else f"{PREFIX[bounds.get(str(s), 'exact')]}{fmt(v)}{unit}")
                      for s, v in by_seed(row["per_seed"])) or "-"
 

@@ -4,7 +4,8 @@ blocks). A view reads only report.json and raises :class:`ViewDataError` (throug
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
 Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar), ``claims`` (any
-claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist; ``mnist_rates`` for the study designs), ``ics_overview``
+claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
+``ics_overview``
 (docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
 """
 

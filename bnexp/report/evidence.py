@@ -1,7 +1,8 @@
 """Evidence thresholds: when a run has learned, and which seeds a sweep lacks for a verdict.
 
 Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), which needs
-:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`). Configurations with fewer completed seeds are named at
+:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
+Configurations with fewer completed seeds are named at
 the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`).
 """
 

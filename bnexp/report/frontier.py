@@ -377,7 +377,8 @@ def matched_table(section: dict) -> pd.DataFrame:
         bounds = seed_bounds(section, p)
         per = ", ".join(f"seed {k}: {speedup_text(v, bounds.get(str(k)))}" for k, v in by_seed(m["speedup_per_seed"]))
         rows.append({"preset": NAMES.get(p, p), "B_preset(a*) (steps)": "-" if "budget_preset" not in h else
-                     "not reached" if b is None else f"{PREFIX['upper'] if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
+                     "not reached" if b is None else
+                     f"{PREFIX['upper'] if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
                      "S(a*)": speedup_text(m["speedup"], headline_bound(section, p)),
                      "per seed (at each seed's a*_s)": (per or "-") + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x"
                                                                         if rng else ""),

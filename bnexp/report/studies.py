@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.report.best_rate import best_rate
-from bnexp.report.claims import Claim, claims_md, evaluate, seed_interval
+from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
 
@@ -63,7 +63,8 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
             "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
             "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
             "lr": float(c.get("lr", r.summary.get("lr", math.nan))), "momentum": c.get("bn.momentum"),
-            "position": option_text(c.get("bn.position", "before")), "act": option_text(c.get("act", r.summary.get("act"))),
+            "position": option_text(c.get("bn.position", "before")),
+            "act": option_text(c.get("act", r.summary.get("act"))),
             "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
             "depth": len(hidden) if isinstance(hidden, list) else None, "budget": row["budget"],
             "final": optional(row["final_test_accuracy"]), "steps": optional(steps, int),
@@ -149,7 +150,8 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
                     "final": seed_interval(list(100 * finals)),
                     "reached": int(reach["seed"].nunique()), "to_target": seed_interval(list(amount)), "target": target,
                     "unit": unit,
-                    "to_target_text": (f"{format_stat(seed_interval(list(amount)), '{:,.0f}', '{:,.0f}')} ({reach['seed'].nunique()}/"
+                    "to_target_text": (f"{format_stat(seed_interval(list(amount)), '{:,.0f}', '{:,.0f}')} "
+                                       f"({reach['seed'].nunique()}/"
                                        f"{g['seed'].nunique()})" if len(reach) else
                                        f"not reached (0/{g['seed'].nunique()})"),
                     "per_seed": {int(r["seed"]): {"final": _native(r["final"]),

@@ -2,10 +2,12 @@
 any run, and how each study's sweep is turned into per-seed values, claim rows, a table and findings.
 
 Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`, :data:`PLACEMENT_CLAIMS`): its
-quantity (what one seed contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
+quantity (what one seed contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples)
+to the target
 ("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
 and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
-does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of the other.
+does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of
+the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns",
 "findings", "cells"} for :func:`bnexp.report.studies.study_section`.
