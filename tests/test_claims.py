@@ -85,3 +85,15 @@ def test_table_from_report_json_rows_names_the_setting_and_sorts_seeds_as_number
     frame = claims_frame(rows)  # report.json's per_seed keys are text
     assert frame["setting"].tolist() == ["lr=0.5"] and frame["per seed"][0] == "0: 3, 2: 2.5, 10: 2"
     assert "setting" not in claims_frame([evaluate(RATIO, {0: 1.0})])
+
+
+def test_one_std_convention_in_every_statistic():
+    """The sample std (ddof=1) in the seed statistics of the tables and in the claims; none from one seed."""
+    from bnexp.report.rules import DDOF, stat
+    from bnexp.report.stats import reach_stat, value_stat
+
+    assert DDOF == 1
+    assert stat([1.0, 2.0, 3.0]) == {"n": 3, "mean": 2.0, "std": 1.0}  # sqrt(((1-2)^2 + (3-2)^2) / 2)
+    assert stat([5.0, None, float("nan")]) == {"n": 1, "mean": 5.0, "std": None}
+    assert value_stat([1.0, 3.0])["std"] == seed_interval([1.0, 3.0])["std"] == pytest.approx(2 ** 0.5)
+    assert reach_stat([1000, 1400, None])["text"] == "1,200 ± 283; not reached (1/3)"

@@ -1,4 +1,4 @@
-"""Run numbers in README.md and docs/**/*.md come from report.json (issue 20, item 6).
+"""Run numbers in README.md and docs/**/*.md come from report.json.
 
 The first test is the guard: every ``<!-- bnexp:numbers source=... view=... -->`` block of the committed
 pages is regenerated from its source and must equal the committed text. The rule for a source that

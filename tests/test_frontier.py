@@ -1,6 +1,6 @@
-"""The Sec. 4.2 budget-accuracy frontier (issue 19) on SYNTHETIC frontiers, no training.
+"""The Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md) on SYNTHETIC frontiers, no training.
 
-The measure must not manufacture its result (issue 19, item 6): two presets with the same
+The measure must not manufacture its result (docs/cifar/PLAN.md): two presets with the same
 accuracy-vs-budget function give S = 1 whatever their ladders are, and a preset whose function is the
 baseline's at 1/k of the budget gives S = k, within interpolation error, for several k and ladders.
 Expectations are closed-form functions of u = log2(budget): for a function linear in u the log2

@@ -1,4 +1,4 @@
-"""LayerNorm / GroupNorm (``bn=layer``, ``bn=group``) and ``bn.position`` (issue 23, item 1).
+"""LayerNorm / GroupNorm (``bn=layer``, ``bn=group``) and ``bn.position`` (docs/normalizers.md).
 
 The math (bnexp.nets.bn.groupnorm) against independent references: torch.nn.functional.layer_norm /
 group_norm, nn.LayerNorm / nn.GroupNorm (outputs and gradients), and a hand-computed example; the
@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from bnexp.nets.bn import DEFAULT_GROUPS, GroupNorm, LayerNorm, NoisyBatchNorm, group_norm, group_statistics, layer_norm
-from bnexp.config.schema import CNNConfig, Config, MLPConfig, compose_config, normalizer_variant, validate
+from bnexp.config.schema import CNNConfig, Config, MLPConfig, compose_config, validate
+from bnexp.report.rules import normalizer, normalizer_label
 from bnexp.errors import ConfigError
 from bnexp.nets.models import CNN, MLP, build_model, hidden_layers
 
@@ -342,13 +343,15 @@ def test_hparams_column_for_the_normalizer():
     assert hp["bn"] is True and hp["bn.norm"] == "group" and hp["bn.position"] == "after"
 
 
-def test_normalizer_variant_labels():
-    assert normalizer_variant({"bn.enabled": False}) == "no BN"
-    assert normalizer_variant({"bn.enabled": True}) == "BN"  # a run from before bn.norm existed
-    assert normalizer_variant({"bn.enabled": True, "bn.noise": True, "bn.norm": "batch"}) == "noisy BN"
-    assert normalizer_variant({"bn.enabled": True, "bn.norm": "layer"}) == "LayerNorm"
-    assert normalizer_variant({"bn.enabled": True, "bn.norm": "group", "bn.position": "after"}) == "GroupNorm after g"
-    assert normalizer_variant({}) is None
+def test_normalizer_vocabulary_codes_and_labels():
+    assert normalizer_label({"bn.enabled": False}) == "no BN"
+    assert normalizer_label({"bn.enabled": True}) == "BN"  # a run from before bn.norm existed
+    assert normalizer_label({"bn.enabled": True, "bn.noise": True, "bn.norm": "batch"}) == "noisy BN"
+    assert normalizer_label({"bn.enabled": True, "bn.norm": "layer"}) == "LayerNorm"
+    assert normalizer_label({"bn.enabled": True, "bn.norm": "group", "bn.position": "after"}) == "GroupNorm after g"
+    assert normalizer_label({"bn.enabled": True, "bn.ghost_batch_size": 2}) == "ghost BN"
+    assert normalizer_label({}) is None
+    assert normalizer({"bn.enabled": True, "bn.norm": "Normalizer.layer"}) == "layer"  # an Enum written by name
 
 
 # ---------------------------------------------------------------------------- short trainings (real MNIST)

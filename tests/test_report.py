@@ -1,12 +1,13 @@
 """Tests of `bnexp report` on synthetic run directories with known metrics (no training).
 
-Every expected number is computed by hand (or with numpy's population std, ddof=0,
+Every expected number is computed by hand (or with numpy's sample std, ddof=1,
 the convention the report documents) from the accuracy curves written below.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import json
 import re
 from pathlib import Path
@@ -194,22 +195,22 @@ def test_steps_to_target_mean_std_and_not_reached(sweep):
     s95 = bn["steps_to_target"]["0.95"]
     assert s95["per_seed"] == [1000, 1200, 1400]  # seed 2 recomputed from metrics.jsonl
     assert s95["mean"] == pytest.approx(1200.0)
-    assert s95["std"] == pytest.approx(np.std([1000, 1200, 1400]))  # population std: 163.3
-    assert s95["text"] == "1,200 ± 163"
-    assert nobn["steps_to_target"]["0.95"]["text"] == "12,000 ± 1,633"
+    assert s95["std"] == pytest.approx(np.std([1000, 1200, 1400], ddof=1))  # sample std: 200
+    assert s95["text"] == "1,200 ± 200"
+    assert nobn["steps_to_target"]["0.95"]["text"] == "12,000 ± 2,000"
     # 97% without BN: seeds 0 and 1 only; mean/std over those two, one seed counted as not reached.
     s97 = nobn["steps_to_target"]["0.97"]
     assert s97["per_seed"] == [15000, 18000, None]
     assert (s97["reached"], s97["not_reached"], s97["n"]) == (2, 1, 3)
-    assert s97["mean"] == pytest.approx(16500.0) and s97["std"] == pytest.approx(1500.0)
-    assert s97["text"] == "16,500 ± 1,500; not reached (1/3)"
+    assert s97["mean"] == pytest.approx(16500.0) and s97["std"] == pytest.approx(np.std([15000, 18000], ddof=1))
+    assert s97["text"] == "16,500 ± 2,121; not reached (1/3)"
     s98 = nobn["steps_to_target"]["0.98"]
     assert s98["text"] == "not reached" and s98["mean"] is None and s98["std"] is None
-    # Accuracies: max and final, mean and population std over seeds.
+    # Accuracies: max and final, mean and sample std over seeds.
     assert bn["max_test_accuracy"]["mean"] == pytest.approx(0.986)
-    assert bn["max_test_accuracy"]["std"] == pytest.approx(np.std([0.985, 0.986, 0.987]))
+    assert bn["max_test_accuracy"]["std"] == pytest.approx(np.std([0.985, 0.986, 0.987], ddof=1))
     assert nobn["final_test_accuracy"]["mean"] == pytest.approx(np.mean([0.975, 0.972, 0.96]))
-    assert nobn["final_test_accuracy"]["std"] == pytest.approx(np.std([0.975, 0.972, 0.96]))
+    assert nobn["final_test_accuracy"]["std"] == pytest.approx(np.std([0.975, 0.972, 0.96], ddof=1))
 
 
 def test_diverged_and_failed_counts(sweep):
@@ -244,15 +245,15 @@ def test_report_main_writes_all_files(sweep, capsys):
     for name in ("accuracy_vs_steps.png", "percentiles.png", "stability.png"):
         assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
-    assert "bn=true lr=0.5" in out and "1,200 ± 163" in out  # the rich table
+    assert "bn=true lr=0.5" in out and "1,200 ± 200" in out  # the rich table
 
     md = (sweep / "report.md").read_text(encoding="utf-8")
     assert has_row(md, "bn=true lr=0.5", "3")
-    assert "1,200 ± 163" in md and "16,500 ± 1,500; not reached (1/3)" in md
+    assert "1,200 ± 200" in md and "16,500 ± 2,121; not reached (1/3)" in md
     # the claims of both rates: at lr=0.5, no BN needs 10x, 10x and (never reached) >= 20000/2100 of BN's steps
     assert has_row(md, "lr=0.5", "BN trains in fewer steps", "no-BN / BN steps to the main target", "> 1",
-                   "0: 10, 1: 10, 2: 9.52", "9.84")
-    assert "ddof=0" in md
+                   "0: 10, 1: 10, 2: >= 9.52", "9.84")
+    assert "ddof=1" in md and "ddof=0" not in md
     for fig in ("accuracy_vs_steps.png", "percentiles.png", "stability.png"):
         assert f"]({fig})" in md
     assert "Steps to reach the baseline's best accuracy" not in md  # no presets in this sweep
@@ -377,7 +378,7 @@ def test_runs_without_config_group_by_summary_fields(tmp_path, capsys):
     confs = {c["label"]: c for c in report.data["configurations"]}
     assert set(confs) == {"lr=0.5 [no config]", "lr=1 [no config]"}
     assert confs["lr=0.5 [no config]"]["completed"] == 3
-    assert confs["lr=0.5 [no config]"]["steps_to_target"]["0.95"]["text"] == "1,200 ± 163"
+    assert confs["lr=0.5 [no config]"]["steps_to_target"]["0.95"]["text"] == "1,200 ± 200"
     assert confs["lr=1 [no config]"]["incomplete"] == 1 and confs["lr=1 [no config]"]["completed"] == 1
     assert "bn=true lr=1" not in confs
     assert report.data["claims"] == []  # no no-BN partner: nothing to claim
@@ -412,7 +413,7 @@ def presets(tmp_path) -> Path:
 @pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
 def test_presets_pair_by_config_and_keep_their_names(presets):
     """Presets are labelled by name; bn_baseline pairs with baseline (same configuration but BN) in the claims,
-    bn_x5 has no no-BN partner; the legacy single-budget steps-to-target table is gone (issue 19: the frontier)."""
+    bn_x5 has no no-BN partner; the legacy single-budget steps-to-target table is gone (the Sec. 4.2 frontier replaces it)."""
     report = build_report(presets)
     labels = [c["label"] for c in report.data["configurations"]]
     assert labels[0] == "baseline" and set(labels) == {"baseline", "bn_baseline", "bn_x5", "bn_x30"}
@@ -621,7 +622,7 @@ def test_ics_means_over_seeds(ics_sweep):
     assert _ics(report, "BN lr=0.5")["seeds"] == [0, 1]
     assert bn["shift.w1_prev"]["mean"] == pytest.approx(0.1)  # mean of 0.05 and 0.15 (step 0 excluded)
     assert bn["shift.w1_first"]["mean"] == pytest.approx(0.3)  # layers avg 0.2 (seed 0), 0.4 (seed 1)
-    assert bn["shift.w1_first"]["std"] == pytest.approx(0.1)
+    assert bn["shift.w1_first"]["std"] == pytest.approx(np.std([0.2, 0.4], ddof=1))
     assert bn["shift.w1_first"]["per_seed"] == pytest.approx([0.2, 0.4])
     assert bn["shift.w1_first.last"]["mean"] == pytest.approx(0.45)  # layer3: 0.3 and 0.6
     assert bn["shift.ks_first"]["mean"] == pytest.approx(0.075)
@@ -641,7 +642,7 @@ def test_ics_means_over_seeds(ics_sweep):
         pytest.approx([3.0, 0.2, 2.0])
     assert bn["land.fn_beta_smoothness"]["mean"] == pytest.approx(15.0) and bn["land.rel_beta_smoothness"]["mean"] == 30
     assert nb["land.beta_smoothness"]["mean"] == pytest.approx(15.0)
-    assert bn["time.grad_ics"]["mean"] == pytest.approx(3.5) and bn["time.grad_ics"]["std"] == pytest.approx(0.5)
+    assert bn["time.grad_ics"]["mean"] == pytest.approx(3.5) and bn["time.grad_ics"]["std"] == pytest.approx(np.std([3, 4], ddof=1))
     assert bn["time.landscape"]["mean"] == pytest.approx(4.0)
 
 
@@ -671,14 +672,15 @@ def test_ics_report_files(ics_sweep, capsys):
     assert "## Does BN reduce internal covariate shift?" in md and "## Claims" in md
     assert "What this sweep supports" not in md
     # KS (mean, last layer, floor), W1 / spread (mean, last layer, floor), raw W1, BN input KS, KS step to step
-    assert has_row(md, "BN lr=0.5", "2", "0.075 ± 0.025", "0.1125 ± 0.038", "0.01 ± 0", "0.15 ± 0.05",
-                   "0.225 ± 0.075", "0.01 ± 0", "0.3 ± 0.1", "0.45 ± 0.15", "0.025 ± 0")
-    assert has_row(md, "no BN lr=0.5", "2", "0.3 ± 0.1", "0.45 ± 0.15", "0.01 ± 0", "0.6 ± 0.2", "0.9 ± 0.3",
-                   "0.01 ± 0", "1.2 ± 0.4", "not measured", "0.1 ± 0")
+    # two seeds: the sample std is |a - b| / sqrt(2)
+    assert has_row(md, "BN lr=0.5", "2", "0.075 ± 0.035", "0.1125 ± 0.053", "0.01 ± 0", "0.15 ± 0.071",
+                   "0.225 ± 0.11", "0.01 ± 0", "0.3 ± 0.14", "0.45 ± 0.21", "0.025 ± 0")
+    assert has_row(md, "no BN lr=0.5", "2", "0.3 ± 0.14", "0.45 ± 0.21", "0.01 ± 0", "0.6 ± 0.28", "0.9 ± 0.42",
+                   "0.01 ± 0", "1.2 ± 0.57", "not measured", "0.1 ± 0")
     # per move, relative and movement, cos, filter-normalized beta and loss variation, scale-invariant, raw beta
     assert has_row(md, "no BN lr=0.5", "2", "1.75 ± 0", "0.175 ± 0", "0.1 ± 0", "0.9 ± 0", "75 ± 0", "3 ± 0",
                    "150 ± 0", "15 ± 0")
-    assert has_row(md, "BN lr=0.5", "1 ± 0", "2 ± 0", "3.5 ± 0.5", "4 ± 0")
+    assert has_row(md, "BN lr=0.5", "1 ± 0", "2 ± 0", "3.5 ± 0.71", "4 ± 0")
     for name in rep.ICS_FILES:
         assert f"]({name})" in md
     data = json.loads((ics_sweep / "report.json").read_text())
@@ -714,3 +716,26 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
     assert rep.ICS_TITLE not in (sweep / "report.md").read_text(encoding="utf-8")
     assert not list(sweep.glob("ics_*.png"))
     assert json.loads((sweep / "report.json").read_text())["files"] == list(rep.REPORT_FILES)
+
+
+def test_the_per_run_table_holds_every_number_under_one_rule(sweep):
+    """One row per run: budget, m, normalizer code, best and final test accuracy, steps to each target with
+    its censoring flag and the left-chance flag (best test accuracy above 10% + 5 points), by hand."""
+    from bnexp.report.load import find_run_dirs, load_sweep
+    from bnexp.report.rules import CHANCE
+
+    s = load_sweep(find_run_dirs(sweep), targets=[0.95, 0.97])
+    t = s.table.set_index(s.table["path"].map(lambda p: Path(p).name))
+    assert CHANCE == pytest.approx(0.15)
+    bn0 = t.loc["bn=true,lr=0.5,seed=0"]
+    assert (bn0["budget"], bn0["norm"], bn0["status"]) == (MAX_STEPS, "batch", "finished")
+    assert (bn0["steps_to_0.95"], bn0["censored_0.95"], bn0["left_chance"]) == (1000, False, True)
+    assert bn0["max_test_accuracy"] == pytest.approx(0.985) and bn0["final_test_accuracy"] == pytest.approx(0.985)
+    nobn2 = t.loc["bn=false,lr=0.5,seed=2"]  # never reaches 97% within 20,000 steps: censored at the budget
+    assert nobn2["norm"] == "none" and math.isnan(nobn2["steps_to_0.97"]) and nobn2["censored_0.97"]
+    diverged = t.loc["bn=false,lr=5,seed=0"]  # best 20% > 15%: it left chance before it diverged
+    assert diverged["status"] == "diverged" and diverged["left_chance"] and diverged["censored_0.95"]
+    failed = t.loc["bn=false,lr=5,seed=2"]  # not completed: neither censored nor counted as having learned
+    assert failed["status"] == "failed" and not failed["censored_0.95"] and not failed["left_chance"]
+    first = s.reach(0.9).iloc[list(t.index).index("bn=true,lr=0.5,seed=0")]  # a target added on demand
+    assert (first["steps"], first["censored"]) == (1000, False)  # 86.5% at step 900, 95% at 1,000

@@ -1,4 +1,4 @@
-"""The study section of the report (issue 23, bnexp/report/studies.py, study_claims.py): synthetic run
+"""The study section of the report (docs/studies/, bnexp/report/studies.py, study_claims.py): synthetic run
 folders with known numbers -> the claim verdicts each study must give, computed by hand below; the
 section in report.json / report.md and its figure."""
 
@@ -15,7 +15,9 @@ from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SU
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures_studies import study_figure
 from bnexp.report.load import find_run_dirs, load_sweep
-from bnexp.report.studies import MARKER, best_rate, cells, censored_ratio, usable
+from bnexp.report.best_rate import best_rate
+from bnexp.report.rules import Censored
+from bnexp.report.studies import MARKER, cells
 from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
 from bnexp.runs.rundir import dumps
@@ -62,17 +64,18 @@ def verdicts(sec: dict) -> list[str]:
 # --- the shared rules ----------------------------------------------------------------------------------
 
 def test_censored_ratio_and_the_bounds_a_claim_may_use():
-    faster = Claim("x", "q", ">", 1.0)
-    below = Claim("y", "q", "<", 2.0)
-    assert censored_ratio((300.0, False), (100.0, False)) == (3.0, "exact")
-    assert censored_ratio((400.0, True), (100.0, False)) == (4.0, "lower")   # true ratio >= 4
-    assert censored_ratio((100.0, False), (400.0, True)) == (0.25, "upper")  # true ratio <= 0.25
-    assert censored_ratio((400.0, True), (400.0, True)) == (None, "unknown")
-    assert usable(4.0, "lower", faster) == 4.0          # a lower bound cannot overstate "> 1"
-    assert usable(0.25, "upper", faster) == 0.25        # an upper bound below 1 counts against "> 1"
-    assert usable(1.5, "upper", faster) is None         # an upper bound above 1 proves nothing
-    assert usable(1.5, "lower", below) is None          # a lower bound below 2 proves nothing for "< 2"
-    assert usable(3.0, "lower", below) == 3.0           # ... one at or above 2 counts against it
+    assert Censored(300.0) / Censored(100.0) == Censored(3.0)
+    assert Censored(400.0, "lower") / Censored(100.0) == Censored(4.0, "lower")   # true ratio >= 4
+    assert Censored(100.0) / Censored(400.0, "lower") == Censored(0.25, "upper")  # true ratio <= 0.25
+    assert (Censored(400.0, "lower") / Censored(400.0, "lower")).bound == "unknown"
+    assert Censored.steps(None, 4000, 60) == Censored(240000.0, "lower", "not reached within 4,000 steps")
+    assert Censored(4.0, "lower").usable(">", 1.0) == 4.0      # true value >= 4 > 1
+    assert Censored(0.8, "lower").usable(">", 1.0) is None     # true value >= 0.8: either side of 1
+    assert Censored(0.25, "upper").usable(">", 1.0) == 0.25    # an upper bound below 1 counts against "> 1"
+    assert Censored(1.5, "upper").usable(">", 1.0) is None     # an upper bound above 1 proves nothing
+    assert Censored(1.5, "lower").usable("<", 2.0) is None     # a lower bound below 2 proves nothing for "< 2"
+    assert Censored(3.0, "lower").usable("<", 2.0) == 3.0      # ... one at or above 2 counts against it
+    assert Censored(3.0, "lower").text() == ">= 3.00x" and Censored(None).text() == "not reached"
 
 
 def test_best_rate_fewest_steps_then_highest_final(tmp_path):
@@ -80,7 +83,7 @@ def test_best_rate_fewest_steps_then_highest_final(tmp_path):
         make_run(tmp_path, f"a{s}", seed=s, lr=0.9, reach=3000)
         make_run(tmp_path, f"b{s}", seed=s, lr=3.6, reach=[1000, 2000, 1200][s])
         make_run(tmp_path, f"c{s}", seed=s, lr=14.4, reach=500 if s else None, final=0.97 if s else 0.5)
-    c = cells(load_sweep(find_run_dirs(tmp_path)).runs, 0.95)
+    c = cells(load_sweep(find_run_dirs(tmp_path)), 0.95)
     assert best_rate(c) == (3.6, "fewest steps")  # 14.4 is faster but one seed never reached 95%
     assert best_rate(c[c["lr"] == 14.4]) == (14.4, "highest final accuracy")
     assert best_rate(c.iloc[0:0]) == (None, "no runs")

@@ -518,26 +518,3 @@ def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
 
     a, b = flatten(old), flatten(new)
     return [(k, a[k], b.get(k)) for k in a if not neutral(k) and not same(a[k], b.get(k))]
-
-
-NORMALIZER_NAMES = {"batch": "BN", "layer": "LayerNorm", "group": "GroupNorm"}
-
-
-def normalizer_variant(config: dict) -> str | None:
-    """The normalizer of a run as a report label, from its flattened config (``{"bn.enabled": ...}``).
-
-    "no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", with " after g" for ``bn.position=after``
-    (e.g. "BN after g"); None when ``bn.enabled`` is unknown. Keys an older run's config lacks take
-    their defaults (batch normalization before the nonlinearity), so old runs keep "BN" / "no BN".
-    """
-    enabled = config.get("bn.enabled")
-    if enabled is None:
-        return None
-    if not enabled:
-        return "no BN"
-    norm = str(getattr(config.get("bn.norm"), "value", config.get("bn.norm") or "batch"))
-    name = NORMALIZER_NAMES.get(norm, norm)
-    if norm == "batch" and config.get("bn.noise"):
-        name = "noisy BN"
-    position = str(getattr(config.get("bn.position"), "value", config.get("bn.position") or "before"))
-    return name + (" after g" if position == "after" else "")

@@ -257,9 +257,12 @@ def copy_report(sweep: Path, docs: str) -> None:
 
 
 def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 1) -> None:
-    """study.json: marks ``sweep`` as study ``name``'s (``bnexp report`` then writes the study section) and
-    sums the measured wall time of the calls that trained (``wall_time_s``, ``calls``, ``jobs``)."""
+    """study.json: marks ``sweep`` as study ``name``'s (``bnexp report`` then writes the study section, with the
+    study's ``question``) and sums the measured wall time of the calls that trained (``wall_time_s``, ``calls``,
+    ``jobs``)."""
     import json
+
+    from bnexp.designs.studies import build_studies
 
     path = sweep / "study.json"
     try:
@@ -267,6 +270,7 @@ def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 
     except (OSError, ValueError):
         d = {}
     d = d if isinstance(d, dict) and d.get("study") == name else {"study": name}
+    d["question"] = build_studies()[name].question
     if wall_s is not None:
         d.update(wall_time_s=d.get("wall_time_s", 0) + int(wall_s), jobs=jobs, calls=d.get("calls", 0) + 1)
     sweep.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The five studies of issue 23 (docs/studies/): which runs each one trains and what that costs.
+"""The five studies (docs/studies/): which runs each one trains and what that costs.
 
 A study is a list of :class:`Batch` es, each one Hydra multirun (``bnexp train -m``) through the joblib
 launcher into the study's sweep folder: fixed overrides plus swept ones (``a,b,c``), expanded into jobs
@@ -39,8 +39,8 @@ SUBDIR = "hydra.sweep.subdir='{prefix}/${{bnexp_sweep_subdir:${{hydra.sweep.dir}
 
 # --- the designs (docs/studies/NAME.md states each and why) -------------------------------------------
 # batch_size and inference_statistics: a fixed number of examples seen, the rate scaled with m
-# (lr = RATE_PER_EXAMPLE * m: 0.6, the 5x paper rate, at m = 60; 2.56 at m = 256, below the rate 3.6
-# where the plain network still trained in all seeds at m = 60, docs/mnist/README.md)
+# (lr = RATE_PER_EXAMPLE * m: 0.6, the 5x paper rate, at m = 60; 2.56 at m = 256, below the highest rate
+# at which the plain network still trained in all seeds at m = 60: docs/studies/batch_size.md's mnist_rates block)
 EXAMPLES = 240_000            # 4 epochs of MNIST's 60,000 training images
 EVAL_EXAMPLES = 6_000         # an evaluation every 6,000 examples: 40 per run
 RATE_PER_EXAMPLE = 0.01

@@ -3,12 +3,14 @@
 It reproduces Ioffe & Szegedy (2015) Sec. 4.1 (Fig. 1(a): test accuracy vs steps and BN's speedup;
 Fig. 1(b, c): a typical unit's input percentiles, per-layer stability), Sec. 4.2 (the CIFAR-style
 presets vs the baseline) and, with :mod:`bnexp.train.ics`'s measurements, "Does BN reduce internal
-covariate shift?" beside Santurkar et al. 2018. The sweep is read once into DataFrames
-(:mod:`.load`), grouped into configurations (:mod:`.groups`), summarized over seeds with pandas
-(:mod:`.stats`, :mod:`.ics_stats`), judged only by claims (:mod:`.claims`; the claims of
-:mod:`.ics_verdicts`, :mod:`.best_rate`, :mod:`.frontier` and :mod:`.study_claims`; the seeds they lack:
-:mod:`.evidence`), put together by :mod:`.build` and written by :mod:`.render`, :mod:`.figures`,
-:mod:`.figures_ics` and :mod:`.cli`. The names below load their module on first use, so that Ctrl-C
+covariate shift?" beside Santurkar et al. 2018. The sweep is read once into one per-run table and long
+tables of the records (:mod:`.load`), grouped into configurations (:mod:`.groups`); every rule (chance, the
+sample std, bounds of runs that missed a target, the normalizer vocabulary) is stated once (:mod:`.rules`);
+the sections are functions of those tables: seed statistics (:mod:`.stats`, :mod:`.ics_stats`), claims
+(:mod:`.claims`; those of :mod:`.ics_verdicts`, :mod:`.best_rate`, :mod:`.frontier`, :mod:`.study_claims`;
+the seeds they lack: :mod:`.evidence`), put together by :mod:`.build`; report.md's text is one Jinja2
+template (templates/), filled by :mod:`.render`; :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli` write
+the rest. The names below load their module on first use, so that Ctrl-C
 while pandas and matplotlib load is exit 130 as well.
 """
 

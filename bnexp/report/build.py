@@ -14,10 +14,13 @@ from bnexp.report.ics_stats import ics_run_frame, ics_summary
 from bnexp.report.ics_verdicts import ics_claims, ics_section
 from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep
 from bnexp.report.noise_sweep import noise_strength_section
-from bnexp.report.stats import (STD_NOTE, config_stability, layer_stability, optional, reach_stat, run_table,
-                                target_key, value_stat)
-from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (issue 19)
-from bnexp.report.study_claims import study_section  # issue 23: a scripts/study.sh sweep (study.json)
+from bnexp.report.load import target_key, run_table
+from bnexp.report.rules import STD_NOTE
+from bnexp.report.rules import optional
+from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
+from bnexp.report.best_rate import SPEEDUP_TARGETS
+from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
+from bnexp.report.study_claims import CNN_TARGET, TARGET, study_section  # a scripts/study.sh sweep (study.json)
 from bnexp.runs.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
@@ -33,7 +36,7 @@ class Report:
     """Everything ``bnexp report`` computes: the ``sweep_dir`` (or single run directory) it is about, the
     configurations (``groups``), ``data`` (written to report.json), ``out_dir`` (``sweep_dir``, or
     ``sweep_dir/report/`` for a run directory), the ``sweep`` loaded into DataFrames and ``table``, one
-    row per run (:func:`bnexp.report.stats.run_table` plus its configuration's key in ``group``)."""
+    row per run (:func:`bnexp.report.load.run_table` plus its configuration's key in ``group``)."""
 
     sweep_dir: Path
     groups: list[ConfigGroup]
@@ -112,7 +115,9 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                           f"{sweep_dir}.")
     targets = sorted(targets) if targets else default_targets(sweep.runs)
     groups = group_runs(sweep.runs)
-    table = run_table(sweep, targets).assign(group=pd.Series({r.id: g.key for g in groups for r in g.runs}))
+    every = sorted({*targets, *SPEEDUP_TARGETS, TARGET, CNN_TARGET})  # the steps every section reads
+    sweep.table = run_table(sweep.runs, sweep.metrics, every)
+    table = sweep.table.assign(group=pd.Series({r.id: g.key for g in groups for r in g.runs}))
     ics = ics_run_frame(sweep)  # ICS measures of finished runs only (a diverged run's last record is no end)
     table = table.join(ics.where(table["status"] == "finished", axis=0))
     out_dir = sweep_dir / RUN_REPORT_SUBDIR if is_run_dir(sweep_dir) else sweep_dir
@@ -129,7 +134,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "configurations": [stats[g.key] for g in groups],
         "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
         "claims": ics_claims(groups, table, targets), "ics": ics,
-        "best_rate_speedups": best_rate_speedups(groups, sweep),  # claims at 90/95/97%, each at its best rate
+        "best_rate_speedups": best_rate_speedups(groups, table),  # claims at 90/95/97%, each at its best rate
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else [])

@@ -1,5 +1,5 @@
-"""Claims instead of a tally (issue 20): each statement the report makes is one row with its quantity,
-direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
+"""Claims instead of a tally (every section of the report): each statement the report makes is one row with
+its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
 bootstrap 95% interval over seeds, the sample std (ddof=1), and a verdict.
 
 Verdicts (:func:`evaluate`):
@@ -28,6 +28,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from bnexp.report.fmt import md_table
+from bnexp.report.rules import PREFIX, Censored, finite, stat
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -80,16 +81,11 @@ def seed_interval(values, confidence: float = CONFIDENCE, n_resamples: int = 999
         {"n", "mean", "std", "ci_low", "ci_high"}; std is None for n < 2, the interval None for n < 2;
         equal values give a zero-width interval at the value. Every entry None for n = 0.
     """
-    x = np.asarray([float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=float)
-    out = {"n": int(x.size), "mean": None, "std": None, "ci_low": None, "ci_high": None}
-    if x.size == 0:
-        return out
-    out["mean"] = float(x.mean())
-    if x.size < 2:
-        return out
-    out["std"] = float(x.std(ddof=1))
-    if np.all(x == x[0]):
-        out["ci_low"] = out["ci_high"] = float(x[0])
+    x = finite(values)
+    out = {**stat(x), "ci_low": None, "ci_high": None}
+    if x.size < 2 or np.all(x == x[0]):
+        if x.size >= 2:
+            out["ci_low"] = out["ci_high"] = float(x[0])
         return out
     res = sps.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
                         method="percentile", random_state=np.random.default_rng(random_state))
@@ -97,24 +93,35 @@ def seed_interval(values, confidence: float = CONFIDENCE, n_resamples: int = 999
     return out
 
 
-def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: list[int] | None = None,
+def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
              premise: str | None = None, missing: str | None = None) -> dict:
     """One claims-table row: the claim's fields, per-seed values, :func:`seed_interval`, verdict, reason.
 
     Args:
         claim: the claim, fixed before the run.
-        per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted).
+        per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted), or a
+            :class:`bnexp.report.rules.Censored` value: a bound enters only where it decides the side of the
+            threshold (:meth:`~bnexp.report.rules.Censored.usable`); the reason names the seeds whose value
+            is a bound ("bounds") and those left out because of one.
         never_learned: seeds whose run(s) never left chance; any makes the verdict ``inconclusive``.
         premise: a reason the comparison does not exist; makes the verdict ``premise not met``.
         missing: what the records lack for this claim (e.g. "ks_first is not in the records");
             makes the verdict ``inconclusive`` with that reason (after ``premise``).
 
     Returns:
-        dict with the keys of :class:`Claim` and "per_seed", "n", "mean", "std", "ci_low", "ci_high",
-        "verdict" (one of :data:`VERDICTS`), "reason" (one sentence).
+        dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper"} of the
+        values that are bounds), "n", "mean", "std", "ci_low", "ci_high", "verdict" (one of
+        :data:`VERDICTS`), "reason" (one sentence).
     """
-    vals = {int(s): (None if v is None or not math.isfinite(float(v)) else float(v)) for s, v in per_seed.items()}
-    row = asdict(claim) | {"per_seed": vals} | seed_interval(list(vals.values()))
+    vals, bounds, dropped = {}, {}, {}
+    for s, v in per_seed.items():
+        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
+        vals[int(s)] = c.usable(claim.direction, claim.threshold)
+        if c.bound != "exact" and vals[int(s)] is not None:
+            bounds[int(s)] = c.bound
+        elif c.bound != "exact":
+            dropped[int(s)] = c.why or "no value"
+    row = asdict(claim) | {"per_seed": vals, "bounds": bounds} | seed_interval(list(vals.values()))
     bad = sorted(never_learned or [])
     if premise:
         verdict, reason = PREMISE_NOT_MET, premise
@@ -126,17 +133,17 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | None], never_learned: 
         verdict, reason = INCONCLUSIVE, f"{row['n']} seed(s), fewer than {claim.min_seeds}"
     else:
         lo, hi, t = row["ci_low"], row["ci_high"], claim.threshold
-        above, below = lo > t, hi < t
-        if claim.direction == ">":
-            good, bad_side = above, hi <= t
-        else:
-            good, bad_side = below, lo >= t
+        good = lo > t if claim.direction == ">" else hi < t
+        bad_side = hi <= t if claim.direction == ">" else lo >= t
         if good:
             verdict, reason = SUPPORTED, f"the 95% interval lies {'above' if claim.direction == '>' else 'below'} {t:g}"
         elif bad_side:
             verdict, reason = NOT_SUPPORTED, f"the 95% interval lies on the wrong side of {t:g}"
         else:
             verdict, reason = INCONCLUSIVE, f"the 95% interval straddles {t:g}"
+    if not premise and not missing:  # the bounds used are marked ">=" / "<=" in the per-seed values
+        reason += "".join(f"; seed {s} left out: {why}, a bound that does not decide the side of the threshold"
+                          for s, why in dropped.items())
     row.update(verdict=verdict, reason=reason)
     return row
 
@@ -145,6 +152,15 @@ def by_seed(per_seed: Mapping) -> list[tuple]:
     """(seed, value) pairs of a per-seed map in seed order; the seeds are ints, or strings after a JSON round
     trip (report.json), so they are ordered as numbers (10 after 9)."""
     return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
+
+
+def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
+    """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
+    (">=" / "<=": a bound, :data:`bnexp.report.rules.PREFIX`; "-": no value); "-" without seeds."""
+    bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
+    bounds = {str(k): b for k, b in bounds.items()}
+    return ", ".join(f"{s}: " + ("-" if v is None else f"{PREFIX[bounds.get(str(s), 'exact')]}{fmt(v)}{unit}")
+                     for s, v in by_seed(row["per_seed"])) or "-"
 
 
 def claims_frame(rows: list[dict]) -> pd.DataFrame:
@@ -157,7 +173,7 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{
         **({"setting": r.get("setting") or "-"} if settings else {}),
         "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
-        "per seed": ", ".join(f"{s}: {g(v)}" for s, v in by_seed(r["per_seed"])) or "-",
+        "per seed": per_seed_text(r, g),
         "mean": g(r["mean"]),
         "95% interval": "-" if r["ci_low"] is None else f"[{g(r['ci_low'])}, {g(r['ci_high'])}]",
         "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])

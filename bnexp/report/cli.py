@@ -126,7 +126,7 @@ class _WarningLine(logging.Handler):
 
 
 def _run(ns: argparse.Namespace) -> int:
-    if ns.update_docs is not None:  # issue 20: numbers in the docs come from report.json
+    if ns.update_docs is not None:  # numbers in the docs come from report.json
         from bnexp.report.docs_numbers import update_docs_command
 
         return update_docs_command(ns.update_docs, ns.sweep_dir, ns.targets)

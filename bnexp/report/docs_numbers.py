@@ -1,4 +1,4 @@
-"""One source of truth for the run numbers in the docs (issue 20, item 6): marker blocks that
+"""One source of truth for the run numbers in the docs (docs/README pages, bnexp:numbers blocks): marker blocks that
 ``bnexp report --update-docs`` writes from a sweep's report.json, and ``tests/test_docs_numbers.py``
 checks against it.
 

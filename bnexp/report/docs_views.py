@@ -1,11 +1,12 @@
-"""The renderers of the docs' run numbers (issue 20, item 6): each view turns a report.json dict into the
+"""The renderers of the docs' run numbers : each view turns a report.json dict into the
 markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` finds, writes and checks the
 blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar, issue 19), ``claims`` (any
-claims table), ``mnist_best_rate`` and ``mnist_headline`` (docs/mnist, issue 20 item 5), ``ics_overview``
-(docs/ics, issue 20 item 7), ``study`` and ``study_verdicts`` (docs/studies and the README, issue 23).
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar), ``claims`` (any
+claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
+``ics_overview``
+(docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_target, md_table
+from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
 from bnexp.report.studies import table_md
@@ -53,7 +55,7 @@ def need(d: dict, *keys: str):
     return cur
 
 
-def per_seed_text(m: dict, bounds: dict[str, str] | None = None) -> str:
+def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
     :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
@@ -96,7 +98,7 @@ def cifar_headline(report: dict) -> str:
         m = ma.get(p)
         if m is None:
             continue
-        per = per_seed_text(m, seed_bounds(report, p))
+        per = speedup_range_text(m, seed_bounds(report, p))
         s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
              + (f" ({per})" if per else ""))
         if p == "bn_x5":
@@ -158,7 +160,7 @@ def claims(report: dict) -> str:
     return "\n".join(claims_md(rows)).strip("\n")
 
 
-# ----------------------------------------------------------------------------- MNIST (issue 20, item 5)
+# ----------------------------------------------------------------------------- MNIST (docs/mnist)
 
 
 def _speedup_rows(report: dict) -> list[dict]:
@@ -198,7 +200,7 @@ def mnist_best_rate(report: dict) -> str:
     return "\n".join(claims_md(rows) + best_rate_detail_md(rows)).strip("\n")
 
 
-# ----------------------------------------------------------------------------- ICS study (issue 20, item 7)
+# ----------------------------------------------------------------------------- ICS study (docs/ics)
 
 ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
     ("shift.ks_first", "KS distance from the start, mean over hidden layers (scale-free)"),
@@ -259,7 +261,7 @@ def ics_overview(report: dict) -> str:
     return "\n".join(md_table(header, rows))
 
 
-# ----------------------------------------------------------------------------- studies (issue 23)
+# ----------------------------------------------------------------------------- studies (docs/studies)
 
 
 def _study(report: dict) -> dict:
@@ -305,3 +307,30 @@ def study_verdicts(report: dict) -> str:
     the runs and measured wall time, from report.json's ``study`` section."""
     sec = _study(report)
     return "\n".join([f"- {_claim_line(c)}" for c in sec["claims"]] + ["", f"{sec.get('runs', 0)} runs, {_wall(sec)}."])
+
+
+@view("mnist_rates")
+def mnist_rates(report: dict) -> str:
+    """The MNIST sweep's rates the study designs lean on, from report.json (normal init, m = 60): each
+    network's best rate per target (``best_rate_speedups``), the highest no-BN rate at which every seed left
+    chance (:data:`bnexp.report.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
+    examples to 95% at lr 0.6, the batch_size study's rate at m = 60 (seed means)."""
+    rows = [r for r in _speedup_rows(report) if r["init"] == "normal" and r["variant"] == "BN"]
+    plain = [c for c in need(report, "configurations") if c.get("bn") is False
+             and c["config"].get("model.init") == "normal"]
+    if not rows or not plain:
+        raise ViewDataError("report.json has no normal-init BN and no-BN rate grids")
+
+    def best(key: str) -> str:
+        return ", ".join(f"{r[key]:g} to {format_target(r['target'])}" for r in rows)
+
+    trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
+        (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
+    at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
+    m = int(plain[0]["config"].get("trainer.batch_size", 60))
+    steps = (at or {}).get("steps_to_target", {}).get("0.95", {})
+    reach = (f"at lr 0.6 no BN needed {steps['mean']:,.0f} steps ({m * steps['mean']:,.0f} examples) to reach 95% "
+             f"({steps['reached']}/{steps['n']} seeds)" if steps.get("mean") else "at lr 0.6 no BN did not reach 95%")
+    return (f"The MNIST sweep (normal init, m = {m}; docs/mnist/report.json): BN's best rate is {best('bn_lr')}; "
+            f"no BN's is {best('no_bn_lr')}; the highest rate at which no BN left chance in every seed is "
+            f"{max(trained):g}; {reach}, seed mean.")

@@ -1,8 +1,8 @@
 """Evidence thresholds: when a run has learned, and which seeds a sweep lacks for a verdict.
 
 Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), which needs
-:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (final test accuracy above
-``1 / NUM_CLASSES`` by :data:`CHANCE_MARGIN`). Configurations with fewer completed seeds are named at
+:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
+Configurations with fewer completed seeds are named at
 the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`).
 """
 
@@ -16,8 +16,6 @@ from bnexp.report.claims import MIN_SEEDS
 from bnexp.runs.rundir import run_overrides
 from bnexp.runs.runnames import read_sweep_overrides
 
-CHANCE_MARGIN = 0.05
-NUM_CLASSES = 10  # MNIST and CIFAR-10
 
 
 def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:

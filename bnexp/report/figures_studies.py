@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from bnexp.report.figstyle import legend_below, pyplot, wrap_title
-from bnexp.report.studies import NAMES
+from bnexp.report.rules import NORMALIZERS as NAMES
 
 COLORS = {"batch": "tab:blue", "layer": "tab:green", "group": "tab:purple", "none": "tab:gray", "ghost": "tab:orange"}
 

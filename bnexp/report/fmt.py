@@ -1,4 +1,5 @@
-"""How the report writes numbers: steps, accuracies, targets, multiples and other measurements.
+"""How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and
+its text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph.
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value
 and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread). A unit goes
@@ -6,6 +7,9 @@ with the column header ("max test acc (%)"), never after "(1 seed)".
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
 
 
 def format_steps(st: dict) -> str:
@@ -16,31 +20,30 @@ def format_steps(st: dict) -> str:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
-    text = f"{st['mean']:,.0f} (1 seed)" if st["reached"] == 1 else f"{st['mean']:,.0f} ± {st['std']:,.0f}"
+    text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
     return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+
+
+def format_stat(st: dict | None, fmt: str = "{:.4g}", std_fmt: str = "{:.2g}", scale: float = 1.0,
+                missing: str = "n/a") -> str:
+    """A statistic over seeds ({"mean", "std", "n"}) as "0.1234 ± 0.005" (``fmt`` for the mean, ``std_fmt``
+    for the std, both times ``scale``); one value as "0.1234 (1 seed)"; ``missing`` without a mean."""
+    if st is None or st.get("mean") is None:
+        return missing
+    mean = fmt.format(scale * st["mean"])
+    if st.get("n") == 1 or st.get("std") is None:
+        return f"{mean} (1 seed)"
+    return f"{mean} ± {std_fmt.format(scale * st['std'])}"
 
 
 def format_acc(st: dict) -> str:
     """Accuracy statistic in percent: "97.12 ± 0.05", "95.57 (1 seed)" ("n/a" when missing)."""
-    if st["mean"] is None:
-        return "n/a"
-    if st.get("n") == 1:
-        return f"{100 * st['mean']:.2f} (1 seed)"
-    return f"{100 * st['mean']:.2f} ± {100 * st['std']:.2f}"
+    return format_stat(st, "{:.2f}", "{:.2f}", 100.0)
 
 
 def format_target(t: float) -> str:
     """0.95 -> "95%", 0.975 -> "97.5%"."""
     return f"{100 * t:g}%"
-
-
-def format_stat(st: dict | None, missing: str = "n/a") -> str:
-    """A :func:`value_stat` as "0.1234 ± 0.005" (4 significant digits; ``missing`` for None)."""
-    if st is None or st["mean"] is None:
-        return missing
-    if st.get("n") == 1:
-        return f"{st['mean']:.4g} (1 seed)"
-    return f"{st['mean']:.4g} ± {st['std']:.2g}"
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:
@@ -50,3 +53,23 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
 
     esc = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
     return pd.DataFrame(esc[1:], columns=esc[0]).to_markdown(index=False, disable_numparse=True).splitlines()
+
+
+@lru_cache(maxsize=1)
+def _templates():
+    """The Jinja2 environment of bnexp/report/templates/ (report.md and its sections): a block tag's line
+    leaves no trace, the text is markdown (no escaping), ``format_target`` is a filter."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env.filters["format_target"] = format_target
+    return env
+
+
+def render_template(name: str, d: dict, helpers: dict) -> str:
+    """The text of the template ``name`` (bnexp/report/templates/) for report.json's dict ``d``, the tables and
+    rules it names given as ``helpers`` (the template's ``f``), ending in exactly one newline."""
+    from types import SimpleNamespace
+
+    return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"

@@ -1,4 +1,4 @@
-"""Paper Sec. 4.2 on CIFAR-10 as a budget-accuracy frontier (issue 19; design: docs/cifar/PLAN.md).
+"""Paper Sec. 4.2 on CIFAR-10 as a budget-accuracy frontier (design: docs/cifar/PLAN.md).
 
 A preset's speed is the smallest training budget at which it reaches a given test accuracy, each run
 annealing its rate over its own budget. Definitions (accuracies are fractions, budgets SGD steps):
@@ -6,7 +6,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 * *runs table*: one row per (preset, budget_steps, seed) with its final_test_accuracy (full test set
   after the last step) and final_train_accuracy (the last evaluation's running training accuracy,
   over the mini-batches since the previous evaluation). A **diverged** run counts as chance
-  (:data:`CHANCE`, 10 classes) for both: the recipe at that budget produced a network that
+  accuracy (1 / :data:`bnexp.report.rules.NUM_CLASSES`) for both: the recipe at that budget produced a network that
   predicts nothing, and leaving it out would raise the frontier exactly where training failed.
   Unfinished runs (running, interrupted, failed) are left out with a warning (and a note in the report).
 * *frontier* of a preset: seed-mean final test accuracy vs budget (each seed's frontier alike).
@@ -40,11 +40,13 @@ import numpy as np
 import pandas as pd
 
 from bnexp.report.claims import by_seed
-from bnexp.report.load import Sweep, find_run_dirs, load_run
+from bnexp.report.fmt import render_template
+from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
+from bnexp.report.rules import CHANCE, NUM_CLASSES, PREFIX, Censored
+from bnexp.runs.rundir import COMPLETE_STATUSES
 
-CHANCE = 0.10
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
-TRAINS, TOL = 0.05, 1e-9  # "trains": best >= chance + 5 points; accuracy >= a - TOL counts as reached
+TOL = 1e-9  # accuracy >= a - TOL counts as reached
 BASELINE = "baseline"
 PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # the pass rule's verdict from bn_x5's "pass"
 COLUMNS = ["preset", "budget_steps", "seed", "final_test_accuracy", "final_train_accuracy"]
@@ -53,51 +55,45 @@ CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / S
     "bn_x5": "pass rule: S(a*) >= 5 on the seed-mean frontiers (paper: 14.7x fewer steps to Inception's 72.2%)",
     "bn_baseline": "faster than the baseline: S(a*) > 1 (paper: 2.3x)",
     "bn_x30": "higher accuracy than bn_x5 at their largest common budget (paper: 74.8% vs 73.0%; 11.5x)",
-    "bn_x5_sigmoid": "trains (best >= chance + 5 points) where baseline_sigmoid does not (paper: 69.8% vs untrainable)",
-    "baseline_sigmoid": "does not train: best < chance + 5 points (paper: the sigmoid net without BN)",
-    "baseline_x5": "does not train at 5x the rate: best < chance + 5 points (paper: diverges)",
+    "bn_x5_sigmoid": "trains (best above chance, 15%) where baseline_sigmoid does not (paper: 69.8% vs untrainable)",
+    "baseline_sigmoid": "does not train: best at or below chance, 15% (paper: the sigmoid net without BN)",
+    "baseline_x5": "does not train at 5x the rate: best at or below chance, 15% (paper: diverges)",
 }
 
 
 # ----------------------------------------------------------------------------- loading
 
 
-def runs_table(runs) -> pd.DataFrame:
-    """The runs table of a sweep read once (:class:`bnexp.report.load.Run` objects, as ``bnexp report``
-    loads them): every run whose summary names an ``experiment`` preset and an integer ``max_steps``.
+def runs_table(sweep: Sweep) -> pd.DataFrame:
+    """The frontier's view of the per-run table of a sweep read once (:attr:`bnexp.report.load.Sweep.table`):
+    every run of an ``experiment`` preset with an integer budget (trainer.max_steps).
 
     Returns:
-        DataFrame with :data:`COLUMNS` plus ``status``, ``lr`` (the run's rate), ``base_lr``,
-        ``dropout``, ``weight_decay`` (from the run's config, NaN when absent) and ``run_dir``;
-        diverged runs at :data:`CHANCE`. Unfinished runs are left out with a warning.
+        DataFrame with :data:`COLUMNS` plus ``status``, ``lr``, ``base_lr``, ``dropout``, ``weight_decay``
+        (from the run's config, NaN when absent) and ``run_dir``; diverged runs at chance accuracy
+        (1 / :data:`bnexp.report.rules.NUM_CLASSES`). Unfinished runs are left out with a warning.
     """
-    rows = []
-    for r in runs:
-        s = r.summary
-        if not s.get("experiment") or not isinstance(s.get("max_steps"), int):
-            continue
-        status = s.get("status")
-        if status == "finished":
-            train = [m["train_accuracy"] for m in r.metrics if m.get("train_accuracy") is not None]
-            test, train = s.get("final_test_accuracy"), (train[-1] if train else None)
-        elif status == "diverged":
-            test = train = CHANCE
-        else:
-            warnings.warn(f"{r.path}: status {status!r}, left out of the frontier (re-run the sweep to complete it)")
-            continue
-        cfg = r.config if r.has_config else {}
-        num = lambda v: float(v) if isinstance(v, (int, float)) else math.nan  # noqa: E731
-        rows.append({"preset": s["experiment"], "budget_steps": int(s["max_steps"]), "seed": int(s.get("seed", 0)),
-                     "final_test_accuracy": num(test), "final_train_accuracy": num(train), "status": status,
-                     "lr": num(s.get("lr")), "base_lr": num(cfg.get("scale.base_lr")),
-                     "dropout": num(cfg.get("model.dropout")), "weight_decay": num(cfg.get("optim.weight_decay")),
-                     "run_dir": str(r.path)})
-    return pd.DataFrame(rows, columns=COLUMNS + ["status", "lr", "base_lr", "dropout", "weight_decay", "run_dir"])
+    t = sweep.table
+    preset = pd.Series([experiment_name(r.config) or r.summary.get("experiment") for r in sweep.runs], index=t.index)
+    t = t[preset.notna() & t["budget"].map(lambda v: isinstance(v, int) and not isinstance(v, bool))]
+    for _, r in t[~t["status"].isin(COMPLETE_STATUSES)].iterrows():
+        st = r.get("summary.status")
+        warnings.warn(f"{r['path']}: status {st if isinstance(st, str) else None!r}, left out of the frontier "
+                      "(re-run the sweep to complete it)")
+    t = t[t["status"].isin(COMPLETE_STATUSES)]
+    diverged = (t["status"] == "diverged").to_numpy()
+    col = lambda k: pd.to_numeric(t[k], errors="coerce") if k in t else pd.Series(math.nan, index=t.index)  # noqa: E731
+    return pd.DataFrame({
+        "preset": preset[t.index], "budget_steps": t["budget"].astype(int), "seed": t["seed"].fillna(0).astype(int),
+        "final_test_accuracy": col("final_test_accuracy").mask(diverged, 1 / NUM_CLASSES),
+        "final_train_accuracy": col("final_train_accuracy").mask(diverged, 1 / NUM_CLASSES), "status": t["status"],
+        "lr": col("lr").fillna(col("summary.lr")), "base_lr": col("scale.base_lr"), "dropout": col("model.dropout"),
+        "weight_decay": col("optim.weight_decay"), "run_dir": t["path"]}).reset_index(drop=True)
 
 
 def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
     """:func:`runs_table` of the run directories under ``sweep_dir`` (empty for a folder that does not exist)."""
-    return runs_table([load_run(d) for d in find_run_dirs(Path(sweep_dir))] if Path(sweep_dir).is_dir() else [])
+    return runs_table(load_sweep(find_run_dirs(Path(sweep_dir)) if Path(sweep_dir).is_dir() else []))
 
 
 def _config(df: pd.DataFrame) -> pd.Series:
@@ -178,11 +174,10 @@ def speedup_at(base: tuple, pre: tuple, a: float) -> dict:
     """S(a) of two frontiers (budgets, accs): {"accuracy", "budget_baseline", "budget_preset", "speedup",
     "bound": "exact" | "lower" | "upper" | "unknown" | None}; speedup None where either never reaches ``a``."""
     bb, cb = budget_to_reach(*base, a)
-    bp, cp = budget_to_reach(*pre, a)
-    s = bb / bp if bb is not None and bp is not None else None
-    bound = None if s is None else {(False, False): "exact", (False, True): "lower", (True, False): "upper",
-                                    (True, True): "unknown"}[(cb, cp)]
-    return {"accuracy": a, "budget_baseline": bb, "budget_preset": bp, "speedup": s, "bound": bound}
+    bp, cp = budget_to_reach(*pre, a)  # a censored B(a) is at most its value: an upper bound
+    s = Censored(bb, "upper" if cb else "exact") / Censored(bp, "upper" if cp else "exact")
+    return {"accuracy": a, "budget_baseline": bb, "budget_preset": bp, "speedup": s.value,
+            "bound": None if s.value is None else s.bound}
 
 
 def speedup_curve(base: tuple, pre: tuple, points: int = 101) -> list[dict]:
@@ -215,9 +210,9 @@ def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | N
         return None if x5_vs_x30 is None else bool(x5_vs_x30[1] > x5_vs_x30[0])
     if preset == "bn_x5_sigmoid":
         ref = presets.get("baseline_sigmoid")
-        return None if ref is None else bool(best >= CHANCE + TRAINS and ref["best"] < CHANCE + TRAINS)
+        return None if ref is None else bool(best > CHANCE and ref["best"] <= CHANCE)
     if preset in ("baseline_sigmoid", "baseline_x5"):
-        return bool(best < CHANCE + TRAINS)
+        return bool(best <= CHANCE)
     return None
 
 
@@ -303,7 +298,7 @@ def frontier_section(source) -> dict | None:
     """
     with warnings.catch_warnings(record=True) as caught:  # shown only when the sweep has a frontier
         warnings.simplefilter("always")
-        runs = (source if isinstance(source, pd.DataFrame) else runs_table(source.runs) if isinstance(source, Sweep)
+        runs = (source if isinstance(source, pd.DataFrame) else runs_table(source) if isinstance(source, Sweep)
                 else load_runs(source))
         tuning = tuning_table(runs) if "lr" in runs and not runs.empty else None  # a loaded sweep
         runs = select_frontier_runs(runs, tuning) if "lr" in runs and not runs.empty else runs
@@ -321,7 +316,6 @@ def frontier_section(source) -> dict | None:
 
 NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
          "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
-BOUND_PREFIX = {"lower": ">= ", "upper": "<= ", "unknown": "~"}
 PASS_CELL = {True: "yes", False: "no", None: "undecided"}
 
 
@@ -331,11 +325,10 @@ def pct(v) -> str:
 
 
 def speedup_text(v: float | None, bound: str | None = None) -> str:
-    """A speedup as text: "6.10x", ">= 8.00x" (``bound`` "lower": the preset reached it at its smallest budget),
-    "<= 2.00x" ("upper": the baseline did), "~3.00x (both bounds)" ("unknown"), or "not reached" (None)."""
-    if v is None:
-        return "not reached"
-    return f"{BOUND_PREFIX.get(bound or '', '')}{v:.2f}x" + (" (both bounds)" if bound == "unknown" else "")
+    """A speedup as text (:meth:`bnexp.report.rules.Censored.text`): "6.10x", ">= 8.00x" (``bound`` "lower":
+    the preset reached it at its smallest budget), "<= 2.00x" ("upper": the baseline did), "~3.00x (both
+    bounds)" ("unknown"), or "not reached" (None)."""
+    return Censored(v, bound or "exact").text()
 
 
 def details(section: dict, preset: str) -> dict:
@@ -353,7 +346,7 @@ def headline_bound(section: dict, preset: str) -> str | None:
 def seed_bounds(section: dict, preset: str) -> dict[str, str]:
     """{seed as str: "lower" | "upper" | "unknown"} for the per-seed S(a*_s) of ``preset`` that are bounds."""
     return {str(d.get("seed")): d["bound"] for d in details(section, preset).get("per_seed") or []
-            if d.get("bound") in BOUND_PREFIX}
+            if d.get("bound") in ("lower", "upper", "unknown")}
 
 
 def frontier_table(rows: list[dict]) -> pd.DataFrame:
@@ -384,7 +377,8 @@ def matched_table(section: dict) -> pd.DataFrame:
         bounds = seed_bounds(section, p)
         per = ", ".join(f"seed {k}: {speedup_text(v, bounds.get(str(k)))}" for k, v in by_seed(m["speedup_per_seed"]))
         rows.append({"preset": NAMES.get(p, p), "B_preset(a*) (steps)": "-" if "budget_preset" not in h else
-                     "not reached" if b is None else f"{'<= ' if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
+                     "not reached" if b is None else
+                     f"{PREFIX['upper'] if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
                      "S(a*)": speedup_text(m["speedup"], headline_bound(section, p)),
                      "per seed (at each seed's a*_s)": (per or "-") + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x"
                                                                         if rng else ""),
@@ -402,42 +396,24 @@ def converged_sentence(converged) -> str:
             "measured at its best accuracy so far")
 
 
+def tuning_md(t: dict) -> str:
+    """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
+    seed-mean and per-seed final test accuracy (%)."""
+    return pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
+                          "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
+                          "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())}
+                         for r in t["rows"]]).to_markdown(index=False)
+
+
+MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "matched_table": matched_table,
+      "converged_sentence": converged_sentence, "speedup_text": speedup_text, "headline_bound": headline_bound,
+      "PASS_FACTOR": PASS_FACTOR}  # what templates/frontier.md.j2 reads
+
+
 def frontier_markdown(section: dict) -> list[str]:
-    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data)."""
-    fa, ma = section["frontier_analysis"], section["matched_accuracy"]
-    out = ["## Sec. 4.2 on CIFAR-10: budget-accuracy frontier", "",
-           "Each run anneals its rate over its own budget; its point on the frontier is its final test accuracy. "
-           "B(a) = the budget at which a frontier first reaches a (linear in log2 budget between rungs, never "
-           "extrapolated); speedup S(a) = B_baseline(a) / B_preset(a).", ""]
-    t = fa.get("tuning")
-    if t:
-        tab = pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
-                             "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
-                             "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())} for r in t["rows"]])
-        out += [f"**Baseline tuning** at {t['budget_steps']:,} steps (rate x dropout; the ladder uses the winner, "
-                f"{t['config']}):", "", tab.to_markdown(index=False), ""]
-    out += ["**Frontiers** (final test and train accuracy):", "", frontier_table(section["frontier"]).to_markdown(
-        index=False, disable_numparse=True), ""]
-    gain = fa["baseline_last_gain"]
-    out += [f"Target a\\* = **{pct(fa['target_accuracy'])}%**, the baseline's best seed-mean final test accuracy "
-            f"(B_baseline(a\\*) = {fa['target_budget']:,.0f} steps); {converged_sentence(fa['baseline_converged'])}"
-            + ("" if gain is None else f" (last doubling {100 * gain:+.2f} points)") + ".", ""]
-    if ma:
-        out += ["**Matched-accuracy speedup at a\\***:", "",
-                matched_table(section).to_markdown(index=False, disable_numparse=True), ""]
-    x30 = (fa["speedup"].get("bn_x30") or {}).get("x5_vs_x30")
-    if x30:
-        out += [f"bn_x30 vs bn_x5 at {x30['budget_steps']:,} steps: {pct(x30['bn_x30'])}% vs {pct(x30['bn_x5'])}%.", ""]
-    if fa["pass_rule"]["verdict"] != "n/a":
-        x5 = speedup_text(ma["bn_x5"]["speedup"], headline_bound(section, "bn_x5"))
-        out += [f"**Pass rule** (docs/cifar/PLAN.md, stated before the run: bn_x5 reaches a* with at most 1/5 of "
-                f"the baseline's budget, S(a*) >= {PASS_FACTOR:g} on the seed-mean frontiers): "
-                f"**{fa['pass_rule']['verdict']}**, S(a*) = {x5}"
-                + ("" if fa["baseline_converged"] else " (baseline not converged: measured at its best accuracy so far)")
-                + ".", ""]
-    out += ["![Frontiers on a log2 budget axis and the speedup curve S(a)](frontier.png)", ""]
-    out += [f"- note: {n}" for n in fa["notes"]] + ([""] if fa["notes"] else [])
-    return out
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
+    templates/frontier.md.j2."""
+    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
 
 
 def main(argv: list[str] | None = None) -> int:

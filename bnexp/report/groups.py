@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.config.schema import normalizer_variant
 from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
+from bnexp.report.rules import normalizer_label
 
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
@@ -151,7 +151,7 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     v = bn_variant(group)
     if v is None:
         return group.label
-    norm = normalizer_variant(group.config)  # the label names LayerNorm, GroupNorm, "BN after g" (issue 23)
+    norm = normalizer_label(group.config)  # the label names LayerNorm, GroupNorm, "BN after g"
     if v == "BN" and norm and norm != "BN":
         v = norm
     if v == "noisy BN" and len({noise_scale(g) for g in groups

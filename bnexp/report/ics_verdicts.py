@@ -1,4 +1,4 @@
-"""The claims table (issue 20): each statement the report makes about BN, internal covariate shift and
+"""The claims table (docs/ics/README.md): each statement the report makes about BN, internal covariate shift and
 speed is one row of :mod:`bnexp.report.claims`, its quantity, direction and threshold fixed here
 (:data:`CLAIMS`) before any run. There is no tally: no row counts for or against an account.
 
@@ -20,26 +20,25 @@ Every quantity is a per-seed ratio, seed s of one configuration over seed s of t
   at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
   seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
 
-A target not reached within the budget (trainer.max_steps) counts as the budget: the ratio is then a
-bound and can only give the verdict the bound implies ("supported" from a lower bound of a ">" claim),
-else inconclusive. A seed that never left chance (final test accuracy <= :data:`CHANCE`) or a measure
-the records lack (runs written before it existed) makes the claim inconclusive.
+A target not reached within the budget (trainer.max_steps) counts as the budget, a lower bound
+(:class:`bnexp.report.rules.Censored`): the ratio is then a bound and enters only where it decides the side
+of the threshold. A seed that never left chance (:data:`bnexp.report.rules.CHANCE`) or a measure the records
+lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Claim, evaluate
-from bnexp.report.evidence import CHANCE_MARGIN, NUM_CLASSES
+from bnexp.report.claims import Claim, evaluate
 from bnexp.report.groups import ConfigGroup, comparison_sets, noise_scale, pair_label
-from bnexp.report.stats import target_key
+from bnexp.report.load import target_key
+from bnexp.report.rules import Censored
 from bnexp.runs.rundir import COMPLETE_STATUSES
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
 ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved from sampling noise
-CHANCE = 1.0 / NUM_CLASSES + CHANCE_MARGIN
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
 SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spread"))
@@ -66,14 +65,15 @@ def main_target(targets: list[float]) -> float:
 
 
 def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFrame:
-    """The completed runs of ``g`` by seed (the report's run table with the ICS columns), plus
-    ``steps`` (to ``target``; the budget where not reached), ``censored`` and ``chance``."""
+    """The completed runs of ``g`` by seed (the per-run table with the ICS columns; the first run of a seed),
+    plus ``steps`` (to ``target``, a :class:`bnexp.report.rules.Censored`: the budget as a lower bound where
+    not reached) and ``chance`` (the run never left chance)."""
     rows = table[(table["group"] == g.key) & table["status"].isin(COMPLETE_STATUSES)].dropna(subset=["seed"])
-    rows = rows.drop_duplicates("seed")  # one run per seed (the first), indexed by that seed
+    rows = rows.drop_duplicates("seed")
     rows = rows.set_index(rows["seed"].astype(int).rename("seed"))
-    steps = rows[f"steps_to_{target_key(target)}"].astype(float)
-    return rows.assign(steps=steps.fillna(float(g.max_steps or "nan")), censored=steps.isna(),
-                       chance=rows["final_test_accuracy"].astype(float) <= CHANCE)
+    steps = [Censored.steps(v, b) for v, b in zip(rows[f"steps_to_{target_key(target)}"], rows["budget"])]
+    return rows.assign(steps=pd.Series(steps, index=rows.index, dtype=object),
+                       chance=~rows["left_chance"].astype(bool))
 
 
 def exceeds(noisy: pd.DataFrame, plain: pd.DataFrame, col: str = PREMISE_KEY) -> bool | None:
@@ -88,36 +88,23 @@ def _seeds(mask: pd.Series) -> str:
 
 def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], col: str,
               premise: str | None = None, missing: str | None = None) -> dict:
-    """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named
-    ``names``), with the chance check, a missing measure, step bounds and BN's noise floor in the reason."""
+    """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named ``names``;
+    steps as :class:`bnexp.report.rules.Censored` ratios), with the chance check, a missing measure and BN's
+    noise floor in the reason."""
     lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
                if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
     missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}" if lacking else None)
-    ratio = pd.Series(dtype=float) if premise or missing else a[col] / b[col]
-    notes, bounds = [], set()
-    if col == "steps" and not ratio.empty:  # a budget standing in for the steps makes the ratio a bound
-        both = a["censored"] & b["censored"]
-        ratio = ratio.mask(both.reindex(ratio.index, fill_value=False))
-        for side, cens, kind in ((names[0], a["censored"] & ~b["censored"], "a lower"),
-                                 (names[1], b["censored"] & ~a["censored"], "an upper")):
-            if cens.any():
-                bounds.add(kind)
-                notes.append(f"{side} did not reach the target in seed(s) {_seeds(cens)}: its budget stands in, "
-                             f"so the ratio is {kind} bound")
-        notes += [f"neither reached the target in seed(s) {_seeds(both)}: no value"] if both.any() else []
-    row = evaluate(claim, ratio.to_dict(), sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])),
-                   premise, missing)
-    # a lower bound can only show a ">" claim supported (an upper bound only "not supported"), "<" mirrored
-    safe = {SUPPORTED: {">": "a lower", "<": "an upper"}, NOT_SUPPORTED: {">": "an upper", "<": "a lower"}}
-    if bounds and row["verdict"] in safe and bounds != {safe[row["verdict"]][claim.direction]}:
-        row.update(verdict=INCONCLUSIVE, reason=f"{row['reason']}, but the bounds below cannot show it "
-                                                f"{row['verdict']}")
+    def value(x) -> Censored:  # steps are Censored already; a measure is exact (NaN: no value)
+        return x if isinstance(x, Censored) else Censored(None if pd.isna(x) else float(x))
+
+    ratio = {} if premise or missing else {s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index
+                                           else None for s in sorted(set(a.index) | set(b.index))}
+    row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing)
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
-        notes.append(f"BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) in "
-                     f"seed(s) {_seeds(at)}: not resolved from sampling noise")
-    row["reason"] = "; ".join([row["reason"], *notes])
+        row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "
+                          f"in seed(s) {_seeds(at)}: not resolved from sampling noise")
     return row
 
 

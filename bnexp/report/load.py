@@ -11,14 +11,17 @@ an exception (a corrupt JSON-lines line is skipped with a warning, the later rec
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
-from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs, flatten,
-                          is_run_dir, read_config, read_records, read_summary)
+from bnexp.report.rules import CHANCE, normalizer
+from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs,
+                               flatten, is_run_dir, read_config, read_records, read_summary)
 
 __all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
 
@@ -148,9 +151,8 @@ def records_frame(runs: list[Run], attr: str) -> pd.DataFrame:
 
 @dataclass
 class Sweep:
-    """A sweep loaded once: its ``runs`` (in the order of their folders); ``table``, one row per run
-    (index ``run``): path, seed, status, error, the reduced config's keys and the summary's top-level
-    fields (``summary.<field>``); and ``metrics``, ``shift``, ``ics``: :func:`records_frame` of the
+    """A sweep loaded once: its ``runs`` (in the order of their folders); ``table``, the per-run table
+    (:func:`run_table`); and the long tables ``metrics``, ``shift``, ``ics``: :func:`records_frame` of the
     runs' metrics.jsonl, shift.jsonl and ics.jsonl (column ``run`` = :attr:`Run.id`)."""
 
     runs: list[Run]
@@ -165,13 +167,89 @@ class Sweep:
         frame = getattr(self, name)
         return frame[frame["run"] == run.id].dropna(axis=1, how="all")
 
+    def reach(self, target: float) -> pd.DataFrame:
+        """The table's ``steps_to_T`` and ``censored_T`` columns of ``target`` (added when missing) as
+        columns ``steps`` and ``censored``, one row per run."""
+        k = target_key(target)
+        if f"steps_to_{k}" not in self.table:
+            extra = run_table(self.runs, self.metrics, [target])
+            self.table[[f"steps_to_{k}", f"censored_{k}"]] = extra[[f"steps_to_{k}", f"censored_{k}"]]
+        return self.table[[f"steps_to_{k}", f"censored_{k}"]].set_axis(["steps", "censored"], axis=1)
 
-def load_sweep(run_dirs: list[Path]) -> Sweep:
-    """Read every run directory (:func:`load_run`) into a :class:`Sweep`."""
+
+def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
+    """(listed, steps) of ``target`` in summary.json's ``steps_to_target`` (steps NaN: not reached)."""
+    recorded = summary.get("steps_to_target")
+    for k, v in (recorded.items() if isinstance(recorded, dict) else ()):
+        try:
+            if abs(float(k) - target) < 1e-12:
+                return True, math.nan if v is None else int(v)
+        except (TypeError, ValueError):
+            continue
+    return False, math.nan
+
+
+def target_key(target: float) -> str:
+    """The key of a target in summary.json, report.json and the table's columns: 0.95 -> "0.95"."""
+    return f"{target:g}"
+
+
+def numeric(values) -> pd.Series:
+    """``values`` as a float Series: NaN for missing, non-numeric and non-finite entries."""
+    s = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").astype(float)
+    return s.where(np.isfinite(s))
+
+
+def _first(*values):
+    """The first value that is not None."""
+    return next((v for v in values if v is not None), None)
+
+
+def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) -> pd.DataFrame:
+    """The per-run table, one row per run (index ``run`` = :attr:`Run.id`), every number under one rule:
+
+    path, seed, status, error, the reduced config's keys, the summary's top-level fields (``summary.<f>``);
+    ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
+    ``norm`` (the normalizer code, :func:`bnexp.report.rules.normalizer`); ``max_test_accuracy``
+    (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
+    (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one);
+    ``left_chance`` (completed and best test accuracy above :data:`bnexp.report.rules.CHANCE`); per target
+    T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
+    within :data:`bnexp.runs.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
+    reached: the budget is a lower bound on its steps). Accuracies are fractions, steps SGD steps."""
+    t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
+                       **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
+                      for r in runs], index=pd.RangeIndex(len(runs), name="run"),
+                     columns=None if runs else ["path", "seed", "status", "error"])
+    t["m"] = pd.Series([_first(r.config.get("trainer.batch_size"), r.summary.get("batch_size")) for r in runs],
+                       index=t.index, dtype=object)  # ints stay ints where a run lacks the value
+    t["budget"] = pd.Series([_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"),
+                                    r.summary.get("step")) for r in runs], index=t.index, dtype=object)
+    t["norm"] = [normalizer(r.config) for r in runs]
+    summ = {k: numeric([r.summary.get(k) for r in runs]).set_axis(t.index)
+            for k in ("best_test_accuracy", "final_test_accuracy")}
+    acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
+    by_run = acc.groupby(metrics["run"])
+    t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
+    t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(by_run.agg(lambda s: s.iloc[-1]).reindex(t.index))
+    train = numeric(metrics.get("train_accuracy", pd.Series(index=metrics.index, dtype=float))).set_axis(metrics.index)
+    t["final_train_accuracy"] = train.groupby(metrics["run"]).last().reindex(t.index)
+    done = t["status"].isin(COMPLETE_STATUSES)
+    t["left_chance"] = done & (t["max_test_accuracy"] > CHANCE)
+    for target in targets:
+        first = metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min().reindex(t.index)
+        recorded = [_recorded_steps(r.summary, target) for r in runs]
+        steps = pd.Series([v if listed else c for (listed, v), c in zip(recorded, first)], index=t.index, dtype=float)
+        t[f"steps_to_{target_key(target)}"] = steps
+        t[f"censored_{target_key(target)}"] = done & steps.isna()
+    return t
+
+
+def load_sweep(run_dirs: list[Path], targets: Iterable[float] = ()) -> Sweep:
+    """Read every run directory (:func:`load_run`) into a :class:`Sweep` whose table has the steps to
+    every target of ``targets`` (:func:`run_table`)."""
     runs = [load_run(d) for d in run_dirs]
     for i, r in enumerate(runs):
         r.id = i
-    table = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
-                           **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
-                          for r in runs], index=pd.RangeIndex(len(runs), name="run"))
-    return Sweep(runs, table, *(records_frame(runs, a) for a in ("metrics", "shift", "ics")))
+    metrics = records_frame(runs, "metrics")
+    return Sweep(runs, run_table(runs, metrics, targets), metrics, *(records_frame(runs, a) for a in ("shift", "ics")))

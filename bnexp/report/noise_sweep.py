@@ -11,16 +11,13 @@ import pandas as pd
 
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale
-from bnexp.report.ics_verdicts import CHANCE, exceeds, main_target, seed_frame
-from bnexp.report.stats import target_key, value_stat
+from bnexp.report.ics_verdicts import exceeds, main_target, seed_frame
+from bnexp.report.load import target_key
+from bnexp.report.stats import value_stat
 
 NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
 SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spread from the start",
               "w1_first": "W1 from the start (raw, a.u.)"}
-NOTE = ("Test accuracy is evaluated at the noise's expectation (y = E[s] * bn(x) + E[m], E[s] = (1 + b)/2, "
-        "E[m] = 0; runs made before that change evaluated at s = 1); train accuracy is the mean "
-        "over the training mini-batches since the previous evaluation, with the noise on. \"at chance\": final test "
-        "accuracy <= {chance:g}% in the seeds named.")
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], table: pd.DataFrame,
@@ -46,8 +43,9 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
     return {"title": NOISE_TITLE, "targets": targets, "rows": rows} if rows else None
 
 
-def noise_strength_md(section: dict) -> list[str]:
-    """Markdown of :func:`noise_strength_section`: the table and what its accuracy columns are."""
+def noise_table(section: dict) -> str:
+    """The markdown table of :func:`noise_strength_section` (templates/report.md.j2 says what its accuracy
+    columns are)."""
     yes = {True: "yes", False: "no", None: "n/a"}
     rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"]]
             + [format_stat(r[k]) for k in SHIFT_KEYS] + [yes[r["exceeds_no_bn"]]]
@@ -57,4 +55,4 @@ def noise_strength_md(section: dict) -> list[str]:
     head = (["configuration", "noise_scale", "seeds", *SHIFT_KEYS.values(), "KS above no BN's in every seed",
              "final test acc (%)", "final train acc (%)"]
             + [f"steps to {format_target(t)}" for t in section["targets"]])
-    return [f"### {section['title']}", "", *md_table(head, rows), "", NOTE.format(chance=100 * CHANCE), ""]
+    return "\n".join(md_table(head, rows))

@@ -7,46 +7,22 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate_speedups_md
+from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE, best_rate_detail_md
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
-from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
+from bnexp.report.figstyle import refs
+from bnexp.report.figures_studies import study_files
+from bnexp.report.frontier import MD as FRONTIER_MD
+from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import format_value
 from bnexp.report.ics_stats import PROBE_KINDS
 from bnexp.report.ics_verdicts import ICS_TITLE
-from bnexp.report.load import ordered_keys
-from bnexp.report.noise_sweep import noise_strength_md
-from bnexp.report.figstyle import refs
-from bnexp.report.stats import STD_NOTE, target_key
+from bnexp.report.load import ordered_keys, target_key
+from bnexp.report.noise_sweep import noise_table
+from bnexp.report.rules import CHANCE, STD_NOTE
+from bnexp.report.studies import table_md
 from bnexp.runs.rundir import dumps
-from bnexp.report.frontier import frontier_markdown
-from bnexp.report.figures_studies import study_files
-from bnexp.report.studies import study_md
 
-ICS_INTRO = (
-    "Two views on the same runs. **The BN paper** (Ioffe & Szegedy 2015) calls internal covariate shift the change in "
-    "the distribution of a layer's inputs during training. Per unit of each hidden layer, on a fixed probe set, the "
-    "last monitor record is compared with step 0: *KS* is the Kolmogorov-Smirnov distance (rank-based, unitless), "
-    "*W1 / spread* the Wasserstein-1 distance divided by the unit's initial p15-p85 spread, both unchanged when the "
-    "pre-activations are rescaled; *W1 (raw)* is in the pre-activations' own units, so it also grows with their scale "
-    "and is never used for a verdict; *floor* is the same statistic between two independent samples of one "
-    "distribution (its sampling noise). Means over units, then over the hidden layers (last layer: the last hidden "
-    "one); *step to step*: mean over the records after step 0. **Santurkar et al. 2018** measure ICS by how much a "
-    "layer's gradient changes when the layers before it take their update (Def. 2.1: ||G - G'|| / ||G||, layers "
-    "2..K), here also per unit of the earlier layers' relative movement ||ΔW_<i|| / ||W_<i|| (*per move*), so that a "
-    "net that barely moves does not score as stable; and argue that BN makes the loss landscape smoother (Sec. 3.1: "
-    "effective beta-smoothness along the gradient), here along filter-normalized directions (Li et al. 2018) for both "
-    "nets, beside the raw value. *Noisy BN* is BN followed by injected, time-varying noise (Sec. 2.1), i.e. "
-    "deliberate covariate shift; docs/ics/measurements.md defines every measure.")
-CLAIMS_HOWTO = (
-    "Each row is one statement, its quantity, direction and threshold fixed in code before the run "
-    "(bnexp/report/ics_verdicts.py). Per seed, seed s of one configuration is paired with seed s of the other; "
-    "\"mean\" is the mean over seeds, \"95% interval\" the percentile bootstrap of that mean over seeds, \"std\" the "
-    "sample std (ddof=1). *supported*: the whole interval lies on the claimed side of the threshold; *not supported*: "
-    "on the other side; *inconclusive*: it straddles the threshold, fewer than 3 seeds, a run that never left chance, "
-    "a measure the records lack, or a ratio that is only a bound (a target not reached within the budget) pointing "
-    "the other way; *premise not met*: the comparison the claim needs does not exist. No row counts for or against "
-    "an account; the rows are not tallied.")
 ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
                "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
                "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
@@ -85,18 +61,13 @@ def md(frame: pd.DataFrame) -> list[str]:
     return md_table(list(frame.columns), frame.values.tolist())
 
 
-def _stability_md(d: dict) -> list[str]:
-    """Markdown of the per-layer stability numbers (Fig. 1b,c)."""
+def stability_table(d: dict) -> str:
+    """The per-layer stability numbers (Fig. 1b,c) of every configuration as a markdown table ("" without)."""
     rows = [[s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
              "n/a" if v["spread_ratio"] is None else f"{v['spread_ratio']:.3f}", str(v["n"])]
             for s in d["configurations"] for layer, v in s["stability"].items()]
-    head = [f"## Stability of each layer's input ({refs(d)['stability']})", "",
-            "|p50_end - p50_first| and (p85-p15)_end / (p85-p15)_first of each hidden layer's input to its "
-            "nonlinearity (all units, probe set of shift.jsonl), first vs last monitor step, mean over finished "
-            "seeds.", ""]
-    if not rows:
-        return head + ["n/a: no shift.jsonl records in finished runs.", ""]
-    return head + md_table(["configuration", "layer", "|median shift|", "spread end/first", "seeds"], rows) + [""]
+    head = ["configuration", "layer", "|median shift|", "spread end/first", "seeds"]
+    return "\n".join(md_table(head, rows)) if rows else ""
 
 
 def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
@@ -106,65 +77,26 @@ def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
 
     def frame(columns) -> pd.DataFrame:
         return _frame(["configuration", "seeds"] + [h for _, h in columns],
-                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), "not measured")
+                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), missing="not measured")
                                                              for k, _ in columns] for c in confs])
 
     return {"distribution": frame(DIST_COLUMNS), "gradient": frame(GRAD_COLUMNS),
             "cost": frame([(f"time.{k}", k) for k in PROBE_KINDS]).drop(columns="seeds")}
 
 
-def claims_section_md(d: dict) -> list[str]:
-    """The "Claims" section: the configurations with too few seeds and the command that adds them
-    (``seed_advice``), how to read a verdict, then the table (:func:`claims_md`); [] without either."""
-    rows, advice = d.get("claims") or [], [f"**{d['seed_advice']}**", ""] if d.get("seed_advice") else []
-    if not rows:
-        return ["## Claims", "", *advice] if advice else []
-    return ["## Claims", "", *advice, f"{CLAIMS_HOWTO} The main target is {format_target(rows[0]['target'])}.", "",
-            *claims_md(rows)]
-
-
-def _ics_md(d: dict) -> list[str]:
-    """Markdown of the section "Does BN reduce internal covariate shift?" ([] without ICS data)."""
-    sec = d.get("ics")
-    if not sec:
-        return []
-    tables = ics_frames(d)
-    out = [f"## {ICS_TITLE}", "", ICS_INTRO, "",
-           f"Values are mean ± std over the finished seeds (diverged runs left out; \"(1 seed)\": a single run); "
-           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it (runs written before "
-           "the measure existed). The verdicts are in the section \"Claims\".", "",
-           "### Distribution view (BN paper)", ""]
-    out += md(tables["distribution"]) + ["", "### Gradient-based ICS and loss landscape (Santurkar et al. 2018)", ""]
-    out += md(tables["gradient"]) + ["", "### Cost of the probes (seconds per run, summary.json probe_time_s)", ""]
-    out += md(tables["cost"]) + [""]
-    if sec.get("noise_strength"):
-        out += noise_strength_md(sec["noise_strength"])
-    if sec["figures"]:
-        out += ["### Figures", ""] + [line for f in sec["figures"] for line in (f"![{ICS_FIGURES[f]}]({f})", "")]
-    return out
-
-
 def render_markdown(d: dict) -> str:
-    """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): the Sec. 4.2 frontier (if
-    any), the study (if any), claims, main table, speedups at each network's best rate, figures, stability, the ICS
-    section (if any), the runs that diverged, failed or are incomplete."""
-    ref = refs(d)
-    out = ["# Batch Normalization sweep report", "",
-           f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
-           f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
-           "Steps to a target are averaged over the seeds that reached it; \"not reached (k/n)\": k of n completed "
-           "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
-    if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
-        out += frontier_markdown(d)
-    out += study_md(d.get("study"))  # issue 23: a scripts/study.sh sweep's claims, table and figure
-    out += claims_section_md(d) + ["## Results per configuration", ""] + md(main_table(d)) + [""]
-    out += best_rate_speedups_md(d.get("best_rate_speedups") or [])
-    out += ["## Figures", "",
-            f"![Test accuracy vs steps, whole range and zoomed top ({ref['accuracy']})](accuracy_vs_steps.png)", "",
-            f"![Percentiles of a typical last-hidden-layer unit, no BN vs BN ({ref['percentiles']})](percentiles.png)",
-            "", f"![Per-layer stability of the input distribution ({ref['stability']})](stability.png)", ""]
-    out += _stability_md(d) + _ics_md(d)
-    return "\n".join(out + runs_md(d))
+    """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): templates/report.md.j2 (the Sec.
+    4.2 frontier if any, the study if any, claims, main table, speedups at each network's best rate, figures,
+    stability, the ICS section if any, the runs that diverged, failed or are incomplete)."""
+    return render_template("report.md.j2", d, {
+        **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD,
+        "STD_NOTE": STD_NOTE, "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
+        "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
+        "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
+        "bad_runs": lambda x: runs_md(x)[2:-1], "claims_table": lambda rows: "\n".join(claims_md(rows)),
+        "study_table": lambda sec: "\n".join(table_md(sec)),
+        "best_rate_detail": lambda rows: "\n".join(best_rate_detail_md(rows)[:-1])})
 
 
 def runs_md(d: dict) -> list[str]:

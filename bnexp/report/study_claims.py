@@ -1,13 +1,15 @@
-"""The claims of the five studies (issue 23), fixed here and in docs/studies/NAME.md before any run, and how
-each study's sweep is turned into per-seed values, claim rows, a table and findings.
+"""The claims of the five studies (docs/studies/), fixed in study_claims.yaml and docs/studies/NAME.md before
+any run, and how each study's sweep is turned into per-seed values, claim rows, a table and findings.
 
-Every claim is a :class:`bnexp.report.claims.Claim` at module level: its quantity (what one seed
-contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples) to the target
+Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`, :data:`PLACEMENT_CLAIMS`): its
+quantity (what one seed contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples)
+to the target
 ("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
 and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
-does not (20%, chance being 10-11%). Seeds are paired: seed s of one configuration with seed s of the other.
+does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of
+the other.
 
-Each ``analyze_NAME(runs)`` returns {"title", "question", "target", "claims", "table", "columns",
+Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns",
 "findings", "cells"} for :func:`bnexp.report.studies.study_section`.
 """
 
@@ -17,83 +19,34 @@ import logging
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
+from bnexp.report.best_rate import edge_of
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.studies import MARKER, read_marker
-from bnexp.report.studies import (NAMES, at_best_rate, cells, censored, censored_ratio, config_rows, diff_claim,
-                                  per_seed, ratio_claim, select, usable)
+from bnexp.report.rules import CHANCE, NORMALIZERS
+from bnexp.report.studies import (at_best_rate, cells, censored, config_rows, diff_claim, per_seed, ratio_claim,
+                                  select)
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
-CHANCE_LIKE = 20.0  # % final test accuracy below which a net "does not train" (chance: 10-11%)
 
-# --- batch_size: m in {2, 4, 16, 60, 256} at 240,000 examples, lr = 0.01 m ------------------------------
-BS_ADV_60 = Claim("At m = 60 BN reaches 95% in fewer examples than no BN",
-                  "examples to 95%, no BN / BN, m = 60", ">", 1.0)
-BS_ADV_4 = Claim("At m = 4 BN still reaches 95% in fewer examples than no BN",
-                 "examples to 95%, no BN / BN, m = 4", ">", 1.0)
-BS_LN_2 = Claim("At m = 2 LayerNorm ends higher than BN",
-                "final test accuracy, LayerNorm - BN (points), m = 2", ">", 0.0)
-BS_DROP = Claim("From m = 16 to m = 2 BN loses more accuracy than LayerNorm",
-                "final-accuracy drop from m = 16 to m = 2 (points), BN's minus LayerNorm's", ">", 0.0)
-BS_GHOST = Claim("Ghost batches of 2 examples cost BN accuracy at m = 60",
-                 "final test accuracy, BN - ghost BN with g = 2 (points), m = 60", ">", 0.0)
-BATCH_SIZE_CLAIMS = (BS_ADV_60, BS_ADV_4, BS_LN_2, BS_DROP, BS_GHOST)
 
-# --- inference_statistics: BN, m in {2, 4, 16, 60, 256} x momentum {0.1, 0.01} -----------------------
-IS_AGREE_60 = Claim("At m = 60 inference-mode and train-mode accuracies agree within 0.5 points",
-                    "|moving-average - batch-statistics test accuracy| (points), m = 60, momentum 0.1", "<", 0.5)
-IS_GAP_GROWS = Claim("The train/inference gap is larger at m = 2 than at m = 60",
-                     "|moving-average - batch-statistics accuracy| at m = 2 minus at m = 60 (points), momentum 0.1",
-                     ">", 0.0)
-IS_POP_60 = Claim("At m = 60 Alg. 2's population statistics and the moving averages agree within 0.2 points",
-                  "|population - moving-average accuracy| (points), m = 60, momentum 0.1", "<", 0.2)
-IS_POP_2 = Claim("At m = 2 with momentum 0.1 Alg. 2's population statistics beat the moving averages",
-                 "population - moving-average accuracy (points), m = 2, momentum 0.1", ">", 0.0)
-IS_SLOW_EMA = Claim("At m = 2 a slower moving average (momentum 0.01) narrows that difference",
-                    "(population - moving average) at momentum 0.1 minus at 0.01 (points), m = 2", ">", 0.0)
-INFERENCE_CLAIMS = (IS_AGREE_60, IS_GAP_GROWS, IS_POP_60, IS_POP_2, IS_SLOW_EMA)
+def _read_claims() -> dict[str, dict[str, Claim]]:
+    """The studies' claims of study_claims.yaml: {study: {NAME: Claim}} ("chance": 100 * CHANCE)."""
+    spec = yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text())
+    return {study: {k: Claim(n, q, d, 100 * CHANCE if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
+            for study, c in spec.items()}
 
-# --- placement: BN before vs after g, each position at its best rate --------------------------------------
+
+STUDY_CLAIMS = _read_claims()
+C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
-PLACEMENT_CLAIMS = {
+PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
     (model, act): Claim(f"{model.upper()} {act}: BN before g reaches {100 * t:g}% in fewer steps than BN after g",
                         f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
                         ">", 1.0)
     for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
-
-# --- normalizer: BN, LayerNorm, GroupNorm, none, each at its best rate ------------------------------------
-NM_BN = Claim("BN reaches 95% in fewer steps than no BN", "steps to 95%, no BN / BN, each at its best rate", ">", 1.0)
-NM_LN = Claim("LayerNorm (no batch statistics) reaches 95% in fewer steps than no BN",
-              "steps to 95%, no BN / LayerNorm, each at its best rate", ">", 1.0)
-NM_BN_LN = Claim("BN reaches 95% in fewer steps than LayerNorm",
-                 "steps to 95%, LayerNorm / BN, each at its best rate", ">", 1.0)
-NM_BN_GN = Claim("BN reaches 95% in fewer steps than GroupNorm",
-                 "steps to 95%, GroupNorm / BN, each at its best rate", ">", 1.0)
-NORMALIZER_CLAIMS = (NM_BN, NM_LN, NM_BN_LN, NM_BN_GN)
-
-# --- depth: 3, 6, 12 hidden sigmoid layers, BN vs no BN at each one's best rate ----------------------------
-DP_BN_12 = Claim("BN trains the 12-layer sigmoid net to above 95%",
-                 "final test accuracy (%) of BN, 12 hidden layers, at its best rate", ">", 95.0)
-DP_NOBN_12 = Claim("Without BN the 12-layer sigmoid net does not train",
-                   "final test accuracy (%) of no BN, 12 hidden layers, at its best rate", "<", CHANCE_LIKE)
-DP_ADV_6 = Claim("At 6 hidden layers BN reaches 95% in fewer steps than no BN",
-                 "steps to 95%, no BN / BN, 6 hidden layers, each at its best rate", ">", 1.0)
-DP_BN_SLOWDOWN = Claim("BN needs less than 2x the steps to 95% at 12 hidden layers than at 3",
-                       "steps to 95% of BN, 12 / 3 hidden layers, each at its best rate", "<", 2.0)
-DEPTH_CLAIMS = (DP_BN_12, DP_NOBN_12, DP_ADV_6, DP_BN_SLOWDOWN)
-
-
-def _examples() -> int:
-    from bnexp.designs.studies import EXAMPLES
-
-    return EXAMPLES
-
-
-def _question(name: str) -> str:
-    from bnexp.designs.studies import build_studies
-
-    return build_studies()[name].question
 
 
 def _interval_text(vals: dict) -> str:
@@ -107,7 +60,7 @@ def _interval_text(vals: dict) -> str:
 
 def _ratio_values(num: pd.DataFrame, den: pd.DataFrame, claim: Claim, unit: str) -> dict:
     a, b = censored(num, unit), censored(den, unit)
-    return {s: usable(*censored_ratio(a[s], b[s]), claim) for s in sorted(set(a) & set(b))}
+    return {s: (a[s] / b[s]).usable(claim.direction, claim.threshold) for s in sorted(set(a) & set(b))}
 
 
 def _side(vals: dict, threshold: float) -> str:
@@ -119,9 +72,10 @@ def _side(vals: dict, threshold: float) -> str:
 
 # --- batch_size --------------------------------------------------------------------------------------------
 
-def analyze_batch_size(runs) -> dict:
-    """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`BATCH_SIZE_CLAIMS`."""
-    c = cells(runs, TARGET)
+def analyze_batch_size(sweep) -> dict:
+    """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET)
+    examples = int((c["budget"] * c["m"]).max()) if not c.empty else 0  # the budget: 240,000 (designs.studies)
     fin = {(n, m): per_seed(select(c, norm=n, m=m), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
 
     def drop(n):
@@ -130,18 +84,18 @@ def analyze_batch_size(runs) -> dict:
 
     d_bn, d_ln = drop("batch"), drop("layer")
     claims = [
-        ratio_claim(BS_ADV_60, select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
-        ratio_claim(BS_ADV_4, select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
-        diff_claim(BS_LN_2, fin[("layer", 2)], fin[("batch", 2)]),
-        diff_claim(BS_DROP, d_bn, d_ln),
-        diff_claim(BS_GHOST, fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
+        ratio_claim(C["BS_ADV_60"], select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
+        ratio_claim(C["BS_ADV_4"], select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
+        diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)]),
+        diff_claim(C["BS_DROP"], d_bn, d_ln),
+        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
     ]
     findings = []
     ms = sorted(int(m) for m in c["m"].unique()) if not c.empty else []
     for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
         parts, holds = [], []
         for m in ms:
-            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), BS_ADV_60, "examples")
+            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), C["BS_ADV_60"], "examples")
             if not vals:
                 continue
             parts.append(f"m = {m}: {_interval_text(vals)}")
@@ -149,12 +103,12 @@ def analyze_batch_size(runs) -> dict:
                 holds.append(str(m))
         if parts:
             findings.append(f"Examples to 95%, {label} / BN (mean [95% interval]; a run that never reached 95% counts "
-                            f"as its {_examples():,} examples): {'; '.join(parts)}. BN needs fewer examples than "
+                            f"as its {examples:,} examples): {'; '.join(parts)}. BN needs fewer examples than "
                             f"{label} "
                             f"(interval above 1) at m = {', '.join(holds) if holds else 'none of these'}.")
     table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
-    return {"title": "Mini-batch size: where does BN's advantage end?", "question": _question("batch_size"),
-            "target": TARGET, "budget_examples": _examples(), "claims": claims, "table": table, "findings": findings,
+    return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
+            "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
             "cells": c,
             "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
@@ -177,10 +131,10 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
     return {s: (abs(v) if absolute and v is not None else v) for s, v in out.items()}
 
 
-def analyze_inference_statistics(runs) -> dict:
+def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
-    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`INFERENCE_CLAIMS`."""
-    c = cells(runs, TARGET, _inference_extra)
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
     missing = None
     if not c.empty and c["acc_batch"].isna().all():
@@ -197,11 +151,11 @@ def analyze_inference_statistics(runs) -> dict:
         return evaluate(claim, vals, premise=missing or (None if vals else "no completed runs of this configuration"))
 
     claims = [
-        ev(IS_AGREE_60, _gap(at(60, 0.1), "ema", "batch", True)),
-        ev(IS_GAP_GROWS, minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
-        ev(IS_POP_60, _gap(at(60, 0.1), "population", "ema", True)),
-        ev(IS_POP_2, _gap(at(2, 0.1), "population", "ema")),
-        ev(IS_SLOW_EMA, minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
+        ev(C["IS_AGREE_60"], _gap(at(60, 0.1), "ema", "batch", True)),
+        ev(C["IS_GAP_GROWS"], minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
+        ev(C["IS_POP_60"], _gap(at(60, 0.1), "population", "ema", True)),
+        ev(C["IS_POP_2"], _gap(at(2, 0.1), "population", "ema")),
+        ev(C["IS_SLOW_EMA"], minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
     ]
     table = config_rows(c, ["m", "momentum"], TARGET)
     for row in table:
@@ -216,7 +170,7 @@ def analyze_inference_statistics(runs) -> dict:
                  for m in sorted(c["m"].unique())]
         findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
-    return {"title": "Train-mode vs inference-mode statistics", "question": _question("inference_statistics"),
+    return {"title": "Train-mode vs inference-mode statistics", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
             "columns": [("m", "m"), ("momentum", "momentum"), ("seeds", "seeds"),
                         ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
@@ -251,20 +205,17 @@ def _best_rate_findings(best: dict, label) -> list[str]:
         if lr is None:
             out.append(f"{label(combo)}: no completed runs.")
             continue
-        edge = ""  # a better rate may lie outside the grid (docs/studies/README.md)
-        if len(grid) > 1 and abs(lr - grid[0]) < 1e-12:
-            edge = "; the lowest rate of its grid, so a lower one might be better"
-        elif len(grid) > 1 and abs(lr - grid[-1]) < 1e-12:
-            edge = "; the highest rate of its grid, so a higher one might be better"
+        e = edge_of(lr, grid)  # a better rate may lie outside the grid (docs/studies/README.md)
+        edge = f"; the {e} rate of its grid, so a {e[:-3]}er one might be better" if e else ""
         out.append(f"{label(combo)}: best rate {lr:g} ({rule}{edge}).")
     return out
 
 
-def analyze_placement(runs) -> dict:
+def analyze_placement(sweep) -> dict:
     """The placement study: BN before vs after the nonlinearity, MLP and CNN, sigmoid and ReLU, each position
     at its best rate; :data:`PLACEMENT_CLAIMS`. The MLP's target is 95%, the CNN's 97%."""
-    c = pd.concat([cells([r for r in runs if r.config.get("model.name", "mlp") != "cnn"], TARGET),
-                   cells([r for r in runs if r.config.get("model.name") == "cnn"], CNN_TARGET)], ignore_index=True)
+    mlp, cnn = cells(sweep, TARGET), cells(sweep, CNN_TARGET)
+    c = pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
     combos = [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")]
     best = _families(c, ["model", "act", "position"], combos)
     claims = [ratio_claim(PLACEMENT_CLAIMS[(m, a)], best[(m, a, "after")][0], best[(m, a, "before")][0])
@@ -273,7 +224,7 @@ def analyze_placement(runs) -> dict:
     for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET)):
         table += config_rows(select(c, model=model), ["model", "act", "position", "lr"], target)
     _mark_best(table, best, ["model", "act", "position"])
-    return {"title": "BN before or after the nonlinearity", "question": _question("placement"), "target": TARGET,
+    return {"title": "BN before or after the nonlinearity", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
             "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
@@ -281,30 +232,30 @@ def analyze_placement(runs) -> dict:
                         ("to_target_text", "steps to target (reached); MLP 95%, CNN 97%")]}
 
 
-def analyze_normalizer(runs) -> dict:
-    """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`NORMALIZER_CLAIMS`."""
-    c = cells(runs, TARGET)
+def analyze_normalizer(sweep) -> dict:
+    """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET)
     best = _families(c, ["norm"], [("batch",), ("layer",), ("group",), ("none",)])
     b = {k[0]: v[0] for k, v in best.items()}
-    claims = [ratio_claim(NM_BN, b["none"], b["batch"]), ratio_claim(NM_LN, b["none"], b["layer"]),
-              ratio_claim(NM_BN_LN, b["layer"], b["batch"]), ratio_claim(NM_BN_GN, b["group"], b["batch"])]
+    claims = [ratio_claim(C["NM_BN"], b["none"], b["batch"]), ratio_claim(C["NM_LN"], b["none"], b["layer"]),
+              ratio_claim(C["NM_BN_LN"], b["layer"], b["batch"]), ratio_claim(C["NM_BN_GN"], b["group"], b["batch"])]
     table = _mark_best(config_rows(c, ["norm", "lr"], TARGET), best, ["norm"])
-    findings = _best_rate_findings(best, lambda k: NAMES[k[0]])
+    findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
              for k in b}
     if all(means[k] is not None for k in ("none", "batch", "layer")) and means["none"] > means["batch"]:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
         findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
                         f"{100 * share:.0f}% without batch statistics.")
-    return {"title": "Batch vs layer vs group normalization vs none", "question": _question("normalizer"),
+    return {"title": "Batch vs layer vs group normalization vs none", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
             "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
 
 
-def analyze_depth(runs) -> dict:
-    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`DEPTH_CLAIMS`."""
-    c = cells(runs, TARGET)
+def analyze_depth(sweep) -> dict:
+    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET)
     depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
     best = _families(c, ["depth", "norm"],
                      [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
@@ -319,14 +270,14 @@ def analyze_depth(runs) -> dict:
     def ev(claim, vals):
         return evaluate(claim, vals, premise=None if vals else "no completed runs of this configuration")
 
-    claims = [ev(DP_BN_12, finals(12, "batch")), ev(DP_NOBN_12, finals(12, "none")),
-              ratio_claim(DP_ADV_6, rows(6, "none"), rows(6, "batch")),
-              ratio_claim(DP_BN_SLOWDOWN, rows(12, "batch"), rows(3, "batch"))]
+    claims = [ev(C["DP_BN_12"], finals(12, "batch")), ev(C["DP_NOBN_12"], finals(12, "none")),
+              ratio_claim(C["DP_ADV_6"], rows(6, "none"), rows(6, "batch")),
+              ratio_claim(C["DP_BN_SLOWDOWN"], rows(12, "batch"), rows(3, "batch"))]
     table = _mark_best(config_rows(c, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
-    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "question": _question("depth"), "target": TARGET,
+    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
             "findings": _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
-                                            lambda k: f"{k[0]} layers, {NAMES[k[1]]}"),
+                                            lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}"),
             "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to 95% (reached)")]}
@@ -334,8 +285,7 @@ def analyze_depth(runs) -> dict:
 
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
-CLAIMS = {"batch_size": BATCH_SIZE_CLAIMS, "inference_statistics": INFERENCE_CLAIMS,
-          "placement": tuple(PLACEMENT_CLAIMS.values()), "normalizer": NORMALIZER_CLAIMS, "depth": DEPTH_CLAIMS}
+CLAIMS = {**{k: tuple(c.values()) for k, c in STUDY_CLAIMS.items()}, "placement": tuple(PLACEMENT_CLAIMS.values())}
 
 
 log = logging.getLogger("bnexp")
@@ -343,7 +293,8 @@ log = logging.getLogger("bnexp")
 
 def study_section(sweep_dir: Path, sweep) -> dict | None:
     """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
-    "title", "question", "page", "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
+    "title", "question" (study.json's, written by scripts/study.sh from :mod:`bnexp.designs.studies`), "page",
+    "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
     "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
     (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded), "jobs"
     (its parallel jobs) and "calls" (how many calls of the script trained), from study.json (None when absent)}."""
@@ -354,9 +305,10 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     if name not in ANALYSES:
         log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
         return None
-    sec = ANALYSES[name](sweep.runs)
+    sec = ANALYSES[name](sweep)
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
+    sec = {"title": sec.pop("title"), "question": marker.get("question") or "", **sec}
     sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
                run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"),
                jobs=marker.get("jobs"), calls=marker.get("calls"))

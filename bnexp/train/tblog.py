@@ -40,6 +40,8 @@ from typing import Iterable, Mapping
 
 from torch.utils.tensorboard import SummaryWriter
 
+from bnexp.config.checks import option_value
+
 MAX_COLUMNS = 25
 # Columns of the HParams table that fit a 1600 px wide window beside "Trial ID" and "Show Metrics".
 TABLE_COLUMNS = 6
@@ -78,7 +80,7 @@ def _scalar(value):
     try:
         return str(OmegaConf.to_container(value, resolve=True, enum_to_str=True))
     except ValueError:
-        return str(getattr(value, "value", value))
+        return str(option_value(value))
 
 
 def _unquote(text: str) -> str:

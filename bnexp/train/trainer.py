@@ -119,7 +119,7 @@ class Trainer:
         self.reseed = distributed.needs_step_seed(self.model, self.replicas)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=cfg.optim.momentum,
                                          nesterov=cfg.optim.nesterov, weight_decay=cfg.optim.weight_decay)
-        schedule = str(getattr(cfg.optim.schedule, "value", cfg.optim.schedule))
+        schedule = str(option_value(cfg.optim.schedule))
         self.scheduler = (None if schedule == "constant" else torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(schedule, cfg.optim.decay_rate, cfg.optim.decay_steps)))
         self.sampler = BatchSampler(len(self.data.train_y), tcfg.batch_size, cfg.seed, self.device)
@@ -459,7 +459,7 @@ class Trainer:
         last = self.history[-1]
         final_acc, final_loss = last["test_accuracy"], last["test_loss"]
         extra: dict = {}
-        pop = str(getattr(cfg.bn.population_stats, "value", cfg.bn.population_stats))
+        pop = str(option_value(cfg.bn.population_stats))
         if status == "finished" and cfg.bn.enabled and pop == "recompute":
             extra["final_test_accuracy_ema"] = final_acc
             train_x, batch_size = self.data.train_x, int(cfg.trainer.batch_size)

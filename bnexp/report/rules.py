@@ -1,0 +1,149 @@
+"""The report's rules, each stated once: when a run left chance, the std over seeds, how a value that is
+only a bound (a target not reached within the budget) enters a ratio and a claim and how it is written,
+the normalizer vocabulary and how a config option is read. Every section of the report uses these.
+
+* **Chance** (:data:`CHANCE`): a run *left chance* when its best test accuracy is above
+  ``1 / NUM_CLASSES + 0.05`` (15% for MNIST's and CIFAR-10's 10 classes: 5 points above guessing).
+  A run that never did makes a claim about it inconclusive; a claim "does not train" uses it as threshold.
+* **Std** (:data:`DDOF`): every std over seeds is the sample std (ddof=1); one value has none ("(1 seed)").
+* **Bounds** (:class:`Censored`): a run that never reached a target counts as its budget, a *lower* bound
+  on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); a bound enters a claim only
+  where it decides the side of the threshold (:meth:`Censored.usable`); it is written ">= 3.00x".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from bnexp.config.checks import option_value
+
+NUM_CLASSES = 10  # MNIST and CIFAR-10
+CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it: the run never left chance
+DDOF = 1  # the sample std over seeds, in every table and claim
+STD_NOTE = "std is the sample standard deviation over seeds (ddof=1)"
+BOUNDS = ("exact", "lower", "upper", "unknown")
+PREFIX = {"exact": "", "lower": ">= ", "upper": "<= ", "unknown": "~"}
+_FLIP = {"lower": "upper", "upper": "lower"}
+
+
+def finite(values) -> np.ndarray:
+    """The finite numbers among ``values`` (None, NaN, inf and non-numbers left out) as a float array."""
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f) and not isinstance(v, bool):
+            out.append(f)
+    return np.asarray(out, dtype=float)
+
+
+def optional(v, kind=float):
+    """``kind(v)``, or None for a missing value (None, NaN)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else kind(v)
+
+
+def stat(values) -> dict:
+    """{"n", "mean", "std"} of the finite ``values`` (seeds): std is the sample std (:data:`DDOF`), None
+    for fewer than two values; mean None without values."""
+    x = finite(values)
+    return {"n": int(x.size), "mean": float(x.mean()) if x.size else None,
+            "std": float(x.std(ddof=DDOF)) if x.size > DDOF else None}
+
+
+@dataclass(frozen=True)
+class Censored:
+    """A per-seed value that may be only a bound.
+
+    Attributes:
+        value: the number (steps, examples, a ratio), None when unknown.
+        bound: "exact", "lower" (the true value is at least ``value``), "upper" (at most) or "unknown"
+            (bounds on both sides of a ratio: no side is known).
+        why: a short reason for a bound or a missing value (e.g. "not reached within 4,000 steps").
+    """
+
+    value: float | None
+    bound: str = "exact"
+    why: str | None = None
+
+    @classmethod
+    def steps(cls, reached: float | None, budget: float | None, scale: float = 1.0) -> Censored:
+        """Steps (or examples with ``scale`` = m) to a target: exact when reached, else the ``budget`` as a
+        lower bound ("censored at the budget"); unknown without a budget."""
+        if reached is not None and not (isinstance(reached, float) and math.isnan(reached)):
+            return cls(float(reached) * scale)
+        if budget is None or (isinstance(budget, float) and math.isnan(budget)) or not budget:
+            return cls(None, "unknown", "not reached, budget unknown")
+        return cls(float(budget) * scale, "lower", f"not reached within {budget:,.0f} steps")
+
+    def __truediv__(self, other: Censored) -> Censored:
+        """The ratio of two values: a bound in the numerator stays that bound, one in the denominator flips
+        (a lower bound below makes an upper bound); bounds on both sides that disagree make it "unknown"; a
+        missing value (None, NaN, a zero denominator) makes no value."""
+        if self.value is None or other.value is None or not other.value or not math.isfinite(self.value / other.value):
+            return Censored(None)  # a missing value on either side: no value, nothing to say about bounds
+        kinds = {self.bound, _FLIP.get(other.bound, other.bound)} - {"exact"}
+        bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
+        return Censored(self.value / other.value, bound, self.why or other.why)
+
+    def usable(self, direction: str, threshold: float) -> float | None:
+        """The value where it may enter a claim ``direction`` (">" or "<") ``threshold``: an exact value;
+        a bound only when the true value lies on the same side of the threshold as the bound (a lower bound
+        above it, an upper bound below it, or a bound on the threshold that points away); else None."""
+        if self.value is None or self.bound == "unknown":
+            return None
+        if self.bound == "exact":
+            return self.value
+        above = self.value > threshold if direction == ">" else self.value >= threshold
+        below = self.value <= threshold if direction == ">" else self.value < threshold
+        return self.value if (self.bound == "lower" and above) or (self.bound == "upper" and below) else None
+
+    def text(self, digits: int = 2, unit: str = "x", missing: str = "not reached") -> str:
+        """">= 3.00x" (a lower bound), "<= 0.50x" (upper), "~3.00x (both bounds)" (unknown), "2.50x" or
+        ``missing`` without a value."""
+        if self.value is None:
+            return missing
+        return f"{PREFIX[self.bound]}{self.value:,.{digits}f}{unit}" + (" (both bounds)" if self.bound == "unknown"
+                                                                         else "")
+
+
+def option_text(v) -> str | None:
+    """A config option as text (:func:`bnexp.config.checks.option_value`): an Enum's value, and an Enum
+    written out by name ("Normalizer.layer") as its value ("layer"); None stays None."""
+    return None if v is None else str(option_value(v)).rsplit(".", 1)[-1]
+
+
+# The normalizer vocabulary: the code of a run's normalizer and its label in every table, claim and figure.
+NORMALIZERS = {"none": "no BN", "batch": "BN", "noisy": "noisy BN", "ghost": "ghost BN", "layer": "LayerNorm",
+               "group": "GroupNorm"}
+
+
+def normalizer(config: dict) -> str | None:
+    """The normalizer code (:data:`NORMALIZERS`) of a flattened config: "none" (``bn.enabled`` false),
+    "layer" or "group" (``bn.norm``), "noisy" (``bn.noise``), "ghost" (``bn.ghost_batch_size`` set) or
+    "batch"; None when ``bn.enabled`` is unknown. Keys an older run lacks take their defaults."""
+    enabled = config.get("bn.enabled")
+    if enabled is None:
+        return None
+    if not enabled:
+        return "none"
+    norm = option_text(config.get("bn.norm")) or "batch"
+    if norm in ("layer", "group"):
+        return norm
+    if config.get("bn.noise"):
+        return "noisy"
+    return "ghost" if config.get("bn.ghost_batch_size") not in (None, "null") else "batch"
+
+
+def normalizer_label(config: dict) -> str | None:
+    """The label of a run's normalizer and its place: "BN", "noisy BN", "LayerNorm after g", ...; None when
+    ``bn.enabled`` is unknown."""
+    code = normalizer(config)
+    if code is None:
+        return None
+    after = code != "none" and option_text(config.get("bn.position")) == "after"
+    return NORMALIZERS[code] + (" after g" if after else "")
