@@ -19,9 +19,9 @@ uses the seed means of the *decision seeds* (``--seeds``, 0 and 1 on the CPU lad
 A preset ladder stops at the first complete rung b (seed-mean accuracy a) where, in this order:
 ``a*`` (a >= a*; the presets of :data:`TARGETED`), *decided* (baseline_x5 only, :data:`RATE_ALONE`: b >= 1.25 x
 bn_x5's budget to a* and a < a*, so the rate alone is not BN-x5's speedup), *chance* (b >= ``early``, 12k steps
-on the CPU ladder, and a < chance + 5 points: it stayed at chance or diverged, a diverged run counting as
-chance), *trains* (a >= chance + 5 points, for :data:`STOP_WHEN_TRAINS`: its claim is decided), *converged*
-(the doubling to b gained < 0.5 points, above chance + 5 points), *cap* (2b passes the baseline's largest
+on the CPU ladder, and a <= rules.CHANCE (15%, chance + 5 points): it stayed at chance or diverged, a diverged run counting as
+chance), *trains* (a > rules.CHANCE, for :data:`STOP_WHEN_TRAINS`: its claim is decided), *converged*
+(the doubling to b gained < 0.5 points, above rules.CHANCE), *cap* (2b passes the baseline's largest
 budget, or ``early`` for :data:`EARLY_CAPPED`). :func:`ladder_stops` names the rule that stopped each ladder.
 
 ``python -m bnexp.designs.ladder next SWEEP_DIR [options]`` prints the next batch: ``#`` lines to show, then one
@@ -42,7 +42,8 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from bnexp.report.frontier import BASELINE, CHANCE, GAIN, TOL, TRAINS, budget_to_reach, load_runs
+from bnexp.report.frontier import BASELINE, GAIN, TOL, budget_to_reach, load_runs
+from bnexp.report.rules import CHANCE
 
 NO_DROPOUT = ("bn_x5", "bn_x30", "bn_x5_sigmoid")  # Sec. 4.2.1: BN-x5 and its variants drop dropout
 HEADLINE = "bn_x5"  # the pass rule's preset: its ladder runs right after the baseline's, before the others
@@ -197,14 +198,14 @@ def _stop_rule(b: int, a: float, prev: float | None, target: float | None, early
     ``decided_at``: the control's budget past which a rung below a* decides its question (:data:`RATE_ALONE`)."""
     if target is not None and a >= target - TOL:
         return f"a*: {_pct(a)} at {b:,} steps reaches a* = {_pct(target)}"
-    if decided_at is not None and b >= decided_at and a >= CHANCE + TRAINS:
+    if decided_at is not None and b >= decided_at and a > CHANCE:
         return (f"decided: {_pct(a)} at {b:,} steps >= {RATE_ALONE:g} x B_bn_x5(a*) = {decided_at:,.0f} is below a*, "
                 "so the rate alone is not BN-x5's speedup")
-    if early is not None and b >= early and a < CHANCE + TRAINS:
-        return f"chance: {_pct(a)} at {b:,} steps, below chance + 5 points (at chance or diverged by {early:,})"
-    if stop_trains and a >= CHANCE + TRAINS:
-        return f"trains: {_pct(a)} at {b:,} steps, at least chance + 5 points (its claim is decided)"
-    if prev is not None and a - prev < GAIN and (early is None or a >= CHANCE + TRAINS):
+    if early is not None and b >= early and a <= CHANCE:
+        return f"chance: {_pct(a)} at {b:,} steps, at or below chance + 5 points (at chance or diverged by {early:,})"
+    if stop_trains and a > CHANCE:
+        return f"trains: {_pct(a)} at {b:,} steps, above chance + 5 points (its claim is decided)"
+    if prev is not None and a - prev < GAIN and (early is None or a > CHANCE):
         return f"converged: the doubling to {b:,} steps gained {100 * (a - prev):.2f} < 0.5 points"
     return None
 
