@@ -173,12 +173,22 @@ def _follow(cfg, run_dir: Path, replicas):
 
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
-    """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
+    """:func:`run_job` in the process that writes the run directory (the only one, or rank 0).
+
+    Nothing is written into the run folder -- neither Hydra's ``.hydra/`` (:func:`_save_hydra_files`)
+    nor ``train.log`` (:class:`_HeldLog`), summary.json or a cleared record -- until bnexp has decided to
+    train there: the config is valid, the folder holds no other configuration's run or checkpoint
+    (:func:`_refuse_other_config`, :func:`bnexp.train.resume.refuse_foreign_checkpoint`), it is not
+    complete, its lock is free, and the data and the model are ready (``on_begin`` of
+    :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as
+    it was (and removes a folder Hydra made for it).
+    """
     from bnexp.train import distributed
     from bnexp.runs import rundir
     from bnexp.config.schema import validate
     from bnexp.errors import OutputError
     from bnexp.train.records import sparse_record_warnings
+    from bnexp.train.resume import refuse_foreign_checkpoint
     from bnexp.runs.sweepjobs import FailedRun
     from bnexp.train.trainer import Interrupted, train
 
@@ -186,19 +196,38 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     resume = cfg.trainer.resume
     fresh = _is_fresh(run_dir)
     hydra_dir = run_dir
+    held = _HeldLog(hydra_dir)
+    decided = [False]
     if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
         found = rundir.find_resumable(run_dir, overrides or [])
         if found is not None:
             log.info("trainer.resume=true: continuing the unfinished run in %s", found)
             run_dir, fresh = found, False
+
+    def begin() -> None:
+        """bnexp decides to train in ``run_dir``: from here on the folder is written."""
+        decided[0] = True
+        _save_hydra_files(hydra_dir, cfg)
+        held.release()
+        if run_dir != hydra_dir:
+            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
+        if resume is False:
+            if rundir.is_complete(run_dir):
+                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
+                            run_dir)
+            rundir.clear_partial_outputs(run_dir, checkpoint=True)
+        elif not (run_dir / "checkpoint.pt").exists():
+            rundir.clear_partial_outputs(run_dir)
+        rundir.remove_stale_temporaries(run_dir)
+        for warning in sparse_record_warnings(cfg):
+            log.warning("%s", warning)
+
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
-        if run_dir != hydra_dir:
-            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
         if resume is not False and rundir.is_complete(run_dir):
             s = rundir.read_summary(run_dir)
             log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
@@ -218,17 +247,12 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             s = rundir.read_summary(run_dir)
             log.info("%s was completed meanwhile (status %s): skipped", run_dir, s.get("status"))
             return s
-        if resume is False:
-            if rundir.is_complete(run_dir):
-                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
-                            run_dir)
-            rundir.clear_partial_outputs(run_dir, checkpoint=True)
-        elif not (run_dir / "checkpoint.pt").exists():
-            rundir.clear_partial_outputs(run_dir)
-        for warning in sparse_record_warnings(cfg):
-            log.warning("%s", warning)
+        if resume is not False:
+            from bnexp.config.schema import resolved
+
+            refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
         tell_followers(True)
-        summary = train(cfg, run_dir, resume=resume is not False)
+        summary = train(cfg, run_dir, resume=resume is not False, on_begin=begin)
         print_summary(summary)
         return summary
     except Interrupted as exc:
@@ -241,21 +265,26 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         user = _as_user_error(exc, run_dir)
         if user is not None:
             _print_error(str(user))
-            if fresh and not (run_dir / "summary.json").exists():
-                _remove_refused_run_dir(run_dir, lock)  # refused before it began: leave no folder
-                lock = None
+            if not decided[0]:  # refused before it began: an existing folder stays as it was
+                if fresh and not (run_dir / "summary.json").exists():
+                    _remove_refused_run_dir(run_dir, lock)  # leave no folder
+                    lock = None
             else:
                 _record_failure(run_dir, cfg, str(user), None)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
         tb = traceback.format_exc()  # internal error: keep the traceback
-        _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
+        if decided[0] or fresh:
+            held.release()
+            _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
             return FailedRun(str(run_dir), f"internal error {type(exc).__name__}: {exc}")
         raise
     finally:
+        if not decided[0]:
+            held.drop()
         if lock is not None:
             lock.release()
 
@@ -384,7 +413,9 @@ def check_output_location(args: list[str]) -> str | None:
     """Check, before Hydra creates it, that the run (or sweep) folder can be created.
 
     Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder). Returns an error message, or None when the location is usable.
+    current folder): a symlink loop or dangling symlink in it (:mod:`bnexp.runs.paths`), a name too
+    long, a file in the way, no write permission. Returns an error message, or None when the
+    location is usable.
     """
     import os
 
@@ -394,6 +425,13 @@ def check_output_location(args: list[str]) -> str | None:
     for a in args:
         if a.startswith(key):
             target = Path(a[len(key):].strip("'\""))
+    from bnexp.runs.paths import link_problem_message
+
+    static = Path(str(target).split("${")[0] or ".")  # the part Hydra does not compute
+    problem = link_problem_message(static, "the output folder" if static == target else "the output path",
+                                   f"Remove or fix the link, or choose another place with {key}PATH.")
+    if problem:
+        return problem
     if "${" in str(target):
         return None
     p = target.resolve()
@@ -476,6 +514,8 @@ def train_main(args: list[str]) -> int:
         if problem:
             raise UserError(problem)
     args, replica_dir = replica_arguments(args)
+    if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
+        args = hold_hydra_output_subdir(args)
     app = _hydra_train()
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["bnexp train"] + args
@@ -524,6 +564,96 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
 
     scratch = tempfile.mkdtemp(prefix="bnexp-replica-")
     return args + [f"hydra.run.dir={scratch}", "hydra.output_subdir=null", "hydra/job_logging=disabled"], scratch
+
+
+OUTPUT_SUBDIR_ENV = "BNEXP_OUTPUT_SUBDIR"
+
+
+def hold_hydra_output_subdir(args: list[str]) -> list[str]:
+    """Keep Hydra from writing a job's ``.hydra/`` before bnexp has decided to run in its folder.
+
+    Hydra's ``run_job`` saves ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` into
+    ``hydra.output_subdir`` before it calls the task function, so a refused second command would
+    rewrite the ``.hydra/`` of a folder whose results came from another config. The arguments get
+    ``hydra.output_subdir=null`` (Hydra writes nothing) and the subdir the user asked for (default
+    ``.hydra``; a user's ``hydra.output_subdir=X`` is taken out and carried over) travels to the job
+    as ``hydra.job.env_set.BNEXP_OUTPUT_SUBDIR`` -- through every launcher, as Hydra sets
+    ``env_set`` around each job; :func:`_save_hydra_files` writes the same three files once the job
+    has decided to train.
+    """
+    subdir, kept = ".hydra", []
+    for a in args:
+        if a.startswith("hydra.output_subdir="):
+            subdir = a.split("=", 1)[1].strip("'\"")
+        else:
+            kept.append(a)
+    if subdir in ("null", "None", "~", ""):
+        return kept + ["hydra.output_subdir=null"]
+    return kept + ["hydra.output_subdir=null", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}='{subdir}'"]
+
+
+def _save_hydra_files(run_dir: Path, task_cfg) -> None:
+    """Write Hydra's ``config.yaml`` (``task_cfg``), ``hydra.yaml`` and ``overrides.yaml`` into the
+    run's output subdir (held back by :func:`hold_hydra_output_subdir`) with Hydra's own writer, as
+    ``run_job`` would have; ``hydra.yaml`` shows the subdir and the overrides the user gave. No-op when
+    nothing was held (no ``BNEXP_OUTPUT_SUBDIR``: Hydra wrote them itself, or the user chose none)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import _save_config
+    from omegaconf import open_dict, read_write
+
+    subdir = os.environ.get(OUTPUT_SUBDIR_ENV)
+    if not subdir or not HydraConfig.initialized():
+        return
+    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+    with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
+        hydra_cfg.hydra.output_subdir = subdir
+        hydra_cfg.hydra.job.env_set.pop(OUTPUT_SUBDIR_ENV, None)
+        hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
+                                           if not o.startswith(("hydra.output_subdir=",
+                                                                f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}="))]
+    out = Path(run_dir) / subdir
+    _save_config(task_cfg, "config.yaml", out)
+    _save_config(hydra_cfg, "hydra.yaml", out)
+    _save_config(hydra_cfg.hydra.overrides.task, "overrides.yaml", out)
+
+
+class _HeldLog:
+    """Hold back the records bound for the log files inside a run folder (its ``train.log``) until
+    bnexp has decided to run there: :meth:`release` writes them, :meth:`drop` forgets them (a refused
+    or skipped start writes nothing into the folder). The file handler opens its file lazily
+    (``delay: true`` in conf/hydra/job_logging), so a held folder gets no empty ``train.log``."""
+
+    def __init__(self, run_dir: Path):
+        self.records: list[logging.LogRecord] = []
+        self.handlers = [h for h in logging.getLogger().handlers + log.handlers
+                         if isinstance(h, logging.FileHandler)
+                         and Path(h.baseFilename).parent == Path(run_dir).resolve()]
+        for h in self.handlers:
+            h.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not any(r is record for r in self.records[-2:]):  # one record reaches each held handler
+            self.records.append(record)
+        return False
+
+    def _stop(self) -> None:
+        for h in self.handlers:
+            h.removeFilter(self)
+
+    def release(self) -> None:
+        """Write the held records to their files and stop holding (idempotent)."""
+        self._stop()
+        records, self.records = self.records, []
+        for h in self.handlers:
+            for r in records:
+                h.handle(r)
+
+    def drop(self) -> None:
+        """Forget the held records and stop holding; a file not yet opened stays uncreated."""
+        self._stop()
+        self.records = []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,8 +64,21 @@ def default_data_root() -> Path:
 
 
 def resolve_root(root: str | None) -> Path:
-    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path."""
-    return (Path(root).expanduser() if root else default_data_root()).resolve()
+    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path, symlinks followed.
+
+    Raises:
+        DataError: the root (or a folder above it) is a symlink loop or a dangling symlink, named
+            with the key or variable it came from.
+    """
+    from bnexp.runs.paths import link_problem_message
+
+    path = Path(root).expanduser() if root else default_data_root()
+    source = "data.root" if root else ("BNEXP_DATA_ROOT" if os.environ.get("BNEXP_DATA_ROOT") else "the default")
+    problem = link_problem_message(path, f"the data root ({source})",
+                                   "Point data.root (or BNEXP_DATA_ROOT) at the folder that holds the data.")
+    if problem:
+        raise DataError(problem)
+    return path.resolve()
 
 
 def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: list[str]) -> None:
