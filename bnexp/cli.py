@@ -131,7 +131,11 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
                     else distributed.Replicas())
     except UserError as exc:
+        fresh, held = _is_fresh(run_dir), _HeldLog(run_dir)
         _print_error(str(exc))
+        held.drop()
+        if fresh:
+            _remove_refused_run_dir(run_dir, None)
         raise SystemExit(2)
     told = [False]
 
@@ -170,6 +174,34 @@ def _follow(cfg, run_dir: Path, replicas):
         raise SystemExit(2)  # rank 0 prints the message
     except Interrupted as exc:
         raise SystemExit(128 + exc.signum)
+    except Exception as exc:  # a collective failed: if rank 0 died, its status is this replica's to correct
+        if _record_lost_rank0(run_dir, replicas.rank, exc):
+            raise SystemExit(1)
+        raise
+
+
+def _record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> bool:
+    """A replica of rank > 0 whose training failed: when rank 0 no longer holds the run folder's lock
+    (it died: the operating system released its lock), take the lock, record the run ``interrupted``
+    instead of the ``running`` rank 0 left (:func:`bnexp.runs.rundir.abandon_run`), and print one line.
+    Returns False while rank 0 still holds the folder (then it records the failure itself)."""
+    from bnexp.runs import rundir
+
+    lock = rundir.RunLock(run_dir)
+    try:
+        if not lock.acquire():
+            return False
+    except OSError:
+        return False
+    try:
+        resumable = (Path(run_dir) / rundir.CHECKPOINT).exists()
+        rundir.abandon_run(run_dir, error=f"rank 0 ended without recording the run's status; replica {rank} saw "
+                                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
+    finally:
+        lock.release()
+    _print_error(f"replica {rank}: rank 0 of this data-parallel run ended without finishing it; {run_dir} is "
+                 f"recorded interrupted{' (re-run the same command to resume from its checkpoint)' if resumable else ''}.")
+    return True
 
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
@@ -714,6 +746,10 @@ def _main(argv: list[str]) -> int:
         print(f"bnexp {bnexp.__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1"):
+        # a replica: torch's C++ side would print a stack of frames for a peer that does not come; bnexp
+        # says it in one line (bnexp.train.distributed.setup). Read when torch loads; a user's value wins.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     if cmd == "train":
         return train_main(rest)
     if cmd == "report":
