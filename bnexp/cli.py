@@ -709,8 +709,18 @@ def main(argv: list[str] | None = None) -> int:
         message = None if _raised_in_a_job(exc) else explain(exc)
         if message is None:  # an internal error: its traceback
             raise
-        _print_error(message)
+        if not _a_silent_replica():
+            _print_error(message)
         return 2
+
+
+def _a_silent_replica() -> bool:
+    """True in a torchrun replica of rank > 0: its refusal is rank 0's too, and rank 0 says it (one line
+    per run, not one per replica)."""
+    try:
+        return 0 < int(os.environ.get("RANK", "0")) < int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
 
 
 def _raised_by_ctrl_c(exc: BaseException) -> bool:

@@ -144,8 +144,11 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
         if device.type == "cuda":
             torch.cuda.set_device(local_rank)
         wait = rendezvous_timeout_s()
+        # rank 0 hosts the store and waits once; torch's store client tries a second time after its first
+        # timeout, so the other ranks get half, and every replica gives up within ``wait``
         try:
-            dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=wait))
+            dist.init_process_group(backend=backend,
+                                    timeout=datetime.timedelta(seconds=wait if rank == 0 else wait / 2))
         except dist.DistError as exc:  # the store's timeouts and connection failures
             where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
             raise UserError(f"replica {rank} of {world}: the other replicas did not all join at {where} within "
