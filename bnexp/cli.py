@@ -28,6 +28,7 @@ from pathlib import Path
 
 import bnexp
 from bnexp.errors import UserError
+from bnexp.runs.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
 
 log = logging.getLogger("bnexp")
 
@@ -131,7 +132,9 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
                     else distributed.Replicas())
     except UserError as exc:
-        fresh, held = _is_fresh(run_dir), _HeldLog(run_dir)
+        from bnexp.runs.start import HeldLog
+
+        fresh, held = _is_fresh(run_dir), HeldLog(run_dir)
         _print_error(str(exc))
         held.drop()
         if fresh:
@@ -175,40 +178,20 @@ def _follow(cfg, run_dir: Path, replicas):
     except Interrupted as exc:
         raise SystemExit(128 + exc.signum)
     except Exception as exc:  # a collective failed: if rank 0 died, its status is this replica's to correct
-        if _record_lost_rank0(run_dir, replicas.rank, exc):
+        from bnexp.runs.start import record_lost_rank0
+
+        line = record_lost_rank0(run_dir, replicas.rank, exc)
+        if line is not None:
+            _print_error(line)
             raise SystemExit(1)
         raise
-
-
-def _record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> bool:
-    """A replica of rank > 0 whose training failed: when rank 0 no longer holds the run folder's lock
-    (it died: the operating system released its lock), take the lock, record the run ``interrupted``
-    instead of the ``running`` rank 0 left (:func:`bnexp.runs.rundir.abandon_run`), and print one line.
-    Returns False while rank 0 still holds the folder (then it records the failure itself)."""
-    from bnexp.runs import rundir
-
-    lock = rundir.RunLock(run_dir)
-    try:
-        if not lock.acquire():
-            return False
-    except OSError:
-        return False
-    try:
-        resumable = (Path(run_dir) / rundir.CHECKPOINT).exists()
-        rundir.abandon_run(run_dir, error=f"rank 0 ended without recording the run's status; replica {rank} saw "
-                                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
-    finally:
-        lock.release()
-    _print_error(f"replica {rank}: rank 0 of this data-parallel run ended without finishing it; {run_dir} is "
-                 f"recorded interrupted{' (re-run the same command to resume from its checkpoint)' if resumable else ''}.")
-    return True
 
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0).
 
-    Nothing is written into the run folder -- neither Hydra's ``.hydra/`` (:func:`_save_hydra_files`)
-    nor ``train.log`` (:class:`_HeldLog`), summary.json or a cleared record -- until bnexp has decided to
+    Nothing is written into the run folder -- neither Hydra's ``.hydra/`` (:func:`bnexp.runs.start.save_hydra_files`)
+    nor ``train.log`` (:class:`bnexp.runs.start.HeldLog`), summary.json or a cleared record -- until bnexp has decided to
     train there: the config is valid, the folder holds no other configuration's run or checkpoint
     (:func:`_refuse_other_config`, :func:`bnexp.train.resume.refuse_foreign_checkpoint`), it is not
     complete, its lock is free, and the data and the model are ready (``on_begin`` of
@@ -216,7 +199,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     it was (and removes a folder Hydra made for it).
     """
     from bnexp.train import distributed
-    from bnexp.runs import rundir
+    from bnexp.runs import rundir, start
     from bnexp.config.schema import validate
     from bnexp.errors import OutputError
     from bnexp.train.records import sparse_record_warnings
@@ -228,7 +211,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     resume = cfg.trainer.resume
     fresh = _is_fresh(run_dir)
     hydra_dir = run_dir
-    held = _HeldLog(hydra_dir)
+    held = start.HeldLog(hydra_dir)
     decided = [False]
     if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
         found = rundir.find_resumable(run_dir, overrides or [])
@@ -239,7 +222,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     def begin() -> None:
         """bnexp decides to train in ``run_dir``: from here on the folder is written."""
         decided[0] = True
-        _save_hydra_files(hydra_dir, cfg)
+        start.save_hydra_files(hydra_dir, cfg)
         held.release()
         if run_dir != hydra_dir:
             (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
@@ -250,7 +233,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             rundir.clear_partial_outputs(run_dir, checkpoint=True)
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
-        rundir.remove_stale_temporaries(run_dir)
+        start.remove_stale_temporaries(run_dir)
         for warning in sparse_record_warnings(cfg):
             log.warning("%s", warning)
 
@@ -322,36 +305,10 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
 
 
 def _refuse_other_config(cfg, run_dir: Path) -> None:
-    """A run folder holds one configuration: refuse a folder whose complete or resumable run was
-    made with a different result-changing value (its ``config.yaml``, written when it started).
+    """:func:`bnexp.runs.start.refuse_other_config` (a run folder holds one configuration)."""
+    from bnexp.runs.start import refuse_other_config
 
-    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
-
-    Raises:
-        UserError: naming the differing keys (old -> new) and the two ways out.
-    """
-    import yaml
-
-    from bnexp.runs import rundir
-    from bnexp.config.schema import changed_keys, resolved
-
-    complete = rundir.is_complete(run_dir)
-    if not (complete or (run_dir / "checkpoint.pt").exists()):
-        return
-    try:
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return  # no record of its config (the checkpoint's own check still applies)
-    changes = changed_keys(old if isinstance(old, dict) else {}, resolved(cfg))
-    if not changes:
-        return
-    shown = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in changes[:6])
-    more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
-    what = "a finished" if complete else "an unfinished (resumable)"
-    raise UserError(f"{run_dir} holds {what} run of another configuration ({shown}{more}). A run folder holds "
-                    "one configuration: run this one in a new folder (another hydra.run.dir, or hydra.sweep.dir "
-                    "for a sweep), or add trainer.resume=false to start this folder over (its results are "
-                    "replaced).")
+    refuse_other_config(cfg, run_dir)
 
 
 def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
@@ -441,49 +398,6 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
         pass
 
 
-def check_output_location(args: list[str]) -> str | None:
-    """Check, before Hydra creates it, that the run (or sweep) folder can be created.
-
-    Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder): a symlink loop or dangling symlink in it (:mod:`bnexp.runs.paths`), a name too
-    long, a file in the way, no write permission. Returns an error message, or None when the
-    location is usable.
-    """
-    import os
-
-    multirun = "-m" in args or "--multirun" in args
-    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
-    target = Path("outputs")
-    for a in args:
-        if a.startswith(key):
-            target = Path(a[len(key):].strip("'\""))
-    from bnexp.runs.paths import link_problem_message
-
-    static = Path(str(target).split("${")[0] or ".")  # the part Hydra does not compute
-    problem = link_problem_message(static, "the output folder" if static == target else "the output path",
-                                   f"Remove or fix the link, or choose another place with {key}PATH.")
-    if problem:
-        return problem
-    if "${" in str(target):
-        return None
-    p = target.resolve()
-    too_long = [part for part in p.parts if len(part.encode()) > 255]
-    if too_long or len(str(p).encode()) > 4095:
-        why = (f"a folder name of {len(too_long[0].encode())} bytes; at most 255" if too_long
-               else "the path exceeds 4095 bytes")
-        return (f"cannot create the output folder {target}: the name is too long for the file system ({why}). "
-                f"Choose a shorter one with {key}PATH.")
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if not p.is_dir():
-        return (f"cannot create the output folder {target}: {p} is a file, not a folder. Choose another "
-                f"place with {key}PATH.")
-    if not os.access(p, os.W_OK):
-        return (f"cannot create the output folder {target}: {p} is not writable (permissions or a "
-                f"read-only disk). Choose another place with {key}PATH.")
-    return None
-
-
 def _parse_flags(args: list[str]):
     """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
     overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
@@ -542,11 +456,13 @@ def train_main(args: list[str]) -> int:
         print(train_help(flags.overrides))
         return 0
     if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
-        problem = check_output_location(args)
+        problem = check_output_location(args)  # bnexp.runs.paths
         if problem:
             raise UserError(problem)
     args, replica_dir = replica_arguments(args)
     if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
+        from bnexp.runs.start import hold_hydra_output_subdir
+
         args = hold_hydra_output_subdir(args)
     app = _hydra_train()
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -596,96 +512,6 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
 
     scratch = tempfile.mkdtemp(prefix="bnexp-replica-")
     return args + [f"hydra.run.dir={scratch}", "hydra.output_subdir=null", "hydra/job_logging=disabled"], scratch
-
-
-OUTPUT_SUBDIR_ENV = "BNEXP_OUTPUT_SUBDIR"
-
-
-def hold_hydra_output_subdir(args: list[str]) -> list[str]:
-    """Keep Hydra from writing a job's ``.hydra/`` before bnexp has decided to run in its folder.
-
-    Hydra's ``run_job`` saves ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` into
-    ``hydra.output_subdir`` before it calls the task function, so a refused second command would
-    rewrite the ``.hydra/`` of a folder whose results came from another config. The arguments get
-    ``hydra.output_subdir=null`` (Hydra writes nothing) and the subdir the user asked for (default
-    ``.hydra``; a user's ``hydra.output_subdir=X`` is taken out and carried over) travels to the job
-    as ``hydra.job.env_set.BNEXP_OUTPUT_SUBDIR`` -- through every launcher, as Hydra sets
-    ``env_set`` around each job; :func:`_save_hydra_files` writes the same three files once the job
-    has decided to train.
-    """
-    subdir, kept = ".hydra", []
-    for a in args:
-        if a.startswith("hydra.output_subdir="):
-            subdir = a.split("=", 1)[1].strip("'\"")
-        else:
-            kept.append(a)
-    if subdir in ("null", "None", "~", ""):
-        return kept + ["hydra.output_subdir=null"]
-    return kept + ["hydra.output_subdir=null", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}='{subdir}'"]
-
-
-def _save_hydra_files(run_dir: Path, task_cfg) -> None:
-    """Write Hydra's ``config.yaml`` (``task_cfg``), ``hydra.yaml`` and ``overrides.yaml`` into the
-    run's output subdir (held back by :func:`hold_hydra_output_subdir`) with Hydra's own writer, as
-    ``run_job`` would have; ``hydra.yaml`` shows the subdir and the overrides the user gave. No-op when
-    nothing was held (no ``BNEXP_OUTPUT_SUBDIR``: Hydra wrote them itself, or the user chose none)."""
-    import copy
-
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.core.utils import _save_config
-    from omegaconf import open_dict, read_write
-
-    subdir = os.environ.get(OUTPUT_SUBDIR_ENV)
-    if not subdir or not HydraConfig.initialized():
-        return
-    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
-    with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
-        hydra_cfg.hydra.output_subdir = subdir
-        hydra_cfg.hydra.job.env_set.pop(OUTPUT_SUBDIR_ENV, None)
-        hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
-                                           if not o.startswith(("hydra.output_subdir=",
-                                                                f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}="))]
-    out = Path(run_dir) / subdir
-    _save_config(task_cfg, "config.yaml", out)
-    _save_config(hydra_cfg, "hydra.yaml", out)
-    _save_config(hydra_cfg.hydra.overrides.task, "overrides.yaml", out)
-
-
-class _HeldLog:
-    """Hold back the records bound for the log files inside a run folder (its ``train.log``) until
-    bnexp has decided to run there: :meth:`release` writes them, :meth:`drop` forgets them (a refused
-    or skipped start writes nothing into the folder). The file handler opens its file lazily
-    (``delay: true`` in conf/hydra/job_logging), so a held folder gets no empty ``train.log``."""
-
-    def __init__(self, run_dir: Path):
-        self.records: list[logging.LogRecord] = []
-        self.handlers = [h for h in logging.getLogger().handlers + log.handlers
-                         if isinstance(h, logging.FileHandler)
-                         and Path(h.baseFilename).parent == Path(run_dir).resolve()]
-        for h in self.handlers:
-            h.addFilter(self)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not any(r is record for r in self.records[-2:]):  # one record reaches each held handler
-            self.records.append(record)
-        return False
-
-    def _stop(self) -> None:
-        for h in self.handlers:
-            h.removeFilter(self)
-
-    def release(self) -> None:
-        """Write the held records to their files and stop holding (idempotent)."""
-        self._stop()
-        records, self.records = self.records, []
-        for h in self.handlers:
-            for r in records:
-                h.handle(r)
-
-    def drop(self) -> None:
-        """Forget the held records and stop holding; a file not yet opened stays uncreated."""
-        self._stop()
-        self.records = []
 
 
 def main(argv: list[str] | None = None) -> int:

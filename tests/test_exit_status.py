@@ -32,11 +32,11 @@ def test_a_second_signal_records_interrupted_and_removes_partial_files(tmp_path)
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from bnexp.runs import rundir
+        from bnexp.runs import start
         from bnexp.train.runtime import SignalGuard
         run_dir = Path({str(run_dir)!r})
         with SignalGuard() as guard:
-            guard.on_exit = lambda signum: rundir.abandon_run(run_dir, signum)
+            guard.on_exit = lambda signum: start.abandon_run(run_dir, signum)
             with open(run_dir / ".checkpoint.pt.abc123.tmp", "wb") as f:  # a write the second signal cuts short
                 f.write(b"half")
                 f.flush()

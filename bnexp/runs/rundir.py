@@ -385,58 +385,6 @@ def symlink_problem(path: Path) -> str | None:
         return "a symlink loop" if exc.errno == errno.ELOOP else f"a dangling symlink (to {os.readlink(path)})"
 
 
-def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Remove the temporary files (``.NAME.*.tmp``, :func:`atomic_write_bytes`) that a process killed
-    in the middle of a write left in ``run_dir``; call it only while holding the folder's lock.
-
-    Returns:
-        the files removed.
-    """
-    removed = []
-    for p in Path(run_dir).glob(".*.tmp"):
-        try:
-            p.unlink()
-            removed.append(p)
-        except OSError:
-            pass
-    if removed:
-        log.info("removed %d temporary file(s) of an earlier attempt cut short: %s", len(removed),
-                 ", ".join(p.name for p in removed))
-    return removed
-
-
-def abandon_run(run_dir: Path, signum: int | None = None, error: str | None = None) -> bool:
-    """The run ends without its trainer recording it (a second SIGINT/SIGTERM exits at once; rank 0 of a
-    data-parallel run died): a summary.json still saying ``running`` becomes ``interrupted``
-    (``resumable`` when a checkpoint.pt is there, else the re-run starts over) with ``error`` saying why,
-    and the temporary files of writes cut short are removed. Call it only from the process that holds,
-    or has just taken, the folder's lock. Never raises.
-
-    Returns:
-        True when it changed the status.
-    """
-    changed = False
-    try:
-        summary = read_summary(run_dir)
-        if summary is not None and summary.get("status") == "running":
-            name = signal.Signals(signum).name if signum is not None else None
-            summary.update({"status": "interrupted", "resumable": (Path(run_dir) / CHECKPOINT).exists(),
-                            "error": error or f"stopped at once by a second {name}: the work since the last "
-                                              "checkpoint is lost"})
-            if name:
-                summary["signal"] = name
-            write_summary_even_on_a_full_disk(Path(run_dir) / SUMMARY, summary)
-            changed = True
-    except Exception:
-        pass
-    for p in Path(run_dir).glob(".*.tmp"):
-        try:
-            p.unlink()
-        except OSError:
-            pass
-    return changed
-
-
 def is_complete(run_dir: Path) -> bool:
     """True if summary.json says the run finished or diverged (a sweep re-run skips it)."""
     s = read_summary(run_dir)

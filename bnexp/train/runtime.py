@@ -125,7 +125,7 @@ class SignalGuard:
     half-done step, and data-parallel replicas all stop at the same step, never inside a collective.
     A second signal exits at once (exit code 128 + signal), after :attr:`on_exit` (when set) has had
     its say: the trainer's records the run as ``interrupted`` and removes the temporary files of writes
-    cut short (:func:`bnexp.runs.rundir.abandon_run`), so no exit leaves ``running`` behind. Only in
+    cut short (:func:`bnexp.runs.start.abandon_run`), so no exit leaves ``running`` behind. Only in
     the main thread; elsewhere (some launchers) signals are left alone. Re-entrant: entering a guard
     already in place (the training function's, handed to the loop) changes nothing.
 

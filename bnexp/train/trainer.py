@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bnexp.train import distributed
-from bnexp.runs import rundir
+from bnexp.runs import rundir, start
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
@@ -585,7 +585,7 @@ def train(cfg: DictConfig, run_dir: Path, resume: bool = True, on_begin=None) ->
         if on_begin is not None:
             on_begin()
         if trainer.is_main:  # a second Ctrl-C leaves neither "running" nor a half-written file
-            signals.on_exit = lambda signum: rundir.abandon_run(run_dir, signum)
+            signals.on_exit = lambda signum: start.abandon_run(run_dir, signum)
         if resume:
             trainer.try_resume()
         try:
