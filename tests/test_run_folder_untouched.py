@@ -123,3 +123,20 @@ def test_a_resumed_run_removes_temporary_files_of_an_attempt_cut_short(bnexp_mai
     summary = rundir.read_summary(run_dir)
     assert summary["status"] == "finished" and summary["resumed_from_step"] == 20
     assert not list(run_dir.glob(".*.tmp"))
+
+
+def test_a_sweep_job_refused_in_its_folder_changes_nothing(bnexp_main, tmp_path):
+    """The same for sweep jobs: Hydra makes each job's folder (named by the swept key) and would write
+    its .hydra/ before the job decides; the job folders of an earlier sweep with another
+    trainer.max_steps keep every byte."""
+    sweep = tmp_path / "sweep"
+    code, err, _ = bnexp_main("train", "-m", *BASE, "lr=0.5,0.6", f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    jobs = sorted(d for d in sweep.iterdir() if d.is_dir())
+    assert [d.name for d in jobs] == ["lr=0.5", "lr=0.6"]
+    assert yaml.safe_load((jobs[0] / ".hydra" / "config.yaml").read_text())["lr"] == 0.5
+    before = {d.name: snapshot(d) for d in jobs}
+    args = [o if not o.startswith("trainer.max_steps=") else "trainer.max_steps=30" for o in BASE]
+    code, err, _ = bnexp_main("train", "-m", *args, "lr=0.5,0.6", f"hydra.sweep.dir={sweep}")
+    assert code == 1 and err.count("trainer.max_steps: 20 there, 30 now") >= 2  # both jobs refused, listed
+    assert {d.name: snapshot(d) for d in jobs} == before
