@@ -94,17 +94,16 @@ def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: lis
 
 
 def check_mnist_files(root: Path) -> None:
-    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, matching the data root's own
-    ``SHA256SUMS`` when it has one (:func:`check_manifest`), right size, right header
+    """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header
     (magic number = unsigned-byte type and dimensions, item count, 28x28 images), and content:
-    every label within the class range 0..9.
+    every label within the class range 0..9; then each against the data root's own ``SHA256SUMS``
+    when it has one (:func:`check_manifest`).
 
     Raises:
         DataError: naming the missing or corrupt file and how to fix it.
     """
     raw = root / "MNIST" / "raw"
     _require_files("MNIST", "uncompressed IDX files", root, raw, list(MNIST_FILES))
-    check_manifest(root, [raw / n for n in MNIST_FILES])
     for name, (magic, count, item_bytes) in MNIST_FILES.items():
         path = raw / name
         header_len = 16 if magic == 2051 else 8
@@ -133,6 +132,7 @@ def check_mnist_files(root: Path) -> None:
                                 "corrupt or not MNIST. Replace it with the official uncompressed file.")
         else:
             check_labels(path, path.read_bytes()[header_len:], 10)
+    check_manifest(root, [raw / n for n in MNIST_FILES])  # after the structure: a truncated file is named so
 
 
 def check_labels(path: Path, labels, num_classes: int) -> None:
