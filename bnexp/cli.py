@@ -190,9 +190,9 @@ def _follow(cfg, run_dir: Path, replicas):
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0).
 
-    Nothing is written into the run folder -- neither Hydra's ``.hydra/`` (:func:`bnexp.runs.start.save_hydra_files`)
-    nor ``train.log`` (:class:`bnexp.runs.start.HeldLog`), summary.json or a cleared record -- until bnexp has decided to
-    train there: the config is valid, the folder holds no other configuration's run or checkpoint
+    Nothing is written into the run folder -- neither Hydra's ``.hydra/``
+    (:func:`bnexp.runs.start.save_hydra_files`) nor ``train.log`` (:class:`bnexp.runs.start.HeldLog`),
+    summary.json or a cleared record -- until bnexp has decided to train there: the config is valid, the folder holds no other configuration's run or checkpoint
     (:func:`_refuse_other_config`, :func:`bnexp.train.resume.refuse_foreign_checkpoint`), it is not
     complete, its lock is free, and the data and the model are ready (``on_begin`` of
     :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as

@@ -1,7 +1,8 @@
 """The start and the abrupt end of a run in its folder.
 
-Start: a run folder holds one configuration (:func:`refuse_other_config`), and nothing is written into a run folder -- Hydra's ``.hydra/`` files, ``train.log`` -- before
-``bnexp train`` has decided to train there (:func:`bnexp.cli.run_job`): Hydra is told to write no
+Start: a run folder holds one configuration (:func:`refuse_other_config`), and nothing is written
+into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
+there (:func:`bnexp.cli.run_job`): Hydra is told to write no
 ``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
 decision; the log records meant for the folder wait in :class:`HeldLog`. A run that starts removes the
 temporary files an earlier attempt killed in mid-write left (:func:`remove_stale_temporaries`).
@@ -114,7 +115,7 @@ class HeldLog:
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Remove the temporary files (``.NAME.*.tmp``, :func:`atomic_write_bytes`) that a process killed
+    """Remove the temporary files (``.NAME.*.tmp``, :func:`bnexp.runs.rundir.atomic_write_bytes`) that a process killed
     in the middle of a write left in ``run_dir``; call it only while holding the folder's lock.
 
     Returns:
@@ -181,12 +182,14 @@ def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | Non
         return None
     try:
         resumable = (Path(run_dir) / rundir.CHECKPOINT).exists()
+        seen = str(exc).splitlines()[0][:160] if str(exc) else ""
         abandon_run(run_dir, error=f"rank 0 ended without recording the run's status; replica {rank} saw "
-                                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}")
+                                   f"{type(exc).__name__}: {seen}")
     finally:
         lock.release()
+    how = " (re-run the same command to resume from its checkpoint)." if resumable else "."
     return (f"replica {rank}: rank 0 of this data-parallel run ended without finishing it; {run_dir} is "
-                 f"recorded interrupted{' (re-run the same command to resume from its checkpoint)' if resumable else ''}.")
+            f"recorded interrupted{how}")
 
 
 def refuse_other_config(cfg, run_dir: Path) -> None:
