@@ -28,6 +28,7 @@ from pathlib import Path
 
 import bnexp
 from bnexp.errors import UserError
+from bnexp.runs.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
 
 log = logging.getLogger("bnexp")
 
@@ -131,7 +132,13 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
                     else distributed.Replicas())
     except UserError as exc:
+        from bnexp.runs.start import HeldLog
+
+        fresh, held = _is_fresh(run_dir), HeldLog(run_dir)
         _print_error(str(exc))
+        held.drop()
+        if fresh:
+            _remove_refused_run_dir(run_dir, None)
         raise SystemExit(2)
     told = [False]
 
@@ -170,15 +177,33 @@ def _follow(cfg, run_dir: Path, replicas):
         raise SystemExit(2)  # rank 0 prints the message
     except Interrupted as exc:
         raise SystemExit(128 + exc.signum)
+    except Exception as exc:  # a collective failed: if rank 0 died, its status is this replica's to correct
+        from bnexp.runs.start import record_lost_rank0
+
+        line = record_lost_rank0(run_dir, replicas.rank, exc)
+        if line is not None:
+            _print_error(line)
+            raise SystemExit(1)
+        raise
 
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
-    """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
+    """:func:`run_job` in the process that writes the run directory (the only one, or rank 0).
+
+    Nothing is written into the run folder -- neither Hydra's ``.hydra/``
+    (:func:`bnexp.runs.start.save_hydra_files`) nor ``train.log`` (:class:`bnexp.runs.start.HeldLog`),
+    summary.json or a cleared record -- until bnexp has decided to train there: the config is valid, the folder holds no other configuration's run or checkpoint
+    (:func:`_refuse_other_config`, :func:`bnexp.train.resume.refuse_foreign_checkpoint`), it is not
+    complete, its lock is free, and the data and the model are ready (``on_begin`` of
+    :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as
+    it was (and removes a folder Hydra made for it).
+    """
     from bnexp.train import distributed
-    from bnexp.runs import rundir
+    from bnexp.runs import rundir, start
     from bnexp.config.schema import validate
     from bnexp.errors import OutputError
     from bnexp.train.records import sparse_record_warnings
+    from bnexp.train.resume import refuse_foreign_checkpoint
     from bnexp.runs.sweepjobs import FailedRun
     from bnexp.train.trainer import Interrupted, train
 
@@ -186,19 +211,38 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     resume = cfg.trainer.resume
     fresh = _is_fresh(run_dir)
     hydra_dir = run_dir
+    held = start.HeldLog(hydra_dir)
+    decided = [False]
     if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
         found = rundir.find_resumable(run_dir, overrides or [])
         if found is not None:
             log.info("trainer.resume=true: continuing the unfinished run in %s", found)
             run_dir, fresh = found, False
+
+    def begin() -> None:
+        """bnexp decides to train in ``run_dir``: from here on the folder is written."""
+        decided[0] = True
+        start.save_hydra_files(hydra_dir, cfg)
+        held.release()
+        if run_dir != hydra_dir:
+            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
+        if resume is False:
+            if rundir.is_complete(run_dir):
+                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
+                            run_dir)
+            rundir.clear_partial_outputs(run_dir, checkpoint=True)
+        elif not (run_dir / "checkpoint.pt").exists():
+            rundir.clear_partial_outputs(run_dir)
+        start.remove_stale_temporaries(run_dir)
+        for warning in sparse_record_warnings(cfg):
+            log.warning("%s", warning)
+
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
-        if run_dir != hydra_dir:
-            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
         if resume is not False and rundir.is_complete(run_dir):
             s = rundir.read_summary(run_dir)
             log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
@@ -218,17 +262,12 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             s = rundir.read_summary(run_dir)
             log.info("%s was completed meanwhile (status %s): skipped", run_dir, s.get("status"))
             return s
-        if resume is False:
-            if rundir.is_complete(run_dir):
-                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
-                            run_dir)
-            rundir.clear_partial_outputs(run_dir, checkpoint=True)
-        elif not (run_dir / "checkpoint.pt").exists():
-            rundir.clear_partial_outputs(run_dir)
-        for warning in sparse_record_warnings(cfg):
-            log.warning("%s", warning)
+        if resume is not False:
+            from bnexp.config.schema import resolved
+
+            refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
         tell_followers(True)
-        summary = train(cfg, run_dir, resume=resume is not False)
+        summary = train(cfg, run_dir, resume=resume is not False, on_begin=begin)
         print_summary(summary)
         return summary
     except Interrupted as exc:
@@ -241,56 +280,35 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         user = _as_user_error(exc, run_dir)
         if user is not None:
             _print_error(str(user))
-            if fresh and not (run_dir / "summary.json").exists():
-                _remove_refused_run_dir(run_dir, lock)  # refused before it began: leave no folder
-                lock = None
+            if not decided[0]:  # refused before it began: an existing folder stays as it was
+                if fresh and not (run_dir / "summary.json").exists():
+                    _remove_refused_run_dir(run_dir, lock)  # leave no folder
+                    lock = None
             else:
                 _record_failure(run_dir, cfg, str(user), None)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
         tb = traceback.format_exc()  # internal error: keep the traceback
-        _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
+        if decided[0] or fresh:
+            held.release()
+            _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
             log.error("run failed with an internal error; the sweep goes on:\n%s", tb)
             return FailedRun(str(run_dir), f"internal error {type(exc).__name__}: {exc}")
         raise
     finally:
+        if not decided[0]:
+            held.drop()
         if lock is not None:
             lock.release()
 
 
 def _refuse_other_config(cfg, run_dir: Path) -> None:
-    """A run folder holds one configuration: refuse a folder whose complete or resumable run was
-    made with a different result-changing value (its ``config.yaml``, written when it started).
+    """:func:`bnexp.runs.start.refuse_other_config` (a run folder holds one configuration)."""
+    from bnexp.runs.start import refuse_other_config
 
-    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
-
-    Raises:
-        UserError: naming the differing keys (old -> new) and the two ways out.
-    """
-    import yaml
-
-    from bnexp.runs import rundir
-    from bnexp.config.schema import changed_keys, resolved
-
-    complete = rundir.is_complete(run_dir)
-    if not (complete or (run_dir / "checkpoint.pt").exists()):
-        return
-    try:
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return  # no record of its config (the checkpoint's own check still applies)
-    changes = changed_keys(old if isinstance(old, dict) else {}, resolved(cfg))
-    if not changes:
-        return
-    shown = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in changes[:6])
-    more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
-    what = "a finished" if complete else "an unfinished (resumable)"
-    raise UserError(f"{run_dir} holds {what} run of another configuration ({shown}{more}). A run folder holds "
-                    "one configuration: run this one in a new folder (another hydra.run.dir, or hydra.sweep.dir "
-                    "for a sweep), or add trainer.resume=false to start this folder over (its results are "
-                    "replaced).")
+    refuse_other_config(cfg, run_dir)
 
 
 def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
@@ -380,40 +398,6 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
         pass
 
 
-def check_output_location(args: list[str]) -> str | None:
-    """Check, before Hydra creates it, that the run (or sweep) folder can be created.
-
-    Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder). Returns an error message, or None when the location is usable.
-    """
-    import os
-
-    multirun = "-m" in args or "--multirun" in args
-    key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
-    target = Path("outputs")
-    for a in args:
-        if a.startswith(key):
-            target = Path(a[len(key):].strip("'\""))
-    if "${" in str(target):
-        return None
-    p = target.resolve()
-    too_long = [part for part in p.parts if len(part.encode()) > 255]
-    if too_long or len(str(p).encode()) > 4095:
-        why = (f"a folder name of {len(too_long[0].encode())} bytes; at most 255" if too_long
-               else "the path exceeds 4095 bytes")
-        return (f"cannot create the output folder {target}: the name is too long for the file system ({why}). "
-                f"Choose a shorter one with {key}PATH.")
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if not p.is_dir():
-        return (f"cannot create the output folder {target}: {p} is a file, not a folder. Choose another "
-                f"place with {key}PATH.")
-    if not os.access(p, os.W_OK):
-        return (f"cannot create the output folder {target}: {p} is not writable (permissions or a "
-                f"read-only disk). Choose another place with {key}PATH.")
-    return None
-
-
 def _parse_flags(args: list[str]):
     """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
     overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
@@ -472,10 +456,14 @@ def train_main(args: list[str]) -> int:
         print(train_help(flags.overrides))
         return 0
     if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
-        problem = check_output_location(args)
+        problem = check_output_location(args)  # bnexp.runs.paths
         if problem:
             raise UserError(problem)
     args, replica_dir = replica_arguments(args)
+    if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
+        from bnexp.runs.start import hold_hydra_output_subdir
+
+        args = hold_hydra_output_subdir(args)
     app = _hydra_train()
     saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["bnexp train"] + args
@@ -547,8 +535,18 @@ def main(argv: list[str] | None = None) -> int:
         message = None if _raised_in_a_job(exc) else explain(exc)
         if message is None:  # an internal error: its traceback
             raise
-        _print_error(message)
+        if not _a_silent_replica():
+            _print_error(message)
         return 2
+
+
+def _a_silent_replica() -> bool:
+    """True in a torchrun replica of rank > 0: its refusal is rank 0's too, and rank 0 says it (one line
+    per run, not one per replica)."""
+    try:
+        return 0 < int(os.environ.get("RANK", "0")) < int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
 
 
 def _raised_by_ctrl_c(exc: BaseException) -> bool:
@@ -584,6 +582,10 @@ def _main(argv: list[str]) -> int:
         print(f"bnexp {bnexp.__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1"):
+        # a replica: torch's C++ side would print a stack of frames for a peer that does not come; bnexp
+        # says it in one line (bnexp.train.distributed.setup). Read when torch loads; a user's value wins.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     if cmd == "train":
         return train_main(rest)
     if cmd == "report":

@@ -64,8 +64,21 @@ def default_data_root() -> Path:
 
 
 def resolve_root(root: str | None) -> Path:
-    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path."""
-    return (Path(root).expanduser() if root else default_data_root()).resolve()
+    """Resolve ``data.root`` (None means :func:`default_data_root`) to an absolute path, symlinks followed.
+
+    Raises:
+        DataError: the root (or a folder above it) is a symlink loop or a dangling symlink, named
+            with the key or variable it came from.
+    """
+    from bnexp.runs.paths import link_problem_message
+
+    path = Path(root).expanduser() if root else default_data_root()
+    source = "data.root" if root else ("BNEXP_DATA_ROOT" if os.environ.get("BNEXP_DATA_ROOT") else "the default")
+    problem = link_problem_message(path, f"the data root ({source})",
+                                   "Point data.root (or BNEXP_DATA_ROOT) at the folder that holds the data.")
+    if problem:
+        raise DataError(problem)
+    return path.resolve()
 
 
 def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: list[str]) -> None:
@@ -83,7 +96,8 @@ def _require_files(dataset: str, kind: str, root: Path, folder: Path, names: lis
 def check_mnist_files(root: Path) -> None:
     """Check the four MNIST IDX files under ``root/MNIST/raw``: present, right size, right header
     (magic number = unsigned-byte type and dimensions, item count, 28x28 images), and content:
-    every label within the class range 0..9.
+    every label within the class range 0..9; then each against the data root's own ``SHA256SUMS``
+    when it has one (:func:`check_manifest`).
 
     Raises:
         DataError: naming the missing or corrupt file and how to fix it.
@@ -118,6 +132,7 @@ def check_mnist_files(root: Path) -> None:
                                 "corrupt or not MNIST. Replace it with the official uncompressed file.")
         else:
             check_labels(path, path.read_bytes()[header_len:], 10)
+    check_manifest(root, [raw / n for n in MNIST_FILES])  # after the structure: a truncated file is named so
 
 
 def check_labels(path: Path, labels, num_classes: int) -> None:
@@ -188,29 +203,110 @@ def _cifar_md5s() -> dict[str, str]:
     return md5
 
 
+MANIFEST = "SHA256SUMS"
+_MANIFEST_OK: dict = {}  # (path, size, mtime_ns, inode) -> the sha256 that matched (a file is hashed once)
+
+
+def check_manifest(root: Path, paths: list[Path]) -> None:
+    """Check ``paths`` against the data root's own checksum list, when it has one: ``root/SHA256SUMS``
+    in ``sha256sum`` format (``DIGEST  ./relative/path``), as ../shared/data carries for its copy.
+    A listed file whose sha256 differs is named (every one, not just the first); files the list does
+    not name, or a root without a list, pass. This is how a non-canonical copy, which cannot match the
+    official md5s, still has each of its files checked.
+
+    Raises:
+        DataError: naming each file whose sha256 differs from the list, and the list.
+    """
+    import hashlib
+
+    manifest = root / MANIFEST
+    try:
+        lines = manifest.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return
+    want = {}
+    for line in lines:
+        digest, _, name = line.strip().partition(" ")
+        if len(digest) == 64 and name:
+            want[os.path.normpath(root / name.strip().lstrip("*"))] = digest.lower()
+    bad = []
+    for path in paths:
+        digest = want.get(os.path.normpath(path))
+        if digest is None:
+            continue
+        st = os.stat(path)
+        key = (os.path.normpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        if _MANIFEST_OK.get(key) == digest:
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() == digest:
+            _MANIFEST_OK[key] = digest
+        else:
+            bad.append(Path(path))
+    if bad:
+        names = ", ".join(str(p) for p in bad)
+        raise DataError(f"{'file' if len(bad) == 1 else 'files'} {names} of the data root {root} "
+                        f"{'does' if len(bad) == 1 else 'do'} not match the sha256 listed in {manifest}: the copy "
+                        "is corrupt. Replace the file(s) from a good copy.")
+
+
 def check_cifar10_files(root: Path, verify_checksums: bool) -> None:
     """Check the CIFAR-10 python-version batch files under ``root/cifar-10-batches-py``.
 
-    Presence always; with ``verify_checksums`` each file's md5 against torchvision's
-    list of the official files.
+    Presence always; each file against the data root's own ``SHA256SUMS`` when it has one
+    (:func:`check_manifest`); with ``verify_checksums`` each file's md5 against torchvision's list of
+    the official files; and ``batches.meta``'s structure (:func:`check_cifar10_meta`).
 
     Raises:
-        DataError: naming the missing file, or the file whose md5 differs, and the fix.
+        DataError: naming the missing file, or every file whose checksum differs, and the fix.
     """
     folder = root / CIFAR_FOLDER
     _require_files("CIFAR-10", "python-version batch files", root, folder, CIFAR_FILES)
+    check_manifest(root, [folder / n for n in CIFAR_FILES])
     if verify_checksums:
         from torchvision.datasets.utils import check_integrity
 
-        for name, md5 in _cifar_md5s().items():
-            if not check_integrity(str(folder / name), md5):
-                raise DataError(
-                    f"CIFAR-10 file {folder / name} does not match the md5 of the official file "
-                    f"({md5}), so the copy is corrupt or not the canonical one. If it is a known "
-                    "non-canonical copy of the standard layout (for example the re-encoded copy in "
-                    "../shared/data), load it anyway with data.verify_checksums=false; otherwise replace "
-                    "it, or delete it and run with data.download=true."
-                )
+        bad = [name for name, md5 in _cifar_md5s().items() if not check_integrity(str(folder / name), md5)]
+        if bad:
+            which = (f"file {folder / bad[0]} does" if len(bad) == 1
+                     else f"files {', '.join(bad)} in {folder} do")
+            raise DataError(
+                f"CIFAR-10 {which} not match the md5 of the official file{'s' if len(bad) > 1 else ''} "
+                "(torchvision's list), so the copy is corrupt or not the canonical one. If it is a known "
+                "non-canonical copy of the standard layout (for example the re-encoded copy in "
+                "../shared/data), load it anyway with data.verify_checksums=false; otherwise replace "
+                "it, or delete it and run with data.download=true."
+            )
+    check_cifar10_meta(folder / "batches.meta")
+
+
+def check_cifar10_meta(path: Path) -> None:
+    """``batches.meta`` must be what torchvision's CIFAR10 reads: a pickle of a dict whose
+    ``label_names`` are the 10 class names (text), and ``num_vis`` 3072 (= 32*32*3) when present.
+
+    Raises:
+        DataError: naming the file and what is wrong.
+    """
+    import pickle
+
+    try:
+        with open(path, "rb") as f:
+            meta = pickle.load(f, encoding="latin1")
+    except Exception as exc:  # random bytes raise many kinds of errors
+        raise DataError(f"CIFAR-10 file {path} is not a readable batches.meta ({type(exc).__name__}: "
+                        f"{str(exc)[:80]}): the copy is corrupt. Replace it with the official file.") from None
+    names = meta.get("label_names") if isinstance(meta, dict) else None
+    if not (isinstance(names, list) and len(names) == 10 and all(isinstance(n, (str, bytes)) for n in names)):
+        raise DataError(f"CIFAR-10 file {path} does not hold the 10 class names under label_names "
+                        f"(found {type(meta).__name__}"
+                        f"{' with keys ' + ', '.join(map(str, list(meta)[:5])) if isinstance(meta, dict) else ''}): "
+                        "the copy is corrupt or not CIFAR-10. Replace it with the official file.")
+    if isinstance(meta, dict) and meta.get("num_vis", 3072) != 3072:
+        raise DataError(f"CIFAR-10 file {path} says num_vis={meta['num_vis']}, expected 3072 (32x32x3): "
+                        "not CIFAR-10. Replace it with the official file.")
 
 
 def _cifar10_reader():

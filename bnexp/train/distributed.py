@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from bnexp.config.checks import uses_batch_statistics
 from bnexp.errors import ConfigError, UserError
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -64,11 +65,44 @@ def env_world_size() -> int:
 
 
 def env_rank() -> int:
-    """This process's rank from torchrun's ``RANK`` (0 when not launched by torchrun)."""
+    """This process's rank from torchrun's ``RANK`` (0 when not launched by torchrun).
+
+    Raises:
+        UserError: ``RANK`` is not an integer, or not in 0..WORLD_SIZE-1 (such a replica would wait
+            for ever for peers that are not coming).
+    """
     try:
-        return int(os.environ.get("RANK", "0"))
+        rank = int(os.environ.get("RANK", "0"))
     except ValueError:
         raise UserError(f"RANK={os.environ['RANK']!r} is not an integer") from None
+    world = env_world_size()
+    if world > 1 and not 0 <= rank < world:
+        raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={world} replicas (0..{world - 1}): start "
+                        "data-parallel runs with torchrun --nproc-per-node=N -m bnexp train ...")
+    return rank
+
+
+RENDEZVOUS_ENV = "BNEXP_RENDEZVOUS_TIMEOUT_S"
+RENDEZVOUS_DEFAULT_S = 60.0
+
+
+def rendezvous_timeout_s() -> float:
+    """How long the replicas wait for each other when they start (seconds): ``$BNEXP_RENDEZVOUS_TIMEOUT_S``,
+    default 60. A replica that is not there by then ends the run with one line (:func:`setup`).
+
+    Raises:
+        UserError: the variable is not a positive number.
+    """
+    text = os.environ.get(RENDEZVOUS_ENV, "")
+    if not text:
+        return RENDEZVOUS_DEFAULT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UserError(f"{RENDEZVOUS_ENV}={text!r} must be a positive number of seconds")
+    return value
 
 
 def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
@@ -80,14 +114,16 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
 
     Args:
         device: the training device chosen by ``trainer.device``.
-        timeout_s: how long collectives wait for the other replicas before failing.
+        timeout_s: how long collectives wait for the other replicas before failing (the start waits
+            :func:`rendezvous_timeout_s`).
 
     Returns:
         the :class:`Replicas` of this process.
 
     Raises:
         UserError: WORLD_SIZE > 1 without the rest of torchrun's environment (RANK,
-            MASTER_ADDR, MASTER_PORT), or torch built without distributed support.
+            MASTER_ADDR, MASTER_PORT), a RANK outside 0..WORLD_SIZE-1, a replica missing at the
+            rendezvous (:func:`rendezvous_timeout_s`), or torch built without distributed support.
     """
     world = env_world_size()
     if world <= 1:
@@ -96,14 +132,33 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
     if missing:
         raise UserError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: start data-parallel runs with "
                         "torchrun --standalone --nproc-per-node=N -m bnexp train ...")
+    rank = env_rank()
     if not dist.is_available():
         raise UserError("this torch build has no torch.distributed support; run with one process")
     backend = "nccl" if device.type == "cuda" else "gloo"
-    local_rank = int(os.environ["LOCAL_RANK"])
+    try:
+        local_rank = int(os.environ["LOCAL_RANK"])
+    except ValueError:
+        raise UserError(f"LOCAL_RANK={os.environ['LOCAL_RANK']!r} is not an integer") from None
     if not dist.is_initialized():
         if device.type == "cuda":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+        wait = rendezvous_timeout_s()
+        # rank 0 hosts the store and waits once; torch's store client tries a second time after its first
+        # timeout, so the other ranks get half, and every replica gives up within ``wait``
+        try:
+            dist.init_process_group(backend=backend,
+                                    timeout=datetime.timedelta(seconds=wait if rank == 0 else wait / 2))
+        except dist.DistError as exc:  # the store's timeouts and connection failures
+            where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+            raise UserError(f"replica {rank} of {world}: the other replicas did not all join at {where} within "
+                            f"{wait:g} s ({str(exc).splitlines()[0][:120]}); start all {world} (torchrun "
+                            f"--nproc-per-node), or give slow starters more time with {RENDEZVOUS_ENV}=SECONDS."
+                            ) from None
+        set_timeout = getattr(dist, "set_timeout", None) or getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+        if wait != timeout_s and set_timeout is not None:
+            # the collectives wait longer than the rendezvous (rank 0 measures while the others wait)
+            set_timeout(datetime.timedelta(seconds=timeout_s))
     return Replicas(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
                     backend=dist.get_backend())
 
@@ -232,7 +287,8 @@ def check_bn_config(cfg, world_size: int | None = None) -> None:
 
     Raises:
         ConfigError: ``bn.ghost_batch_size`` < 2, not dividing ``trainer.batch_size`` (or its share
-            m/N), or with ``bn.impl=reference``; N not dividing ``trainer.batch_size``; ``bn=noisy``
+            m/N), or with ``bn.impl=reference``; N not dividing ``trainer.batch_size``; batch statistics
+            over one example per replica (``bn.sync=false`` with m/N = 1); ``bn=noisy``
             or ``bn.impl=reference`` with N > 1 (one-process features).
     """
     n = env_world_size() if world_size is None else int(world_size)
@@ -250,6 +306,10 @@ def check_bn_config(cfg, world_size: int | None = None) -> None:
             raise ConfigError("bn.impl", bn.impl, "ghost batches need bn.impl=torch")
     if n == 1:
         return
+    if uses_batch_statistics(bn) and (ghost is not None or not bn.get("sync", True)) and m // n < 2:
+        raise ConfigError("trainer.batch_size", m, f"with bn.sync=false each of the {n} replicas normalizes over "
+                          f"its own share m/N = {m // n} example; BN needs m > 1 (paper Sec. 3.1): use "
+                          f"trainer.batch_size >= {2 * n}, or bn.sync=true (statistics over all {m} examples)")
     if bn.get("noise", False):
         raise ConfigError("bn", "noisy", f"noisy BN runs in one process only (this run has {n} replicas)")
     if str(bn.get("impl", "torch")) != "torch":

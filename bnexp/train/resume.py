@@ -81,3 +81,23 @@ def incompatibility(state: dict, model: nn.Module, optimizer: torch.optim.Optimi
     if not groups or [len(g.get("params", ())) for g in groups] != [len(g["params"]) for g in own]:
         return "its optimizer state does not match this network"
     return None
+
+
+def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int) -> None:
+    """Refuse, before anything in ``run_dir`` changes, a ``checkpoint.pt`` that belongs to another run
+    (:func:`check_same_run`); a missing or unreadable file passes (the trainer sets an unreadable one
+    aside and starts over). Reads only the checkpoint's ``config`` and ``world_size`` (memory-mapped:
+    the tensors are not loaded).
+
+    Raises:
+        CheckpointMismatch: as :func:`check_same_run`.
+    """
+    path = Path(run_dir) / "checkpoint.pt"
+    if not path.is_file():
+        return
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # truncated, not a torch zip file: the trainer's business
+        return
+    if not missing_keys(state):
+        check_same_run(state, config, world_size, run_dir)

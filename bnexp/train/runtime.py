@@ -123,9 +123,15 @@ class SignalGuard:
     """Context: the first SIGINT/SIGTERM only sets :attr:`requested` (and :attr:`signum`); the step
     loop stops at the end of that step and saves a checkpoint, so a checkpoint never holds a
     half-done step, and data-parallel replicas all stop at the same step, never inside a collective.
-    A second signal exits at once (exit code 128 + signal). Only in the main thread; elsewhere
-    (some launchers) signals are left alone. Re-entrant: entering a guard already in place (the
-    training function's, handed to the loop) changes nothing.
+    A second signal exits at once (exit code 128 + signal), after :attr:`on_exit` (when set) has had
+    its say: the trainer's records the run as ``interrupted`` and removes the temporary files of writes
+    cut short (:func:`bnexp.runs.start.abandon_run`), so no exit leaves ``running`` behind. Only in
+    the main thread; elsewhere (some launchers) signals are left alone. Re-entrant: entering a guard
+    already in place (the training function's, handed to the loop) changes nothing.
+
+    Attributes:
+        on_exit: None, or a callable of the signal number run before the second signal's exit;
+            its errors are ignored (the process is leaving).
     """
 
     def __init__(self):
@@ -133,6 +139,7 @@ class SignalGuard:
         self.signum = int(signal.SIGTERM)
         self.saved: dict = {}
         self._depth = 0
+        self.on_exit = None
 
     def __enter__(self):
         self._depth += 1
@@ -151,8 +158,14 @@ class SignalGuard:
             signal.signal(sig, self._second)
         self.requested, self.signum = True, int(signum)
 
-    @staticmethod
-    def _second(signum, frame):
+    def _second(self, signum, frame):
+        for sig in self.saved:  # a third signal while on_exit runs: leave at once
+            signal.signal(sig, lambda n, f: os._exit(128 + n))
+        if self.on_exit is not None:
+            try:
+                self.on_exit(signum)
+            except BaseException:
+                pass
         os._exit(128 + signum)
 
     def __exit__(self, *exc):

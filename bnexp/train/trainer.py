@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bnexp.train import distributed
-from bnexp.runs import rundir
+from bnexp.runs import rundir, start
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
@@ -559,7 +559,7 @@ class Trainer:
         return exc
 
 
-def train(cfg: DictConfig, run_dir: Path, resume: bool = True) -> dict:
+def train(cfg: DictConfig, run_dir: Path, resume: bool = True, on_begin=None) -> dict:
     """Run one training run in ``run_dir``, resuming an unfinished run's checkpoint if asked.
 
     SIGINT/SIGTERM from here on (also while the data loads or the checkpoint is read) stop the
@@ -569,6 +569,8 @@ def train(cfg: DictConfig, run_dir: Path, resume: bool = True) -> dict:
         cfg: a composed and validated :class:`bnexp.config.schema.Config`.
         run_dir: the run directory.
         resume: continue from ``run_dir/checkpoint.pt`` when present.
+        on_begin: called once the data and the model are ready, before anything in ``run_dir``
+            changes (``bnexp train`` decides there to run in the folder: :func:`bnexp.cli.run_job`).
 
     Returns:
         the summary dict written to ``summary.json`` (status ``finished`` or ``diverged``).
@@ -580,6 +582,10 @@ def train(cfg: DictConfig, run_dir: Path, resume: bool = True) -> dict:
     """
     with SignalGuard() as signals:
         trainer = Trainer(cfg, run_dir)
+        if on_begin is not None:
+            on_begin()
+        if trainer.is_main:  # a second Ctrl-C leaves neither "running" nor a half-written file
+            signals.on_exit = lambda signum: start.abandon_run(run_dir, signum)
         if resume:
             trainer.try_resume()
         try:

@@ -1,0 +1,224 @@
+"""The start and the abrupt end of a run in its folder.
+
+Start: a run folder holds one configuration (:func:`refuse_other_config`), and nothing is written
+into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
+there (:func:`bnexp.cli.run_job`): Hydra is told to write no
+``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
+decision; the log records meant for the folder wait in :class:`HeldLog`. A run that starts removes the
+temporary files an earlier attempt killed in mid-write left (:func:`remove_stale_temporaries`).
+
+Abrupt end: a second Ctrl-C, or rank 0 of a data-parallel run killed outright, leaves no ``running``
+status and no temporary file (:func:`abandon_run`, :func:`record_lost_rank0`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+
+from bnexp.errors import UserError
+from bnexp.runs import rundir
+
+log = logging.getLogger("bnexp")
+
+
+OUTPUT_SUBDIR_ENV = "BNEXP_OUTPUT_SUBDIR"
+
+
+def hold_hydra_output_subdir(args: list[str]) -> list[str]:
+    """Keep Hydra from writing a job's ``.hydra/`` before bnexp has decided to run in its folder.
+
+    Hydra's ``run_job`` saves ``config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` into
+    ``hydra.output_subdir`` before it calls the task function, so a refused second command would
+    rewrite the ``.hydra/`` of a folder whose results came from another config. The arguments get
+    ``hydra.output_subdir=null`` (Hydra writes nothing) and the subdir the user asked for (default
+    ``.hydra``; a user's ``hydra.output_subdir=X`` is taken out and carried over) travels to the job
+    as ``hydra.job.env_set.BNEXP_OUTPUT_SUBDIR`` -- through every launcher, as Hydra sets
+    ``env_set`` around each job; :func:`save_hydra_files` writes the same three files once the job
+    has decided to train.
+    """
+    subdir, kept = ".hydra", []
+    for a in args:
+        if a.startswith("hydra.output_subdir="):
+            subdir = a.split("=", 1)[1].strip("'\"")
+        else:
+            kept.append(a)
+    if subdir in ("null", "None", "~", ""):
+        return kept + ["hydra.output_subdir=null"]
+    return kept + ["hydra.output_subdir=null", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}='{subdir}'"]
+
+
+def save_hydra_files(run_dir: Path, task_cfg) -> None:
+    """Write Hydra's ``config.yaml`` (``task_cfg``), ``hydra.yaml`` and ``overrides.yaml`` into the
+    run's output subdir (held back by :func:`hold_hydra_output_subdir`) with Hydra's own writer, as
+    ``run_job`` would have; ``hydra.yaml`` shows the subdir and the overrides the user gave. No-op when
+    nothing was held (no ``BNEXP_OUTPUT_SUBDIR``: Hydra wrote them itself, or the user chose none)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import _save_config
+    from omegaconf import open_dict, read_write
+
+    subdir = os.environ.get(OUTPUT_SUBDIR_ENV)
+    if not subdir or not HydraConfig.initialized():
+        return
+    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+    with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
+        hydra_cfg.hydra.output_subdir = subdir
+        hydra_cfg.hydra.job.env_set.pop(OUTPUT_SUBDIR_ENV, None)
+        hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
+                                           if not o.startswith(("hydra.output_subdir=",
+                                                                f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}="))]
+    out = Path(run_dir) / subdir
+    _save_config(task_cfg, "config.yaml", out)
+    _save_config(hydra_cfg, "hydra.yaml", out)
+    _save_config(hydra_cfg.hydra.overrides.task, "overrides.yaml", out)
+
+
+class HeldLog:
+    """Hold back the records bound for the log files inside a run folder (its ``train.log``) until
+    bnexp has decided to run there: :meth:`release` writes them, :meth:`drop` forgets them (a refused
+    or skipped start writes nothing into the folder). The file handler opens its file lazily
+    (``delay: true`` in conf/hydra/job_logging), so a held folder gets no empty ``train.log``."""
+
+    def __init__(self, run_dir: Path):
+        self.records: list[logging.LogRecord] = []
+        self.handlers = [h for h in logging.getLogger().handlers + logging.getLogger("bnexp").handlers
+                         if isinstance(h, logging.FileHandler)
+                         and Path(h.baseFilename).parent == Path(run_dir).resolve()]
+        for h in self.handlers:
+            h.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not any(r is record for r in self.records[-2:]):  # one record reaches each held handler
+            self.records.append(record)
+        return False
+
+    def _stop(self) -> None:
+        for h in self.handlers:
+            h.removeFilter(self)
+
+    def release(self) -> None:
+        """Write the held records to their files and stop holding (idempotent)."""
+        self._stop()
+        records, self.records = self.records, []
+        for h in self.handlers:
+            for r in records:
+                h.handle(r)
+
+    def drop(self) -> None:
+        """Forget the held records and stop holding; a file not yet opened stays uncreated."""
+        self._stop()
+        self.records = []
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Remove the temporary files (``.NAME.*.tmp``, :func:`bnexp.runs.rundir.atomic_write_bytes`) that a process killed
+    in the middle of a write left in ``run_dir``; call it only while holding the folder's lock.
+
+    Returns:
+        the files removed.
+    """
+    removed = []
+    for p in Path(run_dir).glob(".*.tmp"):
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    if removed:
+        log.info("removed %d temporary file(s) of an earlier attempt cut short: %s", len(removed),
+                 ", ".join(p.name for p in removed))
+    return removed
+
+
+def abandon_run(run_dir: Path, signum: int | None = None, error: str | None = None) -> bool:
+    """The run ends without its trainer recording it (a second SIGINT/SIGTERM exits at once; rank 0 of a
+    data-parallel run died): a summary.json still saying ``running`` becomes ``interrupted``
+    (``resumable`` when a checkpoint.pt is there, else the re-run starts over) with ``error`` saying why,
+    and the temporary files of writes cut short are removed. Call it only from the process that holds,
+    or has just taken, the folder's lock. Never raises.
+
+    Returns:
+        True when it changed the status.
+    """
+    changed = False
+    try:
+        summary = rundir.read_summary(run_dir)
+        if summary is not None and summary.get("status") == "running":
+            name = signal.Signals(signum).name if signum is not None else None
+            summary.update({"status": "interrupted", "resumable": (Path(run_dir) / rundir.CHECKPOINT).exists(),
+                            "error": error or f"stopped at once by a second {name}: the work since the last "
+                                              "checkpoint is lost"})
+            if name:
+                summary["signal"] = name
+            rundir.write_summary_even_on_a_full_disk(Path(run_dir) / rundir.SUMMARY, summary)
+            changed = True
+    except Exception:
+        pass
+    for p in Path(run_dir).glob(".*.tmp"):
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return changed
+
+
+def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | None:
+    """A replica of rank > 0 whose training failed: when rank 0 no longer holds the run folder's lock
+    (it died: the operating system released its lock), take the lock, record the run ``interrupted``
+    instead of the ``running`` rank 0 left (:func:`abandon_run`).
+
+    Returns:
+        the one line to print, or None while rank 0 still holds the folder (it records the failure itself).
+    """
+    lock = rundir.RunLock(run_dir)
+    try:
+        if not lock.acquire():
+            return None
+    except OSError:
+        return None
+    try:
+        resumable = (Path(run_dir) / rundir.CHECKPOINT).exists()
+        seen = str(exc).splitlines()[0][:160] if str(exc) else ""
+        abandon_run(run_dir, error=f"rank 0 ended without recording the run's status; replica {rank} saw "
+                                   f"{type(exc).__name__}: {seen}")
+    finally:
+        lock.release()
+    how = " (re-run the same command to resume from its checkpoint)." if resumable else "."
+    return (f"replica {rank}: rank 0 of this data-parallel run ended without finishing it; {run_dir} is "
+            f"recorded interrupted{how}")
+
+
+def refuse_other_config(cfg, run_dir: Path) -> None:
+    """A run folder holds one configuration: refuse a folder whose complete or resumable run was
+    made with a different result-changing value (its ``config.yaml``, written when it started).
+
+    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
+
+    Raises:
+        UserError: naming the differing keys (old -> new) and the two ways out.
+    """
+    import yaml
+
+    from bnexp.config.schema import changed_keys, resolved
+
+    complete = rundir.is_complete(run_dir)
+    if not (complete or (run_dir / "checkpoint.pt").exists()):
+        return
+    try:
+        old = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return  # no record of its config (the checkpoint's own check still applies)
+    changes = changed_keys(old if isinstance(old, dict) else {}, resolved(cfg))
+    if not changes:
+        return
+    shown = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in changes[:6])
+    more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+    what = "a finished" if complete else "an unfinished (resumable)"
+    raise UserError(f"{run_dir} holds {what} run of another configuration ({shown}{more}). A run folder holds "
+                    "one configuration: run this one in a new folder (another hydra.run.dir, or hydra.sweep.dir "
+                    "for a sweep), or add trainer.resume=false to start this folder over (its results are "
+                    "replaced).")

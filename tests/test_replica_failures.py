@@ -1,0 +1,143 @@
+"""Data-parallel runs end as single runs do (docs/cluster.md, "When a replica fails"): under
+``python -m bnexp.train.torchrun`` a refusal is one line (rank 0's) and exit code 2, SIGTERM ends every
+replica with the run ``interrupted`` and exit code 143, a rank 0 killed outright leaves the run
+``interrupted`` (a surviving replica records it), all without a traceback; a RANK outside
+0..WORLD_SIZE-1 is refused at once, a peer that never comes ends the start within
+``BNEXP_RENDEZVOUS_TIMEOUT_S`` with one line, and batch statistics over one example per replica are
+refused naming ``trainer.batch_size``. Signals go to real process trees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bnexp.config.schema import compose_config
+from bnexp.errors import ConfigError
+from bnexp.train import distributed
+
+from conftest import wait_for
+
+RUN = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200",
+       "trainer.eval_every=100000", "trainer.hist_every=100000"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(data_root: Path, **extra) -> dict:
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), OMP_NUM_THREADS="1", COLUMNS="120", **extra)
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None) if k not in extra else None
+    return env
+
+
+def _torchrun(tmp_path: Path, data_root: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bnexp.train.torchrun", "--standalone", "--nproc-per-node=2",
+                             "-m", "bnexp", "train", *RUN, *args], cwd=tmp_path, env=_env(data_root),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(p: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
+    try:
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_one_example_per_replica_is_refused_naming_the_key():
+    cfg = compose_config(["trainer.batch_size=2", "bn.sync=false"])
+    with pytest.raises(ConfigError) as e:
+        distributed.check_bn_config(cfg, 2)
+    assert "trainer.batch_size=2" in str(e.value) and "m/N = 1 example" in str(e.value)
+    distributed.check_bn_config(compose_config(["trainer.batch_size=4", "bn.sync=false"]), 2)  # 2 each: fine
+    distributed.check_bn_config(compose_config(["trainer.batch_size=2", "bn.sync=true"]), 2)  # statistics over 2
+    distributed.check_bn_config(compose_config(["trainer.batch_size=2", "bn=layer", "bn.sync=false"]), 2)
+
+
+@pytest.mark.parametrize("rank", ["2", "-1"])
+def test_a_rank_outside_the_world_is_refused(bnexp_main, tmp_path, monkeypatch, rank):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", rank)
+    code, err, _ = bnexp_main("train", *RUN, f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 2 and f"RANK={rank} is not a rank of WORLD_SIZE=2 replicas (0..1)" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_rendezvous_timeout_is_refused(monkeypatch):
+    monkeypatch.setenv(distributed.RENDEZVOUS_ENV, "soon")
+    with pytest.raises(distributed.UserError, match="BNEXP_RENDEZVOUS_TIMEOUT_S='soon' must be a positive"):
+        distributed.rendezvous_timeout_s()
+    monkeypatch.delenv(distributed.RENDEZVOUS_ENV)
+    assert distributed.rendezvous_timeout_s() == 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_peer_that_never_comes_ends_the_start_with_one_line(tmp_path, data_root, rank):
+    env = _env(data_root, WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), BNEXP_RENDEZVOUS_TIMEOUT_S="2")
+    exe = Path(sys.executable).with_name("bnexp")
+    r = subprocess.run([str(exe), "train", *RUN, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.count("bnexp: error:") == 1 and "Traceback" not in r.stderr and "frame #" not in r.stderr
+    assert f"replica {rank} of 2: the other replicas did not all join" in r.stderr and "within 2 s" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refused", [["trainer.batch_size=2", "bn.sync=false"],  # by rank 0's run checks
+                                     ["lr=0.1", "lr=0.2"]])  # before Hydra starts (a key given twice)
+def test_a_refusal_under_torchrun_is_one_line_and_exit_2(tmp_path, data_root, refused):
+    p = _torchrun(tmp_path, data_root, *refused, f"hydra.run.dir={tmp_path / 'run'}")
+    out, err = _finish(p)
+    text = out + err
+    assert p.returncode == 2
+    assert text.count("bnexp: error:") == 1, text[-3000:]
+    assert refused[0] in text and "Traceback" not in text
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_ends_every_replica_interrupted(tmp_path, data_root):
+    run_dir = tmp_path / "run"
+    p = _torchrun(tmp_path, data_root, "trainer.max_steps=1000000", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: (run_dir / "shift.jsonl").exists() or p.poll() is not None, timeout=300)
+        p.send_signal(signal.SIGTERM)
+    finally:
+        out, err = _finish(p)
+    assert p.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in out + err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM" and summary["replicas"] == 2
+
+
+@pytest.mark.slow
+def test_a_killed_rank_0_leaves_the_run_interrupted(tmp_path, data_root):
+    run_dir = tmp_path / "run"
+    p = _torchrun(tmp_path, data_root, "trainer.max_steps=1000000", "trainer.ckpt_every=20", f"hydra.run.dir={run_dir}")
+    try:
+        wait_for(lambda: (run_dir / "checkpoint.pt").exists() or p.poll() is not None, timeout=300)
+        os.kill(int((run_dir / ".lock").read_text()), signal.SIGKILL)  # rank 0 holds the folder's lock
+    finally:
+        out, err = _finish(p)
+    assert p.returncode == 128 + signal.SIGKILL, err[-3000:]
+    assert "Traceback" not in out + err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["resumable"] is True
+    assert "rank 0 ended without recording" in summary["error"]
+    assert "rank 0 of this data-parallel run ended without finishing it" in err
+    assert not list(run_dir.glob(".*.tmp")) and not (run_dir / ".lock").exists()
