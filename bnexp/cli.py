@@ -124,6 +124,8 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     Under torchrun (N replicas) rank 0 does all of the above and tells the other replicas
     whether to train; they train in rank 0's run directory and write nothing.
     """
+    if os.environ.get("WORLD_SIZE", "1").strip() == "1":  # one process (no torchrun): torch comes after validation
+        return _lead(cfg, run_dir, multirun, overrides, lambda go: None)
     from bnexp.train import distributed
     from bnexp.train.runtime import resolve_device
 
@@ -174,13 +176,11 @@ def _follow(cfg, run_dir: Path, replicas):
 
 def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0)."""
-    from bnexp.train import distributed
     from bnexp.runs import rundir
     from bnexp.config.schema import validate
-    from bnexp.errors import OutputError
+    from bnexp.errors import Interrupted, OutputError
     from bnexp.train.records import sparse_record_warnings
     from bnexp.runs.sweepjobs import FailedRun
-    from bnexp.train.trainer import Interrupted, train
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
@@ -194,6 +194,9 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
+        from bnexp.train import distributed  # torch: only once the config is valid (a typo is refused fast)
+        from bnexp.train.trainer import train
+
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
@@ -232,10 +235,13 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         print_summary(summary)
         return summary
     except Interrupted as exc:
-        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}; re-run the same command to resume.")
+        from bnexp.runs.resumecmd import resume_command
+
+        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. Resume this run with: "
+                     f"{resume_command(run_dir, overrides)}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
-        lock = _interrupted_before_training(run_dir, cfg, fresh, lock)
+        lock = _interrupted_before_training(run_dir, cfg, fresh, lock, overrides)
         raise SystemExit(130)
     except Exception as exc:
         user = _as_user_error(exc, run_dir)
@@ -246,6 +252,10 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
                 lock = None
             else:
                 _record_failure(run_dir, cfg, str(user), None)
+                if (run_dir / "checkpoint.pt").exists() and not multirun:
+                    from bnexp.runs.resumecmd import resume_command
+
+                    print(f"Resume this run with: {resume_command(run_dir, overrides)}", file=sys.stderr)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
@@ -293,7 +303,7 @@ def _refuse_other_config(cfg, run_dir: Path) -> None:
                     "replaced).")
 
 
-def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
+def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, overrides=None):
     """Ctrl-C before the training loop took over the signal (validation, data loading): one line;
     a folder holding nothing yet is removed, an attempt in a kept folder is recorded. Returns the
     lock still to release (None once released)."""
@@ -306,8 +316,10 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
         return None
     if summary.get("status") == "running":
         _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
-    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept: re-run the same command to "
-                 "resume or start it.")
+    from bnexp.runs.resumecmd import resume_command
+
+    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. Resume or start it with: "
+                 f"{resume_command(run_dir, overrides)}")
     return lock
 
 
@@ -511,6 +523,8 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
         UserError: ``-m`` under torchrun (a sweep of data-parallel runs: launch one torchrun per
             run, e.g. through hydra/launcher=slurm), or a malformed WORLD_SIZE/RANK.
     """
+    if os.environ.get("WORLD_SIZE", "1").strip() == "1":  # not under torchrun: torch is not imported yet,
+        return args, None                                    # so that a config error is refused fast
     from bnexp.train import distributed
 
     if distributed.env_world_size() <= 1:

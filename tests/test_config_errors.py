@@ -204,3 +204,19 @@ def test_an_omegaconf_error_inside_a_job_is_internal_and_keeps_its_traceback(tmp
             if h not in handlers:
                 h.close()
         root.handlers[:], root.level = handlers, level
+
+
+@pytest.mark.parametrize("override", ["lr=abc", "lr=-1", "trainer.batch_size=1", "bn=maybe", "trainer.max_step=5"])
+def test_config_errors_are_refused_before_torch_is_imported(tmp_path, data_root, override):
+    """A typo is refused by the config alone: the process that refuses it never imports torch (which
+    takes seconds to import, more under load), and leaves no run folder behind."""
+    import sys
+
+    code = ("import sys; from bnexp.cli import main; rc = main(['train', sys.argv[1], 'hydra.run.dir=run']); "
+            "print('torch imported' if 'torch' in sys.modules else 'torch not imported'); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, override], cwd=tmp_path, capture_output=True, text=True,
+                       env={**__import__("os").environ, "BNEXP_DATA_ROOT": str(data_root)}, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout.strip() == "torch not imported"
+    assert p.stderr.count("bnexp: error:") == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "run").exists()

@@ -211,7 +211,8 @@ class Trainer:
         try:
             rundir.save_checkpoint(path, self.state_dict())
         except OSError as exc:
-            kept = ("the previous checkpoint is intact: re-run the same command to resume from it" if had_one
+            kept = (f"the previous checkpoint is intact: resume from it with the same overrides and "
+                    f"hydra.run.dir={self.run_dir}" if had_one
                     else "no checkpoint of this run exists yet, so a re-run starts it over")
             raise UserError(f"could not write the checkpoint in {self.run_dir} ({exc.strerror or exc}); {kept}. "
                             "Free disk space (or choose another output folder) first.") from None
@@ -509,7 +510,7 @@ class Trainer:
         if not self.is_main:
             raise exc
         self.save_checkpoint()
-        log.warning("%s at step %d: checkpoint saved; re-run the same command to resume", exc, self.step)
+        log.warning("%s at step %d: checkpoint saved", exc, self.step)  # bnexp train prints the command that resumes
         try:
             self._close_writer()
         except OSError as err:  # the checkpoint is what matters here; the events stop where they stopped
