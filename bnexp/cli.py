@@ -179,7 +179,6 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     from bnexp.runs import rundir
     from bnexp.config.schema import validate
     from bnexp.errors import Interrupted, OutputError
-    from bnexp.train.records import sparse_record_warnings
     from bnexp.runs.sweepjobs import FailedRun
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
@@ -228,11 +227,13 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             rundir.clear_partial_outputs(run_dir, checkpoint=True)
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
-        for warning in sparse_record_warnings(cfg):
-            log.warning("%s", warning)
         tell_followers(True)
         summary = train(cfg, run_dir, resume=resume is not False)
-        print_summary(summary)
+        if multirun:  # one line per job; the sweep ends on one table (bnexp.runs.sweepsummary)
+            log.info("%s: %s, final test accuracy %s", run_dir.name, summary.get("status"),
+                     summary.get("final_test_accuracy"))
+        else:
+            print_summary(summary)
         return summary
     except Interrupted as exc:
         from bnexp.runs.resumecmd import resume_command

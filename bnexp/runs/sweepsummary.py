@@ -1,0 +1,106 @@
+"""The end of a sweep: one table across its runs and the commands that come next.
+
+:class:`SweepSummary`, a Hydra callback registered in ``conf/config.yaml`` under ``hydra.callbacks``,
+prints when a multirun ends (``on_multirun_end``, in the main process, after every job, whatever the
+launcher): one row per run folder of the sweep (status, final and best test accuracy, steps to each
+target, read from each run's ``summary.json``), then ``bnexp report SWEEP_DIR`` and
+``tensorboard --logdir SWEEP_DIR``, and, once for the sweep, a record cadence too sparse for the
+report's verdicts (:func:`bnexp.train.records.sparse_record_warnings`, with the setting to use).
+The jobs themselves print one line each instead of the single-run table.
+
+Standard library, rich and Hydra only (no torch): Hydra instantiates callbacks before a config is
+validated.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+
+def _num(x: Any, fmt: str = ".4f") -> str:
+    return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+
+def summary_rows(sweep_dir: Path) -> tuple[list[str], list[list[str]]]:
+    """The sweep's table: a header and one row per run folder (sorted by folder name).
+
+    Args:
+        sweep_dir: the sweep folder (``hydra.sweep.dir``).
+
+    Returns:
+        (header, rows): ``run`` (the folder relative to the sweep, named by the swept keys, e.g.
+        ``bn=false,seed=1``), ``status`` (with the step reached when the run stopped early), ``final`` and
+        ``best`` (test accuracies, fractions) and ``P%`` (the first step whose test accuracy reached P%,
+        for each target of the runs; ``-``: never reached).
+    """
+    from bnexp.runs import rundir
+
+    runs = [(d, rundir.read_summary(d) or {}) for d in rundir.find_run_dirs(sweep_dir)]
+    targets: list[str] = []
+    for _, s in runs:
+        targets = targets or list((s.get("steps_to_target") or {}).keys())
+    header = ["run", "status", "final", "best", *[f"{float(t):.0%}" for t in targets]]
+    rows = []
+    for d, s in sorted(runs, key=lambda r: str(r[0])):
+        reached = s.get("steps_to_target") or {}
+        status = str(s.get("status", "-"))
+        if status not in ("finished", "-") and isinstance(s.get("step"), int):
+            status += f" @{s['step']:,}"
+        rows.append([str(d.relative_to(sweep_dir)) if d != sweep_dir else ".", status,
+                     _num(s.get("final_test_accuracy")), _num(s.get("best_test_accuracy")),
+                     *[_num(reached.get(t), ",") for t in targets]])
+    return header, rows
+
+
+def cadence_notes(sweep_dir: Path) -> list[str]:
+    """The record-cadence warnings of the sweep's runs (each distinct message once)."""
+    from omegaconf import OmegaConf
+
+    from bnexp.runs import rundir
+    from bnexp.train.records import sparse_record_warnings
+
+    notes: list[str] = []
+    for d in rundir.find_run_dirs(sweep_dir):
+        config = rundir.read_config(d)
+        if not isinstance(config, dict) or "trainer" not in config:
+            continue
+        try:
+            found = sparse_record_warnings(OmegaConf.create(config))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        notes += [n for n in found if n not in notes]
+    return notes
+
+
+class SweepSummary(Callback):
+    """Hydra callback: the sweep's one summary table and the next commands, when a multirun ends."""
+
+    def on_multirun_end(self, config, **kwargs: Any) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        if not sweep_dir.is_dir():
+            return
+        header, rows = summary_rows(sweep_dir)
+        console = Console()
+        if rows:
+            from rich import box
+
+            table = Table(title=f"bnexp sweep: {len(rows)} run(s) in {sweep_dir}", title_justify="left",
+                          box=box.SIMPLE_HEAD, caption="final, best: test accuracy; P%: the first step with test accuracy >= P% (-: never)",
+                          caption_justify="left")
+            for i, h in enumerate(header):
+                table.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
+            for row in rows:
+                table.add_row(*row)
+            console.print(table)
+        for note in cadence_notes(sweep_dir):
+            console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        where = shlex.quote(str(sweep_dir))
+        console.print(f"next: bnexp report {where}    (tables, claims and figures of this sweep)\n"
+                      f"      tensorboard --logdir {where}", highlight=False, soft_wrap=True)
