@@ -470,14 +470,14 @@ def train_main(args: list[str]) -> int:
     Raises:
         UserError, Hydra's and OmegaConf's errors: for :func:`main` to show as one line.
     """
-    from bnexp.config.schema import CONF_DIR, quote_bn_overrides
+    from bnexp.config.schema import CONF_DIR, hydra_overrides
     from bnexp.config.explain import parse_overrides
     from bnexp.runs.sweepjobs import sweep_failures
 
     if not CONF_DIR.is_dir():
         raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
                         "with pip install -e .")
-    flags, args = _parse_flags(quote_bn_overrides(args))
+    flags, args = _parse_flags(hydra_overrides(args))
     parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
     if flags.help:
         from bnexp.config.usage import train_help

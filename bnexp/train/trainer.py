@@ -52,7 +52,8 @@ from bnexp.train.precision import autocast, channels_last_input, is_conv_net, re
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, missing_keys
-from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, open_writer, resolve_device,
+from bnexp.train.loggers import open_loggers
+from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
                            rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
 from bnexp.train.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
 
@@ -282,7 +283,7 @@ class Trainer:
         cfg = self.cfg
         summary = self._base_summary()
         if self.is_main:
-            self.writer = open_writer(self.run_dir, self.resumed_from)
+            self.writer = open_loggers(cfg, self.run_dir, self.resumed_from, self.hp)  # logger=... (bnexp.train.loggers)
             if self.resumed_from is None:
                 write_hparams_start(self.writer, self.hp, metric_names(self.targets))
                 self.writer.add_custom_scalars(
@@ -510,7 +511,9 @@ class Trainer:
         if not self.is_main:
             raise exc
         self.save_checkpoint()
-        log.warning("%s at step %d: checkpoint saved", exc, self.step)  # bnexp train prints the command that resumes
+        log.warning("%s at step %d: checkpoint saved", exc, self.step)
+        if self.writer is not None:
+            self.writer.status = "KILLED"  # MLflow's status of a stopped run (logger=mlflow)  # bnexp train prints the command that resumes
         try:
             self._close_writer()
         except OSError as err:  # the checkpoint is what matters here; the events stop where they stopped
@@ -552,6 +555,7 @@ class Trainer:
             exc = OutputError(where, exc, resumable=(self.run_dir / self.CHECKPOINT).exists())
         if self.is_main:
             if self.writer is not None and failure is None:
+                self.writer.status = "FAILED"
                 with contextlib.suppress(OSError):
                     self.writer.close()
             summary = {**(rundir.read_summary(self.run_dir) or self._base_summary()), "status": "failed",
