@@ -47,7 +47,7 @@ from bnexp.nets.data import BatchSampler, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
-from bnexp.train.monitor import ShiftMonitor
+from bnexp.train.monitor import ShiftMonitor, configuration_label
 from bnexp.train.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
@@ -130,6 +130,7 @@ class Trainer:
                                     list(cfg.monitor.percentiles), cfg.monitor.unit, cfg.monitor.histograms,
                                     cfg.monitor.max_values, cfg.monitor.shift_metrics, cfg.monitor.shift_max_values,
                                     bn_stats=str(cfg.monitor.bn_stats), batch_size=int(tcfg.batch_size))
+        self.monitor.glance = configuration_label(cfg.bn)  # Custom Scalars: one first chart per configuration
         # the records of metrics.jsonl, shift.jsonl and ics.jsonl (gradient-ICS and landscape)
         self.logs = {name: RecordLog(self.run_dir / f"{name}.jsonl") for name in ("metrics", "shift", "ics")}
         self.measurements = build_measurements(cfg, self.monitor, self.logs, self.device)
