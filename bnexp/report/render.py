@@ -131,8 +131,9 @@ def _ics_md(d: dict) -> list[str]:
     tables = ics_frames(d)
     out = [f"## {ICS_TITLE}", "", ICS_INTRO, "",
            f"Values are mean ± std over the finished seeds (diverged runs left out; \"(1 seed)\": a single run); "
-           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it (runs written before "
-           "the measure existed). The verdicts are in the section \"Claims\".", "",
+           f"{STD_NOTE}. \"not measured\": no finished run of the configuration recorded it (the gradient ICS needs "
+           "monitor.grad_ics=true and the landscape monitor.landscape=true, both off by default; or the runs were "
+           "written before the measure existed). The verdicts are in the section \"Claims\".", "",
            "### Distribution view (BN paper)", ""]
     out += md(tables["distribution"]) + ["", "### Gradient-based ICS and loss landscape (Santurkar et al. 2018)", ""]
     out += md(tables["gradient"]) + ["", "### Cost of the probes (seconds per run, summary.json probe_time_s)", ""]
