@@ -427,6 +427,10 @@ def check_output_location(args: list[str]) -> str | None:
     return None
 
 
+_HYDRA_FLAGS = ("help", "hydra-help", "version", "cfg", "resolve", "package", "run", "multirun", "shell-completion",
+                "config-path", "config-name", "config-dir", "experimental-rerun", "info")
+
+
 def _parse_flags(args: list[str]):
     """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
     overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
@@ -450,6 +454,19 @@ def _parse_flags(args: list[str]):
             parsed = parser.parse_intermixed_args(args)
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
+        import dataclasses
+
+        from bnexp.config.schema import Config
+
+        fields = {f.name for f in dataclasses.fields(Config)}
+        dashed = [a for a in args if a.startswith("--") and a[2:].split("=")[0] not in _HYDRA_FLAGS
+                  and a[2:].split("=")[0].split(".")[0] in fields]
+        if dashed:  # --lr 0.1: a config key written as a flag
+            key = dashed[0][2:].split("=")[0]
+            value = dashed[0].split("=", 1)[1] if "=" in dashed[0] else (
+                args[args.index(dashed[0]) + 1] if args.index(dashed[0]) + 1 < len(args) else "VALUE")
+            raise UserError(f"{why}: config values are written key=value, without dashes: {key}={value} "
+                            "(bnexp train --help lists the keys)") from None
         raise UserError(f"{why} (bnexp train --help lists the options)") from None
     if parsed.multirun and (parsed.cfg or parsed.info or parsed.shell_completion):
         flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"

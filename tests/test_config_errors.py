@@ -220,3 +220,29 @@ def test_config_errors_are_refused_before_torch_is_imported(tmp_path, data_root,
     assert p.stdout.strip() == "torch not imported"
     assert p.stderr.count("bnexp: error:") == 1 and "Traceback" not in p.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["BN=true"], "Did you mean bn?"),
+    (["--lr", "0.1"], "without dashes: lr=0.1"),
+    (["--trainer.max_steps=5"], "without dashes: trainer.max_steps=5"),
+])
+def test_a_near_miss_gets_the_spelling_that_works(capsys, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(capsys, *args)
+    assert code == 2 and needle in _one_error_line(err)
+
+
+def test_help_lists_every_option_of_every_group():
+    """bnexp --help and bnexp train --help name every file under conf/<group>/ (bn's five options among them),
+    experiment=NAME without '+', and the logger group."""
+    from bnexp.config.schema import CONF_DIR
+    from bnexp.config.usage import train_help, usage
+
+    top, train = usage(), train_help([])
+    for group in ("bn", "data", "experiment", "logger", "model", "optim", "scale"):
+        for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+            assert option in top.split(f"{group}=")[1].splitlines()[0], (group, option)
+            assert option in train.split(f"  {group}: ")[1].splitlines()[0], (group, option)
+    assert "bn=true|false|noisy|layer|group" in top and "+experiment" not in top
+    assert "logger.mlflow_tracking_uri=null" in train

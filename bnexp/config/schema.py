@@ -248,24 +248,26 @@ class MonitorConfig:
 
 @dataclass
 class LoggerConfig:
-    """Where a run's scalars go besides its own records (group ``logger``: tensorboard (default) | csv | mlflow,
-    combinable as ``logger=[tensorboard,csv,mlflow]``; bnexp.train.loggers). Result-neutral: a run resumes and
-    its folder is named alike whichever loggers it has."""
+    """Where a run's scalars go (group logger: tensorboard (default), csv, mlflow, or a list of them).
+
+    Combine them as ``logger=[tensorboard,csv,mlflow]`` (bnexp.train.loggers). The run's own records
+    (metrics.jsonl, shift.jsonl, summary.json) are written whatever the loggers. Result-neutral: a run resumes
+    and its folder is named alike whichever loggers it has."""
 
     tensorboard: bool = opt(False, "TensorBoard event files in the run folder: scalars, Custom Scalars, histograms, "
                                    "HParams, images (logger=tensorboard)")
     csv: bool = opt(False, "every scalar as a row step,tag,value of scalars.csv in the run folder (logger=csv)")
     mlflow: bool = opt(False, "every scalar as an MLflow metric, the HParams as params (logger=mlflow; needs "
-                              "pip install mlflow-skinny)")
+                              "pip install -e '.[mlflow]')")
     mlflow_tracking_uri: Optional[str] = opt(None, "MLflow store, no server needed: null: $MLFLOW_TRACKING_URI, "
-                                                   "else the folder mlruns/ beside outputs/ (a local file store); "
-                                                   "also sqlite:///path.db (needs sqlalchemy) or a server's URL")
+                                                   "else sqlite:///mlflow.db in the folder bnexp runs from (a local "
+                                                   "file); any sqlite:///PATH.db or a server's URL")
     mlflow_experiment: str = opt("bnexp", "the MLflow experiment's name")
 
 
 @dataclass
 class ScaleConfig:
-    """Sizes of the CIFAR-10 presets (group ``scale``: cpu (these defaults), gpu); unused without +experiment."""
+    """Sizes of the CIFAR-10 presets (group ``scale``: cpu (these defaults), gpu); unused without experiment=NAME."""
 
     name: str = opt("cpu", "the scale (chosen with scale=cpu|gpu)")
     base_lr: float = opt(0.025, "the baseline's rate; the presets are multiples of it", c.positive())
@@ -413,8 +415,11 @@ def unknown_key_message(key: str, schema: type | None, override: str | None = No
         if leaf in {f.name for f in dataclasses.fields(other)}:
             return (f"unknown config key {key}{given}: model={this} has no such key (it belongs to model="
                     f"{'cnn' if this == 'mlp' else 'mlp'}); the keys of model={this} are {', '.join(names)}.")
-    close = difflib.get_close_matches(leaf, names, n=2, cutoff=0.6)
+    same = [n for n in names if n.lower() == leaf.lower()]  # BN=true: keys are lower case
+    close = same or difflib.get_close_matches(leaf, names, n=2, cutoff=0.6)
     hint = f" Did you mean {' or '.join(full(n) for n in close)}?" if close else ""
+    if same and override and "=" in override:
+        hint = f" Keys are case-sensitive: did you mean {full(same[0])}={override.split('=', 1)[1]}?"
     return f"unknown config key {key}{given}.{hint} bnexp train --help lists every key with its default."
 
 
