@@ -11,7 +11,7 @@ from bnexp.report.best_rate import best_rate_speedups_md
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
-from bnexp.report.groups import format_value
+from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_stats import PROBE_KINDS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ordered_keys
@@ -152,7 +152,8 @@ def render_markdown(d: dict) -> str:
     ref = refs(d)
     out = ["# Batch Normalization sweep report", "",
            f"Sweep: `{d['sweep_dir']}`: {d['runs']} run directories, {len(d['configurations'])} configurations "
-           f"(varying keys: {', '.join(d['varying_keys']) or 'none'}). Values are mean ± std over seeds; {STD_NOTE}. "
+           f"(varying keys: {', '.join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in d['varying_keys'])) or 'none'}). "
+           f"Values are mean ± std over seeds; {STD_NOTE}. "
            "Steps to a target are averaged over the seeds that reached it; \"not reached (k/n)\": k of n completed "
            "runs never reached it. Failed and incomplete runs are left out of every mean.", ""]
     if d.get("matched_accuracy") is not None:  # the Sec. 4.2 frontier section
