@@ -233,6 +233,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             log.info("%s: %s, final test accuracy %s", run_dir.name, summary.get("status"),
                      summary.get("final_test_accuracy"))
         else:
+            from bnexp.runs.sweepsummary import print_summary
+
             print_summary(summary)
         return summary
     except Interrupted as exc:
@@ -336,34 +338,6 @@ def _remove_refused_run_dir(run_dir: Path, lock) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def print_summary(summary: dict) -> None:
-    """The end-of-run rich table: status, accuracies, steps-to-target, time."""
-    from rich.console import Console
-    from rich.table import Table
-
-    def num(x, fmt=".4f"):
-        return format(x, fmt) if isinstance(x, (int, float)) else "-"
-
-    table = Table(title=f"bnexp run: {summary.get('status')}", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value")
-    table.add_row("config", f"model={summary.get('model')} bn={str(summary.get('bn')).lower()} "
-                            f"act={summary.get('act')} lr={num(summary.get('lr'), 'g')} seed={summary.get('seed')}")
-    table.add_row("steps", f"{num(summary.get('step'), ',')} / {num(summary.get('max_steps'), ',')}")
-    if summary.get("diverged_step") is not None:
-        table.add_row("diverged at step", f"{summary['diverged_step']:,}")
-
-    table.add_row("final test accuracy", num(summary.get("final_test_accuracy")))
-    table.add_row("best test accuracy", f"{num(summary.get('best_test_accuracy'))} "
-                                        f"(step {summary.get('best_step', 0):,})")
-    for target, step in (summary.get("steps_to_target") or {}).items():
-        table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
-    table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
-    console = Console()
-    console.print(table)
-    console.print(f"run dir: {summary.get('run_dir')}", highlight=False, soft_wrap=True)  # never cut
-
-
 def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
     """Record a failed attempt in summary.json, without ever losing checkpointed work.
 
@@ -454,19 +428,11 @@ def _parse_flags(args: list[str]):
             parsed = parser.parse_intermixed_args(args)
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
-        import dataclasses
+        from bnexp.config.explain import dashed_key_hint
 
-        from bnexp.config.schema import Config
-
-        fields = {f.name for f in dataclasses.fields(Config)}
-        dashed = [a for a in args if a.startswith("--") and a[2:].split("=")[0] not in _HYDRA_FLAGS
-                  and a[2:].split("=")[0].split(".")[0] in fields]
-        if dashed:  # --lr 0.1: a config key written as a flag
-            key = dashed[0][2:].split("=")[0]
-            value = dashed[0].split("=", 1)[1] if "=" in dashed[0] else (
-                args[args.index(dashed[0]) + 1] if args.index(dashed[0]) + 1 < len(args) else "VALUE")
-            raise UserError(f"{why}: config values are written key=value, without dashes: {key}={value} "
-                            "(bnexp train --help lists the keys)") from None
+        hint = dashed_key_hint(args, _HYDRA_FLAGS)
+        if hint:
+            raise UserError(f"{why}: {hint}") from None
         raise UserError(f"{why} (bnexp train --help lists the options)") from None
     if parsed.multirun and (parsed.cfg or parsed.info or parsed.shell_completion):
         flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"

@@ -1,4 +1,5 @@
-"""The end of a sweep: one table across its runs and the commands that come next.
+"""The end of a run and of a sweep: the run's table (:func:`print_summary`); for a sweep one table across its
+runs and the commands that come next.
 
 :class:`SweepSummary`, a Hydra callback registered in ``conf/config.yaml`` under ``hydra.callbacks``,
 prints when a multirun ends (``on_multirun_end``, in the main process, after every job, whatever the
@@ -104,3 +105,31 @@ class SweepSummary(Callback):
         where = shlex.quote(str(sweep_dir))
         console.print(f"next: bnexp report {where}    (tables, claims and figures of this sweep)\n"
                       f"      tensorboard --logdir {where}", highlight=False, soft_wrap=True)
+
+
+def print_summary(summary: dict) -> None:
+    """The end-of-run rich table: status, accuracies, steps-to-target, time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def num(x, fmt=".4f"):
+        return format(x, fmt) if isinstance(x, (int, float)) else "-"
+
+    table = Table(title=f"bnexp run: {summary.get('status')}", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("config", f"model={summary.get('model')} bn={str(summary.get('bn')).lower()} "
+                            f"act={summary.get('act')} lr={num(summary.get('lr'), 'g')} seed={summary.get('seed')}")
+    table.add_row("steps", f"{num(summary.get('step'), ',')} / {num(summary.get('max_steps'), ',')}")
+    if summary.get("diverged_step") is not None:
+        table.add_row("diverged at step", f"{summary['diverged_step']:,}")
+
+    table.add_row("final test accuracy", num(summary.get("final_test_accuracy")))
+    table.add_row("best test accuracy", f"{num(summary.get('best_test_accuracy'))} "
+                                        f"(step {summary.get('best_step', 0):,})")
+    for target, step in (summary.get("steps_to_target") or {}).items():
+        table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
+    table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
+    console = Console()
+    console.print(table)
+    console.print(f"run dir: {summary.get('run_dir')}", highlight=False, soft_wrap=True)  # never cut
