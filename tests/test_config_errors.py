@@ -64,9 +64,8 @@ def _one_error_line(text: str) -> str:
     # a key given twice: both values
     (["lr=0.1", "lr=0.2"], ["lr is given twice", "lr=0.1", "lr=0.2"]),
     (["bn=true", "bn=false"], ["bn is given twice", "bn='true'", "bn='false'"]),
-    # several values without -m; the + a preset needs; a + on an existing key
+    # several values without -m; a + on an existing key (experiment=NAME needs no +: tests/test_loggers.py)
     (["lr=0.1,0.2"], ["lr=0.1,0.2 gives several values", "-m", "lr=[0.1,0.2]"]),
-    (["experiment=bn_x5"], ["+experiment=bn_x5"]),
     (["+lr=0.3"], ["lr exists already", "lr=0.3"]),
     (["~trainer.max_steps"], ["cannot delete trainer.max_steps"]),
     # flags

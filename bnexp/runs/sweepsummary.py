@@ -99,7 +99,15 @@ class SweepSummary(Callback):
                 table.add_column(h, justify="left" if i < 2 else "right", no_wrap=True)
             for row in rows:
                 table.add_row(*row)
-            console.print(table)
+            needed = sum(max(len(h), *(len(r[i]) for r in rows)) + 3 for i, h in enumerate(header)) + 1
+            if needed <= console.width:
+                console.print(table)
+            else:  # a narrow terminal: one line per run, wrapped by the terminal, never cut
+                console.print(f"bnexp sweep: {len(rows)} run(s) in {sweep_dir}", highlight=False, soft_wrap=True)
+                for row in rows:
+                    console.print("  " + "  ".join([row[0], row[1]] + [f"{h} {v}" for h, v in zip(header[2:], row[2:])]),
+                                  highlight=False, soft_wrap=True)
+                console.print(table.caption, highlight=False, soft_wrap=True)
         for note in cadence_notes(sweep_dir):
             console.print(f"note: {note}", highlight=False, soft_wrap=True)
         where = shlex.quote(str(sweep_dir))
