@@ -125,6 +125,8 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     Under torchrun (N replicas) rank 0 does all of the above and tells the other replicas
     whether to train; they train in rank 0's run directory and write nothing.
     """
+    if os.environ.get("WORLD_SIZE", "1").strip() == "1":  # one process (no torchrun): torch comes after validation
+        return _lead(cfg, run_dir, multirun, overrides, lambda go: None)
     from bnexp.train import distributed
     from bnexp.train.runtime import resolve_device
 
@@ -198,14 +200,10 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as
     it was (and removes a folder Hydra made for it).
     """
-    from bnexp.train import distributed
     from bnexp.runs import rundir, start
     from bnexp.config.schema import validate
-    from bnexp.errors import OutputError
-    from bnexp.train.records import sparse_record_warnings
-    from bnexp.train.resume import refuse_foreign_checkpoint
+    from bnexp.errors import Interrupted, OutputError
     from bnexp.runs.sweepjobs import FailedRun
-    from bnexp.train.trainer import Interrupted, train
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
@@ -234,12 +232,13 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         elif not (run_dir / "checkpoint.pt").exists():
             rundir.clear_partial_outputs(run_dir)
         start.remove_stale_temporaries(run_dir)
-        for warning in sparse_record_warnings(cfg):
-            log.warning("%s", warning)
 
     lock = None
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
+        from bnexp.train import distributed  # torch: only once the config is valid (a typo is refused fast)
+        from bnexp.train.trainer import train
+
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
@@ -264,17 +263,27 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             return s
         if resume is not False:
             from bnexp.config.schema import resolved
+            from bnexp.train.resume import refuse_foreign_checkpoint
 
             refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
         tell_followers(True)
         summary = train(cfg, run_dir, resume=resume is not False, on_begin=begin)
-        print_summary(summary)
+        if multirun:  # one line per job; the sweep ends on one table (bnexp.runs.sweepsummary)
+            log.info("%s: %s, final test accuracy %s", run_dir.name, summary.get("status"),
+                     summary.get("final_test_accuracy"))
+        else:
+            from bnexp.runs.sweepsummary import print_summary
+
+            print_summary(summary)
         return summary
     except Interrupted as exc:
-        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}; re-run the same command to resume.")
+        from bnexp.runs.resumecmd import resume_command
+
+        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. Resume this run with: "
+                     f"{resume_command(run_dir, overrides)}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
-        lock = _interrupted_before_training(run_dir, cfg, fresh, lock)
+        lock = _interrupted_before_training(run_dir, cfg, fresh, lock, overrides)
         raise SystemExit(130)
     except Exception as exc:
         user = _as_user_error(exc, run_dir)
@@ -286,6 +295,10 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
                     lock = None
             else:
                 _record_failure(run_dir, cfg, str(user), None)
+                if (run_dir / "checkpoint.pt").exists() and not multirun:
+                    from bnexp.runs.resumecmd import resume_command
+
+                    print(f"Resume this run with: {resume_command(run_dir, overrides)}", file=sys.stderr)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
@@ -311,7 +324,7 @@ def _refuse_other_config(cfg, run_dir: Path) -> None:
     refuse_other_config(cfg, run_dir)
 
 
-def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
+def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, overrides=None):
     """Ctrl-C before the training loop took over the signal (validation, data loading): one line;
     a folder holding nothing yet is removed, an attempt in a kept folder is recorded. Returns the
     lock still to release (None once released)."""
@@ -324,8 +337,10 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock):
         return None
     if summary.get("status") == "running":
         _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
-    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept: re-run the same command to "
-                 "resume or start it.")
+    from bnexp.runs.resumecmd import resume_command
+
+    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. Resume or start it with: "
+                 f"{resume_command(run_dir, overrides)}")
     return lock
 
 
@@ -339,34 +354,6 @@ def _remove_refused_run_dir(run_dir: Path, lock) -> None:
         if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == Path(run_dir).resolve():
             h.close()
     shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def print_summary(summary: dict) -> None:
-    """The end-of-run rich table: status, accuracies, steps-to-target, time."""
-    from rich.console import Console
-    from rich.table import Table
-
-    def num(x, fmt=".4f"):
-        return format(x, fmt) if isinstance(x, (int, float)) else "-"
-
-    table = Table(title=f"bnexp run: {summary.get('status')}", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value")
-    table.add_row("config", f"model={summary.get('model')} bn={str(summary.get('bn')).lower()} "
-                            f"act={summary.get('act')} lr={num(summary.get('lr'), 'g')} seed={summary.get('seed')}")
-    table.add_row("steps", f"{num(summary.get('step'), ',')} / {num(summary.get('max_steps'), ',')}")
-    if summary.get("diverged_step") is not None:
-        table.add_row("diverged at step", f"{summary['diverged_step']:,}")
-
-    table.add_row("final test accuracy", num(summary.get("final_test_accuracy")))
-    table.add_row("best test accuracy", f"{num(summary.get('best_test_accuracy'))} "
-                                        f"(step {summary.get('best_step', 0):,})")
-    for target, step in (summary.get("steps_to_target") or {}).items():
-        table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
-    table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
-    console = Console()
-    console.print(table)
-    console.print(f"run dir: {summary.get('run_dir')}", highlight=False, soft_wrap=True)  # never cut
 
 
 def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
@@ -398,6 +385,10 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
         pass
 
 
+_HYDRA_FLAGS = ("help", "hydra-help", "version", "cfg", "resolve", "package", "run", "multirun", "shell-completion",
+                "config-path", "config-name", "config-dir", "experimental-rerun", "info")
+
+
 def _parse_flags(args: list[str]):
     """Hydra's own command-line flags and the overrides, read with Hydra's parser; flags and
     overrides may come in any order (``bnexp train lr=0.1 -m seed=0,1``).
@@ -421,6 +412,11 @@ def _parse_flags(args: list[str]):
             parsed = parser.parse_intermixed_args(args)
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1] if err.getvalue().strip() else "?"
+        from bnexp.config.explain import dashed_key_hint
+
+        hint = dashed_key_hint(args, _HYDRA_FLAGS)
+        if hint:
+            raise UserError(f"{why}: {hint}") from None
         raise UserError(f"{why} (bnexp train --help lists the options)") from None
     if parsed.multirun and (parsed.cfg or parsed.info or parsed.shell_completion):
         flag = "--cfg" if parsed.cfg else "--info" if parsed.info else "--shell-completion"
@@ -441,14 +437,14 @@ def train_main(args: list[str]) -> int:
     Raises:
         UserError, Hydra's and OmegaConf's errors: for :func:`main` to show as one line.
     """
-    from bnexp.config.schema import CONF_DIR, quote_bn_overrides
+    from bnexp.config.schema import CONF_DIR, hydra_overrides
     from bnexp.config.explain import parse_overrides
     from bnexp.runs.sweepjobs import sweep_failures
 
     if not CONF_DIR.is_dir():
         raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
                         "with pip install -e .")
-    flags, args = _parse_flags(quote_bn_overrides(args))
+    flags, args = _parse_flags(hydra_overrides(args))
     parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
     if flags.help:
         from bnexp.config.usage import train_help
@@ -499,6 +495,8 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
         UserError: ``-m`` under torchrun (a sweep of data-parallel runs: launch one torchrun per
             run, e.g. through hydra/launcher=slurm), or a malformed WORLD_SIZE/RANK.
     """
+    if os.environ.get("WORLD_SIZE", "1").strip() == "1":  # not under torchrun: torch is not imported yet,
+        return args, None                                    # so that a config error is refused fast
     from bnexp.train import distributed
 
     if distributed.env_world_size() <= 1:

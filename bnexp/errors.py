@@ -10,6 +10,17 @@ loop that a value became non-finite, so the run ends with status ``diverged``.
 from __future__ import annotations
 
 import errno as _errno
+import signal as _signal
+
+
+class Interrupted(Exception):
+    """Raised inside the step loop by SIGINT/SIGTERM; carries the signal number (raised by
+    :mod:`bnexp.train.runtime`; defined here, without torch, so that ``bnexp train`` can catch it
+    before torch is imported)."""
+
+    def __init__(self, signum: int):
+        super().__init__(_signal.Signals(signum).name)
+        self.signum = signum
 
 
 class UserError(Exception):
@@ -40,7 +51,7 @@ class OutputError(UserError):
     Args:
         path: the file or folder that could not be written.
         exc: the underlying :class:`OSError`.
-        resumable: say that re-running the same command resumes from the last checkpoint.
+        resumable: say how to resume from the last checkpoint.
     """
 
     def __init__(self, path, exc: OSError, resumable: bool = False):
@@ -57,7 +68,8 @@ class OutputError(UserError):
         else:
             fix = "check the disk and the folder, or choose another output folder"
         where = " with hydra.run.dir=PATH (hydra.sweep.dir=PATH for sweeps)"
-        then = " Then re-run the same command: it resumes from the last checkpoint." if resumable else ""
+        then = (" Then resume from the last checkpoint: the same bnexp train command with hydra.run.dir set to the "
+                "run's folder (a plain re-run starts a new folder)." if resumable else "")
         super().__init__(f"could not write {path} ({what}): {fix}{where}.{then}")
 
 

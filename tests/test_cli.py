@@ -220,3 +220,31 @@ def test_long_override_sets_get_short_unique_folder_names():
     assert na == _safe_dirname(a)  # deterministic: a re-run of the sweep finds the same folder
     assert "'" not in na and "/" not in _safe_dirname("data.root=/x/y")
     assert _safe_dirname("bn=true,lr=0.1") == "bn=true,lr=0.1"
+
+
+def test_progress_bar_fits_80_columns_and_shows_no_nan_before_the_first_loss():
+    """The bar keeps every field at 80 columns (rich cuts what does not fit with an ellipsis), up to 1,000,000
+    steps; before the first logged loss it shows '-', never 'nan'."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from bnexp.train.runtime import Progress
+
+    def frames(updates):
+        buf = io.StringIO()
+        bar = Progress(True, 1_000_000, 0, console=Console(file=buf, width=80, force_terminal=True, color_system=None))
+        for step, fields in updates:
+            bar.update(step, **fields)
+        bar.progress.refresh()
+        bar.stop()
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())
+        return [f for f in re.split(r"[\r\n]", text) if f.strip()]
+
+    first = frames([])
+    assert first and all("nan" not in f.lower() for f in first)
+    assert "loss -" in first[-1] and "acc -" in first[-1]
+    last = frames([(999_999, {"loss": 0.123456}), (999_999, {"acc": "0.9712"})])[-1]
+    assert len(last) <= 80 and "…" not in last
+    assert "999999/1000000" in last and "loss 0.1235" in last and last.rstrip().endswith("acc 0.9712")

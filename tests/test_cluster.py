@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from conftest import FAST
@@ -36,11 +37,40 @@ def _records(path):
     return out
 
 
-def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tmp_path, data_root):
-    """submitit_local signals SIGUSR2 30 s before timeout_min=1; bnexp checkpoints that step, submitit
-    requeues the job, the requeued job resumes from the checkpoint and ends bit-identical (CPU)."""
-    import os
+def _signal_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: int):
+    """Start the sweep; once its run has recorded step steps // 10 (it is training, 90% of the run still to go),
+    send the preemption signal (SIGUSR2) to the process that trains (the pid in the run folder's lock).
+    Returns (the sweep's output, True if the signal reached the run before it ended)."""
+    import signal
     import subprocess
+    import time
+
+    from bnexp.runs.rundir import read_jsonl
+
+    job = subprocess.Popen(exe, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sent = False
+    try:
+        deadline = time.time() + 600
+        while job.poll() is None and not sent and time.time() < deadline:
+            for metrics in sweep.glob("*/metrics.jsonl"):
+                if any(r.get("step", 0) >= steps // 10 for r in read_jsonl(metrics)):
+                    pid = (metrics.parent / ".lock").read_text().strip() if (metrics.parent / ".lock").exists() else ""
+                    if pid.isdigit():  # (a run that ended has released its lock)
+                        os.kill(int(pid), signal.SIGUSR2)
+                        sent = True
+            time.sleep(0.05)
+        out, _ = job.communicate(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    return job.returncode, out, sent
+
+
+def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tmp_path, data_root):
+    """The preemption/timeout signal (SIGUSR2, which submitit_local sends signal_delay_s before timeout_min)
+    mid-run: bnexp checkpoints that step, submitit requeues the job, the requeued job resumes from the
+    checkpoint and ends bit-identical (CPU). The test sends the signal itself once the run is training, so it
+    depends on no speed of the machine (a run that ended first is started again, 4x longer)."""
     import sys
 
     import torch
@@ -49,26 +79,21 @@ def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tm
     from bnexp.train.trainer import train
 
     common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "seed=3"]
-    # calibrate: pick max_steps so an uninterrupted run trains ~32 s on this machine, well past the
-    # signal at 30 s after the job starts, and each attempt still makes progress
-    calib = train(compose_config(common + ["trainer.max_steps=300", "trainer.eval_every=300",
-                                           "trainer.hist_every=300"]), tmp_path / "calibration")
-    speed = calib["step"] / max(calib["train_time_s"] - sum(calib["probe_time_s"].values()), 1e-3)
-    steps = max(1000, int(speed * 32))
-    run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 2}",
-                    f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
-    sweep = tmp_path / "sweep"
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
-    exe = [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=1",
-           "+hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
-    job = subprocess.Popen(exe, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        reference = train(compose_config(run), tmp_path / "reference")  # meanwhile, uninterrupted
-        out, _ = job.communicate(timeout=600)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 0, out[-3000:]
+    steps = 2000
+    for attempt in range(4):
+        run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 10}",
+                        f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
+        sweep = tmp_path / f"sweep{attempt}"
+        exe = [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=30",
+               "+hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
+        code, out, sent = _signal_mid_run(exe, tmp_path, env, sweep, steps)
+        assert code == 0, out[-3000:]
+        if sent:
+            break
+        steps *= 4
+    assert sent, "every run ended before the signal could be sent"
+    reference = train(compose_config(run), tmp_path / "reference")  # uninterrupted
     assert reference["status"] == "finished" and reference["resumed_from_step"] is None
     (run_dir,) = [p.parent for p in sweep.glob("*/summary.json")]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -43,7 +43,10 @@ CHANGED = {"data.augment": ("False", "false")}
 # Keys added since the golden file (issue 23: LayerNorm / GroupNorm, BN placement), with the value every
 # case has now: their defaults, which build the networks the golden configs built (BN before g).
 # Later: trainer.async_records (the records thread, bnexp.train.background), which cannot alter results.
-ADDED = {"bn.norm": "batch", "bn.groups": 4, "bn.position": "before", "trainer.async_records": True}
+# Then the logger group (bnexp.train.loggers; result-neutral): TensorBoard alone by default, as before.
+ADDED = {"bn.norm": "batch", "bn.groups": 4, "bn.position": "before", "trainer.async_records": True,
+         "logger.tensorboard": True, "logger.csv": False, "logger.mlflow": False, "logger.mlflow_tracking_uri": None,
+         "logger.mlflow_experiment": "bnexp"}
 
 
 def _key(overrides: list[str]) -> str:
@@ -70,7 +73,7 @@ def _apply_changes(cfg: dict) -> dict:
         *parents, leaf = dotted.split(".")
         node = cfg
         for p in parents:
-            node = node[p]
+            node = node.setdefault(p, {}) if p == "logger" else node[p]  # logger: a node of its own
         assert leaf not in node, f"{dotted} is in the golden file already: drop it from ADDED"
         node[leaf] = value
     return cfg

@@ -64,9 +64,8 @@ def _one_error_line(text: str) -> str:
     # a key given twice: both values
     (["lr=0.1", "lr=0.2"], ["lr is given twice", "lr=0.1", "lr=0.2"]),
     (["bn=true", "bn=false"], ["bn is given twice", "bn='true'", "bn='false'"]),
-    # several values without -m; the + a preset needs; a + on an existing key
+    # several values without -m; a + on an existing key (experiment=NAME needs no +: tests/test_loggers.py)
     (["lr=0.1,0.2"], ["lr=0.1,0.2 gives several values", "-m", "lr=[0.1,0.2]"]),
-    (["experiment=bn_x5"], ["+experiment=bn_x5"]),
     (["+lr=0.3"], ["lr exists already", "lr=0.3"]),
     (["~trainer.max_steps"], ["cannot delete trainer.max_steps"]),
     # flags
@@ -204,3 +203,45 @@ def test_an_omegaconf_error_inside_a_job_is_internal_and_keeps_its_traceback(tmp
             if h not in handlers:
                 h.close()
         root.handlers[:], root.level = handlers, level
+
+
+@pytest.mark.parametrize("override", ["lr=abc", "lr=-1", "trainer.batch_size=1", "bn=maybe", "trainer.max_step=5"])
+def test_config_errors_are_refused_before_torch_is_imported(tmp_path, data_root, override):
+    """A typo is refused by the config alone: the process that refuses it never imports torch (which
+    takes seconds to import, more under load), and leaves no run folder behind."""
+    import sys
+
+    code = ("import sys; from bnexp.cli import main; rc = main(['train', sys.argv[1], 'hydra.run.dir=run']); "
+            "print('torch imported' if 'torch' in sys.modules else 'torch not imported'); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, override], cwd=tmp_path, capture_output=True, text=True,
+                       env={**__import__("os").environ, "BNEXP_DATA_ROOT": str(data_root)}, timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout.strip() == "torch not imported"
+    assert p.stderr.count("bnexp: error:") == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["BN=true"], "Did you mean bn?"),
+    (["--lr", "0.1"], "without dashes: lr=0.1"),
+    (["--trainer.max_steps=5"], "without dashes: trainer.max_steps=5"),
+])
+def test_a_near_miss_gets_the_spelling_that_works(capsys, tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(capsys, *args)
+    assert code == 2 and needle in _one_error_line(err)
+
+
+def test_help_lists_every_option_of_every_group():
+    """bnexp --help and bnexp train --help name every file under conf/<group>/ (bn's five options among them),
+    experiment=NAME without '+', and the logger group."""
+    from bnexp.config.schema import CONF_DIR
+    from bnexp.config.usage import train_help, usage
+
+    top, train = usage(), train_help([])
+    for group in ("bn", "data", "experiment", "logger", "model", "optim", "scale"):
+        for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+            assert option in top.split(f"{group}=")[1].splitlines()[0], (group, option)
+            assert option in train.split(f"  {group}: ")[1].splitlines()[0], (group, option)
+    assert "bn=true|false|noisy|layer|group" in top and "+experiment" not in top
+    assert "logger.mlflow_tracking_uri=null" in train

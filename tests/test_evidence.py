@@ -25,13 +25,24 @@ def test_sparse_record_warnings_name_the_key():
                                                   "trainer.hist_every=250"])) == []
 
 
-def test_train_warns_at_start(run_bnexp, tmp_path):
-    r = run_bnexp("train", "trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=20",
-                  "trainer.eval_every=5", "trainer.hist_every=20", f"hydra.run.dir={tmp_path / 'run'}")
+def test_a_single_run_does_not_warn_about_the_report_and_a_sweep_says_it_once_at_its_end(run_bnexp, tmp_path):
+    """The record cadence matters only to bnexp report (a sweep's verdicts): a single run trains without the
+    warning; a sweep names the key and the value to use once, after its summary table, not once per job."""
+    few = ["trainer.progress=false", "trainer.num_threads=1", "trainer.max_steps=20", "trainer.eval_every=5",
+           "trainer.hist_every=20"]
+    r = run_bnexp("train", *few, f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 0, r.stderr
+    assert "fewer than 5" not in r.stdout + r.stderr and "WARNING" not in r.stdout + r.stderr
+    sweep = tmp_path / "sweep"
+    r = run_bnexp("train", "-m", "seed=0,1", *few, f"hydra.sweep.dir={sweep}", env_extra={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
-    assert "trainer.hist_every=20" in out and "fewer than 5" in out
-    assert "trainer.eval_every" not in out  # 0, 5, 10, 15, 20: 5 records, enough
+    assert out.count("trainer.hist_every=20 with trainer.max_steps=20") == 1  # two jobs, one note
+    assert "trainer.hist_every<=5" in out and "trainer.eval_every=5 with" not in out  # 0, 5, .., 20: 5 records
+    assert out.count("bnexp run:") == 0  # no per-run tables: the sweep's one table
+    table = out[out.index("bnexp sweep: 2 run(s)"):]
+    assert [line.split()[0] for line in table.splitlines() if line.strip().startswith("seed=")] == ["seed=0", "seed=1"]
+    assert f"bnexp report {sweep}" in out
 
 
 @pytest.mark.parametrize("key,value", [("monitor.bn_stats", "running"), ("bn.noise_scale", -1.0),

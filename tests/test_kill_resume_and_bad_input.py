@@ -231,3 +231,35 @@ def test_run_directory_lock_keeps_a_second_process_out(tmp_path):
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
     lock.release()
     assert subprocess.run([sys.executable, "-c", code]).returncode == 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_command_that_resumes_the_same_run(run_bnexp, tmp_path, data_root):
+    """Ctrl-C of a run in the default, timestamped folder: the printed command (not a plain re-run, which
+    would start a new folder) resumes that folder and ends at the accuracy of an uninterrupted run."""
+    import re
+    import shlex
+
+    args = ["train", *FAST, "bn=false", "seed=4", "trainer.max_steps=6000", "trainer.eval_every=500",
+            "trainer.ckpt_every=100000"]
+    p = spawn_bnexp(data_root, tmp_path, *args)
+    wait_for(lambda: any(len(read_jsonl(m)) >= 2 for m in (tmp_path / "outputs").glob("runs/*/metrics.jsonl")))
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    stopped = json.loads((run_dir / "summary.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["step"] < 6000
+    m = re.search(r"Resume this run with: (.+)$", err, re.MULTILINE)
+    assert m, err
+    command = shlex.split(m.group(1))
+    assert command[:2] == ["bnexp", "train"] and f'hydra.run.dir="{run_dir.absolute()}"' in command
+    r = run_bnexp(*command[1:], cwd=tmp_path / "outputs")  # from another folder: the path is absolute
+    assert r.returncode == 0, r.stderr
+    assert [d.name for d in (tmp_path / "outputs" / "runs").iterdir()] == [run_dir.name]  # no new folder
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["status"] == "finished" and resumed["resumed_from_step"] == stopped["step"]
+    whole = run_bnexp(*args, f"hydra.run.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr
+    expected = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert resumed["final_test_accuracy"] == expected["final_test_accuracy"]

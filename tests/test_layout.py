@@ -123,3 +123,47 @@ def test_bn_math_depends_on_nothing_else_in_bnexp():
 def test_module_size(name):
     lines = len(_modules()[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines (max {MAX_LINES})"
+
+
+def test_every_third_party_import_is_a_runtime_dependency():
+    """What bnexp imports (bnexp report included: scipy) is installed by `pip install .` alone: a dependency
+    of pyproject.toml or one of theirs; mlflow only through the [mlflow] extra (imported on logger=mlflow)."""
+    import ast
+    import importlib.metadata as md
+    import re
+    import sys
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+    def canon(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    def name_of(req: str) -> str:
+        return canon(re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0])
+
+    installed, todo = set(), [name_of(d) for d in project["dependencies"]]
+    while todo:  # the dependencies and theirs (not their extras)
+        dist = todo.pop()
+        if dist in installed:
+            continue
+        installed.add(dist)
+        try:
+            todo += [name_of(r) for r in md.requires(dist) or [] if "extra ==" not in r]
+        except md.PackageNotFoundError:
+            pass
+    extra = {name_of(d) for d in project["optional-dependencies"]["mlflow"]}
+    modules = set()
+    for path in (root / "bnexp").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    third_party = sorted(m for m in modules if m not in sys.stdlib_module_names and m != "bnexp")
+    dists = md.packages_distributions()
+    assert "scipy" in third_party
+    for module in third_party:
+        owners = {canon(d) for d in dists.get(module, [])}
+        assert owners & installed or (module == "mlflow" and owners & extra), (module, owners)

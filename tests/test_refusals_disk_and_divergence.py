@@ -194,7 +194,8 @@ def test_full_disk_during_jsonl_append_is_a_user_error_and_resumable(run_bnexp, 
     err1 = " ".join(err.split())
     assert p.returncode == 2, err
     assert "Traceback" not in err and f"could not write {run_dir / 'metrics.jsonl'}" in err1
-    assert "disk" in err1 and "resumes from the last checkpoint" in err1
+    assert "disk" in err1 and "resume from the last checkpoint" in err1
+    assert f"Resume this run with: bnexp train" in err1 and f"hydra.run.dir={run_dir}" in err1  # the exact command
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "interrupted" and "metrics.jsonl" in s["error"]  # recorded, still resumable
     (run_dir / "metrics.jsonl").unlink()  # space freed
@@ -214,7 +215,8 @@ def test_output_error_messages_name_path_and_fix():
     from bnexp.errors import OutputError
 
     e = OutputError("/out/run/summary.json", OSError(errno.ENOSPC, "No space left on device"), resumable=True)
-    assert "/out/run/summary.json" in str(e) and "free disk space" in str(e) and "resumes" in str(e)
+    assert "/out/run/summary.json" in str(e) and "free disk space" in str(e) and "resume from the last checkpoint" in str(e)
+    assert "hydra.run.dir" in str(e)  # a plain re-run starts a new folder
     e = OutputError("/ro/run", OSError(errno.EROFS, "Read-only file system"))
     assert "not writable" in str(e) and "hydra.run.dir=PATH" in str(e)
 
@@ -321,9 +323,12 @@ def test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero(run_bnexp, 
     done = [json.loads(p.read_text()) for p in sweep.glob("*/summary.json")]
     assert [s["status"] for s in done] == ["finished"]
     assert "1 job(s) of the sweep failed" in r.stderr and "trainer.batch_size=0" in r.stderr
-    # the finished run's folder is printed whole even in a narrow terminal
-    run = next(p.parent for p in sweep.glob("*/summary.json"))
-    assert f"run dir: {run}" in r.stdout
+    # the sweep's table names the finished run whole, and the report command holds the sweep folder whole,
+    # even in a narrow terminal
+    table = r.stdout[r.stdout.index("bnexp sweep: 1 run(s)"):]
+    assert [line.split()[:2] for line in table.splitlines() if "trainer.batch_size=60" in line] == [
+        ["trainer.batch_size=60", "finished"]]
+    assert f"bnexp report {sweep}" in r.stdout
 
 
 def test_quick_reproduction_writes_its_own_sweep_folder(tmp_path):

@@ -703,7 +703,10 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
     rows = report.data["claims"]
     assert len(rows) == 7 and all(r["verdict"] == "inconclusive" for r in rows)
     assert rows[0]["reason"] == "ks_first is not in the records of no BN and BN"
-    assert rows[5]["reason"] == "l2_rel_per_move is not in the records of BN and no BN"
+    assert rows[5]["reason"] == ("l2_rel_per_move is not in the records of BN and no BN (it is recorded with "
+                                 "monitor.grad_ics=true, off by default: add it to the sweep's command)")
+    assert rows[6]["reason"].endswith("(it is recorded with monitor.landscape=true, off by default: add it to the "
+                                      "sweep's command)"), rows[6]["reason"]
     assert report_main([str(root)]) == 0
     assert (root / "ics_distribution.png").is_file()
     assert not (root / "ics_gradient.png").exists() and not (root / "ics_landscape.png").exists()

@@ -4,8 +4,8 @@ Synthetic sweeps (the builders of test_report.py): BN, noisy BN and no BN at two
 rates, plus a BN setting without a no-BN counterpart, and CIFAR-10 presets. Checked on the
 Figure objects: every axis has an x and a y label with its unit in parentheses, the accuracy
 figure has a zoomed panel on the top of the range, no visible axes is empty, legends lie
-below every axes (outside the data), colours pair BN with its no-BN counterpart and line
-styles tell BN / noisy BN / no BN apart, labels name what they show, and titles cite the
+below every axes (outside the data), each BN variant has its own colour family (a shade per
+setting) and line style, seeds are light lines, labels name what they show, and titles cite the
 right part of the paper (MNIST: Sec. 4.1, Fig. 1; CIFAR-10: Sec. 4.2).
 """
 
@@ -93,19 +93,27 @@ def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     # every configuration ends between 96% and 98.7%: the zoom shows all their ends in a few
     # points, not 10-100%
     lo, hi = zoom.get_ylim()
-    ends = [ln.get_ydata()[-1] for ln in zoom.get_lines() if len(ln.get_xdata()) > 2]  # not axhline
+    means = [ln for ln in zoom.get_lines() if ln.get_linewidth() == 2.0]  # bold: the means over seeds
+    seeds = [ln for ln in zoom.get_lines() if ln.get_linewidth() < 1 and ln.get_alpha() < 0.5]  # light: each seed
+    assert len(seeds) == 12  # 6 configurations x 2 seeds, each its own light line
+    ends = [ln.get_ydata()[-1] for ln in means]
     assert len(ends) == 6 and all(96 <= e <= 98.7 for e in ends)
     assert lo < min(ends) and max(ends) < hi <= 100 and hi - lo < 6
     assert full.get_ylim()[0] < 15
-    # one legend entry per configuration; BN/no BN of one setting share the hue, styles differ
+    # one legend entry per configuration; BN and no BN in their own colour families, a shade per setting
     labels = fig.legends[0].texts
     entries = {t.get_text().rsplit(" (n=", 1)[0] for t in labels}
     assert entries == {"BN lr=0.5", "noisy BN lr=0.5", "no BN lr=0.5", "BN lr=0.12", "noisy BN lr=0.12",
                        "no BN lr=0.12"}
     lines = {ln.get_label().rsplit(" (n=", 1)[0]: ln for ln in full.get_lines() if not ln.get_label().startswith("_")}
-    assert lines["BN lr=0.5"].get_color() == lines["no BN lr=0.5"].get_color()
-    assert lines["BN lr=0.5"].get_color() != lines["BN lr=0.12"].get_color()
-    assert lines["noisy BN lr=0.5"].get_color() != lines["BN lr=0.5"].get_color()  # darker shade
+    rgb = {k: ln.get_color()[:3] for k, ln in lines.items()}
+    assert rgb["BN lr=0.5"] != rgb["BN lr=0.12"] and rgb["no BN lr=0.5"] != rgb["no BN lr=0.12"]
+    # BN orange (red > blue), no BN blue (blue > red), noisy BN green (green highest)
+    assert all(rgb[f"BN lr={lr}"][0] > rgb[f"BN lr={lr}"][2] for lr in ("0.5", "0.12"))
+    assert all(rgb[f"no BN lr={lr}"][2] > rgb[f"no BN lr={lr}"][0] for lr in ("0.5", "0.12"))
+    assert all(max(rgb[f"noisy BN lr={lr}"]) == rgb[f"noisy BN lr={lr}"][1] for lr in ("0.5", "0.12"))
+    for name in lines:  # each configuration's two seeds: light lines of its colour
+        assert len([ln for ln in full.get_lines() if ln.get_linewidth() < 1 and ln.get_color()[:3] == rgb[name]]) == 2
     styles = {k: lines[k + " lr=0.5"].get_linestyle() for k in ("BN", "noisy BN", "no BN")}
     assert len(set(styles.values())) == 3 and styles["BN"] == "-" and styles["no BN"] == "--"
     assert "Sec. 4.1, Fig. 1(a)" in fig._suptitle.get_text()
@@ -123,9 +131,11 @@ def test_legends_name_only_the_variants_in_the_sweep(mnist, tmp_path):
         make_run(plain, f"bn=false,{seed}", bn=False, lr=0.5, seed=seed, knots=BN_05[seed])
     without = titles(build_report(plain))
     assert len(without) == 2 and not any("noisy" in t for t in without)
-    assert "BN solid, no BN dashed" in without[0] and "BN plain, no BN hatched" in without[1]
+    assert "no BN blue dashed, BN orange solid" in without[0] and "no BN blue hatched, BN orange plain" in without[1]
+    assert "shade per setting" not in without[0]  # one setting: no shades to tell apart
     with_noisy = titles(build_report(mnist))
-    assert "noisy BN dash-dot (darker)" in with_noisy[0] and "noisy BN dotted (darker)" in with_noisy[1]
+    assert "noisy BN green dash-dot" in with_noisy[0] and "noisy BN green dotted" in with_noisy[1]
+    assert "one shade per setting" in with_noisy[0]
 
 
 def test_zoom_range_by_hand():
@@ -144,15 +154,49 @@ def test_percentile_figure_one_column_per_variant_no_empty_panel(mnist):
     fig = percentiles_figure(report)
     _check_axes_and_legend(fig)
     axes = _visible(fig)
-    assert len(axes) == 7  # 3 variants x 2 learning rates + BN lr=5 alone; its missing panels are hidden
+    assert len(axes) == 6  # the 2 settings with every variant, 3 variants each; BN lr=5 alone is left out
+    assert not [a for a in fig.axes if not a.get_visible()]  # no hidden (empty) panel either
     titles = [a.get_title() for a in axes]
     first_lines = [t.split("\n")[0] for t in titles]
     assert first_lines[:3] == ["no BN lr=0.12", "BN lr=0.12", "noisy BN lr=0.12"]
-    lone = [t for t in titles if t.startswith("bn=true lr=5") or "lr=5 " in t or t.startswith("BN lr=5")]
-    assert lone and "no run without BN or with noisy BN with these settings" in lone[0].replace("\n", " ")
-    assert not any(re.search(r"(no BN|BN): \1", t) for t in titles)  # no "no BN: no BN"
+    assert not any("lr=5" in t or "no run" in t for t in titles)
+    assert "2 of 3 settings" in fig._suptitle.get_text()
     # one y scale per row: no BN and BN of a setting compare directly
     assert axes[0].get_ylim() == axes[1].get_ylim() == axes[2].get_ylim()
+
+
+def test_percentile_figure_rows_fit_a_screen():
+    """At most three settings, those with every variant, spread over the list (first, middle, last)."""
+    from bnexp.report.figures import MAX_PERCENTILE_ROWS, shown_rows
+
+    full = [{"no BN": f"n{i}", "BN": f"b{i}"} for i in range(7)]
+    rows = full[:3] + [{"BN": "lone"}] + full[3:]
+    assert MAX_PERCENTILE_ROWS == 3
+    assert shown_rows(["no BN", "BN"], rows) == [full[0], full[3], full[6]]
+    assert shown_rows(["no BN", "BN"], full[:2] + [{"BN": "lone"}]) == full[:2]
+    assert shown_rows(["no BN", "BN"], [{"BN": "a"}, {"no BN": "b"}]) == [{"BN": "a"}, {"no BN": "b"}]
+
+
+def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
+    """Labels from each configuration's .hydra/overrides.yaml: only the keys whose values differ, as typed
+    (bn=false, experiment=bn_x5: bnexp's quotes and Hydra's + dropped), seeds and result-neutral keys left out."""
+    from types import SimpleNamespace
+
+    from bnexp.report.figstyle import typed_labels
+
+    def group(key, *overrides):
+        d = tmp_path / key
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        return SimpleNamespace(key=key, runs=[SimpleNamespace(path=d)])
+
+    a = group("a", "bn='false'", "lr=0.5", "seed=1", "trainer.max_steps=3000", "trainer.progress=false")
+    b = group("b", "bn='true'", "lr=0.5", "seed=1", "trainer.max_steps=3000")
+    c = group("c", "+experiment=bn_x5", "scale.base_lr=0.05", "seed=0")
+    assert typed_labels([a, b]) == {"a": "bn=false", "b": "bn=true"}
+    assert typed_labels([a, c]) == {"a": "bn=false lr=0.5 trainer.max_steps=3000",
+                                    "c": "experiment=bn_x5 scale.base_lr=0.05"}
+    assert typed_labels([a, group("d", "bn='false'", "lr=0.5", "seed=2", "trainer.max_steps=3000")]) == {}
 
 
 def test_stability_figure_units_hatches_and_legend_outside(mnist):
@@ -162,7 +206,7 @@ def test_stability_figure_units_hatches_and_legend_outside(mnist):
     ax = _visible(fig)[0]
     hatch = {c.get_label(): c.patches[0].get_hatch() for c in ax.containers}
     colour = {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers}
-    assert colour["no BN lr=0.5"] == colour["BN lr=0.5"] != colour["BN lr=0.12"]
+    assert colour["no BN lr=0.5"] != colour["BN lr=0.5"] != colour["BN lr=0.12"]
     assert hatch["no BN lr=0.5"] == "//" and hatch["BN lr=0.5"] is None and hatch["noisy BN lr=0.5"] == ".."
 
 

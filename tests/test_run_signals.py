@@ -104,14 +104,14 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
     """The terminal's SIGINT reaches the launcher and its workers; every job that was training ends
     ``interrupted`` with the checkpoint its log announces, the sweep stops, no traceback.
 
-    (Without :class:`bnexp.train.runtime.SweepSignals` joblib killed the workers still saving: a run stayed
+    (Without :class:`bnexp.runs.sweepsignals.SweepSignals` joblib killed the workers still saving: a run stayed
     ``running`` without the checkpoint its log announced.)"""
     sweep = tmp_path / "sweep"
     exe = Path(sys.executable).with_name("bnexp")
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
     # wide layers: a checkpoint takes long enough to write that killing a worker early would show
     p = _terminal_job([str(exe), "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                       "++hydra.callbacks.sweep_signals._target_=bnexp.train.runtime.SweepSignals",
+                       "++hydra.callbacks.sweep_signals._target_=bnexp.runs.sweepsignals.SweepSignals",
                        "seed=0,1,2", "model.hidden=[1500,1500,1500]", "trainer.max_steps=100000",
                        "trainer.progress=false", "trainer.num_threads=1", "trainer.ckpt_every=100000",
                        "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",

@@ -8,6 +8,8 @@ the list on stderr) is tests/test_refusals_disk_and_divergence.py::test_sweep_wi
 
 from __future__ import annotations
 
+import json
+
 import pickle
 
 from hydra.core.utils import JobReturn, JobStatus
@@ -50,3 +52,22 @@ def test_a_sweep_without_failures_lists_nothing(tmp_path, capsys):
     single = FailedJobs()
     single.on_job_end(*_job(tmp_path, "run", JobStatus.COMPLETED, FailedRun("x", "y")))
     assert not list(tmp_path.glob(".failed_jobs.*"))
+
+
+def test_sweep_summary_table_reads_every_run_of_the_sweep(tmp_path):
+    """One row per run folder (named by the swept keys), the accuracies and first steps of its summary.json,
+    '-' for a target never reached, the step an interrupted run stopped at."""
+    from bnexp.runs.sweepsummary import summary_rows
+
+    def run(name, **summary):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+
+    run("bn=true,seed=0", status="finished", step=3000, max_steps=3000, final_test_accuracy=0.96125,
+        best_test_accuracy=0.9625, steps_to_target={"0.9": 500, "0.95": 2000})
+    run("bn=false,seed=0", status="interrupted", step=1106, max_steps=3000, final_test_accuracy=None,
+        best_test_accuracy=0.1135, steps_to_target={"0.9": None, "0.95": None})
+    header, rows = summary_rows(tmp_path)
+    assert header == ["run", "status", "final", "best", "90%", "95%"]
+    assert rows == [["bn=false,seed=0", "interrupted @1,106", "-", "0.1135", "-", "-"],
+                    ["bn=true,seed=0", "finished", "0.9613", "0.9625", "500", "2,000"]]

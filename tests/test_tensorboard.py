@@ -157,25 +157,68 @@ def test_custom_scalars_layout_order_and_relative_bands(sweep):
     layout = layout_pb2.Layout()
     layout.ParseFromString(ea.Tensors(metadata.CONFIG_SUMMARY_TAG)[0].tensor_proto.string_val[0])
     titles = [c.title for c in layout.category]
-    # training first, then the layers input to output, the typical unit, the unitless ICS measures
-    assert titles == ["training", "layer1: input to the nonlinearity g", "layer2: input to the nonlinearity g",
-                      "layer3: input to the nonlinearity g", "typical unit 0 of layer3: input to the nonlinearity g",
-                      "internal covariate shift (unitless)"]
-    assert layout.category[0].chart[0].title == "test accuracy"
+    # the deepest layer's drift first (one chart per configuration), training, the typical unit, the layers
+    # from the deepest to the first, the unitless ICS measures
+    glance = "at a glance: layer3 input to g, relative to its start (one chart per configuration)"
+    assert titles == [glance, "training", "typical unit 0 of layer3: input to the nonlinearity g",
+                      "layer3: input to the nonlinearity g", "layer2: input to the nonlinearity g",
+                      "layer1: input to the nonlinearity g", "internal covariate shift (unitless)"]
+    assert [c.title.split(":")[0] for c in layout.category[0].chart] == ["without BN"]
+    assert layout.category[1].chart[0].title == "test accuracy"
     scalars = set(ea.Tags()["scalars"])
-    for chart in layout.category[0].chart:  # the training charts match the renamed Test/Train tags
+    for chart in layout.category[1].chart:  # the training charts match the renamed Test/Train tags
         assert [t for t in scalars if re.search(chart.multiline.tag[0], t)], chart.title
-    for cat in layout.category[1:5]:
+    for cat in layout.category[2:6]:
         series = [c.margin.series[0] for c in cat.chart]
         assert [s.value.split("/")[0] for s in series] == ["shift_rel", "shift"]  # relative band, raw band
         for s in series:
             assert {s.value, s.lower, s.upper} <= scalars, cat.title  # no empty chart
-    for chart in layout.category[5].chart:  # each ICS chart matches tags of this run
-        assert any(re.search(chart.multiline.tag[0], t) for t in scalars), chart.title
+    for chart in layout.category[6].chart:  # each ICS chart shows tags of this run
+        if chart.HasField("margin"):
+            assert {chart.margin.series[0].value, chart.margin.series[0].lower} <= scalars, chart.title
+        else:
+            assert any(re.search(chart.multiline.tag[0], t) for t in scalars), chart.title
+    # the glance chart holds the deepest layer's relative band, under this configuration's name only
+    g = layout.category[0].chart[0].margin.series[0]
+    assert (g.value, g.lower, g.upper) == ("glance/without_BN/layer3/p50", "glance/without_BN/layer3/p15",
+                                           "glance/without_BN/layer3/p85")
+    assert [e.value for e in ea.Scalars(g.value)] == [e.value for e in ea.Scalars("shift_rel/layer3/p50")]
+    assert not [t for t in scalars if t.startswith("glance/with_BN")]
+    with_bn = _accumulator(sweep / "bn=true")
+    assert "glance/with_BN/layer3/p50" in with_bn.Tags()["scalars"]
     # relative bands: at the first record the band is (-0.5, 0.5) around 0 for every layer
     for layer in ("layer1", "layer2", "layer3"):
         lo, mid, hi = (ea.Scalars(f"shift_rel/{layer}/{k}")[0].value for k in ("p15", "p50", "p85"))
         assert mid == pytest.approx(0.0, abs=1e-6) and hi - lo == pytest.approx(1.0, rel=1e-5)
+
+
+def test_custom_scalars_of_a_bn_sweep_show_bn_and_no_bn_apart_on_the_first_screen(sweep):
+    """What the dashboard serves for the sweep (TensorBoard merges the runs' layouts): its first category holds a
+    'without BN' and a 'with BN' chart; each chart's series exist only in the runs of its configuration."""
+    import json
+
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+    from werkzeug.test import Client
+    from werkzeug.wrappers import Response
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(sweep))
+    mux.Reload()
+    ctx = base_plugin.TBContext(logdir=str(sweep), multiplexer=mux,
+                                data_provider=data_provider.MultiplexerDataProvider(mux, str(sweep)))
+    app = custom_scalars_plugin.CustomScalarsPlugin(ctx).get_plugin_apps()["/layout"]
+    r = Client(app, Response).get("/layout")
+    assert r.status_code == 200
+    first = json.loads(r.get_data(as_text=True))["category"][0]
+    assert first["title"].startswith("at a glance: layer3")
+    titles = [c["title"].split(":")[0] for c in first["chart"]]
+    assert titles == ["without BN", "with BN"]
+    for chart, run in zip(first["chart"], ("bn=false", "bn=true")):
+        tag = chart["margin"]["series"][0]["value"]
+        holders = [d.name for d in sweep.iterdir() if d.is_dir() and tag in _accumulator(d).Tags()["scalars"]]
+        assert holders == [run], (tag, holders)
 
 
 def test_grad_ics_scalars_leave_out_layer1_and_fill_the_layout(sweep):
@@ -201,8 +244,8 @@ def test_grad_ics_scalars_leave_out_layer1_and_fill_the_layout(sweep):
     layout.ParseFromString(ea.Tensors(metadata.CONFIG_SUMMARY_TAG)[0].tensor_proto.string_val[0])
     ics = [c for c in layout.category if c.title == "internal covariate shift (unitless)"][0]
     patterns = [c.multiline.tag[0] for c in ics.chart if "gradient" in c.title]
-    assert [[t for t in grad if re.search(p, t)] for p in patterns] == [["grad_ics/layer2/l2_rel"],
-                                                                         ["grad_ics/layer3/l2_rel"]]
+    assert [[t for t in grad if re.search(p, t)] for p in patterns] == [["grad_ics/layer3/l2_rel"],
+                                                                         ["grad_ics/layer2/l2_rel"]]
 
 
 def test_relative_bands_by_hand():
@@ -227,7 +270,7 @@ def test_grad_ics_layout_skips_layer1_and_bn_input_charts_follow_each_layer():
     grad = [v[1][0] for k, v in layout["internal covariate shift (unitless)"].items() if "gradient" in k]
     assert len(grad) == 2  # layers 2 and 3: layer 1's gradient ICS is zero by definition
     assert not any(re.search(p, "grad_ics/layer1/l2_rel") for p in grad)
-    assert re.search(grad[0], "grad_ics/layer2/l2_rel") and re.search(grad[1], "grad_ics/layer3/l2_rel")
+    assert re.search(grad[0], "grad_ics/layer3/l2_rel") and re.search(grad[1], "grad_ics/layer2/l2_rel")
     charts = list(layout["layer1: input to the nonlinearity g"].values())
     assert [c[1][0] for c in charts] == ["shift_rel/layer1/p50", "shift/layer1/p50", "bn_input/layer1/p50"]
     assert "BN input" not in str(mon.custom_scalars_layout(bn_input=False))

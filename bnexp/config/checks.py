@@ -79,11 +79,15 @@ def positive_list(what: str) -> Check:
 
 
 def in_float32() -> Check:
-    """> 0 and not rounding to 0 in float32 (the smallest float32 is about 1.4e-45)."""
-    import numpy as np
+    """> 0 and not rounding to 0 in float32 (the smallest float32 is about 1.4e-45). numpy is imported when a
+    value is checked, not when the schema is defined (``bnexp train`` refuses a typo before heavy imports)."""
 
-    return Check(lambda v: v > 0 and bool(np.float32(v) > 0),
-                 "must be > 0 and not round to 0 in float32 (>= 1.5e-45)")
+    def positive_in_float32(v) -> bool:
+        import numpy as np
+
+        return v > 0 and bool(np.float32(v) > 0)
+
+    return Check(positive_in_float32, "must be > 0 and not round to 0 in float32 (>= 1.5e-45)")
 
 
 def device() -> Check:

@@ -186,3 +186,21 @@ def explain(exc: BaseException) -> str | None:
             lines.append(str(getattr(cause, "msg", cause)).splitlines()[0])
         return " ".join(lines).rstrip(".") + "."
     return None
+
+
+def dashed_key_hint(args: list[str], hydra_flags: tuple[str, ...]) -> str | None:
+    """For a config key written as a flag (``--lr 0.1``, ``--trainer.max_steps=5``): the spelling that works,
+    ``config values are written key=value, without dashes: lr=0.1``; None when no argument is one (a
+    Hydra flag, or ``--name`` whose name is no config key)."""
+    import dataclasses
+
+    from bnexp.config.schema import Config
+
+    fields = {f.name for f in dataclasses.fields(Config)}
+    for i, a in enumerate(args):
+        key = a[2:].split("=")[0]
+        if a.startswith("--") and key not in hydra_flags and key.split(".")[0] in fields:
+            value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "VALUE")
+            return (f"config values are written key=value, without dashes: {key}={value} "
+                    "(bnexp train --help lists the keys)")
+    return None

@@ -247,8 +247,27 @@ class MonitorConfig:
 
 
 @dataclass
+class LoggerConfig:
+    """Where a run's scalars go (group logger: tensorboard (default), csv, mlflow, or a list of them).
+
+    Combine them as ``logger=[tensorboard,csv,mlflow]`` (bnexp.train.loggers). The run's own records
+    (metrics.jsonl, shift.jsonl, summary.json) are written whatever the loggers. Result-neutral: a run resumes
+    and its folder is named alike whichever loggers it has."""
+
+    tensorboard: bool = opt(False, "TensorBoard event files in the run folder: scalars, Custom Scalars, histograms, "
+                                   "HParams, images (logger=tensorboard)")
+    csv: bool = opt(False, "every scalar as a row step,tag,value of scalars.csv in the run folder (logger=csv)")
+    mlflow: bool = opt(False, "every scalar as an MLflow metric, the HParams as params (logger=mlflow; needs "
+                              "pip install -e '.[mlflow]')")
+    mlflow_tracking_uri: Optional[str] = opt(None, "MLflow store, no server needed: null: $MLFLOW_TRACKING_URI, "
+                                                   "else sqlite:///mlflow.db in the folder bnexp runs from (a local "
+                                                   "file); any sqlite:///PATH.db or a server's URL")
+    mlflow_experiment: str = opt("bnexp", "the MLflow experiment's name")
+
+
+@dataclass
 class ScaleConfig:
-    """Sizes of the CIFAR-10 presets (group ``scale``: cpu (these defaults), gpu); unused without +experiment."""
+    """Sizes of the CIFAR-10 presets (group ``scale``: cpu (these defaults), gpu); unused without experiment=NAME."""
 
     name: str = opt("cpu", "the scale (chosen with scale=cpu|gpu)")
     base_lr: float = opt(0.025, "the baseline's rate; the presets are multiples of it", c.positive())
@@ -288,7 +307,8 @@ class Config:
                     c.Check(lambda v: 0 <= v < c.MAX_SEED, "must be an integer in [0, 2^62)"))
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    experiment: Optional[str] = opt(None, "the preset, set by +experiment=NAME (conf/experiment/)")
+    experiment: Optional[str] = opt(None, "the preset, set by experiment=NAME (or +experiment=NAME; conf/experiment/)")
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
 
 
@@ -351,6 +371,14 @@ def quote_bn_overrides(args: list[str]) -> list[str]:
     return out
 
 
+def hydra_overrides(args: list[str]) -> list[str]:
+    """The overrides as Hydra must read them: ``bn`` values quoted (:func:`quote_bn_overrides`) and a bare
+    ``experiment=NAME`` (a preset, conf/experiment/) given the ``+`` that adds the group Hydra's defaults list
+    lacks: ``["experiment=bn_x5"]`` -> ``["+experiment=bn_x5"]``. Without it Hydra would set the plain key
+    ``experiment`` to the name and load no preset."""
+    return [f"+{a}" if a.startswith("experiment=") else a for a in quote_bn_overrides(args)]
+
+
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """Compose the run config from ``conf/`` outside the CLI (benchmarks, tests, notebooks).
 
@@ -364,7 +392,7 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=quote_bn_overrides(list(overrides or [])))
+        return compose("config", overrides=hydra_overrides(list(overrides or [])))
 
 
 def schema_fields(node: DictConfig) -> dict[str, dataclasses.Field]:
@@ -387,8 +415,11 @@ def unknown_key_message(key: str, schema: type | None, override: str | None = No
         if leaf in {f.name for f in dataclasses.fields(other)}:
             return (f"unknown config key {key}{given}: model={this} has no such key (it belongs to model="
                     f"{'cnn' if this == 'mlp' else 'mlp'}); the keys of model={this} are {', '.join(names)}.")
-    close = difflib.get_close_matches(leaf, names, n=2, cutoff=0.6)
+    same = [n for n in names if n.lower() == leaf.lower()]  # BN=true: keys are lower case
+    close = same or difflib.get_close_matches(leaf, names, n=2, cutoff=0.6)
     hint = f" Did you mean {' or '.join(full(n) for n in close)}?" if close else ""
+    if same and override and "=" in override:
+        hint = f" Keys are case-sensitive: did you mean {full(same[0])}={override.split('=', 1)[1]}?"
     return f"unknown config key {key}{given}.{hint} bnexp train --help lists every key with its default."
 
 
@@ -469,6 +500,12 @@ def validate(cfg: DictConfig) -> None:
     c.check_representable(resolved(cfg))
     check_fields(cfg)
     c.cross_checks(cfg, BNConfig(), MonitorConfig())
+    if cfg.get("logger") is not None and cfg.logger.get("mlflow"):
+        from bnexp.train.loggers import mlflow_available  # standard library only
+
+        problem = mlflow_available()
+        if problem:
+            raise UserError(problem)
 
 
 def describe(cfg: DictConfig, prefix: str = "") -> list[tuple[str, str, str]]:

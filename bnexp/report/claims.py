@@ -128,7 +128,8 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
     elif missing:
         verdict, reason = INCONCLUSIVE, missing
     elif bad:
-        verdict, reason = INCONCLUSIVE, f"seed(s) {', '.join(map(str, bad))} never left chance"
+        verdict, reason = INCONCLUSIVE, (f"seed(s) {', '.join(map(str, bad))} never left chance: train longer "
+                                         "(trainer.max_steps) or at a higher rate (lr) so that every run learns")
     elif row["n"] < claim.min_seeds:
         verdict, reason = INCONCLUSIVE, f"{row['n']} seed(s), fewer than {claim.min_seeds}"
     else:

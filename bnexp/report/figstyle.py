@@ -1,11 +1,15 @@
 """How the report's figures draw and name a configuration, and which part of the paper they cite.
 
-One rule for every figure: **hue** per *setting* (the configuration without its ``bn.*`` keys and
-experiment name, :func:`bnexp.report.groups.pair_key`), so BN and its no-BN counterpart share one
-hue; the **variant** within it: BN solid line / plain bar, no BN dashed / hatched, noisy BN
-(Santurkar et al. 2018) dash-dot / dotted in a darker shade; the **label** is the configuration's,
-with the variant added when the label does not say it ("baseline (no BN)"). Legends go below
-the panels (:func:`legend_below`), never over the data, and describe only the variants present.
+One rule for every figure: **one colour family per BN variant** -- no BN blues, BN oranges, noisy BN
+(Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm browns, unknown greys -- so BN and no BN are
+told apart by colour alone; within a family **one shade per setting** (the configuration without its
+``bn.*`` keys and experiment name, :func:`bnexp.report.groups.pair_key`), darkest first; the line style
+repeats the variant (BN solid / plain bar, no BN dashed / hatched, noisy BN dash-dot / dotted). Seeds are
+drawn as light thin lines of their configuration's colour, the mean over seeds as a bold line. The
+**label** names the keys the sweep varies as the user typed them (``bn=false lr=0.5``,
+``experiment=bn_x5 scale.base_lr=0.05``: :func:`typed_labels`, from the runs' ``.hydra/overrides.yaml``),
+else the configuration's label with its variant. Legends go below the panels (:func:`legend_below`),
+never over the data, and describe only the variants present.
 
 Paper references (:func:`refs`): Sec. 4.1 (MNIST, Fig. 1(a) accuracy, Fig. 1(b, c) percentiles)
 for MNIST and anything else compared with and without BN; Sec. 4.2 (Fig. 2 form) on CIFAR-10,
@@ -25,8 +29,15 @@ from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 STEP_LABEL = "training step (SGD updates)"
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
-LINE_WORDS = {"BN": "BN solid", "noisy BN": "noisy BN dash-dot (darker)", "no BN": "no BN dashed"}
-BAR_WORDS = {"BN": "BN plain", "noisy BN": "noisy BN dotted (darker)", "no BN": "no BN hatched"}
+LINE_WORDS = {"no BN": "no BN blue dashed", "BN": "BN orange solid", "noisy BN": "noisy BN green dash-dot"}
+BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN": "noisy BN green dotted"}
+# matplotlib colour maps: one family per BN variant (rules.NORMALIZERS names LayerNorm and GroupNorm)
+FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "YlOrBr",
+          None: "Greys"}
+# override keys that never tell configurations apart in a legend (seeds are averaged; the rest is result-neutral)
+UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",
+          "trainer.device", "trainer.ckpt_every", "trainer.save_checkpoint", "data.root", "data.download",
+          "data.verify_checksums", "logger", "monitor.histograms")
 
 
 @dataclass(frozen=True)
@@ -53,11 +64,12 @@ def refs(data: dict) -> dict[str, str]:
 
 
 def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
-    """How the legend tells the BN variants apart, naming only those in ``groups``: "BN solid, no BN
-    dashed; one hue per setting" (line styles, or with ``bars`` the bar hatches); "" without variants."""
+    """How the legend tells the BN variants apart, naming only those in ``groups``: "no BN blue dashed, BN
+    orange solid; one shade per setting" (or with ``bars`` the bar hatches); "" without variants."""
     present = {bn_variant(g) for g in groups}
     words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
-    return ", ".join(words) + "; one hue per setting" if words else ""
+    several = len({pair_key(g) for g in groups}) > 1
+    return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
 
 
 def _named_variant(label: str) -> str | None:
@@ -84,16 +96,61 @@ def pyplot():
     return plt
 
 
+def _family(group: ConfigGroup) -> str | None:
+    """The colour family's key of a configuration: its BN variant, LayerNorm/GroupNorm by name."""
+    from bnexp.report.rules import NORMALIZERS, normalizer
+
+    v = bn_variant(group)
+    norm = normalizer(group.config) if v == "BN" else None
+    return NORMALIZERS[norm] if norm in ("layer", "group") else v
+
+
+def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
+    """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
+    values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and bnexp's
+    quotes dropped; seeds and result-neutral keys left out). {} when a configuration has no readable overrides
+    or two configurations would read alike."""
+    from bnexp.runs.rundir import run_overrides
+
+    per: dict[str, dict[str, str]] = {}
+    for g in groups:
+        found = next((o for o in (run_overrides(r.path) for r in g.runs) if o is not None), None)
+        if found is None:
+            return {}
+        kv = {}
+        for o in found:
+            key, _, value = o.lstrip("+~").partition("=")
+            if key and not key.startswith(UNTOLD):
+                kv[key] = value.replace("'", "").replace('"', "")
+        per[g.key] = kv
+    keys = list(dict.fromkeys(k for kv in per.values() for k in kv))
+    varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]
+    labels = {gk: " ".join(f"{k}={kv[k]}" for k in varying if k in kv) for gk, kv in per.items()}
+    if not varying or len(set(labels.values())) < len(labels):
+        return {}
+    return labels
+
+
 def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
-    """{group.key: Style}: hues in the order settings first appear (tab10, tab20 beyond 10 settings)."""
-    keys = list(dict.fromkeys(pair_key(g) for g in groups))
-    cmap = pyplot().get_cmap("tab10" if len(keys) <= 10 else "tab20")
-    hue = {k: tuple(cmap(i % cmap.N)) for i, k in enumerate(keys)}
+    """{group.key: Style}: a colour family per BN variant (:data:`FAMILY`), within it one shade per setting
+    in the order settings first appear (darkest first), the variant's line style and hatch, and the label of
+    :func:`typed_labels` (else :func:`legend_label`)."""
+    plt = pyplot()
+    typed = typed_labels(groups)
+    settings: dict = {}
+    for g in groups:
+        settings.setdefault(_family(g), [])
+        if pair_key(g) not in settings[_family(g)]:
+            settings[_family(g)].append(pair_key(g))
     out = {}
     for g in groups:
-        v, c = bn_variant(g), hue[pair_key(g)]
-        dark = tuple(x * 0.55 for x in c[:3]) + tuple(c[3:])  # same hue, darker shade
-        out[g.key] = Style(dark if v == "noisy BN" else c, LINESTYLE[v], HATCH[v], legend_label(g))
+        fam = _family(g)
+        order = settings[fam]
+        n, i = len(order), order.index(pair_key(g))
+        shade = 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1)  # darkest (0.95) to light (0.45) of the colour map
+        color = tuple(plt.get_cmap(FAMILY.get(fam, "Greys"))(shade))
+        v = bn_variant(g)
+        out[g.key] = Style(color, LINESTYLE[v], HATCH[v], typed.get(g.key) or legend_label(g))
     return out
 
 

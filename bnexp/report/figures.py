@@ -48,34 +48,52 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
     return low - 0.35 * span, min(100.0, top + 0.15 * span)
 
 
+def seed_curves(sweep: Sweep, group: ConfigGroup) -> list[tuple[list[int], list[float]]]:
+    """Test accuracy vs step of each completed seed of a configuration: [(steps, accuracies)], seed order."""
+    out = []
+    for run in sorted(group.completed, key=seed_order):
+        m = sweep.metrics[sweep.metrics["run"] == run.id]
+        acc = numeric(m.get("test_accuracy", [])).set_axis(m.index)
+        keep = acc.notna()
+        out.append((m["step"][keep].astype(int).tolist(), acc[keep].tolist()))
+    return out
+
+
 def accuracy_figure(report: Report):
-    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step; left the
-    whole range, right its top (:func:`zoom_range`). One line per configuration (mean over the
-    completed seeds), min-max band shaded; one legend below."""
+    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. One bold line per
+    configuration (the mean over its completed seeds) and each seed as a light thin line of the same colour
+    (:mod:`.figstyle`: a colour family per BN variant). A second panel zooms on the top of the range
+    (:func:`zoom_range`) only when at least two configurations end inside it (else it would show one curve);
+    one legend below."""
     plt = pyplot()
     st = styles(report.groups)
-    fig, (ax, zax) = plt.subplots(1, 2, figsize=(11, 5.2), gridspec_kw={"width_ratios": [1, 1]})
-    curves, zoom_curves = [], []
+    data = []
     for g in report.groups:
         steps, mean, lo, hi = accuracy_curve(report.sweep, g)
-        if not steps:
-            continue
-        mean, lo, hi = (100 * np.asarray(v) for v in (mean, lo, hi))
+        if steps:
+            data.append((g, steps, *(100 * np.asarray(v) for v in (mean, lo, hi))))
+    curves = [(list(mean), list(hi)) for _, _, mean, _, hi in data]
+    zr = zoom_range(curves)
+    inside = [d for d, (m, _) in zip(data, curves) if zr is not None and m and m[-1] >= zr[0]]
+    zoom = zr is not None and len(inside) >= 2
+    fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7.5, 5.2), squeeze=False)
+    ax, zax = axes[0][0], (axes[0][1] if zoom else None)
+    zoom_curves = []
+    for g, steps, mean, lo, hi in data:
         s = st[g.key]
         for a in (ax, zax):
-            a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=1.6,
+            if a is None:
+                continue
+            for seed_steps, acc in seed_curves(report.sweep, g):
+                a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.7, alpha=0.35)
+            a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
                    label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
-            a.fill_between(steps, lo, hi, color=s.color, alpha=0.15, linewidth=0)
-        curves.append((list(mean), list(hi)))
         zoom_curves.append((steps, mean))
-    ax.set_title("whole range", fontsize=9)
-    zr = zoom_range(curves)
+    ax.set_title("whole range" if zoom else "", fontsize=9)
     if zr is None:
-        for a in (ax, zax):
-            a.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
-                   transform=a.transAxes, fontsize=8)
-        zax.set_title("top of the range (zoom)", fontsize=9)
-    else:
+        ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
+                transform=ax.transAxes, fontsize=8)
+    elif zoom:
         zax.set_ylim(*zr)
         # x from the last evaluation before a curve enters the zoomed range
         first = [next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)
@@ -92,13 +110,15 @@ def accuracy_figure(report: Report):
         ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                linewidth=0.8, linestyle="-", label=None))
     for a in (ax, zax):
+        if a is None:
+            continue
         a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']})", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     bottom = legend_below(fig, handles, labels,
-                          title=legend_title("mean over seeds, band min-max", style_note(report.groups)))
+                          title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)))
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
 
@@ -129,7 +149,7 @@ def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, Co
     return columns, rows
 
 
-def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
+def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color="C0") -> bool:
     """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
     configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
     from matplotlib.ticker import MaxNLocator
@@ -141,9 +161,9 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
         ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
         return False
     (lo, mid, hi), steps = keys, rows["step"].tolist()
-    ax.fill_between(steps, numeric(rows[f"unit.{lo}"]), numeric(rows[f"unit.{hi}"]), alpha=0.3, color="C0",
+    ax.fill_between(steps, numeric(rows[f"unit.{lo}"]), numeric(rows[f"unit.{hi}"]), alpha=0.3, color=color,
                     linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
-    ax.plot(steps, numeric(rows[f"unit.{mid}"]), color="C0", label=f"median ({mid[1:]}th)",
+    ax.plot(steps, numeric(rows[f"unit.{mid}"]), color=color, label=f"median ({mid[1:]}th)",
             marker="o" if len(rows) < 3 else None)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     index, layer = (rows[f"unit.{k}"].iloc[0] if f"unit.{k}" in rows else None for k in ("index", "layer"))
@@ -152,13 +172,29 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str) -> bool:
     return True
 
 
+MAX_PERCENTILE_ROWS = 3  # settings the percentile figure shows: it fits a screen (report.md lists every one)
+
+
+def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[dict[str, ConfigGroup]]:
+    """The rows of the percentile figure: the settings with every BN variant of the sweep (no empty panel),
+    else all; at most :data:`MAX_PERCENTILE_ROWS`, spread over the settings in order (first, middle, last)."""
+    full = [r for r in rows if all(c in r for c in columns)] or rows
+    if len(full) <= MAX_PERCENTILE_ROWS:
+        return full
+    picks = sorted({round(i * (len(full) - 1) / (MAX_PERCENTILE_ROWS - 1)) for i in range(MAX_PERCENTILE_ROWS)})
+    return [full[i] for i in picks]
+
+
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
     training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
-    shared within a row; a missing variant has no panel (the title says which are missing)."""
+    shared within a row; at most :data:`MAX_PERCENTILE_ROWS` settings, those with every variant
+    (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen."""
     plt = pyplot()
     st = styles(report.groups)
     columns, rows = figure_rows(report.groups)
+    total = len(rows)
+    rows = shown_rows(columns, rows)
     if not rows:
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.text(0.5, 0.5, "no configurations", ha="center", va="center", transform=ax.transAxes)
@@ -178,7 +214,7 @@ def percentiles_figure(report: Report):
                 continue
             label = st[g.key].label + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
                                        "settings)" if missing else "")
-            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58)):
+            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
                 ax.set_axis_off()
                 continue
             if not handles:
@@ -191,8 +227,9 @@ def percentiles_figure(report: Report):
             lims = [a.get_ylim() for a in drawn]
             for a in drawn:
                 a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
-    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})",
-                 fontsize=10)
+    shown = f"; {len(rows)} of {total} settings (report.md lists all)" if len(rows) < total else ""
+    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
+                 f"{shown}", fontsize=10)
     bottom = legend_below(fig, handles, labels)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig

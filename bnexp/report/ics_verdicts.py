@@ -82,6 +82,15 @@ def exceeds(noisy: pd.DataFrame, plain: pd.DataFrame, col: str = PREMISE_KEY) ->
     return bool((pair.iloc[:, 0] > pair.iloc[:, 1]).all()) if len(pair) else None
 
 
+def _turn_on(measure: str) -> str:
+    """How to record a measure that is off by default (gradient ICS, landscape), naming its config key; ""
+    for the others (they are on by default: only runs written before the measure existed lack them)."""
+    from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS
+
+    key = "monitor.grad_ics" if measure in GRAD_KEYS else "monitor.landscape" if measure in LANDSCAPE_KEYS else None
+    return f" (it is recorded with {key}=true, off by default: add it to the sweep's command)" if key else ""
+
+
 def _seeds(mask: pd.Series) -> str:
     return ", ".join(str(int(s)) for s in mask.index[mask])
 
@@ -94,7 +103,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
                if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
-    missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}" if lacking else None)
+    missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}{_turn_on(key)}" if lacking else None)
     def value(x) -> Censored:  # steps are Censored already; a measure is exact (NaN: no value)
         return x if isinstance(x, Censored) else Censored(None if pd.isna(x) else float(x))
 

@@ -123,7 +123,7 @@ def load_run(run_dir: Path) -> Run:
     s = summary or {}
     if raw is not None:
         config = {k: v for k, v in flatten(raw).items()
-                  if k not in IGNORED_KEYS and k != "hydra" and not k.startswith("hydra.")}
+                  if k not in IGNORED_KEYS and k != "hydra" and not k.startswith(("hydra.", "logger."))}
         if s.get("experiment") and experiment_name(config) is None:
             config["experiment"] = s["experiment"]
     else:

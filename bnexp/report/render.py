@@ -14,7 +14,7 @@ from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier import MD as FRONTIER_MD
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
-from bnexp.report.groups import format_value
+from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_stats import PROBE_KINDS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ordered_keys, target_key
@@ -91,7 +91,8 @@ def render_markdown(d: dict) -> str:
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
         "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD,
-        "STD_NOTE": STD_NOTE, "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
+        "STD_NOTE": STD_NOTE,
+        "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none", "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
         "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
         "bad_runs": lambda x: runs_md(x)[2:-1], "claims_table": lambda rows: "\n".join(claims_md(rows)),

@@ -194,6 +194,8 @@ class ShiftMonitor:
                                          spread_max_values=max(max_values, shift_max_values)) for _ in range(2))
         self.probe_x = probe_x
         self.unit = unit
+        # the run's configuration (configuration_label): names its "at a glance" chart; None: no such chart
+        self.glance: str | None = None
         self.histograms = histograms
         self.max_values = max_values
         self.layers = hidden_layers(model)
@@ -333,7 +335,7 @@ class ShiftMonitor:
             if unit:
                 record["bn_input_unit"] = unit
         self.history.append(record)
-        log_relative_bands(writer, self.history, step)
+        log_relative_bands(writer, self.history, step, self.glance)
         return record
 
     def layer_names(self) -> list[str]:
@@ -341,26 +343,29 @@ class ShiftMonitor:
         return [name for name, _ in self.layers]
 
     def custom_scalars_layout(self, grad_ics: bool = False, bn_input: bool | None = None) -> dict:
-        """TensorBoard Custom Scalars layout, categories in reading order.
+        """TensorBoard Custom Scalars layout, categories in reading order (docs/tensorboard.md).
 
-        1. ``training``: test accuracy, train loss, test loss, train accuracy.
-        2. one category per hidden layer, input to output (``layer1``, ``layer2``, ...), then
-           the typical unit, each with margin charts (median line, 15-85 band) of the input
-           to g: relative to its initial spread (:func:`relative_bands`: every run on a
-           common, unitless scale, so a plain network's drift and BN's stability show side
-           by side), raw values, and with ``bn_input`` the BN input Wu (tags
-           ``bn_input/<layer>/<pNN>``, written by the monitor's BN-input records).
-           One category per layer because TensorBoard keeps the order of categories but
-           not always that of margin charts within one.
-        3. ``internal covariate shift (unitless)`` (with shift metrics): per layer the
-           scale-free shift from the first record, each with its sampling-noise floor -- the
-           Kolmogorov-Smirnov distance (``ics/<layer>/ks_first``, ``ks_floor``) and W1 in
-           initial spreads (``ics/<layer>/w1_rel_first``, ``w1_rel_floor``) -- and the mean
-           over units of |log(std / first std)|; with ``grad_ics`` the relative gradient
-           change ``grad_ics/<layer>/l2_rel`` of layers 2..K (layer 1's is zero by
-           definition, Santurkar et al. 2018 Def. 2.1). |delta mean| / first std is left
-           out: for a network started with tiny weights it reaches 1e4 and flattens
-           everything else (it stays in the Scalars tab, ``ics/<layer>/mean_shift_first``).
+        1. ``at a glance: <deepest layer> input to g, relative to its start`` (the first screen): with
+           :attr:`glance` set, one margin chart of this run's configuration (``with BN``, ``without BN``, ...;
+           tags ``glance/<configuration>/<layer>/<pNN>``). TensorBoard merges the layouts of all runs of a
+           logdir, so a BN/no-BN sweep shows the two charts side by side, each with the runs of one
+           configuration only: the two cannot be mixed up, whatever colours TensorBoard gives the runs.
+           The deepest hidden layer is where a plain network's input drifts most (paper Fig. 1b, c).
+        2. ``training``: test accuracy, train loss, test loss, train accuracy.
+        3. the typical unit, then one category per hidden layer from the deepest to the first, each with
+           margin charts (median line, 15-85 band) of the input to g: relative to its initial spread
+           (:func:`relative_bands`: every run on a common, unitless scale), raw values, and with
+           ``bn_input`` the BN input Wu (tags ``bn_input/<layer>/<pNN>``). One category per layer
+           because TensorBoard keeps the order of categories but not always that of charts within one.
+        4. ``internal covariate shift (unitless)`` (with shift metrics): per layer the scale-free shift
+           from the first record as a margin chart whose line is the value and whose band reaches down to
+           its sampling-noise floor (the band's lower edge is the floor: one colour per run, two edges) --
+           the Kolmogorov-Smirnov distance (``ics/<layer>/ks_first``, ``ks_floor``) and W1 in initial
+           spreads (``ics/<layer>/w1_rel_first``, ``w1_rel_floor``) -- and the mean over units of
+           |log(std / first std)|; with ``grad_ics`` the relative gradient change
+           ``grad_ics/<layer>/l2_rel`` of layers 2..K (layer 1's is zero by definition, Santurkar et al.
+           2018 Def. 2.1). |delta mean| / first std is left out: for a network started with tiny weights
+           it reaches 1e4 and flattens everything else (it stays in the Scalars tab).
 
         Args:
             grad_ics: the run records gradient-based ICS.
@@ -376,18 +381,24 @@ class ShiftMonitor:
         if bn_input is None:
             bn_input = any(layer.bn is not None for _, layer in self.layers)
         names = self.layer_names()
-        layout: dict = {"training": {
-            "test accuracy": ["Multiline", ["^Test/accuracy$"]],
-            "train loss (mean over the last log_every mini-batches)": ["Multiline", ["^Train/loss$"]],
-            "test loss": ["Multiline", ["^Test/loss$"]],
-            "train accuracy (mean over the last log_every mini-batches)": ["Multiline", ["^Train/accuracy$"]],
-        }}
+        deepest = names[-1]
 
         def margin(prefix, name):
             return ["Margin", [f"{prefix}/{name}/{mid}", f"{prefix}/{name}/{lo}", f"{prefix}/{name}/{hi}"]]
 
-        for name in names + ["typical_unit"]:
-            label = f"typical unit {self.unit} of {names[-1]}" if name == "typical_unit" else name
+        layout: dict = {}
+        if self.glance:
+            layout[f"at a glance: {deepest} input to g, relative to its start (one chart per configuration)"] = {
+                f"{self.glance.replace('_', ' ')}: {deepest}, ({mid} - initial {mid}) / initial {lo}-{hi} spread":
+                    margin(f"glance/{self.glance}", deepest)}
+        layout["training"] = {
+            "test accuracy": ["Multiline", ["^Test/accuracy$"]],
+            "train loss (mean over the last log_every mini-batches)": ["Multiline", ["^Train/loss$"]],
+            "test loss": ["Multiline", ["^Test/loss$"]],
+            "train accuracy (mean over the last log_every mini-batches)": ["Multiline", ["^Train/accuracy$"]],
+        }
+        for name in ["typical_unit"] + names[::-1]:
+            label = f"typical unit {self.unit} of {deepest}" if name == "typical_unit" else name
             charts = {
                 f"{label}: input to g relative to its start, ({mid} - initial {mid}) / initial {lo}-{hi} "
                 f"spread": margin("shift_rel", name),
@@ -399,16 +410,15 @@ class ShiftMonitor:
             layout[f"{label}: input to the nonlinearity g"] = charts
         ics: dict = {}
         if self.tracker is not None:
-            for name in names:
-                ics[f"{name}: KS distance to the first record, and its sampling-noise floor"] = [
-                    "Multiline", [rf"^ics/{re.escape(name)}/ks_(first|floor)$"]]
-                ics[f"{name}: W1 to the first record / initial {lo}-{hi} spread, and its floor"] = [
-                    "Multiline", [rf"^ics/{re.escape(name)}/w1_rel_(first|floor)$"]]
-            for name in names:
+            for name in names[::-1]:
+                for key, what in (("ks", "KS distance"), ("w1_rel", f"W1 / initial {lo}-{hi} spread")):
+                    ics[f"{name}: {what} to the first record (line); the band reaches down to its noise floor"] = [
+                        "Margin", [f"ics/{name}/{key}_first", f"ics/{name}/{key}_floor", f"ics/{name}/{key}_first"]]
+            for name in names[::-1]:
                 ics[f"{name}: |log(std / first std)|, mean over units"] = [
                     "Multiline", [rf"^ics/{re.escape(name)}/log_std_ratio_first$"]]
         if grad_ics:
-            for name in names[1:]:
+            for name in names[:0:-1]:
                 ics[f"{name}: gradient ICS ||G - G'|| / ||G||"] = [
                     "Multiline", [rf"^grad_ics/{re.escape(name)}/l2_rel$"]]
         if ics:
@@ -472,13 +482,16 @@ def relative_bands(first: dict, now: dict, spread: float | None = None) -> dict[
     return {k: (now[k] - mid) / scale for k in keys}
 
 
-def log_relative_bands(writer, history: list[dict], step: int) -> None:
+def log_relative_bands(writer, history: list[dict], step: int, glance: str | None = None) -> None:
     """Write ``shift_rel/<layer>/<pNN>`` and ``shift_rel/typical_unit/<pNN>`` (see
-    :func:`relative_bands`) for the last record of ``history``; nothing without a writer."""
+    :func:`relative_bands`) for the last record of ``history``, and with ``glance`` (the run's configuration,
+    :func:`configuration_label`) the deepest layer's again as ``glance/<glance>/<layer>/<pNN>`` (the first
+    chart of Custom Scalars, one per configuration); nothing without a writer."""
     if writer is None or not history:
         return
     first, last = history[0], history[-1]
     pairs = [(n, first["layers"].get(n), v) for n, v in last["layers"].items()]
+    deepest = pairs[-1][0] if pairs else None
     spread = {n: None for n, _, _ in pairs}
     unit0 = first.get("unit") or {}
     if unit0.get("layer") in first["layers"] and last.get("unit"):
@@ -490,6 +503,20 @@ def log_relative_bands(writer, history: list[dict], step: int) -> None:
         rel = relative_bands(a, b, spread.get(name)) if a else None
         for k, v in (rel or {}).items():
             writer.add_scalar(f"shift_rel/{name}/{k}", v, step)
+            if glance and name == deepest:
+                writer.add_scalar(f"glance/{glance}/{name}/{k}", v, step)
+
+
+def configuration_label(bn) -> str:
+    """The configuration a run's Custom Scalars glance chart is for, from its ``bn`` node: ``with_BN``,
+    ``without_BN``, ``with_noisy_BN``, ``with_LayerNorm``, ``with_GroupNorm`` (``_after_g`` with
+    ``bn.position=after``)."""
+    if not bn.get("enabled", True):
+        return "without_BN"
+    norm = str(bn.get("norm", "batch")).split(".")[-1]
+    name = {"layer": "LayerNorm", "group": "GroupNorm"}.get(norm, "noisy_BN" if bn.get("noise") else "BN")
+    after = "_after_g" if str(bn.get("position", "before")).split(".")[-1] == "after" else ""
+    return f"with_{name}{after}"
 
 
 def plot_percentile_bands(history: list[dict], percentiles: list[float], title: str = ""):

@@ -1,8 +1,8 @@
 """How many records a run's config yields, and the minimum a verdict needs.
 
 ``bnexp report`` gives a verdict only from at least :data:`MIN_RECORDS` records per seed
-(:mod:`bnexp.report.evidence`); ``bnexp train`` warns at start when ``trainer.eval_every`` or
-``trainer.hist_every`` would leave fewer.
+(:mod:`bnexp.report.evidence`); a sweep's summary (:mod:`bnexp.runs.sweepsummary`) says so, once, when
+``trainer.eval_every`` or ``trainer.hist_every`` would leave fewer.
 """
 
 from __future__ import annotations

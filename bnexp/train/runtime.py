@@ -1,7 +1,7 @@
 """Process-level helpers of a training run: device choice, seeding and RNG state,
 learning-rate schedules and the current rate, the progress bar, the SIGINT/SIGTERM guard,
 TensorBoard's writer thread, and Ctrl-C in a sweep whose launcher runs the jobs in worker
-processes (hydra/launcher=joblib, :class:`SweepSignals`).
+processes (hydra/launcher=joblib, :class:`SweepSignals`, from :mod:`bnexp.runs.sweepsignals`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bnexp.errors import ConfigError
+from bnexp.errors import ConfigError, Interrupted  # noqa: F401  (Interrupted: re-exported)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,37 +65,44 @@ def learning_rate(optimizer: torch.optim.Optimizer) -> float:
 class Progress:
     """A rich progress bar (step, steps/s, ETA, loss, latest test accuracy), or nothing.
 
+    The bar fits an 80-column terminal up to 1,000,000 steps (``step 49500/50000 ━━━━━━━━━━ 850/s ETA 0:00:52
+    loss 0.1234 acc 0.9712``, 74 columns); loss and accuracy read ``-`` until their first value (no NaN
+    before the first logged loss).
+
     Args:
         enabled: show it (``trainer.progress``).
         total: ``trainer.max_steps``.
         start: the step the run starts (or resumes) at; steps/s count from there.
+        console: the rich console to draw on (default: rich's global console, i.e. the terminal).
     """
 
-    def __init__(self, enabled: bool, total: int, start: int = 0):
+    BAR_WIDTH = 10  # columns of the bar itself
+
+    def __init__(self, enabled: bool, total: int, start: int = 0, console=None):
         self.enabled = enabled
         self.t0, self.step0 = time.time(), start
         if not enabled:
             return
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         import rich
 
-        console: Console = rich.get_console()
         self.progress = Progress(
-            TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-            TextColumn("{task.fields[sps]:>6.0f} steps/s"), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("loss {task.fields[loss]:.4f}"), TextColumn("test acc {task.fields[acc]}"),
-            console=console, transient=False, refresh_per_second=4,
+            TextColumn("step"), MofNCompleteColumn(), BarColumn(bar_width=self.BAR_WIDTH),
+            TextColumn("{task.fields[sps]}/s"), TextColumn("ETA"), TimeRemainingColumn(),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("acc {task.fields[acc]}"),
+            console=console or rich.get_console(), transient=False, refresh_per_second=4,
         )
-        self.task = self.progress.add_task("train", total=total, sps=0.0, loss=float("nan"), acc="-")
+        self.task = self.progress.add_task("train", total=total, completed=start, sps="-", loss="-", acc="-")
         self.progress.start()
 
     def update(self, step: int, **fields) -> None:
-        """Move the bar to ``step``; ``loss=`` (also refreshes steps/s) and ``acc=`` set those columns."""
+        """Move the bar to ``step``; ``loss=`` (a float; also refreshes steps/s) and ``acc=`` (text) set those
+        columns."""
         if self.enabled:
             if "loss" in fields:
-                fields["sps"] = (step - self.step0) / max(time.time() - self.t0, 1e-9)
+                fields["sps"] = f"{(step - self.step0) / max(time.time() - self.t0, 1e-9):.0f}"
+                fields["loss"] = f"{fields['loss']:.4f}"
             self.progress.update(self.task, completed=step, **fields)
 
     def stop(self) -> None:
@@ -109,14 +116,6 @@ class Progress:
     def __exit__(self, *exc) -> bool:
         self.stop()
         return False
-
-
-class Interrupted(Exception):
-    """Raised inside the step loop by SIGINT/SIGTERM; carries the signal number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class SignalGuard:
@@ -250,103 +249,5 @@ def writer_failure(writer) -> BaseException | None:
     return None
 
 
-# ----- Ctrl-C in a sweep of worker processes ---------------------------------------------------
-SWEEP_ENV = "BNEXP_SWEEP_WORKERS_STOP_TOGETHER"
-
-
-def _lock_held(lock: Path) -> bool:
-    """True if another open file holds an flock on ``lock`` (a bnexp process runs in that folder)."""
-    import fcntl
-
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock this probe took
-    return False
-
-
-def _saving(run_dir: Path) -> bool:
-    import json
-
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return status == "running" and _lock_held(run_dir / ".lock")
-
-
-def wait_for_sweep_siblings(run_dir: Path, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
-    """In a sweep worker after Ctrl-C: wait until the other runs of the sweep have saved their checkpoints.
-
-    Under :class:`SweepSignals` (``$BNEXP_SWEEP_WORKERS_STOP_TOGETHER`` names the sweep folder)
-    every worker got the terminal's SIGINT and stops its run at the end of a step. The first job
-    to end makes joblib's parent kill every worker, so each interrupted run first waits, after
-    saving its own checkpoint, until no other run folder of the sweep is still ``running`` under
-    a live lock (at most ``timeout_s`` seconds). Outside such a sweep: returns at once.
-
-    Args:
-        run_dir: this run's folder (inside the sweep folder).
-        timeout_s: the longest wait, seconds.
-        poll_s: seconds between looks.
-    """
-    sweep = os.environ.get(SWEEP_ENV)
-    if not sweep:
-        return
-    run_dir = Path(run_dir).resolve()
-    others = [p.parent for p in Path(sweep).glob("**/.lock") if p.parent.resolve() != run_dir]
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        busy = [d for d in others if _saving(d)]
-        if not busy:
-            return
-        time.sleep(poll_s)
-    logging.getLogger("bnexp").warning("stopped waiting for %d run(s) of the sweep to save their checkpoints",
-                                       len(busy))
-
-
-try:
-    from hydra.experimental.callback import Callback as _Callback
-except ImportError:  # pragma: no cover - hydra is a dependency
-    _Callback = object
-
-
-class SweepSignals(_Callback):
-    """Hydra callback: Ctrl-C of a sweep run by worker processes (``hydra/launcher=joblib``)
-    stops every running job at the end of its step, each with its checkpoint.
-
-    Why it is needed: the terminal sends SIGINT to the launching process and to its joblib
-    workers alike. Each worker's run stops at the end of its step and saves; but the launcher's
-    own KeyboardInterrupt (or the first job to end) makes joblib kill every worker at once
-    (SIGKILL), so the others were left at status ``running`` without the checkpoint their log
-    announced. With this callback the launching process ignores SIGINT during the sweep (and its
-    workers, started after, inherit that while they are between runs); a run in a worker takes
-    the signal through its :class:`SignalGuard`, saves, and waits for its siblings to save
-    (:func:`wait_for_sweep_siblings`) before its job ends and joblib stops the sweep. A second
-    Ctrl-C still ends a run at once. Other launchers are left alone.
-
-    Registered in the Hydra config as ``hydra.callbacks.sweep_signals._target_=bnexp.train.runtime.SweepSignals``.
-    """
-
-    def __init__(self) -> None:
-        self._saved = None
-
-    def on_multirun_start(self, config, **kwargs) -> None:
-        """In the launching process, before the workers start: ignore SIGINT (joblib launcher only)."""
-        launcher = str(config.hydra.launcher.get("_target_", ""))
-        if "joblib" not in launcher.lower() or threading.current_thread() is not threading.main_thread():
-            return
-        os.environ[SWEEP_ENV] = str(Path(str(config.hydra.sweep.dir)).resolve())
-        self._saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def on_multirun_end(self, config, **kwargs) -> None:
-        """Restore the launching process's SIGINT handler."""
-        if self._saved is not None:
-            signal.signal(signal.SIGINT, self._saved)
-            self._saved = None
-        os.environ.pop(SWEEP_ENV, None)
+# ----- Ctrl-C in a sweep of worker processes: torch-free, in bnexp.runs.sweepsignals (re-exported here) -----
+from bnexp.runs.sweepsignals import SWEEP_ENV, SweepSignals, wait_for_sweep_siblings  # noqa: E402,F401

@@ -21,8 +21,11 @@ What the HParams dashboard (TensorBoard 2.x) shows, and why it is written this w
   are written as strings (``"0"``, ``"60"``) with a discrete domain (a checkbox filter);
   booleans as booleans (``true``/``false``, ``torch``'s ``hparams()`` writes them as
   0.0/1.0 because it tests ``int`` before ``bool``); floats as numbers with the swept
-  interval as domain; strings with the swept values as domain. The summaries are built
-  from TensorBoard's HParams protos (``api_pb2``, ``plugin_data_pb2``).
+  interval as domain; strings with the swept values as domain. The summaries come from the
+  HParams plugin's own API (``tensorboard.plugins.hparams.summary_v2``: ``HParam``, ``Discrete``,
+  ``RealInterval``, ``Metric``, ``hparams_config_pb``, ``hparams_pb``); a column's type without a
+  list of values and its ``differs`` flag, which the API has no argument for, are set through its
+  domain hook (``Domain.update_hparam_info``).
 - **Unreached targets**: a ``steps_to_<target>`` the run never reached (and a non-finite
   accuracy) is **not written**, so its cell is blank. The trade-off: the Parallel
   Coordinates view draws a run only when every *visible* column has a value (uncheck
@@ -38,6 +41,8 @@ import math
 import time
 from typing import Iterable, Mapping
 
+from tensorboard.plugins.hparams import api_pb2
+from tensorboard.plugins.hparams import summary_v2 as hp
 from torch.utils.tensorboard import SummaryWriter
 
 from bnexp.config.checks import option_value
@@ -208,9 +213,8 @@ def metric_names(targets) -> list[str]:
     return [HPARAM_METRICS[0], *steps, HPARAM_METRICS[1]]
 
 
-def _metric_info(tag: str):
-    from tensorboard.plugins.hparams import api_pb2
-
+def _metric(tag: str):
+    """The HParams plugin's :class:`Metric` for a tag of :func:`metric_names`, with a readable name."""
     if tag.startswith(STEPS_TO):
         target = tag[len(STEPS_TO):]
         name, text = (f"steps to {target} test accuracy",
@@ -219,7 +223,7 @@ def _metric_info(tag: str):
     else:
         words = tag.split("/")[-1].replace("_", " ")
         name, text = words, f"{words} of the run (fraction of the test set)"
-    return api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=name, description=text)
+    return hp.Metric(tag, display_name=name, description=text)
 
 
 def shown_metrics(metrics: list[str], n_hparams: int) -> list[str]:
@@ -240,32 +244,23 @@ def _tb_value(value):
     return str(value)
 
 
-def _hparam_info(name: str, value, sweep: list[str] | None):
-    """The column's HParamInfo: type, ``differs`` (a swept key) and the domain of its values.
+def _column_domain(value, sweep: list[str] | None):
+    """The HParams plugin's domain of a column: ``Discrete`` (bools; strings and integers as text) or
+    ``RealInterval`` (floats) of the swept values, wrapped in :class:`_Column`.
 
-    ``sweep`` holds the swept values as text (None: not swept); a domain is only set when
-    this run's own value is among them, so a column never offers values the runs lack.
+    ``sweep`` holds the swept values as text (None: not swept); a domain is only set when this run's own
+    value is among them, so a column never offers values the runs lack.
     """
-    from google.protobuf import struct_pb2
-    from tensorboard.plugins.hparams import api_pb2
-
-    info = api_pb2.HParamInfo(name=name, differs=sweep is not None)
     if isinstance(value, bool):
-        info.type = api_pb2.DATA_TYPE_BOOL
-        info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[struct_pb2.Value(bool_value=b)
-                                                                   for b in (False, True)]))
-        return info
+        return _Column(bool, sweep is not None, hp.Discrete([False, True]))
     if isinstance(value, float):
-        info.type = api_pb2.DATA_TYPE_FLOAT64
         try:
             nums = [float(v) for v in sweep or []]
         except ValueError:
             nums = []
-        if nums and min(nums) <= value <= max(nums):
-            info.domain_interval.min_value, info.domain_interval.max_value = min(nums), max(nums)
-        return info
-    info.type = api_pb2.DATA_TYPE_STRING  # str, and int written as text
-    texts = list(sweep or [])
+        inner = hp.RealInterval(min(nums), max(nums)) if nums and min(nums) <= value <= max(nums) else None
+        return _Column(float, sweep is not None, inner)
+    texts = list(sweep or [])  # str, and int written as text
     if isinstance(value, int):
         try:
             texts = [str(n) for n in sorted({int(v) for v in texts})]
@@ -273,21 +268,52 @@ def _hparam_info(name: str, value, sweep: list[str] | None):
             texts = []
     else:
         texts = sorted(set(texts))
-    if str(value) in texts:
-        info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[struct_pb2.Value(string_value=t)
-                                                                   for t in texts]))
-    return info
+    return _Column(str, sweep is not None, _InOrder(texts) if str(value) in texts else None)
 
 
-def _plugin_summary(tag: str, plugin_data):
-    """A Summary carrying HParams plugin data (what TensorBoard's hparams summary API writes)."""
-    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
-    from tensorboard.plugins.hparams import metadata
+class _InOrder(hp.Discrete):
+    """``hp.Discrete`` that keeps its values in the given order (integers as text in numeric order)."""
 
-    plugin_data.version = metadata.PLUGIN_DATA_VERSION
-    smd = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
-        plugin_name=metadata.PLUGIN_NAME, content=plugin_data.SerializeToString()))
-    return Summary(value=[Summary.Value(tag=tag, metadata=smd)])
+    def __init__(self, values: list[str]):
+        super().__init__(values, dtype=str)
+        self._in_order = list(values)
+
+    @property
+    def values(self) -> list[str]:
+        return list(self._in_order)
+
+
+class _Column(hp.Domain):
+    """A domain for the HParams plugin's API (``hp.HParam(name, domain)``) that also states what the API has no
+    argument for: the column's type when it has no list of values, and ``differs`` (a swept key: the dashboard
+    shows those columns first).
+
+    Args:
+        dtype: bool, float or str (integers are shown as text).
+        differs: the sweep varies this key.
+        inner: the plugin's own domain (``hp.Discrete``, ``hp.RealInterval``), or None for no list of values.
+    """
+
+    TYPES = {bool: api_pb2.DATA_TYPE_BOOL, float: api_pb2.DATA_TYPE_FLOAT64, str: api_pb2.DATA_TYPE_STRING}
+
+    def __init__(self, dtype: type, differs: bool, inner=None):
+        self._dtype, self.differs, self.inner = dtype, differs, inner
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def sample_uniform(self, rng=None):
+        raise NotImplementedError("bnexp does not sample hyperparameters")
+
+    def update_hparam_info(self, hparam_info) -> None:
+        if self.inner is not None:
+            self.inner.update_hparam_info(hparam_info)
+            if isinstance(self.inner, _InOrder):  # hp.Discrete sorts as text: '10' before '2'
+                hparam_info.ClearField("domain_discrete")
+                hparam_info.domain_discrete.extend(self.inner.values)
+        hparam_info.type = self.TYPES[self._dtype]
+        hparam_info.differs = self.differs
 
 
 def write_hparams_start(writer: SummaryWriter, hparam_dict: dict, metrics: list[str],
@@ -306,32 +332,23 @@ def write_hparams_start(writer: SummaryWriter, hparam_dict: dict, metrics: list[
     Raises:
         ValueError: more than ``MAX_COLUMNS`` columns, or a value of another type.
     """
-    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-
     if len(hparam_dict) > MAX_COLUMNS:
         raise ValueError(f"{len(hparam_dict)} HParams columns; at most {MAX_COLUMNS} stay readable")
     sweep = _hydra_sweep() if swept is None else swept
     sweep = dict(sweep) if isinstance(sweep, Mapping) else {k: [] for k in sweep}
     sweep = {{"+experiment": "experiment"}.get(k, k.lstrip("+~")): v for k, v in sweep.items()}
     shown = [k for k in hparam_dict if k in sweep] or [k for k in SINGLE_RUN_COLUMNS if k in hparam_dict]
-    ssi = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    values = {}
     for k, v in hparam_dict.items():
         v = _tb_value(v)
-        if isinstance(v, bool):  # before int: bool is an int subclass
-            ssi.hparams[k].bool_value = v
-        elif isinstance(v, float):
-            ssi.hparams[k].number_value = v
-        elif isinstance(v, str):
-            ssi.hparams[k].string_value = v
-        else:
+        if not isinstance(v, (bool, float, str)):
             raise ValueError(f"HParams value of {k} must be bool, int, float or str, got {type(v).__name__}")
-    experiment = api_pb2.Experiment(
-        hparam_infos=[_hparam_info(k, hparam_dict[k], sweep.get(k)) for k in shown],
-        metric_infos=[_metric_info(m) for m in shown_metrics(metrics, len(shown))])
-    writer.file_writer.add_summary(_plugin_summary(
-        metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment)))
-    writer.file_writer.add_summary(_plugin_summary(
-        metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=ssi)))
+        values[k] = v
+    config = hp.hparams_config_pb([hp.HParam(k, _column_domain(hparam_dict[k], sweep.get(k))) for k in shown],
+                                  [_metric(m) for m in shown_metrics(metrics, len(shown))])
+    writer.file_writer.add_summary(config)
+    # trial_id "": no session group name, so TensorBoard names each row by its run (its folder)
+    writer.file_writer.add_summary(hp.hparams_pb(values, trial_id="", start_time_secs=time.time()))
 
 
 def write_hparams_end(writer: SummaryWriter, metric_values: dict, step: int, not_reached: int | None = None) -> None:

@@ -47,12 +47,13 @@ from bnexp.nets.data import BatchSampler, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
-from bnexp.train.monitor import ShiftMonitor
+from bnexp.train.monitor import ShiftMonitor, configuration_label
 from bnexp.train.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, missing_keys
-from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, open_writer, resolve_device,
+from bnexp.train.loggers import open_loggers
+from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
                            rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
 from bnexp.train.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
 
@@ -129,6 +130,7 @@ class Trainer:
                                     list(cfg.monitor.percentiles), cfg.monitor.unit, cfg.monitor.histograms,
                                     cfg.monitor.max_values, cfg.monitor.shift_metrics, cfg.monitor.shift_max_values,
                                     bn_stats=str(cfg.monitor.bn_stats), batch_size=int(tcfg.batch_size))
+        self.monitor.glance = configuration_label(cfg.bn)  # Custom Scalars: one first chart per configuration
         # the records of metrics.jsonl, shift.jsonl and ics.jsonl (gradient-ICS and landscape)
         self.logs = {name: RecordLog(self.run_dir / f"{name}.jsonl") for name in ("metrics", "shift", "ics")}
         self.measurements = build_measurements(cfg, self.monitor, self.logs, self.device)
@@ -211,7 +213,8 @@ class Trainer:
         try:
             rundir.save_checkpoint(path, self.state_dict())
         except OSError as exc:
-            kept = ("the previous checkpoint is intact: re-run the same command to resume from it" if had_one
+            kept = (f"the previous checkpoint is intact: resume from it with the same overrides and "
+                    f"hydra.run.dir={self.run_dir}" if had_one
                     else "no checkpoint of this run exists yet, so a re-run starts it over")
             raise UserError(f"could not write the checkpoint in {self.run_dir} ({exc.strerror or exc}); {kept}. "
                             "Free disk space (or choose another output folder) first.") from None
@@ -281,7 +284,7 @@ class Trainer:
         cfg = self.cfg
         summary = self._base_summary()
         if self.is_main:
-            self.writer = open_writer(self.run_dir, self.resumed_from)
+            self.writer = open_loggers(cfg, self.run_dir, self.resumed_from, self.hp)  # logger=... (bnexp.train.loggers)
             if self.resumed_from is None:
                 write_hparams_start(self.writer, self.hp, metric_names(self.targets))
                 self.writer.add_custom_scalars(
@@ -509,7 +512,9 @@ class Trainer:
         if not self.is_main:
             raise exc
         self.save_checkpoint()
-        log.warning("%s at step %d: checkpoint saved; re-run the same command to resume", exc, self.step)
+        log.warning("%s at step %d: checkpoint saved", exc, self.step)
+        if self.writer is not None:
+            self.writer.status = "KILLED"  # MLflow's status of a stopped run (logger=mlflow)  # bnexp train prints the command that resumes
         try:
             self._close_writer()
         except OSError as err:  # the checkpoint is what matters here; the events stop where they stopped
@@ -551,6 +556,7 @@ class Trainer:
             exc = OutputError(where, exc, resumable=(self.run_dir / self.CHECKPOINT).exists())
         if self.is_main:
             if self.writer is not None and failure is None:
+                self.writer.status = "FAILED"
                 with contextlib.suppress(OSError):
                     self.writer.close()
             summary = {**(rundir.read_summary(self.run_dir) or self._base_summary()), "status": "failed",

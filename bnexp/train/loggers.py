@@ -1,0 +1,231 @@
+"""The run's loggers (config group ``logger``): TensorBoard, a CSV file, MLflow, any combination.
+
+The training loop and the measurements write through one object with ``SummaryWriter``'s interface
+(:class:`RunLoggers`): every scalar (``add_scalar``) goes to each chosen logger with the same tag and
+step; everything TensorBoard alone can show (Custom Scalars, histograms, HParams, images, text) goes
+to TensorBoard when ``logger.tensorboard`` is on and nowhere otherwise. The run's own records
+(``metrics.jsonl``, ``shift.jsonl``, ``summary.json``: what ``bnexp report`` reads) are written whatever
+the loggers.
+
+- ``logger=tensorboard`` (default): the event files in the run folder (:func:`bnexp.train.runtime.open_writer`).
+- ``logger=csv``: ``scalars.csv`` in the run folder, one row ``step,tag,value`` per scalar (long format:
+  ``pandas.read_csv(...).pivot_table(index="step", columns="tag", values="value")`` gives one column per tag).
+- ``logger=mlflow``: an MLflow run in the store ``logger.mlflow_tracking_uri`` (default
+  ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder bnexp runs from: a local file, no
+  server; MLflow 3 refuses new plain-folder stores), experiment ``logger.mlflow_experiment``, named after the run
+  folder; the HParams columns (:func:`bnexp.train.tblog.flat_hparams`) as params; the tag ``bnexp.run_dir``.
+  Its id is kept in the run folder (``mlflow_run_id.txt``), so a resumed run logs into the same MLflow run.
+
+A resumed run (``resumed_from`` = the checkpoint's step) drops what the CSV file holds after that step, as
+TensorBoard's ``purge_step`` does; MLflow keeps its metrics (it cannot delete them): the steps after the
+checkpoint appear twice there, with the later values last.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import time
+from pathlib import Path
+
+from bnexp.errors import UserError
+
+CSV_FILE = "scalars.csv"
+MLFLOW_RUN_ID = "mlflow_run_id.txt"
+MLFLOW_BATCH = 900  # metrics per log_batch call (MLflow accepts at most 1000)
+MLFLOW_INSTALL = 'pip install -e ".[mlflow]" (or: pip install mlflow-skinny sqlalchemy alembic)'
+
+
+class _NullWriter:
+    """``SummaryWriter``'s interface writing nothing (``logger`` without tensorboard)."""
+
+    all_writers: dict = {}
+
+    @property
+    def file_writer(self) -> "_NullWriter":
+        return self
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+class CSVScalars:
+    """Scalars as rows ``step,tag,value`` of ``<run_dir>/scalars.csv``.
+
+    Args:
+        run_dir: the run folder.
+        resumed_from: the checkpoint's step when resuming (rows of later steps are dropped), None for a new run.
+
+    Raises:
+        OSError: the file cannot be written (the caller reports it as an output error).
+    """
+
+    def __init__(self, run_dir: Path, resumed_from: int | None = None):
+        self.path = Path(run_dir) / CSV_FILE
+        kept: list[list[str]] = []
+        if resumed_from is not None and self.path.exists():
+            with open(self.path, newline="") as f:
+                kept = [row for row in list(csv.reader(f))[1:] if len(row) == 3 and _int(row[0]) <= resumed_from]
+        self.file = open(self.path, "w", newline="")
+        self.out = csv.writer(self.file)
+        self.out.writerow(["step", "tag", "value"])
+        self.out.writerows(kept)
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        self.out.writerow([step, tag, repr(value)])
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self, status: str = "FINISHED") -> None:
+        if not self.file.closed:
+            self.file.close()
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI``, else ``sqlite:///<current folder>/mlflow.db`` (a local store, no server)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd().absolute() / 'mlflow.db'}"
+
+
+def mlflow_available() -> str | None:
+    """None when ``logger=mlflow`` can run here, else the one-line reason (a package to install)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        return f"logger=mlflow needs the mlflow package: {MLFLOW_INSTALL}"
+    return None
+
+
+class MLflowScalars:
+    """Scalars as MLflow metrics of one MLflow run (created, or continued when the run folder names one).
+
+    Args:
+        run_dir: the run folder (its name is the MLflow run's name).
+        tracking_uri: the MLflow store; None: :func:`default_tracking_uri`.
+        experiment: the MLflow experiment's name (created when missing).
+        params: the run's HParams values (:func:`bnexp.train.tblog.flat_hparams`), logged as params.
+
+    Raises:
+        UserError: mlflow is not installed, or the store cannot be opened (the message names
+            ``logger.mlflow_tracking_uri``).
+    """
+
+    def __init__(self, run_dir: Path, tracking_uri: str | None, experiment: str, params: dict):
+        problem = mlflow_available()
+        if problem:
+            raise UserError(problem)
+        from mlflow import MlflowClient
+        from mlflow.entities import Param, RunStatus
+
+        for name in ("mlflow", "alembic"):  # their INFO lines (database set-up) are not the user's business
+            logging.getLogger(name).setLevel(logging.WARNING)  # (after the import: mlflow sets INFO on import)
+
+        self.uri = tracking_uri or default_tracking_uri()
+        self.pending: list = []
+        id_file = Path(run_dir) / MLFLOW_RUN_ID
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+            known = id_file.read_text().strip() if id_file.exists() else ""
+            if known:
+                self.run_id = known
+                self.client.update_run(known, status=RunStatus.to_string(RunStatus.RUNNING))
+                return
+            found = self.client.get_experiment_by_name(experiment)
+            exp_id = found.experiment_id if found else self.client.create_experiment(experiment)
+            run = self.client.create_run(exp_id, run_name=Path(run_dir).name,
+                                         tags={"bnexp.run_dir": str(Path(run_dir).absolute())})
+            self.run_id = run.info.run_id
+            self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        except Exception as exc:  # MLflow raises its own exceptions (and sqlalchemy's) for a store it cannot use
+            if isinstance(exc, UserError):
+                raise
+            raise UserError(f"logger.mlflow_tracking_uri={self.uri}: MLflow cannot use this store "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). Use a local "
+                            f"sqlite:///PATH.db (needs {MLFLOW_INSTALL}) or a reachable server.") from None
+        id_file.write_text(self.run_id + "\n")
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        from mlflow.entities import Metric
+
+        self.pending.append(Metric(tag, value, int(time.time() * 1000), step))
+        if len(self.pending) >= MLFLOW_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending[:MLFLOW_BATCH], self.pending[MLFLOW_BATCH:]
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def close(self, status: str = "FINISHED") -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class RunLoggers:
+    """``SummaryWriter``'s interface over the chosen loggers: scalars to all of them, the rest to TensorBoard.
+
+    Args:
+        tensorboard: the run's ``SummaryWriter``, or None when ``logger.tensorboard`` is off.
+        sinks: the scalar loggers (:class:`CSVScalars`, :class:`MLflowScalars`).
+
+    Attributes:
+        status: what MLflow records when the writer closes: ``FINISHED`` (the default), ``KILLED`` for an
+            interrupted run, ``FAILED``.
+    """
+
+    def __init__(self, tensorboard=None, sinks: list | None = None):
+        self.tb = tensorboard if tensorboard is not None else _NullWriter()
+        self.sinks = list(sinks or [])
+        self.status = "FINISHED"
+
+    def add_scalar(self, tag: str, value, global_step=None, *args, **kwargs) -> None:
+        self.tb.add_scalar(tag, value, global_step, *args, **kwargs)
+        for sink in self.sinks:
+            sink.scalar(tag, float(value), int(global_step or 0))
+
+    def flush(self) -> None:
+        self.tb.flush()
+        for sink in self.sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        self.tb.close()
+        for sink in self.sinks:
+            sink.close(self.status)
+
+    def __getattr__(self, name: str):  # add_histogram_raw, add_custom_scalars, file_writer, all_writers ...
+        return getattr(self.tb, name)
+
+
+def open_loggers(cfg, run_dir: Path, resumed_from: int | None, params: dict) -> RunLoggers:
+    """The loggers ``cfg.logger`` asks for, opened on ``run_dir`` (rank 0 only).
+
+    Args:
+        cfg: the run config (its ``logger`` node; a config without one gets TensorBoard alone).
+        run_dir: the run folder.
+        resumed_from: the checkpoint's step when resuming, None for a new run.
+        params: the run's HParams values, for MLflow's params.
+
+    Raises:
+        UserError: logger=mlflow without mlflow installed, or a store MLflow cannot open.
+        OSError: a file of the run folder cannot be written.
+    """
+    from bnexp.train.runtime import open_writer
+
+    lg = cfg.get("logger") or {"tensorboard": True}
+    sinks: list = []
+    if lg.get("mlflow"):
+        sinks.append(MLflowScalars(run_dir, lg.get("mlflow_tracking_uri"), str(lg.get("mlflow_experiment", "bnexp")),
+                                   params))
+    if lg.get("csv"):
+        sinks.append(CSVScalars(run_dir, resumed_from))
+    tb = open_writer(run_dir, resumed_from) if lg.get("tensorboard") else None
+    return RunLoggers(tb, sinks)

@@ -1,0 +1,94 @@
+"""The ``logger`` config group: TensorBoard (default), CSV and MLflow, alone or combined, and ``experiment=NAME``
+without Hydra's ``+``."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from bnexp.config.schema import compose_config, validate
+from bnexp.runs.rundir import read_jsonl
+from bnexp.train.loggers import CSVScalars, RunLoggers
+
+from conftest import FAST
+
+SHORT = [*FAST, "trainer.max_steps=60", "trainer.eval_every=20", "trainer.hist_every=30", "trainer.log_every=10",
+         "trainer.probe_size=200"]
+
+
+def test_logger_group_options_combine_and_tensorboard_is_the_default():
+    assert dict(compose_config([]).logger) == dict(compose_config(["logger=tensorboard"]).logger)
+    on = lambda c: sorted(k for k in ("tensorboard", "csv", "mlflow") if c.logger[k])  # noqa: E731
+    assert on(compose_config([])) == ["tensorboard"]
+    assert on(compose_config(["logger=csv"])) == ["csv"]
+    assert on(compose_config(["logger=[tensorboard,csv,mlflow]"])) == ["csv", "mlflow", "tensorboard"]
+
+
+def test_experiment_without_plus_loads_the_preset():
+    """``experiment=bn_x5`` is the preset (5x the base rate, its own budget), as ``+experiment=bn_x5`` always was."""
+    plain, plus = compose_config(["experiment=bn_x5"]), compose_config(["+experiment=bn_x5"])
+    assert plain == plus
+    assert plain.experiment == "bn_x5" and plain.data.name == "cifar10"
+    assert plain.lr == pytest.approx(5 * plain.scale.base_lr)
+    assert plain.trainer.max_steps == plain.scale.fast_steps
+    validate(plain)
+
+
+def test_csv_rows_after_the_checkpoint_are_dropped_on_resume(tmp_path):
+    """As TensorBoard's purge_step: a run resumed from step 20 keeps rows up to 20 and writes the later ones anew."""
+    first = RunLoggers(None, [CSVScalars(tmp_path)])
+    for step in (0, 10, 20, 30):
+        first.add_scalar("Train/loss", step / 10, step)
+    first.close()
+    again = RunLoggers(None, [CSVScalars(tmp_path, resumed_from=20)])
+    again.add_scalar("Train/loss", 9.5, 30)
+    again.close()
+    with open(tmp_path / "scalars.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(r["step"]), r["tag"], float(r["value"])) for r in rows] == [
+        (0, "Train/loss", 0.0), (10, "Train/loss", 1.0), (20, "Train/loss", 2.0), (30, "Train/loss", 9.5)]
+    assert not list(tmp_path.glob("events.out.tfevents.*"))  # no TensorBoard without logger.tensorboard
+
+
+def test_csv_and_mlflow_loggers_hold_the_runs_own_records(run_bnexp, tmp_path):
+    """A real run with logger=[csv,mlflow] and no TensorBoard: MLflow's client reads back the run (finished, the
+    params, every test accuracy at its step) and scalars.csv holds the same values as metrics.jsonl."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    from mlflow import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_dir = tmp_path / "run"
+    r = run_bnexp("train", *SHORT, "lr=0.3", "logger=[csv,mlflow]", f"logger.mlflow_tracking_uri={store}",
+                  "logger.mlflow_experiment=first-hour", f"hydra.run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    assert "INFO mlflow" not in r.stdout + r.stderr  # the store's set-up is not the user's business
+    assert not list(run_dir.glob("events.out.tfevents.*"))
+    expected = {m["step"]: m["test_accuracy"] for m in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(expected) == [0, 20, 40, 60]
+
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run((run_dir / "mlflow_run_id.txt").read_text().strip())
+    assert run.info.status == "FINISHED" and run.info.run_name == "run"
+    assert client.get_experiment(run.info.experiment_id).name == "first-hour"
+    assert run.data.params["lr"] == "0.3" and run.data.params["bn"] == "True"
+    assert run.data.tags["bnexp.run_dir"] == str(run_dir)
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "Test/accuracy")}
+    assert history == pytest.approx(expected)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert run.data.metrics["hparams/final_test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
+
+    with open(run_dir / "scalars.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["tag"] == "Test/accuracy"]
+    assert {int(r["step"]): float(r["value"]) for r in rows} == pytest.approx(expected)
+
+
+def test_mlflow_logger_without_mlflow_is_one_line_before_training(bnexp_main, tmp_path, monkeypatch):
+    import bnexp.train.loggers as loggers
+
+    monkeypatch.setattr(loggers, "mlflow_available", lambda: "logger=mlflow needs the mlflow package: pip install x")
+    code, err, out = bnexp_main("train", "logger=mlflow", f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 2 and "logger=mlflow needs the mlflow package" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
