@@ -157,7 +157,7 @@ def test_every_preset_composes_and_matches_its_definition(preset):
     assert (cfg.model.dropout == 0.0) is accelerated
     assert cfg.optim.weight_decay == pytest.approx(base.optim.weight_decay / (5 if accelerated else 1))
     assert cfg.optim.decay_steps == round(base.optim.decay_steps / (6 if accelerated else 1))
-    assert cfg.data.augment == "standard"  # crops and flips kept in every preset (issue 11)
+    assert cfg.data.augment == "standard"  # crops and flips kept in every preset (docs/cifar/PLAN.md)
     gpu = compose_config([f"+experiment={preset}", "scale=gpu"])
     assert gpu.trainer.max_steps > cfg.trainer.max_steps and len(gpu.model.channels) >= len(cfg.model.channels)
 

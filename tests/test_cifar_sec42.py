@@ -1,4 +1,4 @@
-"""CIFAR-10 Sec. 4.2 redesign (issue 11): presets with their own budgets and complete schedules, He
+"""CIFAR-10 Sec. 4.2 presets (docs/cifar/PLAN.md): presets with their own budgets and complete schedules, He
 init, channels-last and bf16 steps (the Sec. 4.2 report is the frontier's: tests/test_frontier.py)."""
 
 from __future__ import annotations

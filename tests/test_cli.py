@@ -202,7 +202,7 @@ def test_missing_dataset_names_files_and_fix(run_bnexp, tmp_path):
     assert "train-images-idx3-ubyte" in r.stderr and "BNEXP_DATA_ROOT" in r.stderr and "data.root" in r.stderr
     assert "Traceback" not in r.stderr
     assert r.stderr.count("MNIST not found") == 1  # printed once
-    assert not (tmp_path / "r").exists()  # a refused run leaves no run folder (issue 13)
+    assert not (tmp_path / "r").exists()  # a refused run leaves no run folder (docs/reliability.md)
 
 
 def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):

@@ -1,5 +1,5 @@
 """Composition of the run config: every preset x scale (and the plain groups) resolves to the same
-config as before the structured-config rewrite (issue 21), pinned by tests/golden/resolved_configs.json.
+config as before the structured-config rewrite, pinned by tests/golden/resolved_configs.json.
 
 The golden file was written at commit a323e09 (before the rewrite) by ``python
 tests/test_config_composition.py --write``: for each override list below, the resolved config
@@ -18,7 +18,7 @@ import pytest
 GOLDEN = Path(__file__).resolve().parent / "golden" / "resolved_configs.json"
 
 PRESETS = ("baseline", "baseline_sigmoid", "baseline_x5", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid")
-# issue 19 drives CIFAR budgets with these overrides on top of the presets: they must win
+# the CIFAR-10 frontier (docs/cifar/PLAN.md) drives budgets with these overrides on top of the presets: they must win
 BUDGET = ["trainer.max_steps=2400", "optim.decay_steps=80", "trainer.eval_every=150", "trainer.hist_every=300",
           "trainer.ckpt_every=600", "lr=0.2", "model.dropout=0.1", "optim.weight_decay=0.0002",
           "scale.base_lr=0.05", "scale.dropout=0.2"]
@@ -40,7 +40,7 @@ CASES: list[list[str]] = (
 # the YAML boolean false stored in a string field, hence the string 'False'; its one default is now
 # the text 'false' (the spelling of the field's documented values; data.make_augmenter reads both).
 CHANGED = {"data.augment": ("False", "false")}
-# Keys added since the golden file (issue 23: LayerNorm / GroupNorm, BN placement), with the value every
+# Keys added since the golden file (LayerNorm / GroupNorm, BN placement: docs/normalizers.md), with the value every
 # case has now: their defaults, which build the networks the golden configs built (BN before g).
 # Later: trainer.async_records (the records thread, bnexp.train.background), which cannot alter results.
 # Then the logger group (bnexp.train.loggers; result-neutral): TensorBoard alone by default, as before.

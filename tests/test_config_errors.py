@@ -1,5 +1,5 @@
 """Bad command lines and config values: one ``bnexp: error:`` line naming the key, the value and
-what is accepted, exit code 2, no traceback and none of Hydra's internals (issue 22, items 4-5).
+what is accepted, exit code 2, no traceback and none of Hydra's internals (docs/reliability.md).
 
 The command-line classes run ``bnexp.cli.main`` in this process: Hydra composes (and refuses)
 before any job starts, so no folder is made and no training runs. One test per class of error:

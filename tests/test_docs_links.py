@@ -1,4 +1,4 @@
-"""Every image linked from README.md and docs/ exists in the repository (issue 12, item 6)."""
+"""Every image linked from README.md and docs/ exists in the repository."""
 
 from __future__ import annotations
 

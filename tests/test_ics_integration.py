@@ -29,7 +29,7 @@ def test_train_with_all_ics_measurements(bnexp_train, tmp_path):
     assert g["layers"]["layer2"]["l2"] > 0.0
     assert g["layers"]["layer1"]["trivial"] is True and g["layers"]["layer2"]["trivial"] is False
     assert g["layers"]["layer2"]["l2_rel"] == pytest.approx(g["layers"]["layer2"]["l2"] / g["layers"]["layer2"]["g_norm"])
-    l2 = g["layers"]["layer2"]  # per unit of movement of layer 1 over the same update (issue 20)
+    l2 = g["layers"]["layer2"]  # per unit of movement of layer 1 over the same update (docs/ics/measurements.md)
     assert l2["move_rel"] > 0 and l2["l2_rel_per_move"] == pytest.approx(l2["l2_rel"] / l2["move_rel"])
     assert g["layers"]["layer1"]["move_rel"] is None  # NaN (no earlier layers), written as null
     land = next(r for r in recs if r["kind"] == "landscape")

@@ -1,4 +1,4 @@
-"""Tests of the scale-free measures of bnexp.train.ics (issue 20): KS and W1-in-initial-spreads shift with
+"""Tests of the scale-free measures of bnexp.train.ics (docs/ics/measurements.md): KS and W1-in-initial-spreads shift with
 their sampling-noise floors, gradient ICS per unit of movement, the filter-normalized landscape
 (Li et al. 2018), against scipy, hand-computed values and the invariances each one claims."""
 

@@ -1,4 +1,4 @@
-"""The report's figures, inspected as matplotlib objects (issue 12, item 5).
+"""The report's figures, inspected as matplotlib objects.
 
 Synthetic sweeps (the builders of test_report.py): BN, noisy BN and no BN at two learning
 rates, plus a BN setting without a no-BN counterpart, and CIFAR-10 presets. Checked on the

@@ -1,4 +1,4 @@
-"""A run folder holds one configuration (issue 22, item 1): a folder whose run is finished or
+"""A run folder holds one configuration (docs/reliability.md): a folder whose run is finished or
 resumable refuses a command with a different result-changing value, naming the keys and the two
 ways out; the result-neutral keys (one list, ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS``) never block.
 """

@@ -1,4 +1,4 @@
-"""The run-folder lock (issue 22): ``.lock`` is gone when a run ends, and removing it
+"""The run-folder lock (docs/reliability.md): ``.lock`` is gone when a run ends, and removing it
 never lets two processes hold one folder.
 
 The race being guarded against: process B opens ``.lock`` while A holds it; A removes

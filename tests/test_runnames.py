@@ -1,4 +1,4 @@
-"""Sweep run-folder names: the swept keys only (issue 12, item 2)."""
+"""Sweep run-folder names: the swept keys only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/study.sh and bnexp/designs/studies.py (issue 23): each design's run count against a hand count, run
+"""scripts/study.sh and bnexp/designs/studies.py (docs/studies/): each design's run count against a hand count, run
 folders against bnexp's own naming rule, the overrides compose into valid configs with the planned
 values, the resumable choice of multiruns, the cost model's scheduling, and DRY_RUN of every study."""
 
@@ -25,7 +25,7 @@ EXPECTED_RUNS = {"batch_size": 3 * 5 * 3 + 2 * 3,          # (BN, LN, none) x 5 
                  "placement": 2 * 2 * 2 * 3 * 3,           # model x act x position x 3 rates x 3 seeds
                  "normalizer": 4 * 5 * 3,                  # 4 normalizers x 5 rates x 3 seeds
                  "depth": 3 * 2 * 3 * 3}                   # 3 depths x (BN, none) x 3 rates x 3 seeds
-# bn=layer|group, bn.groups and bn.position come with issue 23's item 1 (another branch)
+# bn=layer|group, bn.groups and bn.position come with the normalizer study's keys
 NORMS_MERGED = (REPO / "conf" / "bn" / "layer.yaml").exists() and "position" in {
     f.name for f in dataclasses.fields(BNConfig)}
 
@@ -99,7 +99,7 @@ def test_overrides_compose_to_the_planned_values():
     assert list(deep.model.hidden) == [100] * 12 and deep.bn.enabled and deep.lr == 0.9
 
 
-@pytest.mark.skipif(not NORMS_MERGED, reason="bn=layer|group, bn.groups, bn.position: issue 23 item 1, another branch")
+@pytest.mark.skipif(not NORMS_MERGED, reason="bn=layer|group, bn.groups, bn.position: the normalizer study's keys")
 def test_overrides_with_the_new_normalizer_keys_compose():
     assert _compose_first_and_last(norms=True) >= 10
 

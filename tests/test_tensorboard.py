@@ -1,12 +1,12 @@
-"""What TensorBoard shows, read back with TensorBoard's own event readers (issue 12).
+"""What TensorBoard shows, read back with TensorBoard's own event readers (docs/tensorboard.md).
 
 One real 2-run sweep (bn=true,false, 120 steps on MNIST) is read with
 ``tensorboard.backend.event_processing.event_accumulator.EventAccumulator`` and through
 TensorBoard's own HParams plugin backend (the JSON its dashboard gets): the sweep's
 run-folder names (and no lock file left), the tag groups TensorBoard opens first, the
 Custom Scalars layout (order, relative bands per layer), the HParams columns (types,
-domains, which are shown) and a metric value exactly where a run has one (issue 22:
-unreached targets are blank). Figure functions are checked for labelled axes on
+domains, which are shown) and a metric value exactly where a run has one
+(unreached targets are blank). Figure functions are checked for labelled axes on
 matplotlib objects.
 """
 

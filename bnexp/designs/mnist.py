@@ -1,4 +1,4 @@
-"""The design of the MNIST Fig. 1 sweep (scripts/reproduce_mnist.sh; issue 20, item 5), fixed before the run.
+"""The design of the MNIST Fig. 1 sweep (scripts/reproduce_mnist.sh; docs/mnist/README.md, "Design"), fixed before the run.
 
 Four blocks, each one Hydra multirun over its own rate grid x the evaluation seeds, at the paper's setup
 (784-100-100-100-10 sigmoid MLP, mini-batch 60, plain SGD at a constant rate):
@@ -37,7 +37,7 @@ SEEDS = (1, 2, 3)
 MAX_STEPS = 30_000
 EVAL_EVERY = 250
 HIST_EVERY = 500
-REFINED_RANGE = (1.2, 7.2)  # no BN's refined range (issue 20): neighbours at most 1.5x apart inside it
+REFINED_RANGE = (1.2, 7.2)  # no BN's refined range (docs/mnist/README.md): neighbours at most 1.5x apart inside it
 MAX_NEIGHBOUR_RATIO = 1.5
 # One job's speed on one idle core (eval every 250, monitor every 500 steps), steps/s, and its start-up
 # (imports, data): measured as CPU time of 2,000- vs 250-step runs under nice on this 2-core machine

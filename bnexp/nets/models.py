@@ -125,7 +125,7 @@ def _init_weights(model: nn.Module, init: str | None, init_std: float | None) ->
     * ``xavier``: Glorot & Bengio 2010 "normalized initialization" (eq. 16), W ~ U(-a, a) with
       a = sqrt(6 / (fan_in + fan_out)), i.e. Var W = 2 / (fan_in + fan_out) (gain 1, torch's gain for
       the sigmoid), b = 0; ``torch.nn.init.xavier_uniform_``. A control for the small Gaussian, which
-      puts the plain sigmoid net on a slow start (issue 20).
+      puts the plain sigmoid net on a slow start (docs/mnist/README.md, "Design").
     * ``torch``: torch's default (Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in),
       1/sqrt(fan_in)) weights and biases), left as constructed.
     * None: ``normal`` when ``init_std`` is given, else ``torch`` (the behaviour before ``model.init``).

@@ -1,4 +1,4 @@
-"""Train-mode vs inference-mode accuracy of a finished BN run (the inference_statistics study, issue 23).
+"""Train-mode vs inference-mode accuracy of a finished BN run (the inference_statistics study, docs/studies/inference_statistics.md).
 
 A BN network computes a different function in training (every unit normalized by the statistics of
 its mini-batch, Alg. 1) and at inference (by fixed population statistics, Alg. 2). This module takes a

@@ -145,7 +145,7 @@ def gradient_ics(model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor
         grows with how far the earlier layers moved -- for a small step, G' - G is about
         (d^2 L / dW_i dW_<i) Delta W_<i -- so a network that barely moves them (a plateau, a
         small rate) scores a small ``l2_rel`` without being stable; ``l2_rel_per_move`` is the
-        gradient change per relative movement of the earlier layers (issue 20). It is
+        gradient change per relative movement of the earlier layers (docs/ics/measurements.md). It is
         unchanged when the loss is multiplied by k and the rate divided by k (same step), like
         ``l2_rel``; unlike ``l2_rel`` it does not fall to 0 as the step does.
 
