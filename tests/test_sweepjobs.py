@@ -3,7 +3,7 @@
 Launchers run a job's ``on_job_end`` in the process that ran the job (a joblib worker, a cluster
 job) on a pickled copy of the callback made after ``on_multirun_start``; the list is printed by the
 main process's ``on_multirun_end``. The end-to-end behaviour (the other jobs finish, exit code 1,
-the list on stderr) is tests/test_refusals_disk_and_divergence.py::test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero.
+the list on stderr) is tests/test_failure_classes.py::test_sweep_with_a_failed_job_finishes_the_rest_and_exits_nonzero.
 """
 
 from __future__ import annotations
