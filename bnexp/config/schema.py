@@ -166,7 +166,7 @@ class DataConfig:
     """Dataset selection and loading (group ``data``: mnist, cifar10)."""
 
     name: str = opt("mnist", "the dataset (chosen with data=mnist|cifar10)", c.one_of(*DATASETS))
-    root: Optional[str] = opt(None, "folder of the data files; null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/nets/data")
+    root: Optional[str] = opt(None, "folder of the data files; null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/data")
     download: bool = opt(False, "fetch the dataset when it is missing (needs internet)")
     verify_checksums: bool = opt(True, "CIFAR-10: torchvision's md5 check of the batch files; false: load a "
                                        "re-encoded copy (with a warning)")

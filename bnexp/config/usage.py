@@ -30,7 +30,7 @@ Examples:
   bnexp train experiment=bn_x5 scale=cpu data.verify_checksums=false    (CIFAR-10, paper Sec. 4.2)
   bnexp train logger=[tensorboard,csv,mlflow]        (TensorBoard, scalars.csv and a local MLflow store)
 Sweep scripts: scripts/reproduce_mnist.sh, scripts/reproduce_cifar.sh, scripts/ics_study.sh
-Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/nets/data); data.download=true fetches.
+Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/data); data.download=true fetches.
 Outputs: outputs/runs/... and outputs/sweeps/...; view with: tensorboard --logdir outputs
 """
 

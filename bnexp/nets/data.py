@@ -55,7 +55,7 @@ class TensorData:
 
 
 def default_data_root() -> Path:
-    """The data root used when ``data.root`` is null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/nets/data."""
+    """The data root used when ``data.root`` is null: $BNEXP_DATA_ROOT, else ~/.cache/bnexp/data."""
     env = os.environ.get("BNEXP_DATA_ROOT")
     if env:
         return Path(env).expanduser()
