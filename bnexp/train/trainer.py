@@ -43,7 +43,7 @@ from bnexp.runs import rundir
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
-from bnexp.nets.data import BatchSampler, load_data, make_augmenter
+from bnexp.nets.data import BatchSampler, TensorData, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
@@ -69,6 +69,7 @@ class Trainer:
     Args:
         cfg: a composed and validated :class:`bnexp.config.schema.Config`.
         run_dir: the run directory (created if needed).
+        data: the dataset already on the device (a stack of runs shares one copy); None: loaded here.
 
     Raises:
         UserError: data missing or corrupt, device unavailable, probe larger than the test set.
@@ -76,7 +77,7 @@ class Trainer:
 
     CHECKPOINT = "checkpoint.pt"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    def __init__(self, cfg: DictConfig, run_dir: Path, data: TensorData | None = None):
         self.t_start = time.time()
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -85,7 +86,8 @@ class Trainer:
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
         self.plan = distributed.bn_plan(cfg, self.replicas)
-        self.data = load_data(cfg.data, self.device)
+        # a stack of runs (bnexp.train.stacked) loads the data once and hands each run its own view
+        self.data = load_data(cfg.data, self.device) if data is None else data
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the test-set size ({len(self.data.test_y)})")

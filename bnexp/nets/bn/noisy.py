@@ -164,10 +164,18 @@ class NoisyBatchNorm(nn.Module):
             return y + shift if shift != 0.0 else y
         if x.dim() < 2:
             raise ValueError(f"expected an input with a unit dimension 1, got shape {tuple(x.shape)}")
-        gen = self._generator_for(y.device)  # the ranges were checked once, in __init__
-        s, m, mu_t, sigma_t = _draw_noise(tuple(y.shape), 1, gen, self.a, self.b, self.c, self.d, y.dtype)
-        self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
+        s, m = self.draw(tuple(y.shape), y.device, y.dtype)
         return s * y + m
+
+    def draw(self, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One training step's noise (s, m) for an activation of ``shape`` with units on dim 1, from this
+        layer's generator (:func:`sample_noise`); sets :attr:`last_mu` / :attr:`last_sigma`. A stack of runs
+        (:mod:`bnexp.train.stacked_net`) draws each run's noise with it, as its forward would."""
+        gen = self._generator_for(device)  # the ranges were checked once, in __init__
+        s, m, mu_t, sigma_t = _draw_noise(tuple(shape), 1, gen, self.a, self.b, self.c, self.d, dtype)
+        self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
+        return s, m
 
     def noise_state(self) -> dict:
         """The generator's state for checkpoints: {"seed": int, "device": str or None,
