@@ -180,7 +180,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     from bnexp.errors import OutputError
     from bnexp.train.records import sparse_record_warnings
     from bnexp.runs.sweepjobs import FailedRun
-    from bnexp.train.trainer import Interrupted, train
+    from bnexp.train.stacked import member_train  # train(), or this run's share of a stack (hydra/launcher=stacked)
+    from bnexp.train.trainer import Interrupted
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
@@ -228,7 +229,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         for warning in sparse_record_warnings(cfg):
             log.warning("%s", warning)
         tell_followers(True)
-        summary = train(cfg, run_dir, resume=resume is not False)
+        summary = member_train(cfg, run_dir, resume=resume is not False)
         print_summary(summary)
         return summary
     except Interrupted as exc:

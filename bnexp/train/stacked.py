@@ -367,13 +367,16 @@ class StackCoordinator:
     current job's.
     """
 
-    def __init__(self):
+    def __init__(self, router: "RunLogRouter | None" = None):
+        self.router = router
+        self.log_files: dict[int, list[logging.FileHandler]] = {}
         self.cv = threading.Condition()
         self.ready: dict[int, tuple[DictConfig, Path, bool]] = {}
         self.results: dict[int, dict | BaseException] = {}
         self.done: set[int] = set()
 
     def hand_over(self, index: int, cfg: DictConfig, run_dir: Path, resume: bool) -> dict:
+        self.log_files[index] = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
         with self.cv:
             self.ready[index] = (cfg, Path(run_dir), resume)
             self.cv.notify_all()
@@ -406,6 +409,8 @@ class StackCoordinator:
             with self.cv:
                 self.cv.wait_for(lambda: i in self.ready or i in self.done)
         order = sorted(self.ready)
+        if self.router is not None:
+            self.router.open({pos: self.log_files.get(i, []) for pos, i in enumerate(order)})
         if len(order) == 1:  # one run left to train: the ordinary loop
             cfg, run_dir, resume = self.ready[order[0]]
             try:
@@ -416,6 +421,8 @@ class StackCoordinator:
             trained = train_stack([self.ready[i] for i in order])
         else:
             trained = []
+        if self.router is not None:
+            self.router.close()
         for i, res in zip(order, trained):
             with self.cv:
                 self.results[i] = res
@@ -424,3 +431,55 @@ class StackCoordinator:
         for t in threads:
             t.join()
         return outs
+
+
+class RunLogRouter(logging.Handler):
+    """While a stack trains: each log record goes to the ``train.log`` of the run whose work is being done
+    (:data:`MEMBER`), or to every run's when it is the stack's (None); the console handlers stay."""
+
+    def __init__(self):
+        super().__init__()
+        self.files: dict[int, list[logging.Handler]] = {}
+        self._saved: list[logging.Handler] | None = None
+
+    def open(self, files: dict[int, list[logging.FileHandler]]) -> None:
+        """Route to a new (appending) handler per run, in place of the root logger's file handlers."""
+        root = logging.getLogger()
+        self._saved = list(root.handlers)
+        for pos, handlers in files.items():
+            self.files[pos] = []
+            for h in handlers:
+                fh = logging.FileHandler(h.baseFilename, mode="a", encoding=getattr(h, "encoding", None))
+                fh.setFormatter(h.formatter)
+                fh.setLevel(h.level)
+                self.files[pos].append(fh)
+        root.handlers = [h for h in self._saved if not isinstance(h, logging.FileHandler)] + [self]
+
+    def close(self) -> None:
+        """Close the runs' handlers and give the root logger its handlers back."""
+        if self._saved is not None:
+            logging.getLogger().handlers = self._saved
+            self._saved = None
+        for handlers in self.files.values():
+            for h in handlers:
+                h.close()
+        self.files = {}
+        super().close()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        member = MEMBER.get()
+        targets = self.files.values() if member is None else [self.files.get(member, [])]
+        for handlers in targets:
+            for h in handlers:
+                if record.levelno >= h.level:
+                    h.handle(record)
+
+
+@contextlib.contextmanager
+def route_run_logs():
+    """A :class:`RunLogRouter` for one stack, closed (root handlers restored) at the end."""
+    router = RunLogRouter()
+    try:
+        yield router
+    finally:
+        router.close()

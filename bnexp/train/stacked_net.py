@@ -200,16 +200,16 @@ class StackedNet:
                 h = h * self._dropout_masks(op[1], tuple(h.shape[1:]), h)
         return h
 
-    def _noise(self, y: torch.Tensor, layers: list[tuple[NoisyBatchNorm, int]]) -> torch.Tensor:
+    def _noise(self, y: torch.Tensor, layers: list[NoisyBatchNorm]) -> torch.Tensor:
         """s * y + m with each run's noise from its own layer, drawn in its own (alone) shape."""
         if y.dim() == 3:  # (R, m, d): run r's activation is y[r]
             shape = tuple(y.shape[1:])
-            draws = [layer.draw(shape, y.device, y.dtype) for layer, _ in layers]
+            draws = [layer.draw(shape, y.device, y.dtype) for layer in layers]
             s, m = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
         else:  # (N, R*C, H, W): run r's activation is channels r*C .. r*C+C-1
             n, rc, hh, ww = y.shape
             shape = (n, rc // self.R, hh, ww)
-            draws = [layer.draw(shape, y.device, y.dtype) for layer, _ in layers]
+            draws = [layer.draw(shape, y.device, y.dtype) for layer in layers]
             s, m = (torch.cat([d[i] for d in draws], dim=1) for i in (0, 1))
         return s * y + m
 
@@ -249,8 +249,10 @@ class StackedNet:
         with torch.no_grad():
             for (name, w), g in zip(self.params.items(), grads):
                 shape = (R,) + (1,) * (w.dim() - 1)
+                # each operation as torch.optim.SGD's (add with alpha: one rounding), so a run's update is
+                # bit for bit the one it makes alone
                 if weight_decay is not None:
-                    g = g.add(w * weight_decay.view(shape))
+                    g = torch.addcmul(g, w, weight_decay.view(shape))
                 if self.momentum != 0:
                     buf = self.momentum_buffers[name]
                     if buf is None:  # torch.optim.SGD: the first buffer is the gradient itself
@@ -260,5 +262,5 @@ class StackedNet:
                     else:
                         buf.mul_(self.momentum).add_(g)
                     g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
-                w.sub_(g * lr.view(shape))
+                w.addcmul_(g, lr.view(shape), value=-1)
         return loss.detach(), logits.detach()
