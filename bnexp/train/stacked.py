@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig
 
 from bnexp.errors import UserError
-from bnexp.nets.data import load_data
+from bnexp.nets.data import host_to_device, load_data
 from bnexp.runs import rundir
 from bnexp.train.background import Background
 from bnexp.train.measurements import Diverged, Schedule
@@ -331,9 +331,9 @@ def _rates(active: list[_Run]) -> tuple[torch.Tensor | None, torch.Tensor | None
     if not active:
         return None, None
     dev = active[0].trainer.device
-    lr = torch.tensor([learning_rate(r.trainer.optimizer) for r in active], device=dev)
+    lr = host_to_device(torch.tensor([learning_rate(r.trainer.optimizer) for r in active]), dev)
     wds = [float(r.trainer.optimizer.param_groups[0]["weight_decay"]) for r in active]
-    return lr, (torch.tensor(wds, device=dev) if any(wds) else None)
+    return lr, (host_to_device(torch.tensor(wds), dev) if any(wds) else None)
 
 
 # ----- the launcher's hand-over ---------------------------------------------------------------------

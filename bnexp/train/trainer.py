@@ -48,7 +48,8 @@ from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
 from bnexp.train.monitor import ShiftMonitor
-from bnexp.train.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
+from bnexp.train.precision import (autocast, channels_last_input, enable_fast_fp32, is_conv_net, resolve_precision,
+                                   to_channels_last)
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, missing_keys
@@ -85,6 +86,7 @@ class Trainer:
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
+        self.tf32 = enable_fast_fp32(self.device)  # TF32 products on Ampere+ GPUs (bnexp.train.precision)
         self.plan = distributed.bn_plan(cfg, self.replicas)
         # a stack of runs (bnexp.train.stacked) loads the data once and hands each run its own view
         self.data = load_data(cfg.data, self.device) if data is None else data
