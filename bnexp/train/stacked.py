@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -203,7 +204,7 @@ def _loop(runs: list[_Run], results: list, signals: SignalGuard, preemption: Pre
             for r, run in enumerate(active):
                 mb, ctx = run.trainer, run.ctx
                 if mb.scheduler is not None:
-                    mb.scheduler.step()
+                    _scheduler_step(mb.scheduler)
                 mb.step = ctx.step = mb.step + 1
                 ctx.lr = learning_rate(mb.optimizer)
                 ctx.loss, ctx.logits, ctx.labels = loss[r], logits[r], ys[r]
@@ -220,6 +221,17 @@ def _loop(runs: list[_Run], results: list, signals: SignalGuard, preemption: Pre
 
 
 _FAILED = object()
+
+
+def _scheduler_step(scheduler) -> None:
+    """The run's rate schedule one step on (its optimizer's rate: the next update's); torch's warning that
+    the optimizer did not step first is beside the point -- the stack made the run's update."""
+    if getattr(scheduler, "_step_count", 2) <= 1:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            scheduler.step()
+    else:
+        scheduler.step()
 
 
 def _guarded(run: _Run, results: list, work: Callable[[], object]) -> object:
