@@ -327,7 +327,8 @@ def _interrupt_all(active: list[_Run], results: list, stop: Interrupted, records
     if active:
         wait_for_sweep_siblings(active[0].trainer.run_dir)
     if isinstance(stop, Preempted):
-        preemption.hand_over()  # submitit: requeue (SystemExit); else Preempted
+        with contextlib.suppress(Preempted):  # every run already has its Preempted result
+            preemption.hand_over()  # submitit: requeue (SystemExit, which ends the process's stacks)
 
 
 def _stack(active: list[_Run]) -> StackedNet | None:
@@ -430,7 +431,10 @@ class StackCoordinator:
             except BaseException as exc:  # noqa: BLE001
                 trained = [exc]
         elif order:
-            trained = train_stack([self.ready[i] for i in order])
+            try:
+                trained = train_stack([self.ready[i] for i in order])
+            except BaseException as exc:  # noqa: BLE001 - submitit's requeue, an internal error: every run gets it
+                trained = [exc] * len(order)
         else:
             trained = []
         if self.router is not None:
