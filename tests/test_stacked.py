@@ -113,6 +113,30 @@ def test_stacked_sgd_step_is_torch_sgd_per_run():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("overrides", [["bn=true"], ["bn=false", "act=relu", "model.init=kaiming", "model.init_std=null"]])
+def test_plain_sgd_step_updates_weights_in_the_backward_pass_as_torch_sgd(overrides):
+    """Plain SGD (the default): the fully-connected weights are updated inside the backward pass (one batched
+    product per layer) -- the same update as torch.optim.SGD's on each run, to float rounding."""
+    models = _models(overrides, [0, 1, 2])
+    alone = [copy.deepcopy(m) for m in models]
+    lrs = [0.1, 0.5, 0.02]
+    opts_alone = [torch.optim.SGD(m.parameters(), lr=lr) for m, lr in zip(alone, lrs)]
+    net = StackedNet(models, [torch.optim.SGD(m.parameters(), lr=lr) for m, lr in zip(models, lrs)],
+                     lambda r: contextlib.nullcontext())
+    torch.manual_seed(6)
+    for _ in range(3):
+        x, y = torch.rand(3, 16, 1, 28, 28), torch.randint(0, 10, (3, 16))
+        net.step(x, y, torch.tensor(lrs), None)
+        for r in range(3):
+            opts_alone[r].zero_grad()
+            nn.functional.cross_entropy(alone[r](x[r]), y[r]).backward()
+            opts_alone[r].step()
+    for r in range(3):
+        for (name, a), b in zip(alone[r].state_dict().items(), models[r].state_dict().values()):
+            torch.testing.assert_close(b.float(), a.float(), rtol=1e-5, atol=1e-6, msg=name)
+        assert all(p.grad is None for p in models[r].parameters())
+
+
 def test_dropout_masks_are_each_runs_own():
     """A run's dropout mask in the stack is the one nn.Dropout draws from that run's RNG state alone."""
     models = _models(["bn=false", "model.dropout=0.5"], [0, 1])
