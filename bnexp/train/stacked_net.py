@@ -46,21 +46,25 @@ class _LinearSGD(torch.autograd.Function):
     gradient is never written and read again (at R = 32 the update of the stacked 784x100 weights was
     a fifth of a step). Returns dL/dx (computed with W before its update); W gets no ``.grad``.
 
-    Shapes: x (R, m, in), W (R, out, in), neg_lr (R,) = -lr; y (R, m, out).
+    Shapes: x (R, m, in), W (R, out, in), bias (R, out) or None, neg_lr (R,) = -lr; y (R, m, out). The bias
+    (added inside the product, as ``nn.Linear``'s addmm) gets its gradient as usual.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, w: torch.Tensor, neg_lr: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, neg_lr: torch.Tensor
+                ) -> torch.Tensor:
         ctx.save_for_backward(x, w, neg_lr)
-        return torch.bmm(x, w.detach().transpose(1, 2))
+        wt = w.detach().transpose(1, 2)
+        return torch.bmm(x, wt) if bias is None else torch.baddbmm(bias.detach().unsqueeze(1), x, wt)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         x, w, neg_lr = ctx.saved_tensors
         gx = torch.bmm(g, w.detach()) if ctx.needs_input_grad[0] else None
-        with torch.no_grad():
+        gb = g.sum(1) if ctx.needs_input_grad[2] else None
+        with torch.no_grad():  # -lr_r folded into g: one product, rounding within ~1e-7 of torch SGD's update
             w.baddbmm_((g * neg_lr.view(-1, 1, 1)).transpose(1, 2), x)
-        return gx, None, None
+        return gx, None, gb, None
 
 
 def stackable(model: nn.Module) -> str | None:
@@ -205,8 +209,7 @@ class StackedNet:
             elif kind == "linear":
                 w, bias = p[f"{op[1]}.weight"], p.get(f"{op[1]}.bias")
                 if self._neg_lr is not None:  # plain SGD: the weight's update made in the backward pass
-                    h = _LinearSGD.apply(h, w, self._neg_lr)
-                    h = h if bias is None else h + bias.unsqueeze(1)
+                    h = _LinearSGD.apply(h, w, bias, self._neg_lr)
                 else:
                     h = torch.bmm(h, w.transpose(1, 2)) if bias is None else torch.baddbmm(
                         bias.unsqueeze(1), h, w.transpose(1, 2))
