@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import re
 import threading
 import time
 import warnings
@@ -228,7 +229,7 @@ def _scheduler_step(scheduler) -> None:
     the optimizer did not step first is beside the point -- the stack made the run's update."""
     if getattr(scheduler, "_step_count", 2) <= 1:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+            warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
             scheduler.step()
     else:
         scheduler.step()
