@@ -189,15 +189,22 @@ def _loop(runs: list[_Run], results: list, signals: SignalGuard, preemption: Pre
             if stop is not None:
                 _interrupt_all(active, results, stop, records, preemption)
                 return
-            xs, ys = [], []
+            xs, ys, failed = [], [], []
             for run in active:
                 mb, ctx = run.trainer, run.ctx
                 ctx.x, ctx.y, ctx.epoch = mb._next_batch()
                 xs.append(ctx.x)
                 ys.append(ctx.y)
                 if mb.step + 1 >= run.schedule.next_before:
-                    with mb.own_rng(), mb._probe_context():
-                        run.schedule.before_update(ctx)
+                    if _guarded(run, results, lambda run=run: _before_update(run)) is _FAILED:
+                        failed.append(run)
+            if failed:  # a file of a run could not be written: that run has ended, the others make this step
+                keep = [i for i, run in enumerate(active) if run not in failed]
+                active, xs, ys = [active[i] for i in keep], [xs[i] for i in keep], [ys[i] for i in keep]
+                net = _stack(active)
+                lr, wd = _rates(active)
+                if not active:
+                    break
             if scheduled:
                 lr, _ = _rates(active)
             loss, logits = net.step(torch.stack(xs), torch.stack(ys), lr, wd, active[0].trainer.amp_dtype)
@@ -264,6 +271,13 @@ def _begin(run: _Run, records: Background, signals: SignalGuard, preemption: Pre
             end = run.schedule.start(ctx)  # may find Diverged at step 0
     run.schedule.reset(mb.step)
     return end
+
+
+def _before_update(run: _Run) -> None:
+    """The measurements due before a run's update (gradient ICS, landscape), on its own model and RNG."""
+    mb = run.trainer
+    with mb.own_rng(), mb._probe_context():
+        run.schedule.before_update(run.ctx)
 
 
 def _after_update(run: _Run):
