@@ -277,3 +277,30 @@ def test_stacked_sweep_writes_ordinary_run_folders_and_resumes_after_a_kill(tmp_
     rep = run_bnexp("report", str(sweep))
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert (sweep / "report.json").exists()
+
+
+def test_stacks_run_two_at_a_time_and_each_run_logs_to_its_own_train_log(tmp_path, run_bnexp):
+    """``hydra.launcher.n_jobs=2``: the two stacks (bn=true, bn=false) run in two processes; each run's train.log
+    has its own lines (its model line names its seed and bn) and not its stack-mates'."""
+    sweep = tmp_path / "sweep"
+    r = run_bnexp("train", "-m", "seed=0,1", "bn=true,false", *FAST, "trainer.max_steps=20", "trainer.eval_every=10",
+                  "trainer.hist_every=10", "trainer.log_every=5", "trainer.probe_size=100", "hydra/launcher=stacked",
+                  "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "4 jobs in 2 stacks" in r.stdout + r.stderr
+    for bn in ("true", "false"):
+        for seed in (0, 1):
+            run = sweep / f"bn={bn},seed={seed}"
+            assert strict_json((run / "summary.json").read_text())["status"] == "finished"
+            models = [line for line in (run / "train.log").read_text().splitlines() if "model: mlp" in line]
+            assert len(models) == 1 and f"seed={seed}" in models[0] and f"bn={bn == 'true'}" in models[0]
+
+
+@pytest.mark.parametrize("value, words", [("0", "hydra.launcher.max_stack=0: must be >= 1"),
+                                          ("abc", "hydra.launcher.max_stack")])
+def test_a_bad_max_stack_is_one_line_and_exit_2(tmp_path, bnexp_main, value, words):
+    code, err, out = bnexp_main("train", "-m", "seed=0,1", *FAST, "trainer.max_steps=5", "hydra/launcher=stacked",
+                                f"hydra.launcher.max_stack={value}", f"hydra.sweep.dir={tmp_path / 's'}")
+    assert code == 2
+    assert words in err and "Traceback" not in err + out
+    assert len([line for line in err.splitlines() if line.startswith("bnexp: error")]) == 1
