@@ -237,7 +237,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
         from bnexp.train import distributed  # torch: only once the config is valid (a typo is refused fast)
-        from bnexp.train.trainer import train
+        from bnexp.train.stacked import member_train  # train(), or this run's share of a stack
 
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
@@ -267,7 +267,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
 
             refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
         tell_followers(True)
-        summary = train(cfg, run_dir, resume=resume is not False, on_begin=begin)
+        summary = member_train(cfg, run_dir, resume=resume is not False, on_begin=begin)  # alone, or in a stack
         if multirun:  # one line per job; the sweep ends on one table (bnexp.runs.sweepsummary)
             log.info("%s: %s, final test accuracy %s", run_dir.name, summary.get("status"),
                      summary.get("final_test_accuracy"))

@@ -441,6 +441,15 @@ def load_data(cfg, device: torch.device) -> TensorData:
     )
 
 
+def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor drawn by a seeded CPU generator, on ``device``: on CUDA copied from pinned memory
+    without blocking (the step loop makes no host synchronisation; the values are the CPU draw's, so a run's
+    data order is the same on every device); elsewhere ``t.to(device)`` (on the CPU ``t`` itself)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 class BatchSampler:
     """Draws mini-batch indices from a seeded permutation, reshuffled every epoch.
 
@@ -465,7 +474,7 @@ class BatchSampler:
         self.perm = self._new_perm()
 
     def _new_perm(self) -> torch.Tensor:
-        return torch.randperm(self.n, generator=self.generator).to(self.device)
+        return host_to_device(torch.randperm(self.n, generator=self.generator), self.device)
 
     def next(self) -> torch.Tensor:
         """Indices of the next mini-batch, shape (batch_size,), int64 on ``device``."""
@@ -515,15 +524,15 @@ class Augmenter:
         p = self.pad
         if p > 0:
             padded = torch.nn.functional.pad(x, (p, p, p, p))
-            dy = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
-            dx = torch.randint(0, 2 * p + 1, (n,), generator=self.generator).to(x.device)
+            dy = host_to_device(torch.randint(0, 2 * p + 1, (n,), generator=self.generator), x.device)
+            dx = host_to_device(torch.randint(0, 2 * p + 1, (n,), generator=self.generator), x.device)
             rows = (dy.view(n, 1) + torch.arange(h, device=x.device).view(1, h))  # (N, H)
             cols = (dx.view(n, 1) + torch.arange(w, device=x.device).view(1, w))  # (N, W)
             batch = torch.arange(n, device=x.device).view(n, 1, 1)
             # gather the window: (N, H, W, C) -> (N, C, H, W)
             x = padded.permute(0, 2, 3, 1)[batch, rows.view(n, h, 1), cols.view(n, 1, w)].permute(0, 3, 1, 2)
         if self.flip:
-            mask = (torch.rand(n, generator=self.generator) < 0.5).to(x.device)
+            mask = host_to_device(torch.rand(n, generator=self.generator) < 0.5, x.device)
             x = torch.where(mask.view(n, 1, 1, 1), x.flip(3), x)
         return x.contiguous()
 

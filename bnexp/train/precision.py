@@ -37,6 +37,22 @@ from bnexp.errors import ConfigError
 PRECISIONS = ("fp32", "bf16")
 
 
+def enable_fast_fp32(device: torch.device) -> bool:
+    """On a CUDA device with TF32 tensor cores (compute capability >= 8.0, Ampere and newer): let fp32 matrix
+    products and cuDNN convolutions use TF32 (10-bit mantissa inputs, fp32 accumulation), as
+    ``torch.backends.cuda.matmul.allow_tf32`` / ``torch.backends.cudnn.allow_tf32``. CPUs and older GPUs:
+    nothing changes (CPU runs stay bit-reproducible).
+
+    Returns:
+        True when TF32 is on for ``device``.
+    """
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 8:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
 def bf16_supported(device: torch.device) -> bool:
     """Whether bfloat16 autocast is usable on ``device`` (see the module docstring)."""
     if device.type == "cuda":

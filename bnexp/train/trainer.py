@@ -43,12 +43,13 @@ from bnexp.runs import rundir, start
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
-from bnexp.nets.data import BatchSampler, load_data, make_augmenter
+from bnexp.nets.data import BatchSampler, TensorData, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
 from bnexp.train.monitor import ShiftMonitor, configuration_label
-from bnexp.train.precision import autocast, channels_last_input, is_conv_net, resolve_precision, to_channels_last
+from bnexp.train.precision import (autocast, channels_last_input, enable_fast_fp32, is_conv_net, resolve_precision,
+                                   to_channels_last)
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, missing_keys
@@ -70,6 +71,7 @@ class Trainer:
     Args:
         cfg: a composed and validated :class:`bnexp.config.schema.Config`.
         run_dir: the run directory (created if needed).
+        data: the dataset already on the device (a stack of runs shares one copy); None: loaded here.
 
     Raises:
         UserError: data missing or corrupt, device unavailable, probe larger than the test set.
@@ -77,7 +79,7 @@ class Trainer:
 
     CHECKPOINT = "checkpoint.pt"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    def __init__(self, cfg: DictConfig, run_dir: Path, data: TensorData | None = None):
         self.t_start = time.time()
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -85,8 +87,9 @@ class Trainer:
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
+        self.tf32 = enable_fast_fp32(self.device)  # TF32 products on Ampere+ GPUs (bnexp.train.precision)
         self.plan = distributed.bn_plan(cfg, self.replicas)
-        self.data = load_data(cfg.data, self.device)
+        self.data = load_data(cfg.data, self.device) if data is None else data
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the test-set size ({len(self.data.test_y)})")
@@ -566,17 +569,14 @@ class Trainer:
 
 
 def train(cfg: DictConfig, run_dir: Path, resume: bool = True, on_begin=None) -> dict:
-    """Run one training run in ``run_dir``, resuming an unfinished run's checkpoint if asked.
-
-    SIGINT/SIGTERM from here on (also while the data loads or the checkpoint is read) stop the
-    run at a step boundary with a checkpoint, so the run folder never stays ``running``.
+    """Run one training run in ``run_dir``, resuming an unfinished run's checkpoint if asked. SIGINT/SIGTERM
+    from here on (data loading and resume included) stop at a step boundary with a checkpoint.
 
     Args:
         cfg: a composed and validated :class:`bnexp.config.schema.Config`.
         run_dir: the run directory.
         resume: continue from ``run_dir/checkpoint.pt`` when present.
-        on_begin: called once the data and the model are ready, before anything in ``run_dir``
-            changes (``bnexp train`` decides there to run in the folder: :func:`bnexp.cli.run_job`).
+        on_begin: called once the data and the model are ready, before anything in ``run_dir`` changes.
 
     Returns:
         the summary dict written to ``summary.json`` (status ``finished`` or ``diverged``).

@@ -12,6 +12,8 @@
   Alg. 1 with all-reduced sums) and :class:`GhostBatchNorm` (``bn.ghost_batch_size``).
 * :mod:`bnexp.nets.bn.population` -- finding a network's BN layers and the Alg. 2 recomputation
   of population statistics (``bn.population_stats=recompute``).
+* :mod:`bnexp.nets.bn.stacked` -- :func:`~bnexp.nets.bn.stacked.stacked_batch_norm`, BN of R runs trained as
+  one batched model (``hydra/launcher=stacked``): each run's statistics over its own mini-batch.
 * :mod:`bnexp.nets.bn.groupnorm` -- the batch-free controls: :class:`LayerNorm` (Ba et al. 2016,
   ``bn=layer``) and :class:`GroupNorm` (Wu & He 2018, ``bn=group``), per example, with BN's
   per-channel gamma and beta; :func:`group_norm` is their math.

@@ -194,14 +194,24 @@ class NoisyBatchNorm(nn.Module):
             return y + shift if shift != 0.0 else y
         if x.dim() < 2:
             raise ValueError(f"expected an input with a unit dimension 1, got shape {tuple(x.shape)}")
-        gen = self._generator_for(y.device)  # the ranges were checked once, in __init__
         if self._held is None:
-            s, m, mu_t, sigma_t = _draw_noise(tuple(y.shape), 1, gen, self.a, self.b, self.c, self.d, y.dtype)
-        else:
-            mu_t, sigma_t = self._held_step(y, gen)
-            s, m = _draw_activation_noise(tuple(y.shape), 1, gen, mu_t, sigma_t, self.c, self.d)
+            s, m = self.draw(tuple(y.shape), y.device, y.dtype)
+            return s * y + m
+        gen = self._generator_for(y.device)
+        mu_t, sigma_t = self._held_step(y, gen)
+        s, m = _draw_activation_noise(tuple(y.shape), 1, gen, mu_t, sigma_t, self.c, self.d)
         self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
         return s * y + m
+
+    def draw(self, shape: tuple[int, ...], device: torch.device, dtype: torch.dtype
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One training step's noise (s, m) for an activation of ``shape`` with units on dim 1, from this
+        layer's generator (:func:`sample_noise`); sets :attr:`last_mu` / :attr:`last_sigma`. A stack of runs
+        (:mod:`bnexp.train.stacked_net`) draws each run's noise with it, as its forward would."""
+        gen = self._generator_for(device)  # the ranges were checked once, in __init__
+        s, m, mu_t, sigma_t = _draw_noise(tuple(shape), 1, gen, self.a, self.b, self.c, self.d, dtype)
+        self.last_mu, self.last_sigma = mu_t.detach(), sigma_t.detach()
+        return s, m
 
     def _held_step(self, y: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The held (mu_t, sigma_t), drawn now if the block has none yet, on y's device and dtype."""
