@@ -12,7 +12,7 @@
 # Every run records the distribution-shift metrics (default, monitor.bn_stats=batch, with BN's
 # input; every 500 steps on MNIST, every hist_every of the preset on CIFAR-10), gradient-based ICS and
 # the loss-landscape probes (raw and scale-invariant, every 1,000 steps).
-# Environment: JOBS, LAUNCHER (hydra/launcher=LAUNCHER, default joblib), DRY_RUN=1 (print the plan, the
+# Environment: JOBS, LAUNCHER (hydra/launcher=LAUNCHER, default stacked; docs/stacked.md), DRY_RUN=1 (print the plan, the
 # commands and the estimated wall time; train nothing), MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR
 # (outputs/sweeps/ics_cifar; both + <extra overrides> when there are any), CIFAR_OVERRIDES (space-separated overrides for the CIFAR-10
 # part only, e.g. "scale.baseline_steps=3000": half the preset's budget, its schedule scaled with it),

@@ -14,7 +14,7 @@
 #   stage 3: bn_baseline from 1.5k and bn_x5 from 375 steps (5x the winner's rate, no dropout, weight
 #            decay / 5), doubling until the frontier reaches the baseline's best seed-mean accuracy or the
 #            last doubling gains < 0.5 points, capped at the baseline's largest budget.
-# Each batch is one Hydra multirun through the joblib launcher (one torch thread per job), longest
+# Each batch is one Hydra multirun through the stacked launcher (one torch thread per process; docs/stacked.md), longest
 # budget first, so the parallel jobs of a batch (the seeds) finish together; then `bnexp report`
 # writes the frontier section (bnexp/report/frontier.py) and the rest, copied to DOCS_DIR.
 # Environment:
@@ -25,7 +25,8 @@
 #   EXTRA_SEEDS  seeds run after every ladder stopped, at the rungs they ran (e.g. 2; default none);
 #              they change no decision
 #   JOBS       parallel jobs (default: number of cores; a multiple of it in seeds uses every core)
-#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default stacked: the MLP runs
+#              of a block that differ only in seed or rate train as one batched model; stacked and joblib get
 #              hydra.launcher.n_jobs=JOBS)
 #   LADDER     overrides of the ladder, e.g. "tune=40;baseline=20,40;cap=80;early=40;bn_x5=10;bn_baseline=20"
 #   DRY_RUN=1  print the planned runs, total steps and estimated wall time; train nothing

@@ -17,14 +17,15 @@
 # at chance at 14.4): neighbouring rates at most 1.5x apart from 1.2 to 7.2 (no BN) and from 3.6 to 14.4
 # (BN); the outer rates show the grids' edges. The xavier grids (factor 2) come from a 500-step pilot of
 # seed 0 (no BN: 9.6 at chance, 4.8 slow to start; BN: 57.6 at chance, 28.8 slow).
-# Each block is one Hydra multirun through the joblib launcher (one torch thread per job); every run's
+# Each block is one Hydra multirun through the stacked launcher (one torch thread per process; docs/stacked.md); every run's
 # folder is SWEEP_DIR/bn=B,init=I,lr=R,seed=S. Then `bnexp report SWEEP_DIR` (speedups at 90/95/97%, each
 # at its own best rate: the "best_rate_speedups" claims of report.json), copied to DOCS_DIR.
 # Extra overrides come last and win, e.g. a quick check:
 #   scripts/reproduce_mnist.sh trainer.max_steps=2000 seed=1 lr=3.6
 # Environment:
 #   JOBS       parallel jobs (default: number of cores)
-#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default stacked: the MLP runs
+#              of a block that differ only in seed or rate train as one batched model; stacked and joblib get
 #              hydra.launcher.n_jobs=JOBS)
 #   DRY_RUN=1  print the planned runs (those already complete marked), total steps and the estimated wall
 #              time; train nothing. The estimate assumes an idle machine, one core per job: BN 290, no BN

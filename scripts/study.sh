@@ -4,7 +4,7 @@
 #   scripts/study.sh NAME [extra Hydra overrides ...]
 #
 # NAME: batch_size | inference_statistics | placement | normalizer | depth. The runs of each study
-# (bnexp/designs/studies.py) are Hydra multiruns through the joblib launcher, one torch thread per job, into
+# (bnexp/designs/studies.py) are Hydra multiruns through the stacked launcher, one torch thread per process, into
 # one sweep folder; each run folder is named by the keys its multirun sweeps. inference_statistics then
 # evaluates every run's final weights with batch statistics, running averages and Alg. 2 population
 # statistics (python -m bnexp.train.inference_eval). `bnexp report` writes the study section (claims with
@@ -12,7 +12,8 @@
 # Extra overrides come last and win, e.g. a quick look: scripts/study.sh depth trainer.max_steps=500 seed=0
 # Environment:
 #   JOBS       parallel jobs (default: number of cores)
-#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default joblib, with
+#   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default stacked: the MLP runs
+#              of a block that differ only in seed or rate train as one batched model; stacked and joblib get
 #              hydra.launcher.n_jobs=JOBS)
 #   DRY_RUN=1  print the planned multiruns, run counts, steps and the estimated wall time; train nothing
 #   SWEEP_DIR  default outputs/sweeps/study_NAME, + <extra overrides> when there are any

@@ -140,3 +140,19 @@ def test_a_sweep_job_refused_in_its_folder_changes_nothing(bnexp_main, tmp_path)
     code, err, _ = bnexp_main("train", "-m", *args, "lr=0.5,0.6", f"hydra.sweep.dir={sweep}")
     assert code == 1 and err.count("trainer.max_steps: 20 there, 30 now") >= 2  # both jobs refused, listed
     assert {d.name: snapshot(d) for d in jobs} == before
+
+
+@pytest.mark.parametrize("launcher", ["basic", "stacked"])
+def test_a_sweep_folder_named_by_an_interpolation_gets_hydras_files(bnexp_main, tmp_path, launcher):
+    """The sweep scripts name job folders with interpolations of the task's config
+    (``hydra.sweep.subdir='init=${model.init},seed=${seed}'``); Hydra's files of such a job are written
+    as given, unresolved (resolving them against Hydra's own config, which has no ``model``, failed every job)."""
+    sweep = tmp_path / "sweep"
+    subdir = "hydra.sweep.subdir='init=${model.init},seed=${seed}'"
+    code, err, _ = bnexp_main("train", "-m", *SHORT_RUN, "seed=3,4", f"hydra/launcher={launcher}", subdir,
+                              f"hydra.sweep.dir={sweep}")
+    assert code == 0, err
+    for seed in (3, 4):
+        hydra = sweep / f"init=normal,seed={seed}" / ".hydra"
+        assert yaml.safe_load((hydra / "config.yaml").read_text())["seed"] == seed
+        assert subdir in yaml.safe_load((hydra / "hydra.yaml").read_text())["hydra"]["overrides"]["hydra"]

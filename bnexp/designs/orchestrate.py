@@ -21,7 +21,7 @@ of the script (a *part*) it
    (``all``: then ``bnexp report --update-docs`` rewrites the docs' numbers from the copies).
 
 Environment (each script documents its own): JOBS, DRY_RUN, LAUNCHER (the Hydra launcher of every block,
-``hydra/launcher=LAUNCHER``; default joblib, given ``hydra.launcher.n_jobs=JOBS``), SWEEP_DIR, DOCS_DIR,
+``hydra/launcher=LAUNCHER``; default stacked, given ``hydra.launcher.n_jobs=JOBS`` as joblib is), SWEEP_DIR, DOCS_DIR,
 BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
 PRESETS, SEEDS, LADDER, STEPS_PER_S; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
 CIFAR_OVERRIDES.

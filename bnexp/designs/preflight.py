@@ -115,7 +115,7 @@ class Env:
 
     Attributes:
         jobs: JOBS (default: the cores this process may use). dry_run: DRY_RUN=1. launcher: LAUNCHER
-            (default joblib).
+            (default stacked).
 
     Raises:
         UserError: a value that is not what its variable takes.
@@ -129,7 +129,7 @@ class Env:
         if self.get("DRY_RUN", "0") not in ("", "0", "1"):
             raise UserError(f"DRY_RUN={self.get('DRY_RUN')}: use DRY_RUN=1 to print the plan, 0 or unset to run it")
         self.dry_run = self.get("DRY_RUN") == "1"
-        self.launcher = self.get("LAUNCHER") or "joblib"
+        self.launcher = self.get("LAUNCHER") or "stacked"
         if not self.get("BNEXP_DATA_ROOT") and Path("../shared/data").is_dir():
             environ["BNEXP_DATA_ROOT"] = str(Path("../shared/data").resolve())
         self._verify: str | None = None
@@ -221,10 +221,10 @@ class Env:
         return self._verify
 
     def launcher_args(self, sweep: Path) -> list[str]:
-        """The Hydra launcher and sweep folder of every block: ``hydra/launcher=LAUNCHER`` (joblib: with
-        ``hydra.launcher.n_jobs=JOBS``) and ``hydra.sweep.dir``."""
+        """The Hydra launcher and sweep folder of every block: ``hydra/launcher=LAUNCHER`` (stacked or joblib:
+        with ``hydra.launcher.n_jobs=JOBS``) and ``hydra.sweep.dir``."""
         args = [f"hydra/launcher={self.launcher}"]
-        if self.launcher == "joblib":
+        if self.launcher in ("joblib", "stacked"):
             args.append(f"hydra.launcher.n_jobs={self.jobs}")
         return args + [sweep_dir_override(sweep)]
 

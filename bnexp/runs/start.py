@@ -59,7 +59,7 @@ def save_hydra_files(run_dir: Path, task_cfg) -> None:
 
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import _save_config
-    from omegaconf import open_dict, read_write
+    from omegaconf import OmegaConf, open_dict, read_write
 
     subdir = os.environ.get(OUTPUT_SUBDIR_ENV)
     if not subdir or not HydraConfig.initialized():
@@ -68,9 +68,10 @@ def save_hydra_files(run_dir: Path, task_cfg) -> None:
     with read_write(hydra_cfg.hydra), open_dict(hydra_cfg.hydra):
         hydra_cfg.hydra.output_subdir = subdir
         hydra_cfg.hydra.job.env_set.pop(OUTPUT_SUBDIR_ENV, None)
-        hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
-                                           if not o.startswith(("hydra.output_subdir=",
-                                                                f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}="))]
+        # read unresolved: an override may hold an interpolation of the task's config (hydra.sweep.subdir=${seed})
+        given = OmegaConf.to_container(hydra_cfg.hydra.overrides.hydra, resolve=False)
+        hydra_cfg.hydra.overrides.hydra = [o for o in given if not o.startswith(
+            ("hydra.output_subdir=", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}="))]
     out = Path(run_dir) / subdir
     _save_config(task_cfg, "config.yaml", out)
     _save_config(hydra_cfg, "hydra.yaml", out)

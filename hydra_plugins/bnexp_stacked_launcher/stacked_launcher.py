@@ -10,7 +10,8 @@ folder, ``.hydra/`` files, ``train.log``, callbacks) and bnexp's per-run path (:
 refusals, skip-if-finished, lock, resume), and the runs that train are stepped together
 (:func:`bnexp.train.stacked.train_stack`). Returns one ``JobReturn`` per job, in the sweep's order.
 
-Config (``hydra.launcher.*``): ``max_stack`` (default 32) runs per stack, ``n_jobs`` (default 1) stacks at once.
+Config (``hydra.launcher.*``): ``max_stack`` (default 32) runs per stack, ``n_jobs`` (default 1) stacks at once; a
+stack holds at most its share of the jobs (ceil(jobs / n_jobs)), so that every worker gets a stack.
 """
 
 
@@ -128,9 +129,11 @@ class StackedLauncher(Launcher):
             cfg = _job_config(self.hydra_context, self.config, overrides, idx)
             HydraConfig.instance().set_config(cfg)
             cfgs.append(cfg)
-        stacks = group_runs(cfgs, self.max_stack)
+        # no stack larger than its share of the jobs: n_jobs workers each get a stack when the runs allow
+        size = min(self.max_stack, -(-len(job_overrides) // self.n_jobs))
+        stacks = group_runs(cfgs, size)
         log.info("Stacked launcher: %d jobs in %d stacks of at most %d runs (%d at a time), sweep output dir: %s",
-                 len(job_overrides), len(stacks), self.max_stack, self.n_jobs, sweep_dir)
+                 len(job_overrides), len(stacks), size, self.n_jobs, sweep_dir)
         for s, members in enumerate(stacks):
             for i in members:
                 log.info("\tstack %d, #%d : %s", s, idxs[i], " ".join(filter_overrides(job_overrides[i])))
