@@ -113,8 +113,10 @@ def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):
     for c, (bn, init) in zip(blocks, design):
         assert c[c.index("train") + 1:][:3] == ["-m", "hydra/launcher=basic", "hydra.sweep.dir='m'"]
         assert f"bn={bn}" in c and f"model.init={init}" in c and c[-3:] == list(SMALL)
-        assert not any(a.startswith("hydra.launcher.n_jobs") for a in c)  # only joblib takes JOBS
-    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m")
+        assert not any(a.startswith("hydra.launcher.n_jobs") for a in c)  # only stacked and joblib take JOBS
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m")  # the default: seeds and rates stacked
+    assert trains(ran)[0][trains(ran)[0].index("-m") + 1:][:2] == ["hydra/launcher=stacked", "hydra.launcher.n_jobs=2"]
+    code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", LAUNCHER="joblib")
     assert trains(ran)[0][trains(ran)[0].index("-m") + 1:][:2] == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
 

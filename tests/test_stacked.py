@@ -296,6 +296,17 @@ def test_stacks_run_two_at_a_time_and_each_run_logs_to_its_own_train_log(tmp_pat
             assert len(models) == 1 and f"seed={seed}" in models[0] and f"bn={bn == 'true'}" in models[0]
 
 
+def test_every_worker_gets_a_stack_when_the_runs_allow(tmp_path, run_bnexp):
+    """One stackable group of 4 runs with ``n_jobs=2``: two stacks of 2 (each at most its share of the jobs,
+    ceil(4 / 2)), not one stack of 4 beside an idle worker; with ``n_jobs=1`` one stack of 4."""
+    for n_jobs, stacks in ((2, "4 jobs in 2 stacks of at most 2 runs"), (1, "4 jobs in 1 stacks of at most 4 runs")):
+        r = run_bnexp("train", "-m", "seed=0,1,2,3", *FAST, "trainer.max_steps=5", "trainer.eval_every=5",
+                      "trainer.hist_every=5", "trainer.probe_size=100", "hydra/launcher=stacked",
+                      f"hydra.launcher.n_jobs={n_jobs}", f"hydra.sweep.dir={tmp_path / str(n_jobs)}")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert stacks in r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("value, words", [("0", "hydra.launcher.max_stack=0: must be >= 1"),
                                           ("abc", "hydra.launcher.max_stack")])
 def test_a_bad_max_stack_is_one_line_and_exit_2(tmp_path, bnexp_main, value, words):
