@@ -4,12 +4,12 @@
 #
 #   scripts/gpu_check.sh [OUT_DIR]        (default: outputs/gpu_check_<date>)
 #
-# Needs: a CUDA device visible to torch, the data under $BNEXP_DATA_ROOT (scripts/_data_env.sh sets it to
-# ../shared/data beside the checkout when unset). Writes OUT_DIR/{gpu_tests,bench_stacked,reproduce_mnist}.log
+# Needs: a CUDA device visible to torch, the data under $BNEXP_DATA_ROOT (set to ../shared/data beside the
+# checkout when unset). Writes OUT_DIR/{gpu_tests,bench_stacked,reproduce_mnist}.log
 # and OUT_DIR/times.md; exit code 1 when a step failed (the table says which).
 set -u
 cd "$(dirname "$0")/.."
-source scripts/_data_env.sh
+if [[ -z "${BNEXP_DATA_ROOT:-}" && -d ../shared/data ]]; then export BNEXP_DATA_ROOT="$(cd ../shared/data && pwd)"; fi
 OUT=${1:-outputs/gpu_check_$(date +%Y-%m-%d_%H-%M-%S)}
 PY=${PYTHON:-python}
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
