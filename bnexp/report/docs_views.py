@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
+from bnexp.report.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table
 from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
@@ -171,17 +172,16 @@ def _speedup_rows(report: dict) -> list[dict]:
 
 
 def _interval(r: dict) -> str:
-    """ "3.10x (95% interval 2.50x-3.70x; per seed 1: 2.80x, 2: >= 3.00x, 3: 3.50x)"; "no value" without a mean."""
-    if r.get("mean") is None:
-        return "no value"
-    ci = (f"95% interval {r['ci_low']:.2f}x-{r['ci_high']:.2f}x; " if r.get("ci_low") is not None else "")
-    return f"{r['mean']:.2f}x ({ci}per seed {per_seed_ratios(r, 'x')})"
+    """ "1.98x, 95% t interval [0.76x, 5.16x]; per seed 1.5x to 3.08x (n = 3); seeds 1: 1.50x, 2: 3.08x, ..."
+    (:func:`bnexp.report.interval.format_interval`); "no value" without one."""
+    iv = row_interval(r)
+    return "no value" if iv is None else f"{format_interval(iv, 'x')}; seeds {per_seed_ratios(r, 'x')}"
 
 
 @view("mnist_headline")
 def mnist_headline(report: dict) -> str:
     """The README's MNIST paragraph: for each init (the paper's normal init first) and target of
-    ``best_rate_speedups``, BN's speedup in steps at each network's own best rate, its bootstrap 95% interval,
+    ``best_rate_speedups``, BN's speedup in steps at each network's own best rate, its 95% t interval on log ratios,
     the per-seed ratios and the verdict."""
     rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
     out = []
@@ -295,10 +295,10 @@ def study(report: dict) -> str:
 
 
 def _claim_line(c: dict) -> str:
-    if c.get("mean") is None:
+    iv = row_interval(c)
+    if iv is None or iv.estimate is None:
         return f"{c['name']}: *{c['verdict']}* ({c.get('reason') or 'no value'})"
-    ci = f", 95% interval [{c['ci_low']:.3g}, {c['ci_high']:.3g}]" if c.get("ci_low") is not None else ""
-    return f"{c['name']}: *{c['verdict']}* (mean {c['mean']:.3g}{ci}, {c['n']} seeds)"
+    return f"{c['name']}: *{c['verdict']}* ({format_interval(iv)})"
 
 
 @view("study_verdicts")

@@ -100,7 +100,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
 
     ratio = {} if premise or missing else {s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index
                                            else None for s in sorted(set(a.index) | set(b.index))}
-    row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing)
+    row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing, "log")
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
         row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "

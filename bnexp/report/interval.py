@@ -299,3 +299,28 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     rng = ("per seed n/a" if iv.seed_min is None else
            f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
     return f"{head}, {body}; {rng} (n = {iv.n})"
+
+
+def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
+    """The interval of a claims row (``ci_low``, ``ci_high``; None where open or n < 2) as a table cell:
+    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval."""
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None and hi is None:
+        return "-"
+    return "[" + ", ".join("open" if v is None else f"{_num(v, digits)}{unit}" for v in (lo, hi)) + "]"
+
+
+def row_interval(row: dict) -> SeedInterval | None:
+    """The :class:`SeedInterval` a claims row (live or read back from report.json) holds under "interval",
+    None without one."""
+    return SeedInterval(**row["interval"]) if row.get("interval") else None
+
+
+def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
+    """The estimate and its interval in a sentence of several: "1.62 [1.6, 1.67]", ">= 2.3 [1.21, open]",
+    "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
+    if iv is None or iv.estimate is None:
+        return "n/a"
+    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
+    cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
+    return head if cell == "-" else f"{head} {cell}"

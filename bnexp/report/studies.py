@@ -1,6 +1,6 @@
 """The study section of ``bnexp report`` (docs/studies/README.md): a sweep of ``scripts/study.sh NAME`` -> the study's
 claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values,
-bootstrap 95% interval and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
+95% Student-t interval (log ratios for ratios) and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
 configuration and one figure (:mod:`bnexp.report.figures_studies`, which also writes it: ``study_files``).
 
 A sweep folder is a study's when it holds ``study.json`` (written by scripts/study.sh) with the study's
@@ -113,7 +113,7 @@ def ratio_claim(claim: Claim, num: pd.DataFrame, den: pd.DataFrame, unit: str = 
     if premise is None and (num.empty or den.empty):
         premise = "no completed runs of one of the two configurations"
     a, b = censored(num, unit), censored(den, unit)
-    return evaluate(claim, {s: a[s] / b[s] for s in sorted(set(a) & set(b))}, premise=premise)
+    return evaluate(claim, {s: a[s] / b[s] for s in sorted(set(a) & set(b))}, premise=premise, scale="log")
 
 
 def diff_claim(claim: Claim, a: dict, b: dict, premise: str | None = None, scale: float = 100.0) -> dict:
