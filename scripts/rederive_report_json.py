@@ -20,17 +20,19 @@ report.json written by ``bnexp report`` since then needs none of it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pandas as pd
 
 from bnexp.report.best_rate import best_rate_speedups
-from bnexp.report.claims import evaluate
+from bnexp.report.claims import evaluate, seed_values
+from bnexp.report.interval import short_text, t_quantile
 from bnexp.report.groups import ConfigGroup, label_groups
 from bnexp.report.ics_verdicts import ics_claims
 from bnexp.report.load import config_key, target_key
 from bnexp.report.noise_sweep import noise_strength_section
-from bnexp.report.rules import CHANCE, STD_NOTE
+from bnexp.report.rules import CHANCE, STD_NOTE, Censored
 from bnexp.report.stats import reach_stat, value_stat
 from bnexp.runs.rundir import COMPLETE_STATUSES, dumps
 
@@ -95,14 +97,87 @@ def migrate(path: str) -> None:
         stats = {g.key: c for c, g in zip(d["configurations"], groups)}
         d["ics"]["noise_strength"] = noise_strength_section(groups, stats, t, d["targets"])
     if d.get("study"):
-        from bnexp.report.study_claims import C
-        DP_NOBN_12 = C["DP_NOBN_12"]
-        for i, c in enumerate(d["study"]["claims"]):
-            if c["name"] == DP_NOBN_12.name:
-                d["study"]["claims"][i] = evaluate(DP_NOBN_12, {int(k): v for k, v in c["per_seed"].items()})
+        restudy(d["study"])
     d = json.loads(dumps(d))
     open(path, "w").write(dumps(d, indent=2) + "\n")
     report_changes(path, old, d)
+
+
+def t_cells(x):
+    """Every {"n", "mean", "std", "ci_low", "ci_high"} cell's interval as the Student-t interval of the mean
+    (a function of n, mean and the sample std alone)."""
+    if isinstance(x, dict):
+        if {"n", "mean", "std", "ci_low", "ci_high"} <= set(x):
+            if x["n"] >= 2 and x["std"] is not None:
+                half = t_quantile(0.975, x["n"] - 1) * x["std"] / x["n"] ** 0.5
+                return {**x, "ci_low": x["mean"] - half, "ci_high": x["mean"] + half}
+            return x
+        return {k: t_cells(v) for k, v in x.items()}
+    return [t_cells(v) for v in x] if isinstance(x, list) else x
+
+
+def restudy(sec: dict) -> None:
+    """A study section's claims, table intervals and interval findings under the one interval method."""
+    from bnexp.report.study_claims import CLAIMS
+
+    claims = {c.name: c for cs in CLAIMS.values() for c in cs}
+    for i, c in enumerate(sec["claims"]):
+        claim, bounds = claims[c["name"]], {int(k): b for k, b in (c.get("bounds") or {}).items()}
+        vals = {int(k): None if v is None else Censored(v, bounds.get(int(k), "exact"))
+                for k, v in c["per_seed"].items()}
+        premise = c["reason"] if c["verdict"] == "premise not met" else None
+        sec["claims"][i] = evaluate(claim, vals, premise=premise, scale="log" if " / " in claim.quantity else "raw")
+    sec["table"] = t_cells(sec["table"])
+    fs = sec.get("findings") or []
+    if sec["name"] == "batch_size":
+        cell = {(r["norm"], r["ghost"], r["m"]): r for r in sec["table"]}
+        budget = sec["budget_examples"]
+        for i, (key, m) in enumerate((("BS_ADV_60", 60), ("BS_ADV_4", 4))):  # both sides' bounds, from the table
+            a, b = cell[("none", None, m)]["per_seed"], cell[("batch", None, m)]["per_seed"]
+            sec["claims"][i] = evaluate(claims[sec["claims"][i]["name"]], {
+                int(s): Censored.steps(a[s]["to_target"], budget) / Censored.steps(b[s]["to_target"], budget)
+                for s in a if s in b}, scale="log")
+        for i, f in enumerate(fs):
+            other = "none" if f.startswith("Examples to 95%, no BN") else "layer"
+            parts, holds = [], []
+            for m in sorted({r["m"] for r in sec["table"]}):
+                a, b = cell.get((other, None, m)), cell.get(("batch", None, m))
+                if a is None or b is None:
+                    continue
+                ratio = {int(s): Censored.steps(a["per_seed"][s]["to_target"], budget) /
+                         Censored.steps(b["per_seed"][s]["to_target"], budget)
+                         for s in a["per_seed"] if s in b["per_seed"]}
+                iv = seed_values(ratio, "log")[2]
+                if iv is None:
+                    continue
+                parts.append(f"m = {m}: {short_text(iv)}")
+                if iv.side_of(1.0) == "above":
+                    holds.append(str(m))
+            label = "no BN" if other == "none" else "LayerNorm"
+            fs[i] = (f"Examples to 95%, {label} / BN (geometric mean [95% t interval on log ratios]; a run "
+                     f"that never reached 95% counts as its {budget:,} examples, a bound): "
+                     f"{'; '.join(parts)}. BN needs fewer examples than {label} (interval above 1) at "
+                     f"m = {', '.join(holds) if holds else 'none of these'}.")
+    if sec["name"] == "inference_statistics":
+        for i, f in enumerate(fs):
+            mom = float(re.search(r"momentum ([0-9.]+):", f).group(1))
+            rows = sorted((r for r in sec["table"] if r["momentum"] == mom), key=lambda r: r["m"])
+            parts = [f"m = {int(r['m'])}: " + (f"{r['gap']['mean']:.3g} [{r['gap']['ci_low']:.3g}, "
+                                               f"{r['gap']['ci_high']:.3g}]" if r["gap"]["n"] >= 2 else "n/a")
+                     for r in rows]
+            fs[i] = (f"Moving-average minus batch-statistics test accuracy (points, mean [95% t interval]), "
+                     f"momentum {mom:g}: {'; '.join(parts)}.")
+
+
+def rerender(path: str) -> None:
+    """report.md and report.csv beside ``path`` from its report.json (bnexp.report.render)."""
+    from pathlib import Path
+
+    from bnexp.report.render import render_csv, render_markdown
+
+    d, folder = json.load(open(path)), Path(path).parent
+    (folder / "report.md").write_text(render_markdown(d) + "\n", encoding="utf-8")
+    (folder / "report.csv").write_bytes(render_csv(d).encode("utf-8"))
 
 
 def report_changes(path, old, new, where=""):
@@ -122,3 +197,4 @@ def report_changes(path, old, new, where=""):
 if __name__ == "__main__":
     for p in sys.argv[1:]:
         migrate(p)
+        rerender(p)
