@@ -143,8 +143,8 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
     """The claims "BN trains in fewer steps to T" for every target T of ``targets`` and every setting (weight
     init, ...) with a BN (or noisy BN) and a no-BN rate family: each network at its own best rate for T
     (:func:`best_rate_for_target`), per seed s the ratio no-BN steps of seed s / BN steps of seed s
-    (a :class:`bnexp.report.rules.Censored` ratio: a bound enters only where it decides the side of the
-    threshold), then the geometric mean, 95% t interval on log ratios, sample std and verdict of
+    (a :class:`bnexp.report.rules.Censored` ratio: a bound opens a side of the interval), then the geometric
+    mean, 95% t interval on log ratios, sample std and verdict of
     :func:`bnexp.report.claims.evaluate` against :data:`SPEEDUP_THRESHOLD`. A seed whose run at a chosen
     rate never left chance makes the row inconclusive.
 

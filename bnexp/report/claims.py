@@ -22,8 +22,6 @@ import pandas as pd
 from bnexp.report.fmt import md_table
 from bnexp.report.interval import LOWER, UNKNOWN, UPPER, SeedInterval, interval_cell, seed_mean_interval
 from bnexp.report.rules import PREFIX, Censored, finite, stat
-
-METHOD = "95% Student-t interval over seeds, on log ratios for speedups"
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
