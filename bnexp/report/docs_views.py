@@ -17,7 +17,7 @@ from collections.abc import Callable
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
 from bnexp.report.interval import format_interval, row_interval
-from bnexp.report.fmt import format_target, md_table
+from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
@@ -54,6 +54,13 @@ def need(d: dict, *keys: str):
             raise ViewDataError(f"report.json has no {'.'.join(keys[:i + 1])}")
         cur = cur[k]
     return cur
+
+
+def _text(name: str, **d) -> str:
+    """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
+    helpers = {"claims_md": claims_md, "table_md": table_md, "row_interval": row_interval,
+               "format_interval": format_interval, "interval": _interval}
+    return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
 def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
@@ -180,16 +187,10 @@ def _interval(r: dict) -> str:
 
 @view("mnist_headline")
 def mnist_headline(report: dict) -> str:
-    """The README's MNIST paragraph: for each init (the paper's normal init first) and target of
-    ``best_rate_speedups``, BN's speedup in steps at each network's own best rate, its 95% t interval on log ratios,
-    the per-seed ratios and the verdict."""
+    """The README's MNIST paragraph (templates/docs_views.md.j2): per init (the paper's normal init first) and
+    target of ``best_rate_speedups``, BN's speedup at each network's own best rate (:func:`_interval`), verdict."""
     rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
-    out = []
-    for init in dict.fromkeys(r["init"] for r in rows):
-        parts = [f"to {format_target(r['target'])} **{_interval(r)}**, {r['verdict']}" for r in rows if r["init"] == init]
-        out.append(f"**{init} init**, each network at its own best rate per target (no-BN steps / BN steps, seed "
-                   f"by seed): " + "; ".join(parts) + ".")
-    return "\n\n".join(out)
+    return _text("mnist_headline", rows=rows, inits=list(dict.fromkeys(r["init"] for r in rows)))
 
 
 @view("mnist_best_rate")
@@ -271,42 +272,19 @@ def _study(report: dict) -> dict:
     return sec
 
 
-def _wall(sec: dict) -> str:
-    """ "measured wall time 12.3 min (2 parallel jobs, 1 call of scripts/study.sh)" or "wall time not recorded"."""
-    if not sec.get("wall_time_s"):
-        return "wall time not recorded"
-    calls = sec.get("calls") or 1
-    jobs = f"{sec['jobs']} parallel jobs, " if sec.get("jobs") else ""
-    return (f"measured wall time {sec['wall_time_s'] / 60:.1f} min ({jobs}{calls} call{'s' if calls > 1 else ''} "
-            f"of scripts/study.sh)")
-
-
 @view("study")
 def study(report: dict) -> str:
-    """A docs/studies page's results: the runs and measured wall time, the claims table
-    (:func:`bnexp.report.claims.claims_md`), the per-configuration table (:func:`bnexp.report.studies.table_md`)
-    and the findings, all from report.json's ``study`` section (:func:`bnexp.report.study_claims.study_section`)."""
-    sec = _study(report)
-    out = [f"{sec.get('runs', 0)} completed runs; {_wall(sec)}.", "", "**Claims**", ""] + claims_md(sec["claims"])
-    out += ["**Per configuration** (mean ± sample std over seeds)", ""] + table_md(sec) + [""]
-    if sec.get("findings"):
-        out += ["**Findings**", ""] + [f"- {f}" for f in sec["findings"]]
-    return "\n".join(out).strip("\n")
-
-
-def _claim_line(c: dict) -> str:
-    iv = row_interval(c)
-    if iv is None or iv.estimate is None:
-        return f"{c['name']}: *{c['verdict']}* ({c.get('reason') or 'no value'})"
-    return f"{c['name']}: *{c['verdict']}* ({format_interval(iv)})"
+    """A docs/studies page's results (templates/docs_views.md.j2): the runs and measured wall time, the claims
+    table (:func:`bnexp.report.claims.claims_md`), the per-configuration table
+    (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
+    return _text("study", sec=_study(report))
 
 
 @view("study_verdicts")
 def study_verdicts(report: dict) -> str:
-    """The README's short result of a study: one bullet per claim with its verdict, seed mean and interval, then
-    the runs and measured wall time, from report.json's ``study`` section."""
-    sec = _study(report)
-    return "\n".join([f"- {_claim_line(c)}" for c in sec["claims"]] + ["", f"{sec.get('runs', 0)} runs, {_wall(sec)}."])
+    """The README's short result of a study (templates/docs_views.md.j2): one bullet per claim with its
+    verdict and interval, then the runs and measured wall time, from report.json's ``study`` section."""
+    return _text("study_verdicts", sec=_study(report))
 
 
 @view("mnist_rates")
