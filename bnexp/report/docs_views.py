@@ -58,8 +58,9 @@ def need(d: dict, *keys: str):
 
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
-    helpers = {"claims_md": claims_md, "table_md": table_md, "row_interval": row_interval,
-               "format_interval": format_interval, "interval": _interval}
+    helpers = {"claims_md": claims_md, "table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
+               "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS,
+               "converged_sentence": converged_sentence}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
@@ -96,23 +97,10 @@ def cifar_headline(report: dict) -> str:
     """The README's CIFAR-10 Sec. 4.2 result paragraph, from ``matched_accuracy`` (bn_x5 and bn_baseline):
     a* in %, whether the baseline converged, S(a*) (">= x" for a lower bound) with its per-seed range, and
     the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``)."""
-    ma = need(report, "matched_accuracy")
-    x5 = need(report, "matched_accuracy", "bn_x5")
-    n = _seeds(report)
-    out = [(f"**Result** (seed-mean frontiers{f' over {n} seeds' if n else ''}): the target a\\* is the "
-            f"baseline's best seed-mean final test accuracy, **{pct(x5['target_accuracy'])}%**; "
-            f"{converged_sentence(x5.get('baseline_converged'))}.")]
-    for p in ("bn_x5", "bn_baseline"):
-        m = ma.get(p)
-        if m is None:
-            continue
-        per = speedup_range_text(m, seed_bounds(report, p))
-        s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
-             + (f" ({per})" if per else ""))
-        if p == "bn_x5":
-            s += f", pass rule S(a\\*) >= 5: **{PASS_WORDS[m.get('pass')]}**"
-        out.append(s + ".")
-    return " ".join(out)
+    ma, x5 = need(report, "matched_accuracy"), need(report, "matched_accuracy", "bn_x5")
+    presets = [(p, ma[p], speedup_text(ma[p]["speedup"], headline_bound(report, p)),
+                speedup_range_text(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
+    return _text("cifar_headline", x5=x5, n=_seeds(report), presets=presets)
 
 
 @view("cifar_matched")
@@ -139,19 +127,11 @@ def cifar_run(report: dict) -> str:
     """What the sweep trained and what the tuning chose, from report.json: ``runs`` and ``sgd_steps`` (the
     steps of all runs); the tuning winner (``frontier_analysis.tuning``); and per preset the range of S(a) over
     the curve's exact points (``frontier_analysis.speedup[preset].curve``, bounds left out)."""
-    fa = need(report, "frontier_analysis")
-    tuning = need(report, "frontier_analysis", "tuning")
-    steps = int(need(report, "sgd_steps"))
-    win = tuning["rows"][tuning["winner"]]
-    out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
-           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} "
-           f"({pct(win['mean_test_accuracy'])}% seed-mean final test accuracy)."]
-    for p, d in (fa.get("speedup") or {}).items():
-        vals = [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
-        if vals:
-            out.append(f"{NAMES.get(p, p)}: S(a) from {min(vals):.2f}x to {max(vals):.2f}x over the accuracies both "
-                       "frontiers reach inside their ladders.")
-    return " ".join(out)
+    fa, tuning = need(report, "frontier_analysis"), need(report, "frontier_analysis", "tuning")
+    ranges = [(p, vals) for p, d in (fa.get("speedup") or {}).items()
+              if (vals := [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")])]
+    return _text("cifar_run", runs=need(report, "runs"), steps=int(need(report, "sgd_steps")), tuning=tuning,
+                 win=tuning["rows"][tuning["winner"]], ranges=ranges)
 
 
 @view("claims")
@@ -299,16 +279,8 @@ def mnist_rates(report: dict) -> str:
     if not rows or not plain:
         raise ViewDataError("report.json has no normal-init BN and no-BN rate grids")
 
-    def best(key: str) -> str:
-        return ", ".join(f"{r[key]:g} to {format_target(r['target'])}" for r in rows)
-
     trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
         (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
     at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
-    m = int(plain[0]["config"].get("trainer.batch_size", 60))
-    steps = (at or {}).get("steps_to_target", {}).get("0.95", {})
-    reach = (f"at lr 0.6 no BN needed {steps['mean']:,.0f} steps ({m * steps['mean']:,.0f} examples) to reach 95% "
-             f"({steps['reached']}/{steps['n']} seeds)" if steps.get("mean") else "at lr 0.6 no BN did not reach 95%")
-    return (f"The MNIST sweep (normal init, m = {m}; docs/mnist/report.json): BN's best rate is {best('bn_lr')}; "
-            f"no BN's is {best('no_bn_lr')}; the highest rate at which no BN left chance in every seed is "
-            f"{max(trained):g}; {reach}, seed mean.")
+    return _text("mnist_rates", rows=rows, trained=max(trained), m=int(plain[0]["config"].get("trainer.batch_size", 60)),
+                 steps=(at or {}).get("steps_to_target", {}).get("0.95", {}))
