@@ -128,8 +128,9 @@ def cifar_run(report: dict) -> str:
     steps of all runs); the tuning winner (``frontier_analysis.tuning``); and per preset the range of S(a) over
     the curve's exact points (``frontier_analysis.speedup[preset].curve``, bounds left out)."""
     fa, tuning = need(report, "frontier_analysis"), need(report, "frontier_analysis", "tuning")
-    ranges = [(p, vals) for p, d in (fa.get("speedup") or {}).items()
-              if (vals := [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")])]
+    exact = {p: [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
+             for p, d in (fa.get("speedup") or {}).items()}
+    ranges = [(p, vals) for p, vals in exact.items() if vals]
     return _text("cifar_run", runs=need(report, "runs"), steps=int(need(report, "sgd_steps")), tuning=tuning,
                  win=tuning["rows"][tuning["winner"]], ranges=ranges)
 
@@ -282,5 +283,6 @@ def mnist_rates(report: dict) -> str:
     trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
         (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
     at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
-    return _text("mnist_rates", rows=rows, trained=max(trained), m=int(plain[0]["config"].get("trainer.batch_size", 60)),
+    m = int(plain[0]["config"].get("trainer.batch_size", 60))
+    return _text("mnist_rates", rows=rows, trained=max(trained), m=m,
                  steps=(at or {}).get("steps_to_target", {}).get("0.95", {}))
