@@ -41,6 +41,8 @@ def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     row = evaluate(RATIO, bound, scale="log")
     assert row["ci_high"] is None and row["ci_low"] == pytest.approx(math.exp(lo))
     assert row["verdict"] == SUPPORTED and row["bounds"] == {2: "lower"} and "upper side is open" in row["reason"]
+    cells = claims_frame([row]).iloc[0]  # the estimate is then a lower bound too, and the open side is written so
+    assert cells["mean"] == f">= {15 ** (1 / 3):.3g}" and cells["95% interval"] == f"[{math.exp(lo):.3g}, open]"
     # an upper-bound seed opens the lower side: a ">" claim cannot be supported, nor refuted by the open side
     up = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "upper")}
     assert evaluate(RATIO, up, scale="log")["verdict"] == INCONCLUSIVE

@@ -170,7 +170,8 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
         **({"setting": r.get("setting") or "-"} if settings else {}),
         "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
         "per seed": per_seed_text(r, g),
-        "mean": g(r["mean"]),
+        "mean": (f"{(r.get('interval') or {}).get('estimate_bound')} " if (r.get("interval") or {}).get(
+            "estimate_bound") in (">=", "<=") and r["mean"] is not None else "") + g(r["mean"]),
         "95% interval": interval_cell(r),
         "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])
 
