@@ -1,35 +1,55 @@
-"""The claims machinery (bnexp/report/claims.py) against hand-computed statistics and the exact
-bootstrap distribution of a 3-seed mean."""
+"""The claims machinery (bnexp/report/claims.py) against hand-computed statistics and scipy's Student-t
+interval of a 3-seed mean."""
 
-import itertools
 import json
+import math
 import statistics
 
-import numpy as np
 import pytest
+from scipy import stats as sps
 
 from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, claims_frame,
                                  claims_md, evaluate, seed_interval)
+from bnexp.report.rules import Censored
 
 RATIO = Claim("BN reduces shift", "no-BN / BN shift", ">", 1.0)
 
 
-def exact_bootstrap_percentiles(x, q=(2.5, 97.5)):
-    """Percentiles of the mean over every one of the n^n equally likely resamples (independent oracle)."""
-    means = [np.mean(c) for c in itertools.product(x, repeat=len(x))]
-    return np.percentile(means, q, method="inverted_cdf")
-
-
-def test_seed_interval_mean_std_and_bootstrap_match_hand_and_exact_values():
+def test_seed_interval_mean_std_and_t_interval_match_hand_and_scipy_values():
     x = [1.0, 2.0, 4.0]
     out = seed_interval(x)
     assert out["n"] == 3
     assert out["mean"] == pytest.approx(7 / 3)
     assert out["std"] == pytest.approx(statistics.stdev(x))  # ddof=1
-    lo, hi = exact_bootstrap_percentiles(x)
-    # 9,999 resamples of a 27-point distribution: within one atom (1/3) of the exact percentiles
-    assert abs(out["ci_low"] - lo) <= 1 / 3 + 1e-9 and abs(out["ci_high"] - hi) <= 1 / 3 + 1e-9
-    assert min(x) <= out["ci_low"] <= out["mean"] <= out["ci_high"] <= max(x)
+    lo, hi = sps.t.interval(0.95, 2, loc=7 / 3, scale=statistics.stdev(x) / math.sqrt(3))
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx((lo, hi))
+    # by hand: 7/3 -+ 4.303 * 1.528 / sqrt(3) = [-1.461, 6.128], wider than the per-seed range
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx((-1.4613, 6.1279), abs=1e-3)
+
+
+def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
+    # log ratios log 2, log 2.5, log 3: geometric mean (2 * 2.5 * 3)^(1/3) = 2.466
+    row = evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0}, scale="log")
+    logs = [math.log(v) for v in (2.0, 2.5, 3.0)]
+    lo, hi = sps.t.interval(0.95, 2, loc=statistics.mean(logs), scale=statistics.stdev(logs) / math.sqrt(3))
+    assert row["mean"] == pytest.approx(15 ** (1 / 3)) and row["verdict"] == SUPPORTED
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((math.exp(lo), math.exp(hi)))
+    assert row["interval"]["method"] == "student-t, log ratio"
+    # seed 2 never reached the target with no BN: its ratio is only a lower bound, so the upper side is open;
+    # the lower side still decides "supported"
+    bound = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "lower", "not reached within 300 steps")}
+    row = evaluate(RATIO, bound, scale="log")
+    assert row["ci_high"] is None and row["ci_low"] == pytest.approx(math.exp(lo))
+    assert row["verdict"] == SUPPORTED and row["bounds"] == {2: "lower"} and "upper side is open" in row["reason"]
+    cells = claims_frame([row]).iloc[0]  # the estimate is then a lower bound too, and the open side is written so
+    assert cells["mean"] == f">= {15 ** (1 / 3):.3g}" and cells["95% interval"] == f"[{math.exp(lo):.3g}, open]"
+    # an upper-bound seed opens the lower side: a ">" claim cannot be supported, nor refuted by the open side
+    up = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "upper")}
+    assert evaluate(RATIO, up, scale="log")["verdict"] == INCONCLUSIVE
+    # a seed bounded from both sides leaves no interval
+    unknown = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "unknown")}
+    row = evaluate(RATIO, unknown, scale="log")
+    assert row["ci_low"] is None and row["ci_high"] is None and row["verdict"] == INCONCLUSIVE
 
 
 def test_seed_interval_degenerate_inputs():
@@ -41,8 +61,8 @@ def test_seed_interval_degenerate_inputs():
 
 
 @pytest.mark.parametrize("values, verdict", [
-    ({0: 2.0, 1: 2.5, 2: 3.0}, SUPPORTED),          # every resample above 1
-    ({0: 0.5, 1: 0.6, 2: 0.7}, NOT_SUPPORTED),      # every resample below 1
+    ({0: 2.0, 1: 2.5, 2: 3.0}, SUPPORTED),          # 2.5 -+ 4.303 * 0.5 / sqrt(3) = [1.26, 3.74]
+    ({0: 0.5, 1: 0.6, 2: 0.7}, NOT_SUPPORTED),      # 0.6 -+ 0.248 = [0.35, 0.85]
     ({0: 0.5, 1: 1.5, 2: 3.0}, INCONCLUSIVE),       # the interval straddles 1
     ({0: 2.0, 1: 3.0}, INCONCLUSIVE),               # 2 seeds < 3
 ])

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats as sps
 
 from bnexp.report import report_main
 from bnexp.report.claims import Claim, evaluate
@@ -198,7 +200,7 @@ def test_cifar_run_names_steps_winner_and_ranges_exact_speedups_by_hand():
 def _speedup(target, init, per_seed, bn_steps, no_bn_steps, lower=(), bn_lr=7.2, no_bn_lr=3.6):
     """A best_rate_speedups row as best_rate.py writes it (evaluate + the extra fields), through JSON."""
     row = evaluate(Claim(f"BN trains in fewer steps to {target:.0%} ({init} init)", "no-BN / BN steps", ">", 1.0),
-                   per_seed) | {
+                   per_seed, scale="log") | {
         "target": target, "init": init, "variant": "BN", "bn": "BN", "no_bn": "no BN", "bn_lr": bn_lr,
         "no_bn_lr": no_bn_lr, "bn_selection": "all seeds", "no_bn_selection": "all seeds", "bn_edge": None,
         "no_bn_edge": None, "bn_steps": bn_steps, "no_bn_steps": no_bn_steps, "bn_budget": 30000,
@@ -214,15 +216,16 @@ def test_mnist_views_by_hand():
     text = VIEWS["mnist_headline"]({"best_rate_speedups": [normal, xavier]})
     paras = text.split("\n\n")
     assert len(paras) == 2 and paras[0].startswith("**normal init**") and paras[1].startswith("**xavier init**")
-    # mean of 2, 3, 4 = 3.00; the bootstrap interval's ends are resample means, so within [2, 4]
-    assert f"to 97% **3.00x (95% interval {normal['ci_low']:.2f}x-{normal['ci_high']:.2f}x; per seed 1: " \
-           f"2.00x, 2: 3.00x, 3: 4.00x)**, {normal['verdict']}" in paras[0]
-    assert 2.0 <= normal["ci_low"] <= 3.0 <= normal["ci_high"] <= 4.0
-    # two seeds: mean 15.5, the lower bound marked; evaluate makes fewer than 3 seeds inconclusive
-    assert "15.50x" in paras[1] and "1: 1.00x, 2: >= 30.00x" in paras[1] and xavier["verdict"] == "inconclusive"
+    # geometric mean of 2, 3, 4 = 24^(1/3) = 2.88; scipy's t interval of the mean log ratio, exponentiated
+    logs = np.log([2.0, 3.0, 4.0])
+    lo, hi = np.exp(sps.t.interval(0.95, 2, loc=logs.mean(), scale=logs.std(ddof=1) / np.sqrt(3)))
+    assert (f"to 97% **2.88x, 95% t interval [{lo:.3g}x, {hi:.3g}x]; per seed 2x to 4x (n = 3); seeds 1: 2.00x, "
+            f"2: 3.00x, 3: 4.00x**, {normal['verdict']}") in paras[0]
+    # two seeds: geometric mean sqrt(30) = 5.48, the lower bound marked; fewer than 3 seeds: inconclusive
+    assert "5.48x" in paras[1] and "1: 1.00x, 2: >= 30.00x" in paras[1] and xavier["verdict"] == "inconclusive"
     # seeds read back from JSON are strings: still in numeric order (10 after 9), bounds still marked
     many = _speedup(0.97, "normal", {9: 2.0, 10: 3.0}, {9: 100, 10: 100}, {9: 200, 10: 300}, lower=[10])
-    assert "per seed 9: 2.00x, 10: >= 3.00x)" in VIEWS["mnist_headline"]({"best_rate_speedups": [many]})
+    assert "seeds 9: 2.00x, 10: >= 3.00x**" in VIEWS["mnist_headline"]({"best_rate_speedups": [many]})
     cells = _cells(VIEWS["mnist_best_rate"]({"best_rate_speedups": [normal, xavier]}))
     detail = [c for c in cells if c[0] in ("normal", "xavier")]
     assert detail[0][:4] == ["normal", "97%", "7.2", "1: 2,000, 2: 1,000, 3: 1,000"]
@@ -276,7 +279,7 @@ def test_ics_overview_orders_bn_noisy_by_strength_no_bn_by_hand():
 
 
 def _study_report(wall=750.0, jobs=2, calls=1):
-    c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.5, 1: 2.0, 2: 2.5})
+    c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.8, 1: 2.0, 2: 2.2})
     c2 = evaluate(Claim("LayerNorm keeps up", "steps, LN / BN", "<", 1.25), {0: 3.0, 1: None, 2: None})
     sec = {"name": "placement", "claims": [json.loads(json.dumps(c)) for c in (c1, c2)], "runs": 72,
            "wall_time_s": wall, "jobs": jobs, "calls": calls, "findings": ["MLP sigmoid: best rate 0.6."],
@@ -293,8 +296,9 @@ def test_study_views_by_hand():
     assert "| before     | 1,200 ± 100    |" in text and "| after      | 2,400 (1 seed) |" in text
     assert "- MLP sigmoid: best rate 0.6." in text
     line = VIEWS["study_verdicts"](_study_report(wall=None))
-    # mean of 1.5, 2.0, 2.5 = 2; the second claim has one seed: inconclusive
-    assert line.startswith("- BN before g is faster: *supported* (mean 2, 95% interval [1.5, 2.5], 3 seeds)\n"
+    # mean of 1.8, 2.0, 2.2 = 2, 2 -+ 4.303 * 0.2 / sqrt(3) = [1.503, 2.497]; the second claim has one seed
+    assert line.startswith("- BN before g is faster: *supported* (2, 95% t interval [1.5, 2.5]; per seed 1.8 to 2.2 "
+                           "(n = 3))\n"
                            "- LayerNorm keeps up: *inconclusive*")
     assert line.endswith("72 runs, wall time not recorded.")
     assert "3 calls" in VIEWS["study"](_study_report(calls=3))

@@ -69,12 +69,6 @@ def test_censored_ratio_and_the_bounds_a_claim_may_use():
     assert Censored(100.0) / Censored(400.0, "lower") == Censored(0.25, "upper")  # true ratio <= 0.25
     assert (Censored(400.0, "lower") / Censored(400.0, "lower")).bound == "unknown"
     assert Censored.steps(None, 4000, 60) == Censored(240000.0, "lower", "not reached within 4,000 steps")
-    assert Censored(4.0, "lower").usable(">", 1.0) == 4.0      # true value >= 4 > 1
-    assert Censored(0.8, "lower").usable(">", 1.0) is None     # true value >= 0.8: either side of 1
-    assert Censored(0.25, "upper").usable(">", 1.0) == 0.25    # an upper bound below 1 counts against "> 1"
-    assert Censored(1.5, "upper").usable(">", 1.0) is None     # an upper bound above 1 proves nothing
-    assert Censored(1.5, "lower").usable("<", 2.0) is None     # a lower bound below 2 proves nothing for "< 2"
-    assert Censored(3.0, "lower").usable("<", 2.0) == 3.0      # ... one at or above 2 counts against it
     assert Censored(3.0, "lower").text() == ">= 3.00x" and Censored(None).text() == "not reached"
 
 
@@ -111,8 +105,13 @@ def test_batch_size_claims(tmp_path):
     adv60, adv4, ln2, drop, ghost = sec["claims"]
     assert adv60["per_seed"] == pytest.approx({0: 4.0, 1: 240 / 66, 2: 240 / 72})  # censored no BN: lower bounds
     assert adv60["verdict"] == SUPPORTED
-    assert adv4["per_seed"] == pytest.approx({0: 0.75, 1: 0.7, 2: 80 / 90}) and adv4["verdict"] == NOT_SUPPORTED
-    assert ln2["per_seed"] == pytest.approx({0: 3.0, 1: 2.0, 2: 5.0}) and ln2["verdict"] == SUPPORTED
+    # below 1 in every seed, but the 3-seed t interval of the log ratios, exp(-0.254 -+ 4.303 * 0.123 / sqrt(3))
+    # = exp([-0.559, 0.051]) = [0.572, 1.053], reaches past 1
+    assert adv4["per_seed"] == pytest.approx({0: 0.75, 1: 0.7, 2: 80 / 90}) and adv4["verdict"] == INCONCLUSIVE
+    assert (adv4["ci_low"], adv4["ci_high"]) == pytest.approx((0.5715, 1.0527), abs=1e-3)
+    # 10/3 -+ 4.303 * 1.528 / sqrt(3) = [-0.461, 7.128]: every seed is higher, but 3 seeds this spread straddle 0
+    assert ln2["per_seed"] == pytest.approx({0: 3.0, 1: 2.0, 2: 5.0}) and ln2["verdict"] == INCONCLUSIVE
+    assert (ln2["ci_low"], ln2["ci_high"]) == pytest.approx((-0.461, 7.128), abs=1e-3)
     # drops BN 5, 4, 6 points; LayerNorm 4, 5, 5.5: differences 1, -1, 0.5 straddle 0
     assert drop["per_seed"] == pytest.approx({0: 1.0, 1: -1.0, 2: 0.5}) and drop["verdict"] == INCONCLUSIVE
     assert ghost["verdict"] == PREMISE_NOT_MET  # no ghost-BN runs
@@ -140,7 +139,9 @@ def test_inference_statistics_claims(tmp_path):
     agree, grows, pop60, pop2, slow = sec["claims"]
     assert agree["per_seed"] == pytest.approx({0: 0.1, 1: 0.2, 2: 0.15}) and agree["verdict"] == SUPPORTED
     assert grows["per_seed"] == pytest.approx({0: 2.9, 1: 3.8, 2: 4.85}) and grows["verdict"] == SUPPORTED
-    assert pop60["per_seed"] == pytest.approx({0: 0.3, 1: 0.4, 2: 0.5}) and pop60["verdict"] == NOT_SUPPORTED
+    # 0.4 -+ 4.303 * 0.1 / sqrt(3) = [0.152, 0.648] straddles the 0.2 tolerance
+    assert pop60["per_seed"] == pytest.approx({0: 0.3, 1: 0.4, 2: 0.5}) and pop60["verdict"] == INCONCLUSIVE
+    assert (pop60["ci_low"], pop60["ci_high"]) == pytest.approx((0.152, 0.648), abs=1e-3)
     assert pop2["per_seed"] == pytest.approx({0: 1.0, 1: 2.0, 2: 1.5}) and pop2["verdict"] == SUPPORTED
     assert slow["per_seed"] == pytest.approx({0: -0.2, 1: 0.2, 2: -0.1}) and slow["verdict"] == INCONCLUSIVE
     row = next(r for r in sec["table"] if r["m"] == 2 and r["momentum"] == 0.1)
@@ -198,7 +199,9 @@ def test_normalizer_claims_with_a_censored_groupnorm_seed(tmp_path):
     assert bn_nobn["verdict"] == SUPPORTED
     assert ln_nobn["per_seed"] == pytest.approx({0: 2.5, 1: 6000 / 2200, 2: 4000 / 2400})
     assert ln_nobn["verdict"] == SUPPORTED
-    assert bn_ln["per_seed"] == pytest.approx({0: 1.25, 1: 2200 / 1800, 2: 1.5}) and bn_ln["verdict"] == SUPPORTED
+    # above 1 in every seed; the t interval of the log ratios, exp(0.276 -+ 4.303 * 0.112 / sqrt(3)), starts at 0.998
+    assert bn_ln["per_seed"] == pytest.approx({0: 1.25, 1: 2200 / 1800, 2: 1.5}) and bn_ln["verdict"] == INCONCLUSIVE
+    assert bn_ln["ci_low"] == pytest.approx(0.998, abs=2e-3)
     assert bn_gn["per_seed"] == pytest.approx({0: 0.875, 1: 1600 / 1800, 2: 5.0}) and bn_gn["verdict"] == INCONCLUSIVE
     # LayerNorm keeps (5000 - 2200) / (5000 - 5000/3) = 84% of the steps BN saves
     assert any("84%" in f for f in sec["findings"])

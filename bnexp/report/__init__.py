@@ -7,7 +7,7 @@ covariate shift?" beside Santurkar et al. 2018. The sweep is read once into one 
 tables of the records (:mod:`.load`), grouped into configurations (:mod:`.groups`); every rule (chance, the
 sample std, bounds of runs that missed a target, the normalizer vocabulary) is stated once (:mod:`.rules`);
 the sections are functions of those tables: seed statistics (:mod:`.stats`, :mod:`.ics_stats`), claims
-(:mod:`.claims`; those of :mod:`.ics_verdicts`, :mod:`.best_rate`, :mod:`.frontier`, :mod:`.study_claims`;
+with the one seed interval (:mod:`.claims`, :mod:`.interval`; those of :mod:`.ics_verdicts`, :mod:`.best_rate`, :mod:`.frontier`, :mod:`.study_claims`;
 the seeds they lack: :mod:`.evidence`), put together by :mod:`.build`; report.md's text is one Jinja2
 template (templates/), filled by :mod:`.render`; :mod:`.figures`, :mod:`.figures_ics` and :mod:`.cli` write
 the rest. The names below load their module on first use, so that Ctrl-C

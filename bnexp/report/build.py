@@ -7,18 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate_speedups
+from bnexp.report.best_rate import SPEEDUP_TARGETS, best_rate_speedups
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import ics_run_frame, ics_summary
-from bnexp.report.ics_verdicts import ics_claims, ics_section
-from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep
-from bnexp.report.noise_sweep import noise_strength_section
-from bnexp.report.load import target_key, run_table
-from bnexp.report.rules import STD_NOTE
-from bnexp.report.rules import optional
+from bnexp.report.ics_verdicts import ics_claims, ics_section, noise_strength_section
+from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, target_key
+from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
-from bnexp.report.best_rate import SPEEDUP_TARGETS
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
 from bnexp.report.study_claims import CNN_TARGET, TARGET, study_section  # a scripts/study.sh sweep (study.json)
 from bnexp.runs.rundir import symlink_problem

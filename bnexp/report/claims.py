@@ -1,20 +1,14 @@
 """Claims instead of a tally (every section of the report): each statement the report makes is one row with
-its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with a
-bootstrap 95% interval over seeds, the sample std (ddof=1), and a verdict.
+its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with
+its 95% Student-t interval over seeds (:mod:`bnexp.report.interval`; on log ratios for speedups), the
+per-seed range, the sample std (ddof=1), and a verdict (:func:`evaluate`):
 
-Verdicts (:func:`evaluate`):
-
-* ``premise not met`` -- the comparison the claim needs does not exist (e.g. no noisy-BN strength
-  shifts more than no BN), so the claim counts for no account;
-* ``inconclusive`` -- a measure the claim needs is not in the records (runs written before it
-  existed), fewer than ``min_seeds`` seeds, a seed whose run never left chance, or the interval
-  straddles the threshold;
+* ``premise not met`` -- the comparison the claim needs does not exist, so the claim counts for no account;
+* ``inconclusive`` -- a measure the claim needs is not in the records, fewer than ``min_seeds`` seeds, a seed
+  whose run never left chance, or the interval straddles the threshold (an open, censored side counts only
+  where the bound decides: it never lies on either side by itself);
 * ``supported`` -- the whole interval lies on the claimed side of the threshold;
 * ``not supported`` -- the whole interval lies on the other side (or on the threshold).
-
-The interval is the percentile bootstrap of the mean over seeds (:func:`scipy.stats.bootstrap`, fixed
-random state, so a report is reproducible). With 3 seeds it is necessarily wide: that is the point,
-a 3-seed verdict is only "supported" when every resample of the seeds agrees.
 """
 
 from __future__ import annotations
@@ -23,13 +17,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from bnexp.report.fmt import md_table
+from bnexp.report.interval import LOWER, UNKNOWN, UPPER, SeedInterval, interval_cell, seed_mean_interval
 from bnexp.report.rules import PREFIX, Censored, finite, stat
-
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
@@ -67,62 +59,66 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: threshold must be finite, got {self.threshold!r}")
 
 
-def seed_interval(values, confidence: float = CONFIDENCE, n_resamples: int = 9999,
-                  random_state: int = 0) -> dict:
-    """Mean, sample std (ddof=1) and percentile-bootstrap interval of the mean of per-seed values.
-
-    Args:
-        values: the per-seed values (floats; NaN/None are dropped).
-        confidence: the interval's confidence level (0.95).
-        n_resamples: bootstrap resamples.
-        random_state: the bootstrap's seed (a report is reproducible).
-
-    Returns:
-        {"n", "mean", "std", "ci_low", "ci_high"}; std is None for n < 2, the interval None for n < 2;
-        equal values give a zero-width interval at the value. Every entry None for n = 0.
-    """
+def seed_interval(values, confidence: float = CONFIDENCE) -> dict:
+    """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
+    std (ddof=1) and the Student-t interval of the mean (:func:`bnexp.report.interval.seed_mean_interval`,
+    raw scale); std and interval None for n < 2, every entry None for n = 0."""
     x = finite(values)
     out = {**stat(x), "ci_low": None, "ci_high": None}
-    if x.size < 2 or np.all(x == x[0]):
-        if x.size >= 2:
-            out["ci_low"] = out["ci_high"] = float(x[0])
-        return out
-    res = sps.bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                        method="percentile", random_state=np.random.default_rng(random_state))
-    out["ci_low"], out["ci_high"] = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if x.size >= 2:
+        iv = seed_mean_interval(list(x), level=confidence)
+        out["ci_low"], out["ci_high"] = iv.low, iv.high
     return out
 
 
+_MARK = {"exact": "", "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}
+
+
+def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, SeedInterval | None]:
+    """(values, bounds, interval) of per-seed values that may be :class:`bnexp.report.rules.Censored`
+    bounds: values {seed: float or None (missing: not counted)}, bounds {seed: "lower" | "upper" |
+    "unknown"}, and :func:`bnexp.report.interval.seed_mean_interval` of the counted seeds on ``scale``
+    ("log" for ratios: a value <= 0 is not counted), None without any."""
+    vals, bounds = {}, {}
+    for s, v in per_seed.items():
+        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
+        ok = c.value is not None and (scale == "raw" or c.value > 0)
+        vals[int(s)] = c.value if ok else None
+        if c.bound != "exact" and (ok or c.bound == "unknown"):
+            bounds[int(s)] = c.bound
+    counted = [s for s in vals if vals[s] is not None or bounds.get(s) == "unknown"]
+    iv = seed_mean_interval([vals[s] for s in counted], [_MARK[bounds.get(s, "exact")] for s in counted],
+                            scale) if counted else None
+    return vals, bounds, iv
+
+
 def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
-             premise: str | None = None, missing: str | None = None) -> dict:
-    """One claims-table row: the claim's fields, per-seed values, :func:`seed_interval`, verdict, reason.
+             premise: str | None = None, missing: str | None = None, scale: str = "raw") -> dict:
+    """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict, reason.
 
     Args:
         claim: the claim, fixed before the run.
         per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted), or a
-            :class:`bnexp.report.rules.Censored` value: a bound enters only where it decides the side of the
-            threshold (:meth:`~bnexp.report.rules.Censored.usable`); the reason names the seeds whose value
-            is a bound ("bounds") and those left out because of one.
+            :class:`bnexp.report.rules.Censored` value: a bound enters the interval as a bound (it opens one
+            side, :mod:`bnexp.report.interval`), a seed with no known side opens both.
         never_learned: seeds whose run(s) never left chance; any makes the verdict ``inconclusive``.
         premise: a reason the comparison does not exist; makes the verdict ``premise not met``.
-        missing: what the records lack for this claim (e.g. "ks_first is not in the records");
-            makes the verdict ``inconclusive`` with that reason (after ``premise``).
+        missing: what the records lack for this claim; makes the verdict ``inconclusive`` (after ``premise``).
+        scale: "raw" (differences, accuracies) or "log" (ratios: the interval of the mean log ratio).
 
     Returns:
-        dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper"} of the
-        values that are bounds), "n", "mean", "std", "ci_low", "ci_high", "verdict" (one of
+        dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper" | "unknown"}),
+        "n", "mean" (the estimate: the geometric mean for ratios), "std" (sample std of the per-seed values),
+        "ci_low", "ci_high" (None where open or n < 2), "interval"
+        (:meth:`bnexp.report.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
         :data:`VERDICTS`), "reason" (one sentence).
     """
-    vals, bounds, dropped = {}, {}, {}
-    for s, v in per_seed.items():
-        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
-        vals[int(s)] = c.usable(claim.direction, claim.threshold)
-        if c.bound != "exact" and vals[int(s)] is not None:
-            bounds[int(s)] = c.bound
-        elif c.bound != "exact":
-            dropped[int(s)] = c.why or "no value"
-    row = asdict(claim) | {"per_seed": vals, "bounds": bounds} | seed_interval(list(vals.values()))
-    bad = sorted(never_learned or [])
+    vals, bounds, iv = seed_values(per_seed, scale)
+    row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "n": iv.n if iv else 0,
+                           "mean": iv.estimate if iv else None, "std": stat(list(vals.values()))["std"],
+                           "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
+                           "interval": iv.as_dict() if iv else None}
+    bad, t, up = sorted(never_learned or []), claim.threshold, claim.direction == ">"
     if premise:
         verdict, reason = PREMISE_NOT_MET, premise
     elif missing:
@@ -132,19 +128,18 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
                                          "(trainer.max_steps) or at a higher rate (lr) so that every run learns")
     elif row["n"] < claim.min_seeds:
         verdict, reason = INCONCLUSIVE, f"{row['n']} seed(s), fewer than {claim.min_seeds}"
+    elif iv.estimate is None:
+        verdict, reason = INCONCLUSIVE, f"no 95% interval: {iv.reason}"
     else:
-        lo, hi, t = row["ci_low"], row["ci_high"], claim.threshold
-        good = lo > t if claim.direction == ">" else hi < t
-        bad_side = hi <= t if claim.direction == ">" else lo >= t
-        if good:
-            verdict, reason = SUPPORTED, f"the 95% interval lies {'above' if claim.direction == '>' else 'below'} {t:g}"
-        elif bad_side:
+        lo, hi = iv.low, iv.high
+        if (lo is not None and lo > t) if up else (hi is not None and hi < t):
+            verdict, reason = SUPPORTED, f"the 95% interval lies {'above' if up else 'below'} {t:g}"
+        elif (hi is not None and hi <= t) if up else (lo is not None and lo >= t):
             verdict, reason = NOT_SUPPORTED, f"the 95% interval lies on the wrong side of {t:g}"
         else:
             verdict, reason = INCONCLUSIVE, f"the 95% interval straddles {t:g}"
-    if not premise and not missing:  # the bounds used are marked ">=" / "<=" in the per-seed values
-        reason += "".join(f"; seed {s} left out: {why}, a bound that does not decide the side of the threshold"
-                          for s, why in dropped.items())
+        if iv.reason:
+            reason += f"; {iv.reason}"
     row.update(verdict=verdict, reason=reason)
     return row
 
@@ -166,7 +161,8 @@ def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
 
 def claims_frame(rows: list[dict]) -> pd.DataFrame:
     """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, quantity,
-    rule, per seed, mean, 95% interval, std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
+    rule, per seed, mean (the geometric mean for ratios), 95% t interval (:func:`bnexp.report.interval.interval_cell`),
+    std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
     def g(v):
         return "-" if v is None else f"{v:.3g}"
 
@@ -175,8 +171,9 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
         **({"setting": r.get("setting") or "-"} if settings else {}),
         "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
         "per seed": per_seed_text(r, g),
-        "mean": g(r["mean"]),
-        "95% interval": "-" if r["ci_low"] is None else f"[{g(r['ci_low'])}, {g(r['ci_high'])}]",
+        "mean": (f"{(r.get('interval') or {}).get('estimate_bound')} " if (r.get("interval") or {}).get(
+            "estimate_bound") in (">=", "<=") and r["mean"] is not None else "") + g(r["mean"]),
+        "95% interval": interval_cell(r),
         "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])
 
 

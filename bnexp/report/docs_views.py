@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
 from bnexp.report.claims import claims_md
-from bnexp.report.fmt import format_target, md_table
+from bnexp.report.interval import format_interval, row_interval
+from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
@@ -55,6 +56,14 @@ def need(d: dict, *keys: str):
     return cur
 
 
+def _text(name: str, **d) -> str:
+    """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
+    helpers = {"claims_md": claims_md, "table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
+               "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS,
+               "converged_sentence": converged_sentence}
+    return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
+
+
 def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
@@ -88,23 +97,10 @@ def cifar_headline(report: dict) -> str:
     """The README's CIFAR-10 Sec. 4.2 result paragraph, from ``matched_accuracy`` (bn_x5 and bn_baseline):
     a* in %, whether the baseline converged, S(a*) (">= x" for a lower bound) with its per-seed range, and
     the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``)."""
-    ma = need(report, "matched_accuracy")
-    x5 = need(report, "matched_accuracy", "bn_x5")
-    n = _seeds(report)
-    out = [(f"**Result** (seed-mean frontiers{f' over {n} seeds' if n else ''}): the target a\\* is the "
-            f"baseline's best seed-mean final test accuracy, **{pct(x5['target_accuracy'])}%**; "
-            f"{converged_sentence(x5.get('baseline_converged'))}.")]
-    for p in ("bn_x5", "bn_baseline"):
-        m = ma.get(p)
-        if m is None:
-            continue
-        per = speedup_range_text(m, seed_bounds(report, p))
-        s = (f"{NAMES[p]}: S(a\\*) = **{speedup_text(m['speedup'], headline_bound(report, p))}**"
-             + (f" ({per})" if per else ""))
-        if p == "bn_x5":
-            s += f", pass rule S(a\\*) >= 5: **{PASS_WORDS[m.get('pass')]}**"
-        out.append(s + ".")
-    return " ".join(out)
+    ma, x5 = need(report, "matched_accuracy"), need(report, "matched_accuracy", "bn_x5")
+    presets = [(p, ma[p], speedup_text(ma[p]["speedup"], headline_bound(report, p)),
+                speedup_range_text(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
+    return _text("cifar_headline", x5=x5, n=_seeds(report), presets=presets)
 
 
 @view("cifar_matched")
@@ -131,19 +127,12 @@ def cifar_run(report: dict) -> str:
     """What the sweep trained and what the tuning chose, from report.json: ``runs`` and ``sgd_steps`` (the
     steps of all runs); the tuning winner (``frontier_analysis.tuning``); and per preset the range of S(a) over
     the curve's exact points (``frontier_analysis.speedup[preset].curve``, bounds left out)."""
-    fa = need(report, "frontier_analysis")
-    tuning = need(report, "frontier_analysis", "tuning")
-    steps = int(need(report, "sgd_steps"))
-    win = tuning["rows"][tuning["winner"]]
-    out = [f"**The sweep** (from report.json): {need(report, 'runs')} runs, {steps:,} SGD steps in all. Tuning at "
-           f"{int(tuning['budget_steps']):,} steps: the winner is {tuning['config']} "
-           f"({pct(win['mean_test_accuracy'])}% seed-mean final test accuracy)."]
-    for p, d in (fa.get("speedup") or {}).items():
-        vals = [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
-        if vals:
-            out.append(f"{NAMES.get(p, p)}: S(a) from {min(vals):.2f}x to {max(vals):.2f}x over the accuracies both "
-                       "frontiers reach inside their ladders.")
-    return " ".join(out)
+    fa, tuning = need(report, "frontier_analysis"), need(report, "frontier_analysis", "tuning")
+    exact = {p: [c["speedup"] for c in d.get("curve") or [] if c.get("bound") == "exact" and c.get("speedup")]
+             for p, d in (fa.get("speedup") or {}).items()}
+    ranges = [(p, vals) for p, vals in exact.items() if vals]
+    return _text("cifar_run", runs=need(report, "runs"), steps=int(need(report, "sgd_steps")), tuning=tuning,
+                 win=tuning["rows"][tuning["winner"]], ranges=ranges)
 
 
 @view("claims")
@@ -171,25 +160,18 @@ def _speedup_rows(report: dict) -> list[dict]:
 
 
 def _interval(r: dict) -> str:
-    """ "3.10x (95% interval 2.50x-3.70x; per seed 1: 2.80x, 2: >= 3.00x, 3: 3.50x)"; "no value" without a mean."""
-    if r.get("mean") is None:
-        return "no value"
-    ci = (f"95% interval {r['ci_low']:.2f}x-{r['ci_high']:.2f}x; " if r.get("ci_low") is not None else "")
-    return f"{r['mean']:.2f}x ({ci}per seed {per_seed_ratios(r, 'x')})"
+    """ "1.98x, 95% t interval [0.76x, 5.16x]; per seed 1.5x to 3.08x (n = 3); seeds 1: 1.50x, 2: 3.08x, ..."
+    (:func:`bnexp.report.interval.format_interval`); "no value" without one."""
+    iv = row_interval(r)
+    return "no value" if iv is None else f"{format_interval(iv, 'x')}; seeds {per_seed_ratios(r, 'x')}"
 
 
 @view("mnist_headline")
 def mnist_headline(report: dict) -> str:
-    """The README's MNIST paragraph: for each init (the paper's normal init first) and target of
-    ``best_rate_speedups``, BN's speedup in steps at each network's own best rate, its bootstrap 95% interval,
-    the per-seed ratios and the verdict."""
+    """The README's MNIST paragraph (templates/docs_views.md.j2): per init (the paper's normal init first) and
+    target of ``best_rate_speedups``, BN's speedup at each network's own best rate (:func:`_interval`), verdict."""
     rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
-    out = []
-    for init in dict.fromkeys(r["init"] for r in rows):
-        parts = [f"to {format_target(r['target'])} **{_interval(r)}**, {r['verdict']}" for r in rows if r["init"] == init]
-        out.append(f"**{init} init**, each network at its own best rate per target (no-BN steps / BN steps, seed "
-                   f"by seed): " + "; ".join(parts) + ".")
-    return "\n\n".join(out)
+    return _text("mnist_headline", rows=rows, inits=list(dict.fromkeys(r["init"] for r in rows)))
 
 
 @view("mnist_best_rate")
@@ -271,42 +253,19 @@ def _study(report: dict) -> dict:
     return sec
 
 
-def _wall(sec: dict) -> str:
-    """ "measured wall time 12.3 min (2 parallel jobs, 1 call of scripts/study.sh)" or "wall time not recorded"."""
-    if not sec.get("wall_time_s"):
-        return "wall time not recorded"
-    calls = sec.get("calls") or 1
-    jobs = f"{sec['jobs']} parallel jobs, " if sec.get("jobs") else ""
-    return (f"measured wall time {sec['wall_time_s'] / 60:.1f} min ({jobs}{calls} call{'s' if calls > 1 else ''} "
-            f"of scripts/study.sh)")
-
-
 @view("study")
 def study(report: dict) -> str:
-    """A docs/studies page's results: the runs and measured wall time, the claims table
-    (:func:`bnexp.report.claims.claims_md`), the per-configuration table (:func:`bnexp.report.studies.table_md`)
-    and the findings, all from report.json's ``study`` section (:func:`bnexp.report.study_claims.study_section`)."""
-    sec = _study(report)
-    out = [f"{sec.get('runs', 0)} completed runs; {_wall(sec)}.", "", "**Claims**", ""] + claims_md(sec["claims"])
-    out += ["**Per configuration** (mean ± sample std over seeds)", ""] + table_md(sec) + [""]
-    if sec.get("findings"):
-        out += ["**Findings**", ""] + [f"- {f}" for f in sec["findings"]]
-    return "\n".join(out).strip("\n")
-
-
-def _claim_line(c: dict) -> str:
-    if c.get("mean") is None:
-        return f"{c['name']}: *{c['verdict']}* ({c.get('reason') or 'no value'})"
-    ci = f", 95% interval [{c['ci_low']:.3g}, {c['ci_high']:.3g}]" if c.get("ci_low") is not None else ""
-    return f"{c['name']}: *{c['verdict']}* (mean {c['mean']:.3g}{ci}, {c['n']} seeds)"
+    """A docs/studies page's results (templates/docs_views.md.j2): the runs and measured wall time, the claims
+    table (:func:`bnexp.report.claims.claims_md`), the per-configuration table
+    (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
+    return _text("study", sec=_study(report))
 
 
 @view("study_verdicts")
 def study_verdicts(report: dict) -> str:
-    """The README's short result of a study: one bullet per claim with its verdict, seed mean and interval, then
-    the runs and measured wall time, from report.json's ``study`` section."""
-    sec = _study(report)
-    return "\n".join([f"- {_claim_line(c)}" for c in sec["claims"]] + ["", f"{sec.get('runs', 0)} runs, {_wall(sec)}."])
+    """The README's short result of a study (templates/docs_views.md.j2): one bullet per claim with its
+    verdict and interval, then the runs and measured wall time, from report.json's ``study`` section."""
+    return _text("study_verdicts", sec=_study(report))
 
 
 @view("mnist_rates")
@@ -321,16 +280,9 @@ def mnist_rates(report: dict) -> str:
     if not rows or not plain:
         raise ViewDataError("report.json has no normal-init BN and no-BN rate grids")
 
-    def best(key: str) -> str:
-        return ", ".join(f"{r[key]:g} to {format_target(r['target'])}" for r in rows)
-
     trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
         (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
     at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
     m = int(plain[0]["config"].get("trainer.batch_size", 60))
-    steps = (at or {}).get("steps_to_target", {}).get("0.95", {})
-    reach = (f"at lr 0.6 no BN needed {steps['mean']:,.0f} steps ({m * steps['mean']:,.0f} examples) to reach 95% "
-             f"({steps['reached']}/{steps['n']} seeds)" if steps.get("mean") else "at lr 0.6 no BN did not reach 95%")
-    return (f"The MNIST sweep (normal init, m = {m}; docs/mnist/report.json): BN's best rate is {best('bn_lr')}; "
-            f"no BN's is {best('no_bn_lr')}; the highest rate at which no BN left chance in every seed is "
-            f"{max(trained):g}; {reach}, seed mean.")
+    return _text("mnist_rates", rows=rows, trained=max(trained), m=m,
+                 steps=(at or {}).get("steps_to_target", {}).get("0.95", {}))

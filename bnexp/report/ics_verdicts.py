@@ -21,9 +21,9 @@ Every quantity is a per-seed ratio, seed s of one configuration over seed s of t
   seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
 
 A target not reached within the budget (trainer.max_steps) counts as the budget, a lower bound
-(:class:`bnexp.report.rules.Censored`): the ratio is then a bound and enters only where it decides the side
-of the threshold. A seed that never left chance (:data:`bnexp.report.rules.CHANCE`) or a measure the records
-lack (runs written before it existed) makes the claim inconclusive.
+(:class:`bnexp.report.rules.Censored`): the ratio is then a bound and opens that side of the seed interval
+(:mod:`bnexp.report.interval`). A seed that never left chance (:data:`bnexp.report.rules.CHANCE`) or a measure
+the records lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from __future__ import annotations
 import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate
-from bnexp.report.groups import ConfigGroup, comparison_sets, noise_scale, pair_label
+from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
+from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
 from bnexp.report.load import target_key
 from bnexp.report.rules import Censored
+from bnexp.report.stats import value_stat
 from bnexp.runs.rundir import COMPLETE_STATUSES
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
@@ -109,7 +111,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
 
     ratio = {} if premise or missing else {s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index
                                            else None for s in sorted(set(a.index) | set(b.index))}
-    row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing)
+    row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing, "log")
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
         row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "
@@ -154,3 +156,49 @@ def ics_section(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[fl
         return None
     return {"title": ICS_TITLE, "main_target": main_target(targets),
             "figures": [f for f, h in zip(ICS_FILES, have) if h]}
+
+
+# --- the noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), bn.noise_scale: noisy BN
+# must carry more shift than no BN while training about as fast as BN; every strength beside BN and no BN.
+
+NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
+SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spread from the start",
+              "w1_first": "W1 from the start (raw, a.u.)"}
+
+
+def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], table: pd.DataFrame,
+                           targets: list[float]) -> dict | None:
+    """Rows of the noise-strength table: None unless a setting has noisy BN and no BN; else {"title",
+    "targets", "rows": [{"label", "variant", "noise_scale", "seeds", a stat per :data:`SHIFT_KEYS`,
+    "exceeds_no_bn" (True / False / None: not measured), "final_test_accuracy", "final_train_accuracy",
+    "at_chance": [seeds], "steps_to_target": {target: reach_stat}}]}."""
+    rows = []
+    for s in (s for s in comparison_sets(groups) if s["noisy"]):
+        plain = seed_frame(table, s["no BN"], main_target(targets))
+        for g in ([s["BN"]] if s["BN"] else []) + s["noisy"] + [s["no BN"]]:
+            st, sf, v = stats[g.key], seed_frame(table, g, main_target(targets)), bn_variant(g)
+            measures = (st["ics"] or {}).get("measures", {})
+            rows.append({"label": g.variant_label or g.label, "variant": v,
+                         "noise_scale": noise_scale(g) if v == "noisy BN" else None, "seeds": st["completed"],
+                         **{k: measures.get(f"shift.{k}") for k in SHIFT_KEYS},
+                         "exceeds_no_bn": exceeds(sf, plain) if v == "noisy BN" else None,
+                         "final_test_accuracy": st["final_test_accuracy"],
+                         "final_train_accuracy": value_stat(sf["final_train_accuracy"]),
+                         "at_chance": [int(x) for x in sf.index[sf["chance"]]],
+                         "steps_to_target": {target_key(t): st["steps_to_target"][target_key(t)] for t in targets}})
+    return {"title": NOISE_TITLE, "targets": targets, "rows": rows} if rows else None
+
+
+def noise_table(section: dict) -> str:
+    """The markdown table of :func:`noise_strength_section` (templates/report.md.j2 says what its accuracy
+    columns are)."""
+    yes = {True: "yes", False: "no", None: "n/a"}
+    rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"]]
+            + [format_stat(r[k]) for k in SHIFT_KEYS] + [yes[r["exceeds_no_bn"]]]
+            + [format_acc(r["final_test_accuracy"]) + (f" (at chance: seed {', '.join(map(str, r['at_chance']))})"
+                                                      if r["at_chance"] else ""), format_acc(r["final_train_accuracy"])]
+            + [r["steps_to_target"][target_key(t)]["text"] for t in section["targets"]] for r in section["rows"]]
+    head = (["configuration", "noise_scale", "seeds", *SHIFT_KEYS.values(), "KS above no BN's in every seed",
+             "final test acc (%)", "final train acc (%)"]
+            + [f"steps to {format_target(t)}" for t in section["targets"]])
+    return "\n".join(md_table(head, rows))

@@ -1,43 +1,19 @@
 """The one interval method for seed-mean claims: a Student-t interval over seeds, with censored seeds.
 
-A claim about a seed mean ("BN trains 2x faster", "BN's accuracy is 0.3 points higher") is judged by a
-two-sided ``level`` (95%) interval of the mean of the per-seed values (Student 1908; e.g. Casella &
-Berger, Statistical Inference, Sec. 9.2.2):
+A two-sided ``level`` (95%) interval of the mean of n per-seed values (Student 1908; Casella & Berger,
+Statistical Inference, Sec. 9.2.2): ``mean +- t_{(1 + level) / 2, n - 1} * s / sqrt(n)``, s the sample std.
+``scale="raw"`` for differences; ``scale="log"`` for ratios (speedups): the interval of the mean per-seed
+*log* ratio, exponentiated, so the estimate is the geometric mean (a ratio of steps is skewed; its log is
+nearer normal). The percentile bootstrap is not used: with 3 seeds it lies inside the per-seed range, which
+covers the median only 1 - 2 * 0.5^n of the time (75% at n = 3); the t interval's coverage at n = 3 and 5 is
+checked by simulation in tests/test_interval.py.
 
-    mean +- t_{(1 + level) / 2, n - 1} * s / sqrt(n),     s the sample std (ddof=1) of the n values.
-
-* ``scale="raw"`` -- differences and other additive quantities: the interval of the mean of the values.
-* ``scale="log"`` -- ratios (speedups): the interval of the mean of the per-seed *log* ratios,
-  exponentiated, ``exp(mean(log r) +- t * s_log / sqrt(n))``. The estimate is the geometric mean of the
-  ratios and the interval covers the ratio's median exp(E[log r]) (its geometric mean); for log-normal
-  ratios it is exact. A ratio of steps is skewed (a slow seed can double it, a fast one cannot halve
-  it below 0), so its log is nearer normal than the ratio itself.
-
-Why not the percentile bootstrap: with 3 seeds the bootstrap distribution of the mean lives inside the
-per-seed range, and the range [min, max] covers the median only 1 - 2 * 0.5^n of the time (75% at
-n = 3, 94% at n = 5), whatever the nominal level. The t interval widens by t_{0.975, 2} = 4.30 at
-n = 3 instead; its coverage at n = 3 and n = 5 is checked by simulation in tests/test_interval.py
-(2,000 simulated studies each, log-normal ratios, some censored at a budget).
-
-Censored seeds. A seed can give only a bound: a network that never reached the target within the
-budget has steps-to-target >= the budget, so its ratio no-BN / BN steps is a lower bound (">=");
-when BN's run never reached it the ratio is an upper bound ("<="); when neither did, the ratio is
-unknown ("?"). A bound is entered at its value with its direction, and then
-
-* a lower-bound seed makes the interval's upper side *open* (``high`` None, ``high_open`` True: the
-  mean could be arbitrarily large) and the estimate a lower bound (``estimate_bound`` ">=");
-* an upper-bound seed makes the lower side open in the same way (``estimate_bound`` "<=");
-* an unknown seed, or bounds in both directions, opens both sides (no interval; the estimate is None).
-
-The closed side is the t bound computed with the bounds at their values. It is not proven
-conservative (a censored value also shrinks s), so its coverage is part of the simulation test. A
-censored side is never reported as an exact number (:func:`format_interval` writes "open").
-
-With fewer than 2 seeds there is no interval (both ends None, ``reason`` says so); n equal values give
-a zero-width interval at the value (s = 0).
-
-The per-seed range (``seed_min``, ``seed_max``, on the claim's scale, with their bound directions) is
-returned beside the interval, so a page can show both.
+Censored seeds: a run that never reached the target gives only a bound. A lower-bound seed (">=") opens
+the interval's upper side (``high`` None, ``high_open``) and makes the estimate a lower bound; an
+upper-bound seed ("<=") opens the lower side; an unknown seed ("?") or bounds in both directions open both
+(no interval). The closed side is the t bound with the bounds at their values (its coverage is part of the
+simulation test); an open side is never written as a number. Fewer than 2 seeds: no interval. The per-seed
+range (``seed_min``, ``seed_max``, with their bound marks) is returned beside the interval.
 """
 
 from __future__ import annotations
@@ -95,23 +71,12 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
 
 @dataclass(frozen=True)
 class SeedInterval:
-    """A seed-mean estimate with its interval and the per-seed range (see the module docstring).
-
-    Attributes:
-        method: "student-t, raw" or "student-t, log ratio" (what the page names).
-        scale: "raw" or "log".
-        level: the two-sided confidence level (0.95).
-        n: the seeds counted (bounds and unknown seeds included).
-        n_censored: the seeds that gave only a bound or nothing (">=", "<=", "?").
-        estimate: the mean (raw) or geometric mean (log) with bounds at their values; None when n = 0
-            or both sides are open.
-        estimate_bound: "" (exact), ">=" or "<=" (the estimate is only a bound), "?" (unknown).
-        low, high: the interval's ends on the claim's scale; None where the side is open or n < 2.
-        low_open, high_open: the side is open because of censored seeds (never an exact value).
-        seed_min, seed_max: the smallest and largest known per-seed value (None when none is known).
-        seed_min_bound, seed_max_bound: "", ">=" or "<=": the censoring of those two seeds.
-        reason: "" or why there is no interval / which side is open, one sentence.
-    """
+    """A seed-mean estimate with its interval and the per-seed range (module docstring): ``method``
+    ("student-t, raw" / "student-t, log ratio"), ``scale``, ``level``, ``n`` seeds (bounds included) of
+    which ``n_censored`` are bounds or unknown; ``estimate`` (mean or geometric mean, None when both sides
+    are open) and its ``estimate_bound`` ("", ">=", "<=", "?"); ``low``, ``high`` on the claim's scale (None
+    where open or n < 2) and ``low_open``, ``high_open``; the per-seed range ``seed_min``, ``seed_max`` and
+    their marks ``seed_min_bound``, ``seed_max_bound``; ``reason``: "" or why a side is open / no interval."""
 
     method: str
     scale: str
@@ -299,3 +264,28 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     rng = ("per seed n/a" if iv.seed_min is None else
            f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
     return f"{head}, {body}; {rng} (n = {iv.n})"
+
+
+def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
+    """The interval of a claims row (``ci_low``, ``ci_high``; None where open or n < 2) as a table cell:
+    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval."""
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None and hi is None:
+        return "-"
+    return "[" + ", ".join("open" if v is None else f"{_num(v, digits)}{unit}" for v in (lo, hi)) + "]"
+
+
+def row_interval(row: dict) -> SeedInterval | None:
+    """The :class:`SeedInterval` a claims row (live or read back from report.json) holds under "interval",
+    None without one."""
+    return SeedInterval(**row["interval"]) if row.get("interval") else None
+
+
+def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
+    """The estimate and its interval in a sentence of several: "1.62 [1.6, 1.67]", ">= 2.3 [1.21, open]",
+    "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
+    if iv is None or iv.estimate is None:
+        return "n/a"
+    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
+    cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
+    return head if cell == "-" else f"{head} {cell}"

@@ -16,9 +16,8 @@ from bnexp.report.frontier import MD as FRONTIER_MD
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_stats import PROBE_KINDS
-from bnexp.report.ics_verdicts import ICS_TITLE
+from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
-from bnexp.report.noise_sweep import noise_table
 from bnexp.report.rules import CHANCE, STD_NOTE
 from bnexp.report.studies import table_md
 from bnexp.runs.rundir import dumps

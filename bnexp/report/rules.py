@@ -7,8 +7,8 @@ the normalizer vocabulary and how a config option is read. Every section of the 
   A run that never did makes a claim about it inconclusive; a claim "does not train" uses it as threshold.
 * **Std** (:data:`DDOF`): every std over seeds is the sample std (ddof=1); one value has none ("(1 seed)").
 * **Bounds** (:class:`Censored`): a run that never reached a target counts as its budget, a *lower* bound
-  on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); a bound enters a claim only
-  where it decides the side of the threshold (:meth:`Censored.usable`); it is written ">= 3.00x".
+  on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); in a claim a bound opens that
+  side of the seed interval (:mod:`bnexp.report.interval`); it is written ">= 3.00x".
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ NUM_CLASSES = 10  # MNIST and CIFAR-10
 CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it: the run never left chance
 DDOF = 1  # the sample std over seeds, in every table and claim
 STD_NOTE = "std is the sample standard deviation over seeds (ddof=1)"
-BOUNDS = ("exact", "lower", "upper", "unknown")
 PREFIX = {"exact": "", "lower": ">= ", "upper": "<= ", "unknown": "~"}
 _FLIP = {"lower": "upper", "upper": "lower"}
 
@@ -89,18 +88,6 @@ class Censored:
         kinds = {self.bound, _FLIP.get(other.bound, other.bound)} - {"exact"}
         bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
         return Censored(self.value / other.value, bound, self.why or other.why)
-
-    def usable(self, direction: str, threshold: float) -> float | None:
-        """The value where it may enter a claim ``direction`` (">" or "<") ``threshold``: an exact value;
-        a bound only when the true value lies on the same side of the threshold as the bound (a lower bound
-        above it, an upper bound below it, or a bound on the threshold that points away); else None."""
-        if self.value is None or self.bound == "unknown":
-            return None
-        if self.bound == "exact":
-            return self.value
-        above = self.value > threshold if direction == ">" else self.value >= threshold
-        below = self.value <= threshold if direction == ">" else self.value < threshold
-        return self.value if (self.bound == "lower" and above) or (self.bound == "upper" and below) else None
 
     def text(self, digits: int = 2, unit: str = "x", missing: str = "not reached") -> str:
         """">= 3.00x" (a lower bound), "<= 0.50x" (upper), "~3.00x (both bounds)" (unknown), "2.50x" or

@@ -1,6 +1,6 @@
 """The study section of ``bnexp report`` (docs/studies/README.md): a sweep of ``scripts/study.sh NAME`` -> the study's
-claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values,
-bootstrap 95% interval and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
+claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values, 95%
+Student-t interval (log ratios for ratios) and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
 configuration and one figure (:mod:`bnexp.report.figures_studies`, which also writes it: ``study_files``).
 
 A sweep folder is a study's when it holds ``study.json`` (written by scripts/study.sh) with the study's
@@ -12,8 +12,8 @@ Conventions shared by the studies (docs/studies/README.md states them for reader
 
 * *steps to a target* is the first evaluated step whose test accuracy is >= the target; a run that never
   reached it is *censored* at its budget (trainer.max_steps), a lower bound on its steps;
-* a ratio of censored steps is a bound (:class:`bnexp.report.rules.Censored`), used for a claim only
-  where it decides the side of the threshold; otherwise that seed drops out (fewer seeds: inconclusive);
+* a ratio of censored steps is a bound (:class:`bnexp.report.rules.Censored`), which opens that
+  side of the claim's seed interval (:mod:`bnexp.report.interval`);
 * *best rate* (:func:`bnexp.report.best_rate.best_rate`): among the rates where every completed seed
   reached the target and none diverged, the one with the fewest mean steps; when no rate qualifies, the
   one with the highest mean final test accuracy. It is chosen on the same seeds the claim then uses (a
@@ -113,7 +113,7 @@ def ratio_claim(claim: Claim, num: pd.DataFrame, den: pd.DataFrame, unit: str = 
     if premise is None and (num.empty or den.empty):
         premise = "no completed runs of one of the two configurations"
     a, b = censored(num, unit), censored(den, unit)
-    return evaluate(claim, {s: a[s] / b[s] for s in sorted(set(a) & set(b))}, premise=premise)
+    return evaluate(claim, {s: a[s] / b[s] for s in sorted(set(a) & set(b))}, premise=premise, scale="log")
 
 
 def diff_claim(claim: Claim, a: dict, b: dict, premise: str | None = None, scale: float = 100.0) -> dict:

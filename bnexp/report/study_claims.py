@@ -22,7 +22,8 @@ import pandas as pd
 import yaml
 
 from bnexp.report.best_rate import edge_of
-from bnexp.report.claims import Claim, evaluate, seed_interval
+from bnexp.report.claims import Claim, evaluate, seed_interval, seed_values
+from bnexp.report.interval import short_text
 from bnexp.report.studies import MARKER, read_marker
 from bnexp.report.rules import CHANCE, NORMALIZERS
 from bnexp.report.studies import (at_best_rate, cells, censored, config_rows, diff_claim, per_seed, ratio_claim,
@@ -49,25 +50,13 @@ PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
     for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
 
 
-def _interval_text(vals: dict) -> str:
-    st = seed_interval(list(vals.values()))
-    if st["mean"] is None:
-        return "n/a"
-    if st["ci_low"] is None:
-        return f"{st['mean']:.3g} ({st['n']} seed)"
-    return f"{st['mean']:.3g} [{st['ci_low']:.3g}, {st['ci_high']:.3g}]"
+def _interval_text(vals: dict, scale: str = "raw") -> str:
+    return short_text(seed_values(vals, scale)[2])
 
 
-def _ratio_values(num: pd.DataFrame, den: pd.DataFrame, claim: Claim, unit: str) -> dict:
+def _ratios(num: pd.DataFrame, den: pd.DataFrame, unit: str) -> dict:
     a, b = censored(num, unit), censored(den, unit)
-    return {s: (a[s] / b[s]).usable(claim.direction, claim.threshold) for s in sorted(set(a) & set(b))}
-
-
-def _side(vals: dict, threshold: float) -> str:
-    st = seed_interval(list(vals.values()))
-    if st["ci_low"] is None:
-        return "unknown"
-    return "above" if st["ci_low"] > threshold else "below" if st["ci_high"] < threshold else "straddles"
+    return {s: a[s] / b[s] for s in sorted(set(a) & set(b))}
 
 
 # --- batch_size --------------------------------------------------------------------------------------------
@@ -95,17 +84,18 @@ def analyze_batch_size(sweep) -> dict:
     for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
         parts, holds = [], []
         for m in ms:
-            vals = _ratio_values(select(c, norm=other, m=m), select(c, norm="batch", m=m), C["BS_ADV_60"], "examples")
-            if not vals:
+            vals = _ratios(select(c, norm=other, m=m), select(c, norm="batch", m=m), "examples")
+            iv = seed_values(vals, "log")[2]
+            if iv is None:
                 continue
-            parts.append(f"m = {m}: {_interval_text(vals)}")
-            if _side(vals, 1.0) == "above":
+            parts.append(f"m = {m}: {short_text(iv)}")
+            if iv.side_of(1.0) == "above":
                 holds.append(str(m))
         if parts:
-            findings.append(f"Examples to 95%, {label} / BN (mean [95% interval]; a run that never reached 95% counts "
-                            f"as its {examples:,} examples): {'; '.join(parts)}. BN needs fewer examples than "
-                            f"{label} "
-                            f"(interval above 1) at m = {', '.join(holds) if holds else 'none of these'}.")
+            findings.append(f"Examples to 95%, {label} / BN (geometric mean [95% t interval on log ratios]; a run "
+                            f"that never reached 95% counts as its {examples:,} examples, a bound): "
+                            f"{'; '.join(parts)}. BN needs fewer examples than {label} (interval above 1) at "
+                            f"m = {', '.join(holds) if holds else 'none of these'}.")
     table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
             "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
@@ -168,7 +158,7 @@ def analyze_inference_statistics(sweep) -> dict:
     for mom in sorted(c["momentum"].dropna().unique(), reverse=True) if not c.empty else []:
         parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'))}"
                  for m in sorted(c["m"].unique())]
-        findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% interval]), "
+        findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% t interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
     return {"title": "Train-mode vs inference-mode statistics", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
