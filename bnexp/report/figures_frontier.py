@@ -1,4 +1,4 @@
-"""The Sec. 4.2 frontier figure (issue 19): left, each preset's frontier (final test accuracy vs training
+"""The Sec. 4.2 frontier figure (docs/cifar/PLAN.md): left, each preset's frontier (final test accuracy vs training
 budget on a log2 axis; seed mean as a line, each seed as points) with the target a*; right, the
 matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every preset, with parity (1x) and the
 pass rule's 5x. Input: :func:`bnexp.report.frontier.analyze`'s dict (or report.json's data)."""

@@ -1,4 +1,4 @@
-"""One figure per study (issue 23), drawn from the study section of report.json alone
+"""One figure per study (docs/studies/), drawn from the study section of report.json alone
 (:func:`bnexp.report.studies.study_section`), so a figure can be redrawn from the JSON.
 
 Every figure follows :mod:`bnexp.report.figstyle`: the legend below the panels, seed means as lines or
