@@ -2,7 +2,8 @@
 by a second ``bnexp train -m`` call into the same folder, a copied run folder). Their results are one sample,
 not two, so the report keeps one of them (:func:`drop_duplicate_seeds`) and says which it dropped.
 
-The rule: among the runs of one configuration (:class:`bnexp.report.groups.ConfigGroup`) with one seed, keep
+The rule: among the runs of one configuration (:class:`bnexp.report.groups.ConfigGroup`) with one seed (and one
+step budget), keep
 the completed run (finished or diverged) with the most SGD steps, then the newest summary.json; the others
 are dropped, each with one warning naming both folders, and listed in report.json's ``duplicate_runs``.
 """
@@ -36,14 +37,21 @@ def _mtime(run: Run) -> float:
     return 0.0
 
 
+def _budget(run: Run):
+    """The run's step budget (``trainer.max_steps``, else the summary's ``max_steps``): runs of one group that
+    differ in it (a budget ladder whose config files lack the key) are not duplicates."""
+    v = run.config.get("trainer.max_steps", run.summary.get("max_steps"))
+    return None if v is None else float(v) if isinstance(v, (int, float)) else str(v)
+
+
 def keep_order(run: Run) -> tuple:
     """Sort key, best first: completed, then most steps, then newest summary.json, then path."""
     return (not run.completed, -_steps(run), -_mtime(run), str(run.path))
 
 
 def drop_duplicate_seeds(groups) -> list[dict]:
-    """Remove from each group's ``runs`` every run whose seed another run of the group has (runs without a
-    known seed are left alone), keeping the best by :func:`keep_order`.
+    """Remove from each group's ``runs`` every run whose seed and step budget another run of the group has
+    (runs without a known seed are left alone), keeping the best by :func:`keep_order`.
 
     Args:
         groups: :class:`bnexp.report.groups.ConfigGroup` list; changed in place.
@@ -54,11 +62,11 @@ def drop_duplicate_seeds(groups) -> list[dict]:
     """
     dropped = []
     for g in groups:
-        by_seed: dict[int, list[Run]] = {}
+        by_seed: dict[tuple, list[Run]] = {}
         for r in g.runs:
             if r.seed is not None:
-                by_seed.setdefault(r.seed, []).append(r)
-        for seed, runs in by_seed.items():
+                by_seed.setdefault((r.seed, _budget(r)), []).append(r)
+        for (seed, _), runs in by_seed.items():
             if len(runs) < 2:
                 continue
             keep, *rest = sorted(runs, key=keep_order)
