@@ -115,12 +115,14 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
-    (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/more_seeds/seed_1_2, then bnexp report
-    SWEEP."; the first three named, then how many more); None when all have.
+    (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/more_seeds/seed_1_2, then bnexp
+    report SWEEP."; the first three named, then how many more); None when all have.
 
     The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
     configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
-    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`). A ``ladder`` sweep (the Sec. 4.2
+    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`), as they are
+    when the configurations lack different seeds (one command for all would retrain a seed some configuration has,
+    which the report would then count once, :mod:`bnexp.report.duplicates`). A ``ladder`` sweep (the Sec. 4.2
     frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script."""
     short = [g for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
