@@ -96,11 +96,11 @@ def test_too_few_seeds_say_which_settings_and_the_command_that_adds_them(tmp_pat
     assert build_report(root).data["seed_advice"] == (
         f"Too few seeds for a verdict (3 completed seeds per configuration needed): bn=true has 1 seed (0); "
         f"bn=false has 1 seed (0). Add seed=1,2: bnexp train -m bn=true,false trainer.max_steps=20000 seed=1,2 "
-        f"hydra.sweep.dir={root / 'seed=1,2'}, then bnexp report {root}.")
+        f"hydra.sweep.dir={root / 'more_seeds' / 'seed_1_2'}, then bnexp report {root}.")
     # that command's runs (in the new folder) make the verdicts real
     for seed in (1, 2):
-        make_run(root / "seed=1,2", f"bn=true,{seed}", bn=True, lr=0.12, seed=seed, knots=BN_05[seed])
-        make_run(root / "seed=1,2", f"bn=false,{seed}", bn=False, lr=0.12, seed=seed, knots=NOBN_05[seed])
+        make_run(root / "more_seeds" / "seed_1_2", f"bn=true,{seed}", bn=True, lr=0.12, seed=seed, knots=BN_05[seed])
+        make_run(root / "more_seeds" / "seed_1_2", f"bn=false,{seed}", bn=False, lr=0.12, seed=seed, knots=NOBN_05[seed])
     data = build_report(root).data
     assert data["seed_advice"] is None
     speed = next(r for r in data["claims"] if r["name"] == "BN trains in fewer steps")
@@ -141,7 +141,7 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
     (root / "multirun.yaml").write_text(multirun.format(one_call))
     advice = build_report(root).data["seed_advice"]
     assert f"Add seed=1,2: bnexp train -m bn=true,false,noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 " \
-        f"hydra.sweep.dir={root / 'seed=1,2'}, then" in advice, advice
+        f"hydra.sweep.dir={root / 'more_seeds' / 'seed_1_2'}, then" in advice, advice
 
 
 def test_configurations_share_a_command_only_when_their_values_form_a_full_grid(tmp_path):

@@ -467,6 +467,12 @@ def test_corrupt_files_do_not_crash(tmp_path):
     (nometrics / "shift.jsonl").write_text("garbage\n")
     report = build_report(root)
     (conf,) = report.data["configurations"]
+    # no metrics.jsonl but a whole summary.json: the run counts with the summary's numbers (95% at 1,400)
+    assert (conf["runs"], conf["completed"], conf["failed"]) == (3, 2, 1)
+    assert sorted(conf["steps_to_target"]["0.95"]["per_seed"]) == [1000, 1400]
+    (nometrics / "summary.json").write_text(json.dumps({**json.loads((nometrics / "summary.json").read_text()),
+                                                        "final_test_accuracy": None}))
+    (conf,) = build_report(root).data["configurations"]  # nothing says how it ended: failed
     assert (conf["runs"], conf["completed"], conf["failed"]) == (3, 1, 2)
     assert conf["steps_to_target"]["0.95"]["text"] == "1,000 (1 seed)"  # never "± 0" from one run
     assert report_main([str(root)]) == 0

@@ -12,7 +12,9 @@ from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import ics_run_frame, ics_summary
 from bnexp.report.ics_verdicts import ics_claims, ics_section, noise_strength_section
-from bnexp.report.load import ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, target_key
+from bnexp.report.duplicates import drop_duplicate_seeds
+from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
+                               target_key)
 from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
@@ -111,6 +113,11 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                           f"{sweep_dir}.")
     targets = sorted(targets) if targets else default_targets(sweep.runs)
     groups = group_runs(sweep.runs)
+    duplicates = drop_duplicate_seeds(groups)  # one count per (configuration, seed)
+    if duplicates:
+        kept = {id(r) for g in groups for r in g.runs}
+        sweep = sweep_of([r for r in sweep.runs if id(r) in kept])
+        groups = group_runs(sweep.runs)
     every = sorted({*targets, *SPEEDUP_TARGETS, TARGET, CNN_TARGET})  # the steps every section reads
     sweep.table = run_table(sweep.runs, sweep.metrics, every)
     table = sweep.table.assign(group=pd.Series({r.id: g.key for g in groups for r in g.runs}))
@@ -126,7 +133,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
-        "runs": len(sweep.runs), "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
+        "runs": len(sweep.runs), "duplicate_runs": duplicates, "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
         "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
         "claims": ics_claims(groups, table, targets), "ics": ics,

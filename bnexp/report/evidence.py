@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
@@ -30,14 +31,32 @@ def _kept(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(SKIP)]
 
 
+def _sweep_dir(folder: Path) -> str:
+    """``hydra.sweep.dir=FOLDER`` as one shell word Hydra's override grammar takes: a folder with characters
+    the grammar refuses unquoted (``=``, ``,``, a space, ...) is quoted for Hydra
+    (:func:`bnexp.designs.preflight.sweep_dir_override`) and then for the shell."""
+    from bnexp.designs.preflight import sweep_dir_override
+    from bnexp.errors import UserError
+
+    text = str(folder)
+    if re.fullmatch(r"[\w./+-]+", text):
+        return f"hydra.sweep.dir={text}"
+    try:
+        return shlex.quote(sweep_dir_override(text))
+    except UserError:  # a backslash or '$': Hydra cannot take it; shown as it is
+        return shlex.quote(f"hydra.sweep.dir={text}")
+
+
 def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None = None, folder: str = "") -> str:
-    """The command that adds ``seeds`` to the sweep in ``sweep_dir``: ``overrides`` (default: its multirun.yaml's,
-    :func:`bnexp.runs.runnames.read_sweep_overrides`) without seed and hydra.*, the seeds and a new sweep folder
-    inside it (``folder``, default ``seed=...``; no run folder is reused)."""
+    """The command that adds ``seeds`` to the sweep in ``sweep_dir``, as a shell command line that runs as
+    printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runs.runnames.read_sweep_overrides`)
+    without seed and hydra.*, each quoted for the shell where needed, the seeds and a new sweep folder inside it
+    (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which Hydra's grammar refuses; no run folder
+    is reused)."""
     keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
     seed = f"seed={','.join(map(str, seeds))}"
-    return " ".join(["bnexp train -m", *(keep or ["<the sweep's overrides>"]), seed,
-                     f"hydra.sweep.dir={Path(sweep_dir) / (folder or seed)}"])
+    return " ".join(["bnexp train -m", *([shlex.quote(o) for o in keep] or ["<the sweep's overrides>"]), seed,
+                     _sweep_dir(Path(sweep_dir) / (folder or f"more_seeds/seed_{'_'.join(map(str, seeds))}"))])
 
 
 def _values(overrides: list[str]) -> dict[str, set[str]] | None:
@@ -96,18 +115,21 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
-    (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/seed=1,2, then bnexp report
-    SWEEP."; the first three named, then how many more); None when all have.
+    (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/more_seeds/seed_1_2, then bnexp
+    report SWEEP."; the first three named, then how many more); None when all have.
 
     The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
     configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
-    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`). A ``ladder`` sweep (the Sec. 4.2
+    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`), as they are
+    when the configurations lack different seeds (one command for all would retrain a seed some configuration has,
+    which the report would then count once, :mod:`bnexp.report.duplicates`). A ``ladder`` sweep (the Sec. 4.2
     frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script."""
     short = [g for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
         return None
     seeds = [sorted({r.seed for r in g.completed if r.seed is not None}) for g in short]
     add = sorted({s for have in seeds for s in seeds_to_add(have, min_seeds)})
+    one_set = len({tuple(seeds_to_add(have, min_seeds)) for have in seeds}) == 1
     names = "; ".join(f"{g.label} has {len(g.completed)} seed{'' if len(g.completed) == 1 else 's'}"
                       + (f" ({', '.join(map(str, have))})" if have else "") for g, have in zip(short[:3], seeds))
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
@@ -118,13 +140,17 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
         have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
         how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
                "overrides the sweep ran with (it skips the finished runs)")
-    elif all(from_last_call(job, sweep) for job in jobs):
+    elif all(from_last_call(job, sweep) for job in jobs) and (one_set or None in jobs):
         how = sweep_command(sweep_dir, add, task)
-    else:  # several multirun calls in one folder: commands from the configurations' own overrides
+    else:  # several multirun calls in one folder, or configurations lacking different seeds (one command for all
+        # would retrain a seed some configuration has): commands from the configurations' own overrides
         cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds)
-        how = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's, so run "
-               + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
+        why = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's"
+               if not all(from_last_call(job, sweep) for job in jobs) else
+               "the configurations lack different seeds (one command for all would retrain seeds some have)")
+        how = (why + ", so run " + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
                + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
                   if len(cmds) > MAX_COMMANDS else ""))
     return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
-            f"seed={','.join(map(str, add))}: {how}, then bnexp report {sweep_dir}.")
+            + (f"seed={','.join(map(str, add))}" if one_set or ladder else "the seeds each lacks")
+            + f": {how}, then bnexp report {shlex.quote(str(sweep_dir))}.")

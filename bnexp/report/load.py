@@ -11,6 +11,7 @@ an exception (a corrupt JSON-lines line is skipped with a warning, the later rec
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +21,13 @@ import numpy as np
 import pandas as pd
 
 from bnexp.report.rules import CHANCE, normalizer
-from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, find_run_dirs,
-                               flatten, is_run_dir, read_config, read_records, read_summary)
+from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY,
+                               find_run_dirs, first_reached, flatten, is_run_dir, read_config, read_records,
+                               read_summary)
 
-__all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep"]
+log = logging.getLogger("bnexp.report")
+
+__all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep", "sweep_of"]
 
 # Config keys that do not change the experiment, left out of the grouping: the result-neutral keys of
 # bnexp.runs.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
@@ -97,8 +101,57 @@ def config_key(config: dict, exclude: Iterable[str] = ()) -> str:
     return json.dumps(items, sort_keys=True, default=str)
 
 
+# summary.json keys the report reads as numbers; a value of another type is dropped with one warning.
+NUMBER_KEYS = ("best_test_accuracy", "final_test_accuracy", "final_test_accuracy_ema", "step", "max_steps", "seed",
+               "batch_size", "best_step", "diverged_step", "lr")
+TEXT_KEYS = ("status", "experiment", "error")
+AGREE_TOL = 1e-6  # accuracies of summary.json and metrics.jsonl that differ by more disagree
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def clean_summary(summary: dict, path: Path) -> dict:
+    """``summary`` (read from ``path``, a summary.json) without the values of the wrong type: a non-number
+    under :data:`NUMBER_KEYS` (``null`` stays), a non-string under :data:`TEXT_KEYS`, a ``steps_to_target`` that is
+    not an object and its entries that are not a whole number of steps or ``null``. Each dropped value is one
+    warning naming the file and the key; the report then uses the run's other files for it (never a traceback)."""
+    out = dict(summary)
+
+    def drop(key: str, value: Any, want: str) -> None:
+        log.warning("%s: key %s is %s, not %s; ignored (the report uses the run's other files for it)",
+                    path, key, json.dumps(value, default=str)[:40], want)
+
+    for key in NUMBER_KEYS:
+        if out.get(key) is not None and not _is_number(out[key]):
+            drop(key, out.pop(key), "a number")
+    for key in TEXT_KEYS:
+        if out.get(key) is not None and not isinstance(out[key], str):
+            drop(key, out.pop(key), "a string")
+    steps = out.get("steps_to_target")
+    if steps is not None and not isinstance(steps, dict):
+        drop("steps_to_target", out.pop("steps_to_target"), "an object {target: steps}")
+    elif steps:
+        kept = {}
+        for k, v in steps.items():
+            try:
+                float(k)
+            except ValueError:
+                drop(f"steps_to_target.{k}", v, "a target accuracy key")
+                continue
+            if v is None or (_is_number(v) and float(v).is_integer() and v >= 0):
+                kept[k] = v
+            else:
+                drop(f"steps_to_target.{k}", v, "a whole number of steps or null")
+        out["steps_to_target"] = kept
+    return out
+
+
 def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | None]:
-    """(status, error) of a run: finished | diverged | failed | incomplete."""
+    """(status, error) of a run: finished | diverged | failed | incomplete. A finished or diverged run with an
+    empty metrics.jsonl stays completed when its summary.json holds its final test accuracy (the report then
+    takes its numbers from summary.json, :func:`_check_sources`)."""
     if summary is None:
         return "failed", "summary.json missing or unreadable"
     st = summary.get("status")
@@ -107,8 +160,37 @@ def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | N
     if st in ("running", "interrupted"):
         return "incomplete", f"status {st}"
     if st in COMPLETE_STATUSES:
-        return (st, None) if metrics else ("failed", "metrics.jsonl missing or empty")
+        return (st, None) if metrics or _is_number(summary.get("final_test_accuracy")) else (
+            "failed", "metrics.jsonl missing or empty")
     return "failed", f"unknown status {st!r} in summary.json"
+
+
+def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: str) -> None:
+    """Warn where the run's two records of its result differ: summary.json (written last, by the trainer's
+    finish) and metrics.jsonl (every evaluation). An empty metrics.jsonl: the numbers are summary.json's. Both
+    readable: its final test accuracy (``final_test_accuracy_ema`` when Alg. 2's recomputed statistics replaced
+    it) against the last evaluation, and every ``steps_to_target`` it lists against the first evaluation at or
+    above that target (:func:`bnexp.runs.rundir.first_reached`); a difference is one warning naming the run and
+    both files, and summary.json's value is used (:func:`run_table`)."""
+    if status not in COMPLETE_STATUSES:
+        return
+    if not metrics:
+        log.warning("%s: %s is missing or empty; its final test accuracy and steps to targets are taken from "
+                    "%s", run_dir, METRICS, SUMMARY)
+        return
+    diffs = []
+    last = metrics[-1].get("test_accuracy")
+    final = _first(summary.get("final_test_accuracy_ema"), summary.get("final_test_accuracy"))
+    if _is_number(final) and _is_number(last) and abs(final - last) > AGREE_TOL:
+        diffs.append(f"final test accuracy {final:.4g} vs {last:.4g}")
+    for k, v in (summary.get("steps_to_target") or {}).items():
+        seen = first_reached(metrics, float(k))
+        if seen != v:
+            diffs.append(f"steps to {k}: {'not reached' if v is None else v} vs "
+                         f"{'not reached' if seen is None else seen}")
+    if diffs:
+        log.warning("%s: %s and %s disagree (%s); the report uses %s's (written last)", run_dir, SUMMARY,
+                    METRICS, "; ".join(diffs), SUMMARY)
 
 
 def load_run(run_dir: Path) -> Run:
@@ -117,9 +199,12 @@ def load_run(run_dir: Path) -> Run:
     none), else the summary's :data:`SUMMARY_FIELDS`."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
+    if summary is not None:
+        summary = clean_summary(summary, run_dir / SUMMARY)
     raw = read_config(run_dir)
     metrics = read_records(run_dir, METRICS, ("step", "test_accuracy"))
     status, error = _run_status(summary, metrics)
+    _check_sources(run_dir, summary or {}, metrics, status)
     s = summary or {}
     if raw is not None:
         config = {k: v for k, v in flatten(raw).items()
@@ -248,7 +333,11 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
 def load_sweep(run_dirs: list[Path], targets: Iterable[float] = ()) -> Sweep:
     """Read every run directory (:func:`load_run`) into a :class:`Sweep` whose table has the steps to
     every target of ``targets`` (:func:`run_table`)."""
-    runs = [load_run(d) for d in run_dirs]
+    return sweep_of([load_run(d) for d in run_dirs], targets)
+
+
+def sweep_of(runs: list[Run], targets: Iterable[float] = ()) -> Sweep:
+    """A :class:`Sweep` of runs already read (their ids renumbered 0..n-1 in this order)."""
     for i, r in enumerate(runs):
         r.id = i
     metrics = records_frame(runs, "metrics")
