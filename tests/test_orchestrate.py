@@ -407,7 +407,8 @@ def test_reproduce_all_plans_runs_and_regenerates_the_docs_in_order(script, tmp_
     heads = [line.split(" of ")[1].split(" (")[0] for line in out.splitlines() if line.startswith("DRY_RUN: ")]
     assert heads == [f"outputs/sweeps/{f}" for f in folders]
     parts = [int(m) for m in re.findall(r"^estimated wall time: (\d+) min with", out, re.MULTILINE)]  # MNIST
-    parts += [int(m) for m in re.findall(r"^to run, always: .* about [\d.]+ h \((\d+) min\)", out, re.MULTILINE)]  # ladder
+    ladder = r"^to run, always: .* about [\d.]+ h \((\d+) min\)"
+    parts += [int(m) for m in re.findall(ladder, out, re.MULTILINE)]  # the CIFAR-10 ladder
     parts += [int(m) for m in re.findall(r"part: estimated wall time: (\d+) min", out)]  # the ICS study
     parts += [int(m) for m in re.findall(r"^total: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
     total = int(re.search(r"estimated wall time: (\d+) min in all", out).group(1))
