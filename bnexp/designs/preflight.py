@@ -210,7 +210,7 @@ class Env:
     @property
     def verify(self) -> str:
         """``data.verify_checksums``: VERIFY_CHECKSUMS, else false for the re-encoded CIFAR-10 copy in
-        ../shared/data (/work/shared/README.md; a note says so), else true."""
+        ../shared/data (../shared/README.md; a note says so), else true."""
         if self._verify is None:
             self._verify = self.get("VERIFY_CHECKSUMS") or "true"
             root, shared = self.get("BNEXP_DATA_ROOT"), Path("../shared/data")
