@@ -10,7 +10,7 @@ key with its default and description (from the schemas in :mod:`bnexp.config.sch
 Errors: :func:`main` is the one place that turns an error into one ``bnexp: error: ...`` line:
 a :class:`~bnexp.errors.UserError`, or an error of Hydra's composition or OmegaConf (a wrong
 type, an unknown key or group option), worded by :func:`bnexp.config.explain.explain`.
-Exit codes: 0 success; 1 a sweep with failed jobs (listed at its end, :mod:`bnexp.runs.sweepjobs`),
+Exit codes: 0 success; 1 a sweep with failed jobs (listed at its end, :mod:`bnexp.runfolders.sweepjobs`),
 or an internal error, with its traceback; 2 a user error; 130 Ctrl-C (one line, no traceback,
 at any phase), 128 + N another signal N.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import bnexp
 from bnexp.errors import UserError
-from bnexp.runs.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
+from bnexp.runfolders.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
 
 log = logging.getLogger("bnexp")
 
@@ -108,7 +108,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
 
     - a run folder holds one configuration: a folder whose run is complete or resumable and was
       made with a different result-changing value is refused (:func:`_refuse_other_config`);
-      the keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count;
+      the keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count;
     - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
       re-run of a sweep does only what is left and never overwrites a finished run;
     - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
@@ -118,7 +118,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     - a lock file keeps two processes out of one run directory.
 
     User errors: single run -> one message and exit code 2; in a multirun the job is
-    recorded as ``failed``, returns a :class:`~bnexp.runs.sweepjobs.FailedRun` and the sweep goes
+    recorded as ``failed``, returns a :class:`~bnexp.runfolders.sweepjobs.FailedRun` and the sweep goes
     on. Internal errors: recorded as ``failed`` with the traceback in summary.json; re-raised
     in a single run (traceback kept). Ctrl-C before training: one line, exit code 130.
     SIGINT/SIGTERM: checkpoint saved, status ``interrupted``, exit code 128 + signal.
@@ -134,7 +134,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
                     else distributed.Replicas())
     except UserError as exc:
-        from bnexp.runs.start import HeldLog
+        from bnexp.runfolders.start import HeldLog
 
         fresh, held = _is_fresh(run_dir), HeldLog(run_dir)
         _print_error(str(exc))
@@ -180,7 +180,7 @@ def _follow(cfg, run_dir: Path, replicas):
     except Interrupted as exc:
         raise SystemExit(128 + exc.signum)
     except Exception as exc:  # a collective failed: if rank 0 died, its status is this replica's to correct
-        from bnexp.runs.start import record_lost_rank0
+        from bnexp.runfolders.start import record_lost_rank0
 
         line = record_lost_rank0(run_dir, replicas.rank, exc)
         if line is not None:
@@ -193,17 +193,17 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """:func:`run_job` in the process that writes the run directory (the only one, or rank 0).
 
     Nothing is written into the run folder -- neither Hydra's ``.hydra/``
-    (:func:`bnexp.runs.start.save_hydra_files`) nor ``train.log`` (:class:`bnexp.runs.start.HeldLog`),
+    (:func:`bnexp.runfolders.start.save_hydra_files`) nor ``train.log`` (:class:`bnexp.runfolders.start.HeldLog`),
     summary.json or a cleared record -- until bnexp has decided to train there: the config is valid, the folder holds no other configuration's run or checkpoint
     (:func:`_refuse_other_config`, :func:`bnexp.train.resume.refuse_foreign_checkpoint`), it is not
     complete, its lock is free, and the data and the model are ready (``on_begin`` of
     :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as
     it was (and removes a folder Hydra made for it).
     """
-    from bnexp.runs import rundir, start
+    from bnexp.runfolders import rundir, start
     from bnexp.config.schema import validate
     from bnexp.errors import Interrupted, OutputError
-    from bnexp.runs.sweepjobs import FailedRun
+    from bnexp.runfolders.sweepjobs import FailedRun
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume = cfg.trainer.resume
@@ -268,16 +268,16 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
         tell_followers(True)
         summary = member_train(cfg, run_dir, resume=resume is not False, on_begin=begin)  # alone, or in a stack
-        if multirun:  # one line per job; the sweep ends on one table (bnexp.runs.sweepsummary)
+        if multirun:  # one line per job; the sweep ends on one table (bnexp.runfolders.sweepsummary)
             log.info("%s: %s, final test accuracy %s", run_dir.name, summary.get("status"),
                      summary.get("final_test_accuracy"))
         else:
-            from bnexp.runs.sweepsummary import print_summary
+            from bnexp.runfolders.sweepsummary import print_summary
 
             print_summary(summary)
         return summary
     except Interrupted as exc:
-        from bnexp.runs.resumecmd import resume_command
+        from bnexp.runfolders.resumecmd import resume_command
 
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. Resume this run with: "
                      f"{resume_command(run_dir, overrides)}")
@@ -296,7 +296,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             else:
                 _record_failure(run_dir, cfg, str(user), None)
                 if (run_dir / "checkpoint.pt").exists() and not multirun:
-                    from bnexp.runs.resumecmd import resume_command
+                    from bnexp.runfolders.resumecmd import resume_command
 
                     print(f"Resume this run with: {resume_command(run_dir, overrides)}", file=sys.stderr)
             if multirun:
@@ -318,8 +318,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
 
 
 def _refuse_other_config(cfg, run_dir: Path) -> None:
-    """:func:`bnexp.runs.start.refuse_other_config` (a run folder holds one configuration)."""
-    from bnexp.runs.start import refuse_other_config
+    """:func:`bnexp.runfolders.start.refuse_other_config` (a run folder holds one configuration)."""
+    from bnexp.runfolders.start import refuse_other_config
 
     refuse_other_config(cfg, run_dir)
 
@@ -328,7 +328,7 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, override
     """Ctrl-C before the training loop took over the signal (validation, data loading): one line;
     a folder holding nothing yet is removed, an attempt in a kept folder is recorded. Returns the
     lock still to release (None once released)."""
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
 
     summary = rundir.read_summary(run_dir) or {}
     if fresh and not summary:
@@ -337,7 +337,7 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, override
         return None
     if summary.get("status") == "running":
         _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
-    from bnexp.runs.resumecmd import resume_command
+    from bnexp.runfolders.resumecmd import resume_command
 
     _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. Resume or start it with: "
                  f"{resume_command(run_dir, overrides)}")
@@ -365,7 +365,7 @@ def _record_failure(run_dir: Path, cfg, message: str, tb: str | None) -> None:
     status is ``failed`` (a sweep re-run starts that run over). A complete summary.json
     (``finished`` or ``diverged``) is never overwritten: the attempt's error goes to the log only.
     """
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
 
     try:
         prev = rundir.read_summary(run_dir) or {}
@@ -439,7 +439,7 @@ def train_main(args: list[str]) -> int:
     """
     from bnexp.config.schema import CONF_DIR, hydra_overrides
     from bnexp.config.explain import parse_overrides
-    from bnexp.runs.sweepjobs import sweep_failures
+    from bnexp.runfolders.sweepjobs import sweep_failures
 
     if not CONF_DIR.is_dir():
         raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
@@ -452,12 +452,12 @@ def train_main(args: list[str]) -> int:
         print(train_help(flags.overrides))
         return 0
     if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
-        problem = check_output_location(args)  # bnexp.runs.paths
+        problem = check_output_location(args)  # bnexp.runfolders.paths
         if problem:
             raise UserError(problem)
     args, replica_dir = replica_arguments(args)
     if not (flags.hydra_help or flags.cfg or flags.info or flags.shell_completion):
-        from bnexp.runs.start import hold_hydra_output_subdir
+        from bnexp.runfolders.start import hold_hydra_output_subdir
 
         args = hold_hydra_output_subdir(args)
     app = _hydra_train()

@@ -18,7 +18,7 @@ import logging
 import pytest
 import torch
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.config.schema import compose_config
 from bnexp.errors import CheckpointMismatch, UserError
 from bnexp.train.trainer import train

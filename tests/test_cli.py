@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from bnexp.config.schema import compose_config, validate
 from bnexp.nets.models import HiddenLayer, build_model
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 
 from conftest import FAST
 
@@ -211,7 +211,7 @@ def test_unknown_command_and_report_of_missing_dir(run_bnexp, tmp_path):
 
 
 def test_long_override_sets_get_short_unique_folder_names():
-    from bnexp.runs.runnames import MAX_DIRNAME, safe_dirname as _safe_dirname
+    from bnexp.runfolders.runnames import MAX_DIRNAME, safe_dirname as _safe_dirname
 
     a = "+experiment=bn_baseline,bn='true'," + ",".join(f"monitor.option_{i}=value_{i}" for i in range(20))
     b = a.replace("value_19", "value_X")

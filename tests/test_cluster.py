@@ -45,7 +45,7 @@ def _signal_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: in
     import subprocess
     import time
 
-    from bnexp.runs.rundir import read_jsonl
+    from bnexp.runfolders.rundir import read_jsonl
 
     job = subprocess.Popen(exe, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sent = False

@@ -32,7 +32,7 @@ def test_a_second_signal_records_interrupted_and_removes_partial_files(tmp_path)
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from bnexp.runs import start
+        from bnexp.runfolders import start
         from bnexp.train.runtime import SignalGuard
         run_dir = Path({str(run_dir)!r})
         with SignalGuard() as guard:

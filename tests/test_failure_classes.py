@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bnexp.runs import rundir
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders import rundir
+from bnexp.runfolders.rundir import read_jsonl
 
 from conftest import FAST, REPO, spawn_bnexp, steps_of, strict_json, wait_for
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bnexp.runs import rundir
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders import rundir
+from bnexp.runfolders.rundir import read_jsonl
 
 from conftest import FAST, spawn_bnexp, wait_for
 
@@ -226,7 +226,7 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatc
 def test_run_directory_lock_keeps_a_second_process_out(tmp_path):
     lock = rundir.RunLock(tmp_path)
     assert lock.acquire()
-    code = ("import sys; from bnexp.runs.rundir import RunLock; "
+    code = ("import sys; from bnexp.runfolders.rundir import RunLock; "
             f"sys.exit(0 if not RunLock({str(tmp_path)!r}).acquire() else 1)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
     lock.release()

@@ -9,7 +9,7 @@ from torch import nn
 from bnexp.config.schema import compose_config
 from bnexp.nets.bn import NoisyBatchNorm
 from bnexp.nets.models import build_model
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 
 
 def test_train_with_all_ics_measurements(bnexp_train, tmp_path):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bnexp.config.schema import compose_config, validate
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 from bnexp.train.loggers import CSVScalars, RunLoggers
 
 from conftest import FAST

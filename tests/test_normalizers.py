@@ -325,7 +325,7 @@ def test_groups_range_from_the_schema():
 
 
 def test_run_names_tell_the_kinds_and_positions_apart():
-    from bnexp.runs.runnames import safe_dirname, swept_name
+    from bnexp.runfolders.runnames import safe_dirname, swept_name
 
     names = {swept_name([f"bn={k}", f"bn.position={p}"], {"bn", "bn.position"})
              for k in ("'true'", "'false'", "noisy", "layer", "group") for p in ("before", "after")}

@@ -1,4 +1,4 @@
-"""The sweep scripts' orchestrator (bnexp/designs/orchestrate.py, preflight.py, bnexp/runs/supervise.py):
+"""The sweep scripts' orchestrator (bnexp/designs/orchestrate.py, preflight.py, bnexp/runfolders/supervise.py):
 every input checked once before anything runs, DRY_RUN's commands are the ones that run, a refused block
 stops the script, and SIGINT/SIGTERM stop every process the script started (real process trees), record
 the runs ``interrupted`` with their checkpoints, and the same command resumes them.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bnexp.designs import orchestrate
-from bnexp.runs import supervise
+from bnexp.runfolders import supervise
 
 from conftest import REPO, wait_for
 

@@ -15,7 +15,7 @@ import json
 import pytest
 from tensorboard.summary.writer import record_writer
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.config.schema import compose_config
 from bnexp.errors import OutputError
 from bnexp.train.trainer import train

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bnexp.runs.paths import broken_link
+from bnexp.runfolders.paths import broken_link
 
 from conftest import SHORT_RUN
 

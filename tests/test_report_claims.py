@@ -1,5 +1,5 @@
 """The claims table of `bnexp report` (bnexp/report/ics_verdicts.py) on synthetic sweeps written with the
-run-directory writers of bnexp.runs.rundir (no training): each claim's verdict follows the per-seed values
+run-directory writers of bnexp.runfolders.rundir (no training): each claim's verdict follows the per-seed values
 it is given, the noisy-BN claims need their premise, and a rescaled copy of a run cannot make
 "BN reduces shift" supported (the scale-free measures are computed here with scipy from samples)."""
 
@@ -15,7 +15,7 @@ from scipy import stats as sps
 from bnexp.report import build_report, report_main
 from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate
 from bnexp.report.ics_verdicts import CLAIMS, main_target
-from bnexp.runs.rundir import write_jsonl, write_summary, write_text
+from bnexp.runfolders.rundir import write_jsonl, write_summary, write_text
 
 MAX_STEPS = 10_000
 TARGETS = [0.9, 0.95, 0.97]  # main target: 95%

@@ -14,7 +14,7 @@ import pytest
 
 from test_report import BN_05, NOBN_05, make_run
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.report import build_report, report_main
 
 TEXT_FILES = ("report.md", "report.csv", "report.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 
 from conftest import SHORT_RUN
 

@@ -1,6 +1,6 @@
 """A run folder holds one configuration (docs/reliability.md): a folder whose run is finished or
 resumable refuses a command with a different result-changing value, naming the keys and the two
-ways out; the result-neutral keys (one list, ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS``) never block.
+ways out; the result-neutral keys (one list, ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS``) never block.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from bnexp import cli
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.config.schema import changed_keys, compose_config, resolved
 from bnexp.errors import UserError
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 
 from conftest import FAST
 

@@ -104,14 +104,14 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
     """The terminal's SIGINT reaches the launcher and its workers; every job that was training ends
     ``interrupted`` with the checkpoint its log announces, the sweep stops, no traceback.
 
-    (Without :class:`bnexp.runs.sweepsignals.SweepSignals` joblib killed the workers still saving: a run stayed
+    (Without :class:`bnexp.runfolders.sweepsignals.SweepSignals` joblib killed the workers still saving: a run stayed
     ``running`` without the checkpoint its log announced.)"""
     sweep = tmp_path / "sweep"
     exe = Path(sys.executable).with_name("bnexp")
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
     # wide layers: a checkpoint takes long enough to write that killing a worker early would show
     p = _terminal_job([str(exe), "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                       "++hydra.callbacks.sweep_signals._target_=bnexp.runs.sweepsignals.SweepSignals",
+                       "++hydra.callbacks.sweep_signals._target_=bnexp.runfolders.sweepsignals.SweepSignals",
                        "seed=0,1,2", "model.hidden=[1500,1500,1500]", "trainer.max_steps=100000",
                        "trainer.progress=false", "trainer.num_threads=1", "trainer.ckpt_every=100000",
                        "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",
@@ -140,7 +140,7 @@ def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch
     """wait_for_sweep_siblings: a sibling run folder that is ``running`` under a live lock is waited
     for (until the timeout); one that is interrupted, finished or unlocked is not; outside a sweep
     under SweepSignals nothing is waited for."""
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
     from bnexp.train.runtime import SWEEP_ENV, wait_for_sweep_siblings
 
     sweep = tmp_path / "sweep"

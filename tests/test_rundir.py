@@ -1,4 +1,4 @@
-"""The run-directory schema (bnexp.runs.rundir): reading every run-folder file forgivingly but never silently,
+"""The run-directory schema (bnexp.runfolders.rundir): reading every run-folder file forgivingly but never silently,
 writing several files so that they change together, finding run folders through symlinks, json_safe
 and flatten."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 
 RECORDS = [{"step": s, "test_accuracy": a} for s, a in ((0, 0.1), (100, 0.5), (200, 0.9), (300, 0.95))]
 

@@ -3,7 +3,7 @@ never lets two processes hold one folder.
 
 The race being guarded against: process B opens ``.lock`` while A holds it; A removes
 the file and unlocks; B's flock then succeeds on the removed file while C creates and
-locks a new ``.lock``. :class:`bnexp.runs.rundir.RunLock` prevents it by unlinking before
+locks a new ``.lock``. :class:`bnexp.runfolders.rundir.RunLock` prevents it by unlinking before
 unlocking and by checking, after the flock, that the path is still the locked file.
 """
 
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 
 
 def test_release_removes_the_lock_file_and_the_folder_can_be_taken_again(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from bnexp.runs.runnames import safe_dirname, swept_keys, swept_name, sweep_subdir
+from bnexp.runfolders.runnames import safe_dirname, swept_keys, swept_name, sweep_subdir
 
 
 def test_swept_keys_follow_hydra_sweep_grammar_and_last_override_wins():

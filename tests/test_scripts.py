@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bnexp.runs.rundir import read_jsonl
+from bnexp.runfolders.rundir import read_jsonl
 
 from conftest import REPO
 

@@ -20,7 +20,7 @@ from bnexp.report.rules import Censored
 from bnexp.report.studies import MARKER, cells
 from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
-from bnexp.runs.rundir import dumps
+from bnexp.runfolders.rundir import dumps
 
 
 def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int = 60, lr: float = 0.6,

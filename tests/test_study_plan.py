@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from bnexp.config.schema import BNConfig, compose_config, quote_bn_overrides, validate
-from bnexp.runs.runnames import sweep_subdir
+from bnexp.runfolders.runnames import sweep_subdir
 from bnexp.designs.studies import (STUDIES, CostModel, Job, build_studies, estimate, expand, makespan, pending_lines)
 
 from conftest import REPO
@@ -51,7 +51,7 @@ def test_folders_are_the_names_bnexp_gives_sweep_jobs(tmp_path):
     assert expand(studies["batch_size"])[-1].folder == "ghost,m=60/bn.ghost_batch_size=4,seed=2"
     assert expand(studies["depth"])[0].folder == "depth=12/bn=true,lr=0.9,seed=0"
     assert expand(studies["normalizer"])[-1].folder == "bn=group,groups=4/lr=14.4,seed=2"
-    # every job: bnexp.runs.runnames.sweep_subdir with the multirun.yaml Hydra writes for its multirun
+    # every job: bnexp.runfolders.runnames.sweep_subdir with the multirun.yaml Hydra writes for its multirun
     for name, study in studies.items():
         jobs = expand(study)
         for i, batch in enumerate(study.batches):

@@ -1,4 +1,4 @@
-"""The failed jobs of a sweep, collected by the Hydra callback bnexp.runs.sweepjobs.FailedJobs.
+"""The failed jobs of a sweep, collected by the Hydra callback bnexp.runfolders.sweepjobs.FailedJobs.
 
 Launchers run a job's ``on_job_end`` in the process that ran the job (a joblib worker, a cluster
 job) on a pickled copy of the callback made after ``on_multirun_start``; the list is printed by the
@@ -15,8 +15,8 @@ import pickle
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from bnexp.runs import sweepjobs
-from bnexp.runs.sweepjobs import FailedJobs, FailedRun
+from bnexp.runfolders import sweepjobs
+from bnexp.runfolders.sweepjobs import FailedJobs, FailedRun
 
 
 def _job(sweep_dir, name: str, status: JobStatus, value) -> tuple:
@@ -57,7 +57,7 @@ def test_a_sweep_without_failures_lists_nothing(tmp_path, capsys):
 def test_sweep_summary_table_reads_every_run_of_the_sweep(tmp_path):
     """One row per run folder (named by the swept keys), the accuracies and first steps of its summary.json,
     '-' for a target never reached, the step an interrupted run stopped at."""
-    from bnexp.runs.sweepsummary import summary_rows
+    from bnexp.runfolders.sweepsummary import summary_rows
 
     def run(name, **summary):
         (tmp_path / name).mkdir()

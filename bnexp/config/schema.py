@@ -24,7 +24,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from bnexp.config import checks as c
 from bnexp.errors import ConfigError, UserError
 from bnexp.config.resources import DATASETS
-from bnexp.runs.runnames import safe_dirname, sweep_subdir
+from bnexp.runfolders.runnames import safe_dirname, sweep_subdir
 
 INITS = ("normal", "kaiming", "xavier", "torch")
 
@@ -324,7 +324,7 @@ def _div(a, *divisors) -> int:
 
 def _neutral_keys() -> list[str]:
     """``${bnexp_neutral_keys:}``: the result-neutral keys (leave them out of run-folder names)."""
-    from bnexp.runs.rundir import RESULT_NEUTRAL_KEYS
+    from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS
 
     return [k for k in RESULT_NEUTRAL_KEYS if not k.startswith("hydra.")]
 
@@ -337,7 +337,7 @@ def register_configs() -> None:
     cs.store(group="schema/model", name="cnn", node=CNNConfig)
     resolvers = {
         "bnexp_dirname": safe_dirname,
-        "bnexp_sweep_subdir": sweep_subdir,  # sweep jobs are named by the swept keys only (bnexp.runs.runnames)
+        "bnexp_sweep_subdir": sweep_subdir,  # sweep jobs are named by the swept keys only (bnexp.runfolders.runnames)
         "bnexp_mul": lambda a, b: float(a) * float(b),  # presets: 5x the base rate, weight decay / 5
         "bnexp_div": _div,
         "bnexp_neutral_keys": _neutral_keys,
@@ -541,11 +541,11 @@ def _as_override(value: Any) -> str:
 def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     """The result-changing differences between two resolved configs: [(key, old value, new value)].
 
-    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` (and keys under them) never count, nor keys the
+    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` (and keys under them) never count, nor keys the
     old config lacks (added to bnexp after that run was made). Texts compare case-insensitively
     (``'False'``, the old spelling of data.augment's default, is ``'false'``).
     """
-    from bnexp.runs.rundir import RESULT_NEUTRAL_KEYS, flatten
+    from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS, flatten
 
     def neutral(key: str) -> bool:
         return any(key == n or key.startswith(n.rstrip(".") + ".") for n in RESULT_NEUTRAL_KEYS)

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bnexp.runs.rundir import COMPLETE_STATUSES, read_summary
+from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
 SEEDS = (1, 2, 3)

@@ -12,7 +12,7 @@ of the script (a *part*) it
 3. with ``DRY_RUN=1`` prints the plan (each run once), exactly the commands it will run and the estimated
    wall time, and trains nothing;
 4. **launches** the blocks one after the other, each in its own process group
-   (:class:`bnexp.runs.supervise.Supervisor`): SIGINT/SIGTERM is forwarded to every process it started,
+   (:class:`bnexp.runfolders.supervise.Supervisor`): SIGINT/SIGTERM is forwarded to every process it started,
    what is left after 8 s is killed, no further block starts, and the exit code is 130 / 143; the runs are
    recorded ``interrupted`` with their checkpoints, so the same command resumes them. A block refused as a
    whole (exit 2: every later block would be refused the same way) stops the script; a block with failed
@@ -372,7 +372,7 @@ def build(script: str, argv: list[str], env: Env) -> tuple[list[Part], list[str]
 def main(argv: list[str] | None = None) -> int:
     """``python -m bnexp.designs.orchestrate SCRIPT [ARGS ...]``: exit 0; 1 (failed jobs, see above); 2 a
     refused input (one ``error:`` line); 130 / 143 after SIGINT / SIGTERM."""
-    from bnexp.runs.supervise import Supervisor
+    from bnexp.runfolders.supervise import Supervisor
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in SCRIPTS:

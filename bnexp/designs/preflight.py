@@ -370,10 +370,10 @@ def check_parts(parts: list, env: Env) -> None:
 def complete_jobs(sweep_dir: Path, block: Block, jobs: list[list[str]]) -> list[list[str]]:
     """The jobs of ``block`` whose run folder in ``sweep_dir`` holds a complete run (finished or diverged:
     bnexp skips it). A run folder is named by the keys the block's multirun sweeps
-    (:func:`bnexp.runs.runnames.swept_name`, as ``hydra.sweep.subdir`` names it)."""
+    (:func:`bnexp.runfolders.runnames.swept_name`, as ``hydra.sweep.subdir`` names it)."""
     from bnexp.config.schema import quote_bn_overrides
-    from bnexp.runs.rundir import is_complete
-    from bnexp.runs.runnames import swept_keys, swept_name
+    from bnexp.runfolders.rundir import is_complete
+    from bnexp.runfolders.runnames import swept_keys, swept_name
 
     keys = swept_keys(quote_bn_overrides([o for o in block.args if not o.startswith("hydra")]))
     return [j for j in jobs

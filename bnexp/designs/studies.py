@@ -4,7 +4,7 @@ A study is a list of :class:`Batch` es, each one Hydra multirun (``bnexp train -
 launcher into the study's sweep folder: fixed overrides plus swept ones (``a,b,c``), expanded into jobs
 exactly as Hydra's basic sweeper does (:meth:`BasicSweeper.split_arguments`). A batch with a ``prefix``
 puts its run folders under ``SWEEP_DIR/<prefix>/``; every run folder is named by the keys its multirun
-sweeps (:mod:`bnexp.runs.runnames`), so a second call of ``scripts/study.sh`` finds the finished runs.
+sweeps (:mod:`bnexp.runfolders.runnames`), so a second call of ``scripts/study.sh`` finds the finished runs.
 
 The designs, their claims and pass rules are fixed in docs/studies/NAME.md and
 :mod:`bnexp.report.study_claims` before any run. Command line (what ``scripts/study.sh`` calls)::
@@ -185,7 +185,7 @@ def expand(study: Study, extra: tuple[str, ...] = ()) -> list[Job]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from bnexp.config.schema import quote_bn_overrides
-    from bnexp.runs.runnames import swept_keys, swept_name
+    from bnexp.runfolders.runnames import swept_keys, swept_name
 
     parser = OverridesParser.create()
     jobs = []
@@ -211,7 +211,7 @@ def _int_or(text: str | None, default: int) -> int:
 
 def is_done(sweep_dir: Path, job: Job) -> bool:
     """True when the job's run folder holds a finished or diverged run (bnexp would skip it)."""
-    from bnexp.runs.rundir import is_complete
+    from bnexp.runfolders.rundir import is_complete
 
     return is_complete(Path(sweep_dir) / job.folder)
 

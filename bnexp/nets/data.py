@@ -70,7 +70,7 @@ def resolve_root(root: str | None) -> Path:
         DataError: the root (or a folder above it) is a symlink loop or a dangling symlink, named
             with the key or variable it came from.
     """
-    from bnexp.runs.paths import link_problem_message
+    from bnexp.runfolders.paths import link_problem_message
 
     path = Path(root).expanduser() if root else default_data_root()
     source = "data.root" if root else ("BNEXP_DATA_ROOT" if os.environ.get("BNEXP_DATA_ROOT") else "the default")

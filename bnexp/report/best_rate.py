@@ -26,7 +26,7 @@ from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
 
-from bnexp.runs.rundir import COMPLETE_STATUSES
+from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 
 def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:

@@ -19,7 +19,7 @@ from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
 from bnexp.report.study_claims import CNN_TARGET, TARGET, study_section  # a scripts/study.sh sweep (study.json)
-from bnexp.runs.rundir import symlink_problem
+from bnexp.runfolders.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")

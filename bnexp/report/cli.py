@@ -2,7 +2,7 @@
 ``bnexp report --update-docs [FILE ...]``: rewrite the docs' number blocks (:mod:`.docs_numbers`).
 
 Every user error is one ``bnexp report: error: ...`` line and exit code 2; Ctrl-C is exit 130
-without a traceback. The report's files are written together (:func:`bnexp.runs.rundir.replace_files`):
+without a traceback. The report's files are written together (:func:`bnexp.runfolders.rundir.replace_files`):
 a full disk or Ctrl-C leaves the previous set as it was, never a mix of old and new files.
 """
 
@@ -24,7 +24,7 @@ from bnexp.report.figures_ics import ICS_PLOTS
 from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
 from bnexp.report.render import ics_frames, main_table, md, render_files, runs_md
-from bnexp.runs.rundir import replace_files
+from bnexp.runfolders.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
@@ -71,7 +71,7 @@ def report_files(report: Report) -> dict[Path, bytes]:
 
 def write_report(report: Report) -> list[Path]:
     """Write :func:`report_files` into ``report.out_dir`` (created; ``RUN_DIR/report/`` for a single run,
-    never among the run's own files) all at once (:func:`bnexp.runs.rundir.replace_files`) and return their
+    never among the run's own files) all at once (:func:`bnexp.runfolders.rundir.replace_files`) and return their
     paths. Raises OSError (unwritable folder, full disk) with every file already there unchanged."""
     report.out_dir.mkdir(exist_ok=True)
     files = report_files(report)
@@ -119,7 +119,7 @@ def _say(kind: str, msg: str) -> None:
 
 
 class _WarningLine(logging.Handler):
-    """Prints the warnings of reading the runs (:mod:`bnexp.runs.rundir`) as ``bnexp report: warning:`` lines."""
+    """Prints the warnings of reading the runs (:mod:`bnexp.runfolders.rundir`) as ``bnexp report: warning:`` lines."""
 
     def emit(self, record: logging.LogRecord) -> None:
         _say("warning", record.getMessage())

@@ -253,7 +253,7 @@ def check_docs(root: Path, files: list[Path] | None = None) -> list[str]:
 def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, echo=print) -> list[Path]:
     """``bnexp report --update-docs [FILE ...]``: rewrite every marker block of ``files`` (default: README.md
     and docs/**/*.md of the repository around ``cwd``) from its source; the files change together or not at
-    all (:func:`bnexp.runs.rundir.replace_files`). Idempotent: a second call changes nothing.
+    all (:func:`bnexp.runfolders.rundir.replace_files`). Idempotent: a second call changes nothing.
 
     Returns:
         The files that changed.
@@ -262,7 +262,7 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
         DocsError (a :class:`~bnexp.report.load.ReportError`, exit code 2): a FILE that does not exist, no
             markdown file found, any block error (nothing is written then), or an unwritable file.
     """
-    from bnexp.runs.rundir import replace_files
+    from bnexp.runfolders.rundir import replace_files
 
     cwd = Path(cwd or Path.cwd())
     if files:

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from bnexp.report.load import Run
-from bnexp.runs.rundir import SUMMARY
+from bnexp.runfolders.rundir import SUMMARY
 
 log = logging.getLogger("bnexp.report")
 

@@ -14,8 +14,8 @@ import shlex
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
-from bnexp.runs.rundir import run_overrides
-from bnexp.runs.runnames import read_sweep_overrides
+from bnexp.runfolders.rundir import run_overrides
+from bnexp.runfolders.runnames import read_sweep_overrides
 
 
 
@@ -49,7 +49,7 @@ def _sweep_dir(folder: Path) -> str:
 
 def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None = None, folder: str = "") -> str:
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``, as a shell command line that runs as
-    printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runs.runnames.read_sweep_overrides`)
+    printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runfolders.runnames.read_sweep_overrides`)
     without seed and hydra.*, each quoted for the shell where needed, the seeds and a new sweep folder inside it
     (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which Hydra's grammar refuses; no run folder
     is reused)."""
@@ -74,7 +74,7 @@ def _values(overrides: list[str]) -> dict[str, set[str]] | None:
 
 def own_overrides(group) -> list[str] | None:
     """The overrides its runs were started with: the first readable ``.hydra/overrides.yaml`` of ``group``'s
-    runs (:func:`bnexp.runs.rundir.run_overrides`), or None."""
+    runs (:func:`bnexp.runfolders.rundir.run_overrides`), or None."""
     return next((o for r in group.runs if (o := run_overrides(r.path)) is not None), None)
 
 

@@ -110,7 +110,7 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and bnexp's
     quotes dropped; seeds and result-neutral keys left out). {} when a configuration has no readable overrides
     or two configurations would read alike."""
-    from bnexp.runs.rundir import run_overrides
+    from bnexp.runfolders.rundir import run_overrides
 
     per: dict[str, dict[str, str]] = {}
     for g in groups:

@@ -43,7 +43,7 @@ from bnexp.report.claims import by_seed
 from bnexp.report.fmt import render_template
 from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
 from bnexp.report.rules import CHANCE, NUM_CLASSES, PREFIX, Censored
-from bnexp.runs.rundir import COMPLETE_STATUSES
+from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
 TOL = 1e-9  # accuracy >= a - TOL counts as reached

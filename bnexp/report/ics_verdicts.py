@@ -36,7 +36,7 @@ from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_
 from bnexp.report.load import target_key
 from bnexp.report.rules import Censored
 from bnexp.report.stats import value_stat
-from bnexp.runs.rundir import COMPLETE_STATUSES
+from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 ICS_TITLE = "Does BN reduce internal covariate shift?"
 ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")

@@ -1,4 +1,4 @@
-"""Loading a sweep: every run directory read once (:mod:`bnexp.runs.rundir` reads the files) into
+"""Loading a sweep: every run directory read once (:mod:`bnexp.runfolders.rundir` reads the files) into
 :class:`Run` objects, and their records into DataFrames (:class:`Sweep`).
 
 A run's ``config`` is the flattened config (``config.yaml``, else ``.hydra/config.yaml``) minus
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from bnexp.report.rules import CHANCE, normalizer
-from bnexp.runs.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY,
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY,
                                find_run_dirs, first_reached, flatten, is_run_dir, read_config, read_records,
                                read_summary)
 
@@ -30,7 +30,7 @@ log = logging.getLogger("bnexp.report")
 __all__ = ["ReportError", "Run", "Sweep", "find_run_dirs", "is_run_dir", "load_run", "load_sweep", "sweep_of"]
 
 # Config keys that do not change the experiment, left out of the grouping: the result-neutral keys of
-# bnexp.runs.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
+# bnexp.runfolders.rundir (one list for resuming and reporting), checkpointing, the reporting targets and
 # TensorBoard histograms; ``seed`` is what is averaged over. Any ``hydra`` key too.
 IGNORED_KEYS = frozenset({"seed", *RESULT_NEUTRAL_KEYS, "trainer.save_checkpoint", "trainer.targets",
                           "monitor.histograms"})
@@ -170,7 +170,7 @@ def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: st
     finish) and metrics.jsonl (every evaluation). An empty metrics.jsonl: the numbers are summary.json's. Both
     readable: its final test accuracy (``final_test_accuracy_ema`` when Alg. 2's recomputed statistics replaced
     it) against the last evaluation, and every ``steps_to_target`` it lists against the first evaluation at or
-    above that target (:func:`bnexp.runs.rundir.first_reached`); a difference is one warning naming the run and
+    above that target (:func:`bnexp.runfolders.rundir.first_reached`); a difference is one warning naming the run and
     both files, and summary.json's value is used (:func:`run_table`)."""
     if status not in COMPLETE_STATUSES:
         return
@@ -300,7 +300,7 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one);
     ``left_chance`` (completed and best test accuracy above :data:`bnexp.report.rules.CHANCE`); per target
     T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
-    within :data:`bnexp.runs.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
+    within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
     reached: the budget is a lower bound on its steps). Accuracies are fractions, steps SGD steps."""
     t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
                        **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}

@@ -20,7 +20,7 @@ from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
 from bnexp.report.rules import CHANCE, STD_NOTE
 from bnexp.report.studies import table_md
-from bnexp.runs.rundir import dumps
+from bnexp.runfolders.rundir import dumps
 
 ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
                "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",

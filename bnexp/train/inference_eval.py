@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.nets.bn import bn_layers, recompute_population_statistics
 from bnexp.nets.data import BatchSampler, load_data
 from bnexp.nets.models import build_model

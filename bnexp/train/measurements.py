@@ -47,7 +47,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 from bnexp.train.distributed import Replicas, all_sum
 from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.train.ics import gradient_ics, landscape_probe, layer_param_groups

@@ -1,7 +1,7 @@
 """Process-level helpers of a training run: device choice, seeding and RNG state,
 learning-rate schedules and the current rate, the progress bar, the SIGINT/SIGTERM guard,
 TensorBoard's writer thread, and Ctrl-C in a sweep whose launcher runs the jobs in worker
-processes (hydra/launcher=joblib, :class:`SweepSignals`, from :mod:`bnexp.runs.sweepsignals`).
+processes (hydra/launcher=joblib, :class:`SweepSignals`, from :mod:`bnexp.runfolders.sweepsignals`).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class SignalGuard:
     half-done step, and data-parallel replicas all stop at the same step, never inside a collective.
     A second signal exits at once (exit code 128 + signal), after :attr:`on_exit` (when set) has had
     its say: the trainer's records the run as ``interrupted`` and removes the temporary files of writes
-    cut short (:func:`bnexp.runs.start.abandon_run`), so no exit leaves ``running`` behind. Only in
+    cut short (:func:`bnexp.runfolders.start.abandon_run`), so no exit leaves ``running`` behind. Only in
     the main thread; elsewhere (some launchers) signals are left alone. Re-entrant: entering a guard
     already in place (the training function's, handed to the loop) changes nothing.
 
@@ -249,5 +249,5 @@ def writer_failure(writer) -> BaseException | None:
     return None
 
 
-# ----- Ctrl-C in a sweep of worker processes: torch-free, in bnexp.runs.sweepsignals (re-exported here) -----
-from bnexp.runs.sweepsignals import SWEEP_ENV, SweepSignals, wait_for_sweep_siblings  # noqa: E402,F401
+# ----- Ctrl-C in a sweep of worker processes: torch-free, in bnexp.runfolders.sweepsignals (re-exported here) -----
+from bnexp.runfolders.sweepsignals import SWEEP_ENV, SweepSignals, wait_for_sweep_siblings  # noqa: E402,F401

@@ -6,7 +6,7 @@ What the HParams dashboard (TensorBoard 2.x) shows, and why it is written this w
   experiment (those marked ``differs`` first) and its first five metrics, each column
   10em (160 px) wide, so ten columns overflow a 1600 px window. The experiment
   therefore lists only the **keys the sweep varies** (read from the sweep's
-  ``multirun.yaml``, see :mod:`bnexp.runs.runnames`; ``bn.noise`` too when ``bn=noisy`` is
+  ``multirun.yaml``, see :mod:`bnexp.runfolders.runnames`; ``bn.noise`` too when ``bn=noisy`` is
   swept, ``bn.norm`` when ``bn=layer`` or ``bn=group`` is), or ``bn``, ``act``, ``lr``, ``seed`` for a single run, and as many metrics as
   leave at most :data:`TABLE_COLUMNS` columns: final test accuracy, then
   ``steps_to_<target>`` for the targets in increasing order, then best test accuracy
@@ -99,7 +99,7 @@ def sweep_values(overrides: Iterable[str]) -> dict[str, list[str]]:
     """The swept keys of a multirun's overrides and their values, as HParams column names.
 
     Args:
-        overrides: the multirun's task overrides (:func:`bnexp.runs.runnames.read_sweep_overrides`),
+        overrides: the multirun's task overrides (:func:`bnexp.runfolders.runnames.read_sweep_overrides`),
             e.g. ``["bn='true','false'", "seed=0,1", "trainer.max_steps=900"]``.
 
     Returns:
@@ -148,7 +148,7 @@ def _hydra_sweep() -> dict[str, list[str]]:
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN:
             return {}
-        from bnexp.runs.runnames import read_sweep_overrides
+        from bnexp.runfolders.runnames import read_sweep_overrides
 
         return sweep_values(read_sweep_overrides(hc.sweep.dir) or [])
     except Exception:  # not inside a Hydra job, or an unreadable multirun.yaml: no sweep columns

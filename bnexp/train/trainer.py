@@ -1,7 +1,7 @@
 """The step-based training loop.
 
 One call of :func:`train` is one run: it loads the data onto the device, builds the network, trains for
-``trainer.max_steps`` mini-batch SGD steps and writes the run directory (see :mod:`bnexp.runs.rundir`). What is
+``trainer.max_steps`` mini-batch SGD steps and writes the run directory (see :mod:`bnexp.runfolders.rundir`). What is
 measured along the way -- test evaluation, train loss, the covariate-shift monitor, gradient ICS, the
 landscape probe -- are objects of :mod:`bnexp.train.measurements`, each with its own cadence; the loop hands them a
 :class:`~bnexp.train.measurements.StepContext` before or after the update of a step, and writes the checkpoints
@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from bnexp.train import distributed
-from bnexp.runs import rundir, start
+from bnexp.runfolders import rundir, start
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
@@ -239,7 +239,7 @@ class Trainer:
         Also truncates metrics/shift/ics.jsonl to the checkpoint's step, so a resumed run has no
         duplicated or missing records. Every replica loads the same file. A file that is not a
         readable checkpoint of this run -- truncated, not a checkpoint, keys missing, a network of
-        other layers or shapes -- is set aside (kept, :func:`bnexp.runs.rundir.set_aside_unreadable_checkpoint`)
+        other layers or shapes -- is set aside (kept, :func:`bnexp.runfolders.rundir.set_aside_unreadable_checkpoint`)
         and the run starts over from step 0.
 
         Returns:

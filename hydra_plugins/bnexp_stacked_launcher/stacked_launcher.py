@@ -3,7 +3,7 @@
 A Hydra launcher plugin (Hydra's extension point for how a multirun's jobs run; modelled on
 hydra-joblib-launcher). :meth:`StackedLauncher.launch` composes every job's config, groups the jobs whose
 configs differ only in stackable keys into stacks of at most ``max_stack`` runs
-(:func:`bnexp.runs.stacks.group_runs`) and runs each stack -- ``n_jobs`` stacks at a time, each in its own
+(:func:`bnexp.runfolders.stacks.group_runs`) and runs each stack -- ``n_jobs`` stacks at a time, each in its own
 process when ``n_jobs`` > 1 (joblib's loky backend, as hydra-joblib-launcher) -- with
 :class:`bnexp.train.stacked.StackCoordinator`: every run goes through Hydra's own ``run_job`` (its job
 folder, ``.hydra/`` files, ``train.log``, callbacks) and bnexp's per-run path (:func:`bnexp.cli.run_job`:
@@ -112,7 +112,7 @@ class StackedLauncher(Launcher):
             bnexp.errors.UserError: ``max_stack`` or ``n_jobs`` < 1 (key named).
         """
         from bnexp.errors import ConfigError
-        from bnexp.runs.stacks import group_runs
+        from bnexp.runfolders.stacks import group_runs
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         if self.max_stack < 1:

@@ -112,7 +112,7 @@ def results_of(run_dir: Path) -> dict:
 
 def run_config(name: str, workdir: Path) -> dict:
     """Train configuration ``name`` of :data:`CONFIGS` in ``workdir/name`` and return its results."""
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
     from bnexp.config.schema import compose_config, validate
     from bnexp.train.trainer import train
 

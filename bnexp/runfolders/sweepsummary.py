@@ -38,7 +38,7 @@ def summary_rows(sweep_dir: Path) -> tuple[list[str], list[list[str]]]:
         ``best`` (test accuracies, fractions) and ``P%`` (the first step whose test accuracy reached P%,
         for each target of the runs; ``-``: never reached).
     """
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
 
     runs = [(d, rundir.read_summary(d) or {}) for d in rundir.find_run_dirs(sweep_dir)]
     targets: list[str] = []
@@ -61,7 +61,7 @@ def cadence_notes(sweep_dir: Path) -> list[str]:
     """The record-cadence warnings of the sweep's runs (each distinct message once)."""
     from omegaconf import OmegaConf
 
-    from bnexp.runs import rundir
+    from bnexp.runfolders import rundir
     from bnexp.train.records import sparse_record_warnings
 
     notes: list[str] = []

@@ -19,7 +19,7 @@ import signal
 from pathlib import Path
 
 from bnexp.errors import UserError
-from bnexp.runs import rundir
+from bnexp.runfolders import rundir
 
 log = logging.getLogger("bnexp")
 
@@ -116,7 +116,7 @@ class HeldLog:
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Remove the temporary files (``.NAME.*.tmp``, :func:`bnexp.runs.rundir.atomic_write_bytes`) that a process killed
+    """Remove the temporary files (``.NAME.*.tmp``, :func:`bnexp.runfolders.rundir.atomic_write_bytes`) that a process killed
     in the middle of a write left in ``run_dir``; call it only while holding the folder's lock.
 
     Returns:
@@ -197,7 +197,7 @@ def refuse_other_config(cfg, run_dir: Path) -> None:
     """A run folder holds one configuration: refuse a folder whose complete or resumable run was
     made with a different result-changing value (its ``config.yaml``, written when it started).
 
-    Keys of ``bnexp.runs.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
+    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
 
     Raises:
         UserError: naming the differing keys (old -> new) and the two ways out.

@@ -94,7 +94,7 @@ class SweepSignals(_Callback):
     (:func:`wait_for_sweep_siblings`) before its job ends and joblib stops the sweep. A second
     Ctrl-C still ends a run at once. Other launchers are left alone.
 
-    Registered in the Hydra config as ``hydra.callbacks.sweep_signals._target_=bnexp.runs.sweepsignals.SweepSignals``.
+    Registered in the Hydra config as ``hydra.callbacks.sweep_signals._target_=bnexp.runfolders.sweepsignals.SweepSignals``.
     """
 
     def __init__(self) -> None:

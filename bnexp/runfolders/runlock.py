@@ -1,7 +1,7 @@
 """The run-folder lock: one process trains in a run directory at a time.
 
 :class:`RunLock` holds an exclusive ``flock`` on ``RUN_DIR/.lock`` while a process trains there and
-removes the file when it ends (re-exported by :mod:`bnexp.runs.rundir`, which owns every other file of a
+removes the file when it ends (re-exported by :mod:`bnexp.runfolders.rundir`, which owns every other file of a
 run folder).
 """
 

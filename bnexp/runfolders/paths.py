@@ -49,7 +49,7 @@ def check_output_location(args: list[str]) -> str | None:
     """Check, before Hydra creates it, that the run (or sweep) folder can be created.
 
     Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder): a symlink loop or dangling symlink in it (:mod:`bnexp.runs.paths`), a name too
+    current folder): a symlink loop or dangling symlink in it (:mod:`bnexp.runfolders.paths`), a name too
     long, a file in the way, no write permission. Returns an error message, or None when the
     location is usable.
     """
@@ -59,7 +59,7 @@ def check_output_location(args: list[str]) -> str | None:
     for a in args:
         if a.startswith(key):
             target = Path(a[len(key):].strip("'\""))
-    from bnexp.runs.paths import link_problem_message
+    from bnexp.runfolders.paths import link_problem_message
 
     static = Path(str(target).split("${")[0] or ".")  # the part Hydra does not compute
     problem = link_problem_message(static, "the output folder" if static == target else "the output path",

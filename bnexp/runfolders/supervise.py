@@ -75,7 +75,7 @@ def _proc_locked_inodes() -> set[int] | None:
 
 def runs_holding_locks(sweep_dir: Path) -> list[Path]:
     """The run folders under ``sweep_dir`` whose ``.lock`` a process holds (a run is training or saving in
-    it: :class:`bnexp.runs.runlock.RunLock`). Read from ``/proc/locks`` without touching the locks; where that
+    it: :class:`bnexp.runfolders.runlock.RunLock`). Read from ``/proc/locks`` without touching the locks; where that
     cannot be read, each lock is probed with a non-blocking flock."""
     import fcntl
 

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bnexp.runs.runlock import RunLock  # noqa: F401  (the run-folder lock, re-exported)
+from bnexp.runfolders.runlock import RunLock  # noqa: F401  (the run-folder lock, re-exported)
 
 from bnexp.errors import OutputError
 
