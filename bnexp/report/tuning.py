@@ -19,7 +19,9 @@ The rule (:func:`choose_rates`), fixed before any result:
 * objective ``"accuracy"`` (final test accuracy): the fewest diverged seeds, then the highest mean final
   accuracy, then the smallest rate.
 
-Pure functions on per-run results (:class:`TuningRun`); reading run folders is the caller's.
+Pure functions on per-run results (:class:`TuningRun`); the report (:mod:`bnexp.report.best_rate`) and the
+sweep orchestrator (:mod:`bnexp.designs.orchestrate`) both choose by them, so a sweep trains the rate its report
+scores.
 """
 
 from __future__ import annotations
