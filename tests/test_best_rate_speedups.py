@@ -214,3 +214,58 @@ def test_bn_rows_compare_batch_normalization_not_other_normalizers():
     (row,) = best_rate_speedups(groups, pd.DataFrame(rows), targets=(0.9,))
     assert (row["variant"], row["bn_lr"], row["no_bn_lr"]) == ("BN", 1.0, 1.0)
     assert row["per_seed"] == {0: 4.0, 1: 4.0, 2: 4.0} and row["verdict"] == SUPPORTED
+
+
+# Held-out tuning (docs/mnist/PLAN.md): tuning seeds 100-102 over the grid, evaluation seeds 0-4 at chosen rates.
+# Tuning, normal init, steps to (90%, 95%, 97%). BN: lr 1 has a failed 97% seed, lr 4 reaches everything
+# faster at 90/95 -> lr 4 chosen for 95% (mean 1,000 vs 1,500) and for 97% (no failed seed at lr 4).
+# no BN: at 95% lr 2 is faster on every seed (3,000 vs 4,000 mean) -> 2 chosen; at 97% lr 1 has one failed
+# seed and lr 2 two -> lr 1 chosen (fewest failed), censored (every rate has a failed seed).
+HELD_TUNING = {
+    (True, 1.0): {100: (500, 1500, 3000), 101: (500, 1500, None), 102: (500, 1500, 3000)},
+    (True, 4.0): {100: (250, 1000, 2000), 101: (250, 1000, 2000), 102: (250, 1000, 2000)},
+    (False, 1.0): {100: (2000, 4000, 5000), 101: (2000, 4000, None), 102: (2000, 4000, 5000)},
+    (False, 2.0): {100: (1500, 3000, None), 101: (1500, 3000, None), 102: (1500, 3000, 5500)},
+}
+# evaluation seeds: BN at lr 4; no BN at lr 2 (95%) and lr 1 (97%); also a BN run at the unchosen lr 1 on
+# the evaluation seeds whose (very fast) steps must not be scored
+HELD_EVAL = {
+    (True, 4.0): {s: (250, 750 + 250 * (s % 2), 2000) for s in range(5)},
+    (False, 2.0): {s: (1500, 3000 + 250 * s, None) for s in range(5)},
+    (False, 1.0): {s: (2000, 4000, 5000 + 250 * (s % 3)) for s in range(5)},
+    (True, 1.0): {s: (250, 250, 250) for s in range(5)},
+}
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory):
+    root = tmp_path_factory.mktemp("held_out") / "grid"
+    for table in (HELD_TUNING, HELD_EVAL):
+        for (bn, lr), seeds in table.items():
+            for seed, steps in seeds.items():
+                run(root, bn, "normal", lr, seed, knots(*steps))
+    rep = build_report(root)
+    return rep, render_files(rep)["report.md"].decode()
+
+
+def test_held_out_tuning_chooses_on_tuning_seeds_and_scores_only_evaluation_seeds(held_out):
+    rep, md = held_out
+    d = rep.data
+    assert d["tuning_seeds"] == [100, 101, 102] and d["evaluation_seeds"] == [0, 1, 2, 3, 4]
+    rows = {r["target"]: r for r in d["best_rate_speedups"] if r["init"] == "normal"}
+    r95, r97 = rows[0.95], rows[0.97]
+    assert (r95["bn_lr"], r95["no_bn_lr"]) == (4.0, 2.0) and (r97["bn_lr"], r97["no_bn_lr"]) == (4.0, 1.0)
+    assert r97["no_bn_choice"]["censored"] and not r95["no_bn_choice"]["censored"]
+    assert [g["rate"] for g in r97["no_bn_choice"]["grid"] if g["chosen"]] == [1.0]
+    # only the evaluation seeds are scored, at the chosen rates
+    assert sorted(r95["bn_steps"]) == [0, 1, 2, 3, 4]
+    assert r95["bn_steps"] == {s: 750 + 250 * (s % 2) for s in range(5)}
+    expected = {s: (3000 + 250 * s) / (750 + 250 * (s % 2)) for s in range(5)}
+    got = {int(k): v for k, v in r95["per_seed"].items()}
+    assert got == pytest.approx(expected)
+    gm = float(np.exp(np.mean(np.log(list(expected.values())))))
+    assert r95["mean"] == pytest.approx(gm) and r95["interval"]["n"] == 5
+    # no-BN at 97% is reached on every evaluation seed: exact ratios 5,000-5,500 / 2,000
+    assert {int(k): v for k, v in r97["per_seed"].items()} == pytest.approx(
+        {s: (5000 + 250 * (s % 3)) / 2000 for s in range(5)})
+    assert "Held-out tuning" in md and "Tuning grid (seeds 100, 101, 102" in md and "**4: 0/3 failed, 1,000**" in md

@@ -25,6 +25,7 @@ from bnexp.report.fmt import format_target, md_table
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
+from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, TuningRun, choose_rates
 
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
@@ -53,6 +54,7 @@ SPEEDUP_THRESHOLD = 1.0
 SPEEDUP_TITLE = "Speedup at each network's own best rate, per target (claims)"
 EVERY_SEED = "fewest steps"
 HIGHEST_FINAL = "highest final accuracy"
+HELD_OUT = "chosen on the tuning seeds"
 
 
 def init_of(config: dict) -> str:
@@ -91,24 +93,49 @@ def edge_of(lr: float | None, grid: list[float]) -> str | None:
 
 
 def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target: float) -> dict:
-    """The rate of ``family`` (sorted by rate) used for the speedup at ``target`` (:func:`best_rate` on the
-    family's completed runs of the per-run ``table``).
+    """The rate of ``family`` (sorted by rate) used for the speedup at ``target``, and the runs it scores.
+
+    Two designs (docs/mnist/PLAN.md):
+
+    * **held out**, when the family has runs on the tuning seeds :data:`bnexp.report.tuning.TUNING_SEEDS`:
+      the rate is chosen on those runs alone by :func:`bnexp.report.tuning.choose_rates` (objective
+      "steps", the family's budget), and only the runs on the other seeds (the evaluation seeds) at that
+      rate are scored;
+    * **one stage** otherwise: :func:`best_rate` on the family's completed runs, scored on the same seeds.
 
     Returns:
-        {"lr" (None without completed runs), "selection" (:data:`EVERY_SEED`, :data:`HIGHEST_FINAL`),
-        "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps),
-        "steps": {seed: steps to the target, None if not reached}, "runs": {seed: run id}}.
+        {"lr" (None: no choice), "selection" (:data:`EVERY_SEED`, :data:`HIGHEST_FINAL` or :data:`HELD_OUT`),
+        "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps), "steps": {seed:
+        steps to the target, None if not reached}, "runs": {seed: run id}, "choice" (held out:
+        :meth:`bnexp.report.tuning.RateChoice.as_dict`, else None), "why" (why there is no rate, else None)}.
     """
     k = target_key(target)
     rows = table[table["group"].isin([g.key for g in family]) & table["status"].isin(COMPLETE_STATUSES)]
-    lr, selection = best_rate(rows.assign(steps=rows[f"steps_to_{k}"]))
+    tuning = rows[rows["seed"].isin(TUNING_SEEDS)]
+    choice, why = None, None
+    if tuning.empty:
+        lr, selection = best_rate(rows.assign(steps=rows[f"steps_to_{k}"]))
+        scored = rows
+        why = None if lr is not None else "no rate of the grid has a completed run"
+    else:
+        budget = max(int(g.max_steps) for g in family if g.max_steps is not None)
+        runs = [TuningRun(network=("family",), rate=float(r.lr), seed=int(r.seed), steps=optional(r[f"steps_to_{k}"], int),
+                          diverged=r.status == "diverged") for _, r in tuning.iterrows()]
+        try:
+            choice = choose_rates(runs, "steps", budget, tuning_seeds=sorted({int(s) for s in tuning["seed"]}))[0]
+            lr, selection = choice.rate, HELD_OUT
+        except ValueError as exc:
+            lr, selection, why = None, None, f"no rate chosen ({exc})"
+        scored = rows[~rows["seed"].isin(TUNING_SEEDS)]
     group = next((g for g in family if lr is not None and abs(g.lr - lr) < 1e-12), None)
     if group is None:
-        return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "runs": {}}
-    mine = rows[(rows["group"] == group.key)].dropna(subset=["seed"])
+        return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "runs": {},
+                "choice": None, "why": why or "no rate of the grid has a completed run"}
+    mine = scored[(scored["group"] == group.key)].dropna(subset=["seed"])
     return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, [g.lr for g in family]),
             "budget": group.max_steps, "runs": {int(r.seed): i for i, r in mine.iterrows()},
-            "steps": {int(r.seed): optional(r[f"steps_to_{k}"], int) for _, r in mine.iterrows()}}
+            "steps": {int(r.seed): optional(r[f"steps_to_{k}"], int) for _, r in mine.iterrows()},
+            "choice": choice.as_dict() if choice else None, "why": None}
 
 
 def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[ConfigGroup], table: pd.DataFrame,
@@ -122,9 +149,9 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
     per_seed = {s: Censored.steps(n["steps"][s], n["budget"]) / Censored.steps(b["steps"][s], b["budget"])
                 if s in b["steps"] and s in n["steps"] else None for s in seeds}
     never = sorted({s for side in (b, n) for s, rid in side["runs"].items() if not table["left_chance"].get(rid)})
-    missing = [name for name, side in ((_family_name(bn, groups), b), (_family_name(nb, groups), n))
+    missing = [f"{name}: {side['why']}" for name, side in ((_family_name(bn, groups), b), (_family_name(nb, groups), n))
                if side["lr"] is None]
-    premise = f"{' and '.join(missing)}: no rate of the grid has a completed run" if missing else None
+    premise = "; ".join(missing) if missing else None
     claim = Claim(f"{variant} trains in fewer steps to {tgt} ({init} init)",
                   f"no-BN steps / {variant} steps to {tgt}, seed by seed, each at its own best rate for {tgt}",
                   ">", SPEEDUP_THRESHOLD)
@@ -133,7 +160,8 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
                   "no_bn": _family_name(nb, groups), "bn_lr": b["lr"], "no_bn_lr": n["lr"],
                   "bn_selection": b["selection"], "no_bn_selection": n["selection"], "bn_edge": b["edge"],
                   "no_bn_edge": n["edge"], "bn_steps": b["steps"], "no_bn_steps": n["steps"],
-                  "bn_budget": b["budget"], "no_bn_budget": n["budget"],
+                  "bn_budget": b["budget"], "no_bn_budget": n["budget"], "bn_choice": b["choice"],
+                  "no_bn_choice": n["choice"],
                   "lower_bound_seeds": sorted(s for s, k in row["bounds"].items() if k == "lower"),
                   "left_out": {s: "missing on one side" if v is None else v.why for s, v in per_seed.items()
                                if row["per_seed"].get(s) is None}}
@@ -152,7 +180,9 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
         claims rows (report.json ``best_rate_speedups``), the paper's init first, then by init and target,
         each with the extra fields "target", "init", "variant", "bn", "no_bn", "bn_lr", "no_bn_lr",
         "bn_selection", "no_bn_selection", "bn_edge", "no_bn_edge", "bn_steps", "no_bn_steps" ({seed:
-        steps or None}), "bn_budget", "no_bn_budget", "lower_bound_seeds", "left_out" ({seed: reason}).
+        steps or None}), "bn_budget", "no_bn_budget", "bn_choice", "no_bn_choice" (the held-out tuning
+        grid, :meth:`bnexp.report.tuning.RateChoice.as_dict`, or None in the one-stage design),
+        "lower_bound_seeds", "left_out" ({seed: reason}).
     """
     settings: dict[str, dict[str, list[ConfigGroup]]] = {}
     for fam in rate_families(groups):
@@ -188,4 +218,35 @@ def best_rate_detail_md(rows: list[dict]) -> list[str]:
     detail = [[r["init"], format_target(r["target"]), rate(r, "bn"), _steps_cell(r["bn_steps"]), rate(r, "no_bn"),
                _steps_cell(r["no_bn_steps"]), per_seed_ratios(r)] for r in rows]
     return md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
-                     "no BN / BN per seed"], detail) + [""]
+                     "no BN / BN per seed"], detail) + [""] + tuning_grid_md(rows)
+
+
+def tuning_grid_md(rows: list[dict]) -> list[str]:
+    """Markdown table of the held-out tuning grids behind :func:`best_rate_speedups` rows (docs/mnist/PLAN.md):
+    per init, target and network every rate with its failed tuning seeds / n and mean steps to the target
+    (a failed seed counted at the budget), the chosen rate in bold, "censored" when every rate had a failed
+    seed. Empty when no row was chosen on tuning seeds."""
+    def grid(choice: dict) -> str:
+        cells = [f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}" for g in choice["grid"]]
+        text = "; ".join(f"**{c}**" if g["chosen"] else c for c, g in zip(cells, choice["grid"]))
+        return text + (" (censored)" if choice["censored"] else "")
+
+    out = [[r["init"], format_target(r["target"]), label, grid(r[f"{side}_choice"])]
+           for r in rows for side, label in (("bn", r["variant"]), ("no_bn", "no BN")) if r.get(f"{side}_choice")]
+    if not out:
+        return []
+    seeds = sorted({s for r in rows for side in ("bn", "no_bn") for s in (r.get(f"{side}_choice") or {}).get("tuning_seeds", [])})
+    return [f"Tuning grid (seeds {', '.join(map(str, seeds))}; rule: {STEPS_RULE}): per rate, the tuning seeds that "
+            "failed and the mean steps to the target; the chosen rate in bold.", ""] + md_table(
+        ["init", "target", "network", "rate: failed / n, mean steps"], out) + [""]
+
+
+def held_out_seeds(rows: list[dict]) -> dict[str, list[int]]:
+    """report.json's ``tuning_seeds`` and ``evaluation_seeds`` (sorted ints) of :func:`best_rate_speedups`
+    rows chosen on tuning seeds (docs/mnist/PLAN.md); {} in the one-stage design."""
+    tuning = {s for r in rows for side in ("bn", "no_bn") for s in (r.get(f"{side}_choice") or {}).get("tuning_seeds", [])}
+    if not tuning:
+        return {}
+    evaluation = {int(s) for r in rows for side in ("bn", "no_bn") if r.get(f"{side}_choice")
+                  for s in r[f"{side}_steps"]}
+    return {"tuning_seeds": sorted(tuning), "evaluation_seeds": sorted(evaluation - tuning)}

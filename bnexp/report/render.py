@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE, best_rate_detail_md
+from bnexp.report.tuning import STEPS_RULE
 from bnexp.report.build import Report
 from bnexp.report.claims import claims_md
 from bnexp.report.figstyle import refs
@@ -89,7 +90,7 @@ def render_markdown(d: dict) -> str:
     stability, the ICS section if any, the runs that diverged, failed or are incomplete)."""
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
-        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE,
         "STD_NOTE": STD_NOTE,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none", "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
