@@ -9,9 +9,13 @@
 #   no BN, normal init:                           lr 0.12, 0.6, 1.2, 1.8, 2.4, 3.6, 5.4, 7.2, 14.4
 #   BN,    xavier init (Glorot uniform, control): lr 0.9, 1.8, 3.6, 7.2, 14.4
 #   no BN, xavier init:                           lr 0.3, 0.6, 1.2, 2.4, 4.8
-#   x seeds 1, 2, 3 (seed 0 was the pilot seed that chose the grids: it is not an evaluation seed),
-#   trainer.max_steps=30000 (cut from the paper's 50,000 to fit ~90 min on 2 cores), evaluation every
-#   250 steps, monitor every 500: 81 runs.
+#   in two stages (docs/mnist/PLAN.md, held-out tuning):
+#   1. every rate of every grid on the tuning seeds 100, 101, 102 (81 runs);
+#   2. each network at the rate(s) it chose on them (per target 90/95/97%: the fewest failed tuning seeds,
+#      then the fewest mean steps, then the smaller rate; bnexp/report/tuning.py) on the fresh
+#      evaluation seeds 0, 1, 2, 3, 4 (at most 60 runs); only stage 2 is scored.
+#   trainer.max_steps=30000 (cut from the paper's 50,000 to fit the time on 2 cores), evaluation every
+#   250 steps, monitor every 500.
 # The grids refine the old sweep's optima (no BN 3.6, BN 7.2; seed 0 pilots at 10,000 steps: steps to 95%
 # BN 2,000 / 1,500 / 2,000 / 2,500 at lr 3.6 / 7.2 / 14.4 / 28.8; no BN 7,250 / 5,000 at lr 3.6 / 7.2 and
 # at chance at 14.4): neighbouring rates at most 1.5x apart from 1.2 to 7.2 (no BN) and from 3.6 to 14.4
@@ -20,17 +24,19 @@
 # Each block is one Hydra multirun through the stacked launcher (one torch thread per process; docs/stacked.md); every run's
 # folder is SWEEP_DIR/bn=B,init=I,lr=R,seed=S. Then `bnexp report SWEEP_DIR` (speedups at 90/95/97%, each
 # at its own best rate: the "best_rate_speedups" claims of report.json), copied to DOCS_DIR.
-# Extra overrides come last and win, e.g. a quick check:
+# Extra overrides come last and win, e.g. a quick check (a seed override makes it one stage: the grid on
+# those seeds, no evaluation stage):
 #   scripts/reproduce_mnist.sh trainer.max_steps=2000 seed=1 lr=3.6
 # Environment:
 #   JOBS       parallel jobs (default: number of cores)
 #   LAUNCHER   the Hydra launcher of every block, hydra/launcher=LAUNCHER (default stacked: the MLP runs
 #              of a block that differ only in seed or rate train as one batched model; stacked and joblib get
 #              hydra.launcher.n_jobs=JOBS)
+#   EVALUATION_SEEDS  stage 2's seeds (default 0,1,2,3,4; must not be tuning seeds)
 #   DRY_RUN=1  print the planned runs (those already complete marked), total steps and the estimated wall
 #              time; train nothing. The estimate assumes an idle machine, one core per job: BN 290, no BN
 #              490 steps/s, 12 s start-up per run (STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S override):
-#              about 65 min for the 81 runs with JOBS=2.
+#              about 65 min for stage 1's 81 runs with JOBS=2, and at most 47 min for stage 2.
 #   SWEEP_DIR  default outputs/sweeps/mnist_fig1, or mnist_fig1+<extra overrides> when there are any
 #   DOCS_DIR   where the report files are copied (default docs/mnist for the default run, else none)
 #   BNEXP_DATA_ROOT (default ../shared/data when it exists).

@@ -177,11 +177,15 @@ def test_refined_grids_have_neighbours_at_most_1_5x_apart():
     assert {b.init for b in design.BLOCKS} == {"normal", "xavier"} and len(design.BLOCKS) == 4
 
 
-def test_seeds_exclude_the_pilot_and_evaluation_every_250():
-    assert design.SEEDS == (1, 2, 3) and design.PILOT_SEED not in design.SEEDS
+def test_tuning_seeds_exclude_the_pilot_and_the_evaluation_seeds_and_evaluation_every_250():
+    """docs/mnist/PLAN.md: the grid runs on the tuning seeds 100-102, disjoint from the evaluation seeds 0-4;
+    the pilot seed 0 chose the grids' ranges (not a rate), so it may be an evaluation seed."""
+    from bnexp.report.tuning import EVALUATION_SEEDS
+    assert design.SEEDS == (100, 101, 102) and design.PILOT_SEED not in design.SEEDS
+    assert not set(design.SEEDS) & set(EVALUATION_SEEDS) and EVALUATION_SEEDS == (0, 1, 2, 3, 4)
     assert design.EVAL_EVERY == 250
     ov = design.block_overrides(design.BLOCKS[2])
-    assert "model.init=xavier" in ov and "seed=1,2,3" in ov and "trainer.eval_every=250" in ov
+    assert "model.init=xavier" in ov and "seed=100,101,102" in ov and "trainer.eval_every=250" in ov
 
 
 def test_script_header_states_the_design():
@@ -191,7 +195,8 @@ def test_script_header_states_the_design():
         m = re.search(rf"^#\s+{'BN' if b.bn else 'no BN'},\s+{b.init} init.*?:\s+lr ([\d., ]+)$", text, re.M)
         assert m, b
         assert tuple(float(x) for x in m.group(1).split(",")) == b.rates
-    assert "seeds 1, 2, 3" in text and "trainer.max_steps=30000" in text
+    assert "tuning seeds 100, 101, 102" in text and "evaluation seeds 0, 1, 2, 3, 4" in text
+    assert "trainer.max_steps=30000" in text
 
 
 def test_bn_rows_compare_batch_normalization_not_other_normalizers():

@@ -48,13 +48,13 @@ def test_reproduce_mnist_small_sweep_writes_report(tmp_path, data_root):
     # re-running completes only what is missing: nothing here
     r2 = _script("reproduce_mnist.sh", tmp_path, data_root, *args, SWEEP_DIR=str(sweep), DOCS_DIR="")
     assert r2.returncode == 0
-    assert (r2.stdout + r2.stderr).count("skipped") == 4
+    assert "block" not in r2.stdout and "sweep wall time" in r2.stdout  # every run complete: no block starts
 
 
 def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
-    """DRY_RUN=1 trains nothing: the 81 planned runs (4 blocks x their grids x seeds 1-3, not the pilot seed 0),
-    30,000 steps each, the estimate from the stated idle speeds; a run already complete is marked done and
-    leaves the estimate."""
+    """DRY_RUN=1 trains nothing: stage 1's 81 planned runs (4 blocks x their grids x the tuning seeds 100-102,
+    not the pilot seed 0), stage 2 at most 3 rates x the 5 evaluation seeds per network, 30,000 steps each,
+    the estimate from the stated idle speeds; a run already complete is marked done and leaves the estimate."""
     from bnexp.designs.mnist import BLOCKS, SEEDS, run_seconds
 
     sweep = tmp_path / "mnist"
@@ -62,26 +62,32 @@ def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
     assert r.returncode == 0, r.stderr[-3000:]
     assert not sweep.exists()
     n = sum(len(b.rates) for b in BLOCKS) * len(SEEDS)
-    assert n == 81 and f"81 runs of 30,000 steps, evaluation every 250 steps; to run: 81 runs, {81 * 30000:,} steps" \
+    assert n == 81 and f"141 runs of 30,000 steps, evaluation every 250 steps; to run: 141 runs, {141 * 30000:,} steps" \
         in r.stdout
     lines = r.stdout.splitlines()
-    names = [s.strip() for s in lines if s.startswith("  ")]
-    assert len(names) == 81 and len(set(names)) == 81 and not any(n.endswith(",seed=0") for n in names)
-    assert "  bn=false,init=normal,lr=1.8,seed=2" in lines and "  bn=true,init=xavier,lr=14.4,seed=3" in lines
-    # by hand: blocks of 24, 27, 15, 15 runs on 2 jobs = 12 + 14 + 8 + 8 waves of one run each
-    minutes = ((12 + 8) * (12 + 30000 / 290) + (14 + 8) * (12 + 30000 / 490)) / 60
+    names = [s.strip() for s in lines if s.startswith("  bn=")]
+    assert len(names) == 81 and len(set(names)) == 81 and all(n.split("seed=")[1] in ("100", "101", "102") for n in names)
+    assert "  bn=false,init=normal,lr=1.8,seed=102" in lines and "  bn=true,init=xavier,lr=14.4,seed=100" in lines
+    assert "  no BN, xavier init: 15 runs at most, 15 to run" in lines
+    # by hand: blocks of 24, 27, 15, 15 runs on 2 jobs = 12 + 14 + 8 + 8 waves, then stage 2: 4 x 15 runs = 8 waves each
+    minutes = ((12 + 8 + 16) * (12 + 30000 / 290) + (14 + 8 + 16) * (12 + 30000 / 490)) / 60
     assert f"estimated wall time: {minutes:.0f} min with 2 parallel jobs, assuming an idle machine" in r.stdout
     assert run_seconds(True, 30000) == pytest.approx(12 + 30000 / 290)
     # a complete run is skipped by the real sweep, so the plan marks it and leaves it out
-    done = sweep / "bn=true,init=normal,lr=7.2,seed=1"
+    done = sweep / "bn=true,init=normal,lr=7.2,seed=101"
     done.mkdir(parents=True)
     (done / "summary.json").write_text(json.dumps({"status": "finished"}))
     r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1", JOBS="1")
-    assert "  bn=true,init=normal,lr=7.2,seed=1  (done)" in r.stdout.splitlines()
-    assert "to run: 80 runs, 2,400,000 steps" in r.stdout
-    # extra overrides narrow the plan as they narrow the sweep (the last of a key wins)
+    assert "  bn=true,init=normal,lr=7.2,seed=101  (done)" in r.stdout.splitlines()
+    assert "to run: 140 runs, 4,200,000 steps" in r.stdout
+    # extra overrides narrow the plan as they narrow the sweep (the last of a key wins); a seed makes it one stage
     r = _script("reproduce_mnist.sh", tmp_path, data_root, "seed=5", "lr=1.2", "trainer.max_steps=900", DRY_RUN="1")
     assert "4 runs of 900 steps" in r.stdout and "  bn=false,init=xavier,lr=1.2,seed=5" in r.stdout.splitlines()
+    assert "stage 2" not in r.stdout
+    # evaluation seeds must be fresh
+    r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1", EVALUATION_SEEDS="0,101")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: EVALUATION_SEEDS: seed(s) 101 are tuning seeds (100, 101, 102); the evaluation needs fresh seeds"]
 
 
 def test_reproduce_cifar_dry_run_prints_the_plan(tmp_path, data_root):

@@ -30,10 +30,14 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bnexp.report.best_rate import SPEEDUP_TARGETS
+from bnexp.report.load import load_sweep, target_key
+from bnexp.report.rules import optional
+from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS, RateChoice, TuningRun, choose_rates
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
-SEEDS = (1, 2, 3)
+SEEDS = TUNING_SEEDS  # stage 1: every rate of every grid; stage 2 at the chosen rates: EVALUATION_SEEDS
 MAX_STEPS = 30_000
 EVAL_EVERY = 250
 HIST_EVERY = 500
@@ -123,13 +127,13 @@ def run_seconds(bn: bool, max_steps: int, steps_per_s: dict | None = None, start
 
 
 def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
-         startup_s: float = STARTUP_S) -> str:
+         startup_s: float = STARTUP_S, evaluation_seeds=()) -> str:
     """The DRY_RUN text of :func:`plan_and_seconds`."""
-    return plan_and_seconds(sweep_dir, jobs, extra, steps_per_s, startup_s)[0]
+    return plan_and_seconds(sweep_dir, jobs, extra, steps_per_s, startup_s, evaluation_seeds)[0]
 
 
 def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
-                     startup_s: float = STARTUP_S) -> tuple[str, float]:
+                     startup_s: float = STARTUP_S, evaluation_seeds=()) -> tuple[str, float]:
     """The DRY_RUN text: each block's runs (marked "done" when SWEEP_DIR holds the run finished or
     diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs;
     and that wall time in seconds. A block's runs have equal length, so a block takes
@@ -148,6 +152,23 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
         lines.append(f"{b.name}: lr {', '.join(f'{r:g}' for r in b.rates)} x seeds {', '.join(map(str, seeds))}: "
                      f"{len(names)} runs, {todo} to run, ~{t:.0f} s each, ~{block_wall / 60:.1f} min")
         lines += [f"  {n}{'  (done)' if n in done else ''}" for n in names]
+    if evaluation_seeds:
+        n_seeds = len(evaluation_seeds)
+        stage1_done = todo_runs == 0
+        msgs, chosen, _ = stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds) if stage1_done else ([], blocks, ())
+        lines += [f"stage 2 (evaluation): each network at the rate(s) chosen on seeds {', '.join(map(str, seeds))} "
+                  f"for {', '.join(f'{t:.0%}' for t in SPEEDUP_TARGETS)}, on the fresh seeds "
+                  f"{', '.join(map(str, evaluation_seeds))}"
+                  + ("" if stage1_done else f"; decided after stage 1: at most {len(SPEEDUP_TARGETS)} rates x "
+                     f"{n_seeds} seeds per network (estimated at that most)"), *msgs]
+        for b in chosen:
+            rates = b.rates if stage1_done else b.rates[:len(SPEEDUP_TARGETS)]
+            names = [run_name(b, lr, s) for lr in rates for s in evaluation_seeds]
+            todo = sum(not is_done(sweep_dir, n) for n in names)
+            t = run_seconds(b.bn, steps, steps_per_s, startup_s)
+            total_runs, todo_runs, todo_steps, wall = total_runs + len(names), todo_runs + todo, \
+                todo_steps + todo * steps, wall + math.ceil(todo / max(1, jobs)) * t
+            lines.append(f"  {b.name}: {len(names)} runs{'' if stage1_done else ' at most'}, {todo} to run")
     rate = ", ".join(f"{'BN' if k else 'no BN'} {v:g} steps/s" for k, v in (steps_per_s or STEPS_PER_S).items())
     lines += [f"{total_runs} runs of {steps:,} steps, evaluation every {EVAL_EVERY} steps; to run: {todo_runs} runs, "
               f"{todo_steps:,} steps",
@@ -156,6 +177,60 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
     if other:
         lines.append("passed to bnexp train, not reflected in this plan: " + " ".join(other))
     return "\n".join(lines), wall
+
+
+def is_done(sweep_dir: Path, name: str) -> bool:
+    """The run folder ``sweep_dir/name`` holds a finished or diverged run."""
+    return (read_summary(Path(sweep_dir) / name) or {}).get("status") in COMPLETE_STATUSES
+
+
+def choose(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> dict[float, RateChoice]:
+    """Stage 2's rates of one block: per target, :func:`bnexp.report.tuning.choose_rates` (objective "steps",
+    the runs' budget) on the block's complete tuning grid in ``sweep_dir`` (every rate x ``seeds``), the rule
+    the report applies to the same runs (:func:`bnexp.report.best_rate.best_rate_for_target`).
+
+    Raises:
+        ValueError: a tuning run of the grid is missing or unfinished (the grid is not complete).
+    """
+    names = [run_name(block, lr, s) for lr in block.rates for s in seeds]
+    missing = [n for n in names if not is_done(sweep_dir, n)]
+    if missing:
+        raise ValueError(f"{block.name}: {len(missing)} tuning run(s) not complete, e.g. {missing[0]}")
+    sweep = load_sweep([Path(sweep_dir) / n for n in names], targets)
+    t = sweep.table
+    budget = int(max(t["budget"]))
+    return {tgt: choose_rates([TuningRun(network=(block.name,), rate=float(r["lr"]), seed=int(r["seed"]),
+                                         steps=optional(r[f"steps_to_{target_key(tgt)}"], int),
+                                         diverged=r["status"] == "diverged") for _, r in t.iterrows()],
+                              "steps", budget, tuning_seeds=seeds)[0] for tgt in targets}
+
+
+def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,
+                 evaluation_seeds) -> tuple[list[str], list[Block], tuple[int, ...]]:
+    """The blocks still to run, stage by stage (docs/mnist/PLAN.md): the grid blocks with a run not complete
+    on ``seeds`` (stage 1, tuning); once every grid is complete, each network at its chosen rates
+    (:func:`choose`) on ``evaluation_seeds`` (stage 2; nothing when that is empty: a one-stage sweep), as a
+    block whose ``rates`` are the chosen ones; nothing when every run is complete.
+
+    Returns:
+        (messages: the choices, one line per network; the blocks; the seeds they run on).
+
+    Raises:
+        ValueError: from :func:`choose`.
+    """
+    todo = [b for b in blocks if any(not is_done(sweep_dir, run_name(b, lr, s)) for lr in b.rates for s in seeds)]
+    if todo or not evaluation_seeds:
+        return [], todo, tuple(seeds)
+    msgs, out = [f"stage 2 (evaluation seeds {', '.join(map(str, evaluation_seeds))}): the rates chosen on the "
+                 f"tuning seeds {', '.join(map(str, seeds))}:"], []
+    for b in blocks:
+        picks = choose(sweep_dir, b, seeds)
+        msgs.append(f"  {b.name}: " + ", ".join(f"{t:.0%} lr {c.rate:g}{' (censored)' if c.censored else ''}"
+                                                 for t, c in picks.items()))
+        chosen = replace(b, rates=tuple(sorted({c.rate for c in picks.values()})))
+        if any(not is_done(sweep_dir, run_name(chosen, lr, s)) for lr in chosen.rates for s in evaluation_seeds):
+            out.append(chosen)
+    return msgs, out, tuple(evaluation_seeds)
 
 
 def _args(argv: list[str]):

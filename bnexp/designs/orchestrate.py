@@ -22,7 +22,7 @@ of the script (a *part*) it
 
 Environment (each script documents its own): JOBS, DRY_RUN, LAUNCHER (the Hydra launcher of every block,
 ``hydra/launcher=LAUNCHER``; default stacked, given ``hydra.launcher.n_jobs=JOBS`` as joblib is), SWEEP_DIR, DOCS_DIR,
-BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
+BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: EVALUATION_SEEDS, STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
 PRESETS, SEEDS, LADDER, STEPS_PER_S; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
 CIFAR_OVERRIDES.
 """
@@ -84,8 +84,11 @@ class Part:
 
 
 def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
-    """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1)."""
+    """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1), in two stages
+    (docs/mnist/PLAN.md): every grid on the tuning seeds, then each network at its chosen rates on
+    EVALUATION_SEEDS (default 0-4); one stage (the grid on the given seeds) when the overrides set ``seed``."""
     from bnexp.designs import mnist
+    from bnexp.report.tuning import EVALUATION_SEEDS
 
     sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
     docs = env.docs_dir("DOCS_DIR", "docs/mnist", not extra)
@@ -93,10 +96,28 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
              False: env.number("STEPS_PER_S_NO_BN", mnist.STEPS_PER_S[False])}
     startup = env.number("STARTUP_S", mnist.STARTUP_S, minimum=0.0)
     blocks_, seeds, steps, _ = mnist.apply_overrides(extra)
+    one_stage = any(o.split("=", 1)[0] == "seed" for o in extra)  # seeds given: the grid on them, no stage 2
+    evaluation = () if one_stage else (env.int_list("EVALUATION_SEEDS") or EVALUATION_SEEDS)
+    clash = sorted(set(evaluation) & set(seeds))
+    if clash:
+        raise UserError(f"EVALUATION_SEEDS: seed(s) {', '.join(map(str, clash))} are tuning seeds "
+                        f"({', '.join(map(str, seeds))}); the evaluation needs fresh seeds")
     common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false"]
-    blocks = [Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_]
-    text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup)
-    return [Part("MNIST", sweep, docs, blocks, text, secs)]
+
+    def next_blocks():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
+            try:
+                msgs, todo, on = mnist.stage_blocks(sweep, blocks_, seeds, evaluation)
+            except ValueError as exc:
+                return [f"stage 2 not started: {exc}"], []
+        stage = " (evaluation)" if evaluation and on == tuple(evaluation) else ""
+        return msgs, [Block(b.name + stage, common + mnist.block_overrides(b, on, steps), extra) for b in todo]
+
+    msgs, first = next_blocks()
+    text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation)
+    return [Part("MNIST", sweep, docs, first, text, secs, next_blocks if evaluation else None, messages=msgs,
+                 validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_])]
 
 
 def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
