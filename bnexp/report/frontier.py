@@ -46,6 +46,11 @@ from bnexp.report.rules import CHANCE, NUM_CLASSES, PREFIX, Censored
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
+# the baseline_x5 control (plan version 2): "the rate alone is BN-x5's speedup" when baseline_x5 reaches a* within
+# RATE_ALONE x B_bn_x5(a*), i.e. S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE (bnexp.designs.ladder's rule
+# "decided" and bnexp.report.sec42.control_verdict both read it)
+RATE_ALONE = 1.25
+BASELINE_CAP = {"cpu": 192000, "gpu": 160000}  # the baseline ladder's largest budget per scale (plan version 2)
 TOL = 1e-9  # accuracy >= a - TOL counts as reached
 BASELINE = "baseline"
 PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # the pass rule's verdict from bn_x5's "pass"
