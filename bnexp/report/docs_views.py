@@ -3,8 +3,8 @@ markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` f
 blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run``, ``cifar_plan_v2`` (docs/cifar), ``claims`` (any
-claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run``, ``cifar_plan_v2`` (docs/cifar),
+``claims`` (any claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
 ``ics_overview``
 (docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
 """

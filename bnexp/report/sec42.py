@@ -199,7 +199,8 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
             per = [{"seed": s, "value": f"best {pct(v)}%", "pass": None} for s, v in bests.items()]
             verdict = "-"
         elif p in ("bn_x5", "bn_baseline"):
-            value = f"S(a*) = {speedup_text(m.get('speedup'), (fa['speedup'].get(p) or {}).get('headline', {}).get('bound'))}"
+            bound = ((fa["speedup"].get(p) or {}).get("headline") or {}).get("bound")
+            value = f"S(a*) = {speedup_text(m.get('speedup'), bound)}"
             need = (lambda v: v >= 5 - TOL) if p == "bn_x5" else (lambda v: v > 1)  # noqa: E731
             per = [{"seed": int(s), "value": speedup_text(v), "pass": None if v is None else bool(need(v))}
                    for s, v in (m.get("speedup_per_seed") or {}).items()]
