@@ -191,9 +191,11 @@ def test_a_ladder_sweep_is_completed_by_its_script(tmp_path):
     groups = [NS(label=f"bn_x5 trainer.max_steps={b}", config={"experiment": "bn_x5"},
                  completed=[NS(seed=0), NS(seed=1)]) for b in (375, 750)]
     advice = seed_advice(groups, tmp_path / "sweep", ladder=True)
-    assert advice.endswith(f"Add seed=2: SEEDS=0,1,2 SWEEP_DIR={tmp_path / 'sweep'} scripts/reproduce_cifar.sh with "
-                           f"the extra overrides the sweep ran with (it skips the finished runs), then bnexp report "
-                           f"{tmp_path / 'sweep'}.")
+    # docs/cifar/PLAN.md's way to add seed 2: EXTRA_SEEDS (SEEDS=0,1,2 would change the seeds that decide the ladders)
+    assert advice.endswith(f"Add seed=2: `EXTRA_SEEDS=2 SWEEP_DIR={tmp_path / 'sweep'} scripts/reproduce_cifar.sh` "
+                           "(with the Hydra overrides the sweep ran with, if any; it skips the finished runs, reruns "
+                           "the rungs the ladders ran for each extra seed, and the ladders' decisions keep their "
+                           f"seeds), then bnexp report {tmp_path / 'sweep'}.")
     assert "bnexp train -m" not in advice
     assert seed_advice(groups, tmp_path / "sweep", ladder=True, min_seeds=2) is None
 

@@ -18,6 +18,7 @@ from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_di
 from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
+from bnexp.report.sec42 import plan_v2  # its plan version 2: convergence, the control, the claims, the cost
 from bnexp.report.study_claims import CNN_TARGET, TARGET, study_section  # a scripts/study.sh sweep (study.json)
 from bnexp.runfolders.rundir import symlink_problem
 
@@ -95,7 +96,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     rate (``data["best_rate_speedups"]``) and the ICS section (``data["ics"]`` with its
     ``noise_strength`` table) at ``targets`` (None: the summaries').
     The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
-    :func:`bnexp.report.frontier.frontier_section`) is there only when presets ran at several budgets.
+    :func:`bnexp.report.frontier.frontier_section`, with plan version 2's convergence, control, claims, cost and
+    ladder stops: :func:`bnexp.report.sec42.plan_v2`) is there only when presets ran at several budgets.
 
     Raises:
         ReportError: ``sweep_dir`` does not exist, is not a folder (or a symlink leading nowhere) or holds
@@ -127,6 +129,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     report = Report(sweep_dir, groups, {}, out_dir, sweep, table)
     stats = {g.key: summarize_group(g, report, targets) for g in groups}
     frontier = frontier_section(sweep)  # None unless presets ran at several budgets
+    if frontier is not None:
+        frontier["frontier_analysis"].update(plan_v2(frontier, [r.summary for r in sweep.runs], sweep_dir))
     ics = ics_section(groups, table, targets)
     if ics is not None:
         ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)

@@ -3,8 +3,8 @@ markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` f
 blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
 key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
 
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run`` (docs/cifar), ``claims`` (any
-claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
+Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run``, ``cifar_plan_v2`` (docs/cifar),
+``claims`` (any claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
 ``ics_overview``
 (docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
 """
@@ -133,6 +133,16 @@ def cifar_run(report: dict) -> str:
     ranges = [(p, vals) for p, vals in exact.items() if vals]
     return _text("cifar_run", runs=need(report, "runs"), steps=int(need(report, "sgd_steps")), tuning=tuning,
                  win=tuning["rows"][tuning["winner"]], ranges=ranges)
+
+
+@view("cifar_plan_v2")
+def cifar_plan_v2(report: dict) -> str:
+    """docs/cifar's plan-version-2 results (templates/frontier_v2.md.j2, as in report.md): whether the baseline
+    converged or reached the cap, the rule that stopped each ladder, the baseline_x5 control's verdict, Sec. 4.2's
+    claims beside the paper's (per seed) and the sweep's cost, from ``frontier_analysis`` (written by
+    :func:`bnexp.report.sec42.plan_v2`; a report.json of plan version 1 lacks them: :class:`ViewDataError`)."""
+    need(report, "frontier_analysis", "paper_claims")
+    return render_template("frontier_v2.md.j2", report, {}).strip("\n")
 
 
 @view("claims")

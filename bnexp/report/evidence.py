@@ -112,6 +112,24 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
     return cmds
 
 
+DEFAULT_LADDER_PRESETS = {"baseline", "bn_x5", "bn_baseline"}  # scripts/reproduce_cifar.sh's PRESETS=default
+ALL_LADDER_PRESETS = ("bn_x5", "bn_baseline", "baseline_x5", "baseline_sigmoid", "bn_x5_sigmoid", "bn_x30")  # =all
+
+
+def ladder_seed_command(groups, add, sweep_dir: Path) -> str:
+    """The command that adds the seeds ``add`` to the CIFAR-10 ladder sweep in ``sweep_dir`` the way
+    docs/cifar/PLAN.md does (stage 5, extra seeds): ``EXTRA_SEEDS=2 [PRESETS=...] SWEEP_DIR=...
+    scripts/reproduce_cifar.sh``. PRESETS is left out when the configurations (:class:`bnexp.report.groups.ConfigGroup`)
+    ran only the default presets, ``all`` when they ran all of them, else their names: a wider PRESETS would
+    first climb ladders the sweep never ran."""
+    ran = {str(g.config.get("experiment")) for g in groups if g.config.get("experiment")}
+    presets = [p for p in ALL_LADDER_PRESETS if p in ran]
+    env = [f"EXTRA_SEEDS={','.join(map(str, add))}"]
+    if not ran <= DEFAULT_LADDER_PRESETS:
+        env.append("PRESETS=" + ("all" if set(presets) == set(ALL_LADDER_PRESETS) else ",".join(presets)))
+    return shlex.join([*env, f"SWEEP_DIR={sweep_dir}", "scripts/reproduce_cifar.sh"])
+
+
 def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
@@ -137,9 +155,9 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     sweep = None if task is None else _values(task)
     jobs = [] if ladder else [own_overrides(g) for g in short]
     if ladder:
-        have = sorted({r.seed for g in groups for r in g.completed if r.seed is not None} | set(add))
-        how = (f"SEEDS={','.join(map(str, have))} SWEEP_DIR={sweep_dir} scripts/reproduce_cifar.sh with the extra "
-               "overrides the sweep ran with (it skips the finished runs)")
+        how = "`" + ladder_seed_command(groups, add, sweep_dir) + "`" + (
+            " (with the Hydra overrides the sweep ran with, if any; it skips the finished runs, reruns the rungs "
+            "the ladders ran for each extra seed, and the ladders' decisions keep their seeds)")
     elif all(from_last_call(job, sweep) for job in jobs) and (one_set or None in jobs):
         how = sweep_command(sweep_dir, add, task)
     else:  # several multirun calls in one folder, or configurations lacking different seeds (one command for all

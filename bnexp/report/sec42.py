@@ -1,0 +1,276 @@
+"""Plan version 2 of the CIFAR-10 frontier on the report side (docs/cifar/PLAN.md, "Plan version 2"): what the
+results page says beside the frontier and the matched-accuracy speedups of :mod:`bnexp.report.frontier`.
+
+* :func:`convergence`: whether the baseline's ladder **converged by the rule** (its last doubling gained
+  < :data:`~bnexp.report.frontier.GAIN`, 0.5 points) or stopped **at the cap** (192k steps on the CPU ladder,
+  :data:`~bnexp.report.frontier.BASELINE_CAP`) still gaining, in which case S(a*) is measured at the cap's
+  accuracy.
+* :func:`control_verdict`: the baseline_x5 control (the tuned baseline at 5x its rate), decided in the plan's
+  order: at chance through the early budget (12k steps): *the 5x rate needs BN*; reaches a* within
+  :data:`~bnexp.report.frontier.RATE_ALONE` x B_bn_x5(a*): *the rate alone explains BN-x5's speedup*; else
+  (later, or never): *the rate alone is not BN-x5's speedup*, by the factor S_bn_x5(a*) / S_baseline_x5(a*).
+* :func:`paper_claims`: Sec. 4.2.2's claims (Inception on ImageNet, paper Table 2 and Figure 3) beside this
+  net's values, seed mean and per seed, with the pass rules of PLAN.md (the ``pass`` of ``matched_accuracy``).
+* :func:`sweep_cost`: the runs' summed wall time and steps/s (from their summary.json), and the CPU if recorded.
+* :func:`ladder_stops`: the rule that stopped each preset's ladder, read from the ladders.txt the orchestrator
+  writes into the sweep folder (``bnexp.designs.ladder.ladder_stops``; the report does not import the designs).
+
+:func:`plan_v2` gathers them into ``frontier_analysis`` of report.json; templates/frontier_v2.md.j2 renders them
+(in report.md after the frontier, and the docs view ``cifar_plan_v2``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bnexp.report.frontier import (BASELINE, BASELINE_CAP, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach, pct,
+                                   speedup_text)
+from bnexp.report.rules import CHANCE
+
+CONTROL, HEADLINE = "baseline_x5", "bn_x5"
+EARLY = 12000  # the CPU ladder's early budget: a net at chance by then stops (PLAN.md, rule "chance")
+LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
+LADDERS_HEAD = "ladders ("  # the line above the stop rules in ladders.txt
+# paper Sec. 4.2.2 (Inception on ImageNet; Table 2 and Figure 3): steps to Inception's 72.2% and max accuracy
+PAPER = {
+    "baseline": "72.2% max, reached after 31.0M steps",
+    "bn_baseline": "72.2% after 13.3M steps: 2.3x fewer",
+    "bn_x5": "72.2% after 2.1M steps: 14.7x fewer (73.0% max)",
+    "bn_x30": "72.2% after 2.7M steps (11.5x fewer); 74.8% max, above BN-x5's 73.0%",
+    "bn_x5_sigmoid": "trains with sigmoid: 69.8% max",
+    "baseline_sigmoid": "does not train (never better than 1/1000 accuracy)",
+    "baseline_x5": "not in the paper (Sec. 3.3: without BN a high rate may make gradients explode or vanish)",
+}
+RULES = {  # the pass rule of each row (PLAN.md, plan version 2, stated before the results)
+    "baseline": "reference: a* is its best seed-mean accuracy",
+    "bn_x5": "S(a*) >= 5", "bn_baseline": "S(a*) > 1",
+    "bn_x30": "above bn_x5 at their largest common budget",
+    "bn_x5_sigmoid": "best > 15% (chance + 5 points) where baseline_sigmoid's is not",
+    "baseline_sigmoid": "best <= 15% (chance + 5 points)",
+    "baseline_x5": f"at chance: needs BN; reaches a* within {RATE_ALONE:g} x B_bn_x5(a*): the rate alone",
+}
+OUTCOME_WORDS = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
+                 "bn_adds_speed": "the rate alone is not BN-x5's speedup", "undecided": "undecided"}
+VERDICT = {True: "PASS", False: "FAIL", None: "UNDECIDED"}
+
+
+def _k(b: float) -> str:
+    """A budget in steps as text: 192000 -> "192k", 1500 -> "1.5k", 375 -> "375"."""
+    return f"{b / 1000:g}k" if b >= 1000 else f"{b:g}"
+
+
+def convergence(budgets, accs, stop_line: str | None = None) -> dict:
+    """Whether the baseline's ladder (seed-mean ``accs`` at ascending ``budgets``) converged by the rule.
+
+    ``stop_line``: the baseline's line of ladders.txt ("baseline: stopped by cap: ..."), if any; without it a
+    ladder counts as stopped at the cap when its largest budget is one of :data:`BASELINE_CAP`'s.
+
+    Returns:
+        {"state": "converged" (last doubling gained < 0.5 points) | "cap" (not converged, reached the cap) |
+        "not_converged" (stopped below the cap, still gaining) | "unknown" (one rung), "largest_budget",
+        "last_gain" (fraction or None), "sentence"}.
+    """
+    b, y = [int(v) for v in budgets], [float(v) for v in accs]
+    gain = y[-1] - y[-2] if len(y) >= 2 else None
+    at_cap = (stop_line or "").split(": ", 1)[-1].startswith("stopped by cap") if stop_line else \
+        b[-1] in BASELINE_CAP.values()
+    best = pct(max(y))
+    if gain is None:
+        state, text = "unknown", "whether the baseline converged is unknown (it ran at one budget)"
+    elif gain < GAIN:
+        state = "converged"
+        text = (f"the baseline **converged by the rule**: its last doubling (to {b[-1]:,} steps) gained "
+                f"{100 * gain:+.2f} points, < 0.5; a\\* = {best}%")
+    elif at_cap:
+        state = "cap"
+        text = (f"the baseline **did not converge: it reached the {_k(b[-1])} cap** (its last doubling, to "
+                f"{b[-1]:,} steps, still gained {100 * gain:+.2f} points, >= 0.5), so S(a\\*) is measured at the "
+                f"cap's accuracy, a\\* = {best}%")
+    else:
+        state = "not_converged"
+        text = (f"the baseline had **not converged** when its ladder stopped at {b[-1]:,} steps, below the cap "
+                f"(its last doubling gained {100 * gain:+.2f} points, >= 0.5), so S(a\\*) is measured at its best "
+                f"accuracy so far, a\\* = {best}%")
+    return {"state": state, "largest_budget": b[-1], "last_gain": gain, "sentence": text}
+
+
+def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, early: int = EARLY) -> dict:
+    """The baseline_x5 control's outcome (PLAN.md, "The baseline_x5 control"), from the seed-mean frontiers
+    (budgets, accuracies) of the baseline, bn_x5 (None if absent) and baseline_x5, at ``a_star`` (a fraction).
+
+    Rules in the plan's order: (1) every rung at or below chance + 5 points (:data:`bnexp.report.rules.CHANCE`)
+    and the ladder at ``early`` steps or more: "needs_bn"; (2) B_baseline_x5(a*) <= RATE_ALONE x B_bn_x5(a*),
+    i.e. S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE: "rate_alone"; (3) reached later, or a rung at or past
+    RATE_ALONE x B_bn_x5(a*) still below a*, or converged below a*: "bn_adds_speed", with ``factor`` =
+    S_bn_x5(a*) / S_baseline_x5(a*) = B_baseline_x5(a*) / B_bn_x5(a*) where both are defined (else None: at
+    least RATE_ALONE, ``decided_at`` the rung that decided it). Anything else (the ladder still running, bn_x5
+    not at a*, a bound that leaves the comparison open): "undecided".
+
+    Returns:
+        {"outcome", "words", "budget_control", "budget_bn_x5", "limit" (RATE_ALONE x B_bn_x5(a*)),
+        "speedup_control", "speedup_bn_x5" (S(a*), None where undefined), "factor", "factor_is_lower_bound",
+        "decided_at", "best", "sentence"}.
+    """
+    cb, cy = np.asarray(ctrl[0], float), np.asarray(ctrl[1], float)
+    b_base, _ = budget_to_reach(*base, a_star)
+    b_c, c_cens = budget_to_reach(cb, cy, a_star)
+    b_x, x_cens = budget_to_reach(*x5, a_star) if x5 is not None and len(x5[0]) else (None, False)
+    limit = RATE_ALONE * b_x if b_x is not None else None
+    s = lambda b: None if b is None or b_base is None else b_base / b  # noqa: E731
+    out = {"budget_control": b_c, "budget_bn_x5": b_x, "limit": limit, "speedup_control": s(b_c),
+           "speedup_bn_x5": s(b_x), "factor": None, "factor_is_lower_bound": False, "decided_at": None,
+           "best": float(cy.max())}
+    name, last, astar = "Baseline-x5 (the tuned baseline at 5x its rate)", int(cb[-1]), pct(a_star)
+    gain = cy[-1] - cy[-2] if len(cy) >= 2 else None
+    if cy.max() <= CHANCE + TOL:
+        if last >= early:
+            return {**out, "outcome": "needs_bn", "sentence": (
+                f"{name} never left chance: best seed-mean accuracy {pct(cy.max())}% through {last:,} steps, at or "
+                "below chance + 5 points (15%; a diverged run counts as chance): **the 5x rate needs BN**.")}
+        return {**out, "outcome": "undecided", "sentence": (
+            f"{name} is at chance so far ({pct(cy.max())}% through {last:,} steps); its ladder runs to {early:,} "
+            "steps before the plan calls it: **undecided**.")}
+    if b_x is None:
+        return {**out, "outcome": "undecided", "sentence": (
+            f"{name} trains (best {pct(cy.max())}%), but bn_x5 has not reached a\\* = {astar}%, so the plan's "
+            "comparison at a\\* is not defined: **undecided**.")}
+    lim = f"{RATE_ALONE:g} x B_bn_x5(a\\*) = {limit:,.0f} steps (bn_x5: {b_x:,.0f})"
+    if b_c is not None and b_c <= limit * (1 + 1e-9) and not x_cens:
+        return {**out, "outcome": "rate_alone", "sentence": (
+            f"{name} reaches a\\* = {astar}% at {'at most ' if c_cens else ''}{b_c:,.0f} steps, within {lim}: "
+            f"S(a\\*) {speedup_text(s(b_c), 'lower' if c_cens else None)} vs bn_x5's {s(b_x):.2f}x: **the rate "
+            "alone explains BN-x5's speedup** (within 25%).")}
+    if b_c is not None and b_c > limit and not c_cens:
+        f = b_c / b_x
+        return {**out, "outcome": "bn_adds_speed", "factor": f, "factor_is_lower_bound": x_cens, "sentence": (
+            f"{name} reaches a\\* = {astar}% at {b_c:,.0f} steps, later than {lim}: **the rate alone is not "
+            f"BN-x5's speedup**; BN adds a factor {speedup_text(f, 'lower' if x_cens else None)} "
+            "(S_bn_x5(a\\*) / S_baseline_x5(a\\*)).")}
+    if b_c is None and (last >= limit or (gain is not None and gain < GAIN)):
+        why = (f"at {last:,} steps, at or past {lim}" if last >= limit else
+               f"it converged below a\\* by {last:,} steps (its last doubling gained {100 * gain:+.2f} points)")
+        return {**out, "outcome": "bn_adds_speed", "decided_at": last, "factor_is_lower_bound": True, "sentence": (
+            f"{name} trains (best {pct(cy.max())}%) but has not reached a\\* = {astar}%: {pct(cy[-1])}% {why}: "
+            f"**the rate alone is not BN-x5's speedup**; BN adds at least {RATE_ALONE:g}x.")}
+    return {**out, "outcome": "undecided", "sentence": (
+        f"{name} trains (best {pct(cy.max())}%), below a\\* = {astar}% at {last:,} steps, short of {lim}: its "
+        "ladder goes on: **undecided**.")}
+
+
+def _frontier(rows: list[dict], preset: str, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(budgets, mean accuracies) of ``preset`` (one ``seed``, or the seed mean) from report.json's frontier rows."""
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        if r["preset"] == preset and (seed is None or r["seed"] == seed):
+            acc.setdefault(int(r["budget_steps"]), []).append(float(r["final_test_accuracy"]))
+    b = sorted(acc)
+    return np.asarray(b, float), np.asarray([np.mean(acc[k]) for k in b], float)
+
+
+def _seeds(rows: list[dict], preset: str) -> list[int]:
+    return sorted({int(r["seed"]) for r in rows if r["preset"] == preset})
+
+
+def paper_claims(section: dict, control: dict | None = None, conv: dict | None = None) -> list[dict]:
+    """Sec. 4.2's claims beside this net's values: one row per preset of the frontier (:data:`ORDER`).
+
+    ``section``: report.json's frontier keys (``frontier``, ``matched_accuracy``, ``frontier_analysis``);
+    ``control``: :func:`control_verdict`'s dict; ``conv``: :func:`convergence`'s.
+
+    Returns:
+        [{"preset", "paper" (:data:`PAPER`), "rule" (:data:`RULES`), "value" (this net, seed mean, text),
+        "per_seed": [{"seed", "value" (text), "pass": bool | None}], "pass": bool | None (``matched_accuracy``'s;
+        None for the baseline), "verdict": PASS / FAIL / UNDECIDED, or the control's outcome in words}].
+    """
+    rows, ma = section["frontier"], section["matched_accuracy"]
+    fa = section["frontier_analysis"]
+    out = []
+    for p in [x for x in ORDER if x in fa["presets"]]:
+        m, best = ma.get(p) or {}, fa["presets"][p]["best"]
+        seeds = _seeds(rows, p)
+        bests = {s: float(_frontier(rows, p, s)[1].max()) for s in seeds}
+        per, value, verdict = [], "", VERDICT[m.get("pass")]
+        if p == BASELINE:
+            value = f"a* = {pct(fa['target_accuracy'])}% at {fa['target_budget']:,.0f} steps"
+            value += f" ({conv['state'].replace('_', ' ')})" if conv else ""
+            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": None} for s, v in bests.items()]
+            verdict = "-"
+        elif p in ("bn_x5", "bn_baseline"):
+            bound = ((fa["speedup"].get(p) or {}).get("headline") or {}).get("bound")
+            value = f"S(a*) = {speedup_text(m.get('speedup'), bound)}"
+            need = (lambda v: v >= 5 - TOL) if p == "bn_x5" else (lambda v: v > 1)  # noqa: E731
+            per = [{"seed": int(s), "value": speedup_text(v), "pass": None if v is None else bool(need(v))}
+                   for s, v in (m.get("speedup_per_seed") or {}).items()]
+        elif p == "bn_x30":
+            x = (fa["speedup"].get(p) or {}).get("x5_vs_x30")
+            value = (f"{pct(x['bn_x30'])}% vs bn_x5 {pct(x['bn_x5'])}% at {x['budget_steps']:,} steps; max "
+                     f"{pct(best)}%; S(a*) = {speedup_text(m.get('speedup'))}") if x else f"max {pct(best)}%"
+            for s in seeds if x else []:
+                a30, a5 = (_at(rows, q, x["budget_steps"], s) for q in ("bn_x30", "bn_x5"))
+                per.append({"seed": s, "value": "-" if None in (a30, a5) else f"{100 * (a30 - a5):+.2f} points",
+                            "pass": None if None in (a30, a5) else bool(a30 > a5)})
+        elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
+            value = f"best {pct(best)}% (through {fa['presets'][p]['budgets'][-1]:,} steps)"
+            trains = p != "baseline_sigmoid"
+            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": bool((v > CHANCE) is trains)}
+                   for s, v in bests.items()]
+            if p == CONTROL:
+                per = [dict(d, **{"pass": None}) for d in per]
+                verdict = OUTCOME_WORDS[control["outcome"]] if control else "undecided"
+        out.append({"preset": p, "paper": PAPER.get(p, "-"), "rule": RULES.get(p, "-"), "value": value,
+                    "per_seed": per, "pass": None if p in (BASELINE, CONTROL) else m.get("pass"), "verdict": verdict})
+    return out
+
+
+def _at(rows: list[dict], preset: str, budget: int, seed: int) -> float | None:
+    v = [r["final_test_accuracy"] for r in rows if r["preset"] == preset and r["budget_steps"] == budget
+         and r["seed"] == seed]
+    return float(v[0]) if v else None
+
+
+def sweep_cost(summaries: list[dict]) -> dict:
+    """The sweep's cost from its runs' summary.json dicts: {"runs", "timed_runs" (runs with a wall time),
+    "wall_time_s" (the runs' wall times summed: the run seconds, more than the sweep's wall clock when jobs ran in
+    parallel; a resumed run counts its last session), "steps" (their steps), "steps_per_s" (steps / run seconds,
+    None without any), "cpus" (the distinct ``cpu`` values the runs recorded, [] when none did)}."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    timed = [s for s in summaries if num(s.get("wall_time_s")) and num(s.get("step"))]
+    secs, steps = sum(float(s["wall_time_s"]) for s in timed), sum(int(s["step"]) for s in timed)
+    return {"runs": len(summaries), "timed_runs": len(timed), "wall_time_s": secs, "steps": steps,
+            "steps_per_s": steps / secs if secs > 0 else None,
+            "cpus": sorted({str(s["cpu"]) for s in summaries if s.get("cpu")})}
+
+
+def ladder_stops(sweep_dir: str | Path) -> list[str] | None:
+    """The rule that stopped each ladder, one line per ladder, from ``sweep_dir``/ladders.txt (the lines below
+    its "ladders (" line); None when the file is absent or unreadable."""
+    try:
+        lines = (Path(sweep_dir) / LADDERS_FILE).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    head = next((i for i, s in enumerate(lines) if s.startswith(LADDERS_HEAD)), None)
+    return None if head is None else [s.strip() for s in lines[head + 1:] if s.strip()]
+
+
+def plan_v2(section: dict, summaries: list[dict], sweep_dir: str | Path | None = None) -> dict:
+    """Plan version 2's additions to ``frontier_analysis`` (``section``: :func:`bnexp.report.frontier.analyze`'s
+    dict; ``summaries``: every run's summary.json of the sweep; ``sweep_dir``: where ladders.txt is).
+
+    Returns:
+        {"convergence": :func:`convergence`, "control": :func:`control_verdict` (None without baseline_x5),
+        "paper_claims": :func:`paper_claims`, "cost": :func:`sweep_cost`, "ladder_stops": :func:`ladder_stops`}.
+    """
+    fa, rows = section["frontier_analysis"], section["frontier"]
+    stops = ladder_stops(sweep_dir) if sweep_dir is not None else None
+    base_line = next((s for s in stops or [] if s.startswith(f"{BASELINE}:")), None)
+    b = fa["presets"][BASELINE]
+    conv = convergence(b["budgets"], b["mean_test_accuracy"], base_line)
+    control = None
+    if CONTROL in fa["presets"]:
+        x5 = _frontier(rows, HEADLINE) if HEADLINE in fa["presets"] else None
+        control = control_verdict(_frontier(rows, BASELINE), x5, _frontier(rows, CONTROL), fa["target_accuracy"])
+    return {"convergence": conv, "control": control, "paper_claims": paper_claims(section, control, conv),
+            "cost": sweep_cost(summaries), "ladder_stops": stops}
