@@ -503,7 +503,8 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
         return args, None
     if "-m" in args or "--multirun" in args:
         raise UserError("bnexp train -m cannot run under torchrun: torchrun starts the replicas of ONE run. "
-                        "Start one torchrun per run (or sweep single-process runs with -m).")
+                        "Start one `python -m bnexp.train.torchrun ...` per run (or sweep single-process runs "
+                        "with -m).")
     if distributed.env_rank() == 0:
         return args, None
     import tempfile
