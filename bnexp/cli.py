@@ -534,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         message = None if _raised_in_a_job(exc) else explain(exc)
         if message is None:  # an internal error: its traceback
             raise
+        from bnexp.runfolders.sweepconfig import restore_refused_sweep  # a refused sweep ran no job:
+        restore_refused_sweep()  # its folder keeps the multirun.yaml it had (nothing to do for other refusals)
         if not _a_silent_replica():
             _print_error(message)
         return 2
