@@ -503,7 +503,8 @@ def replica_arguments(args: list[str]) -> tuple[list[str], str | None]:
         return args, None
     if "-m" in args or "--multirun" in args:
         raise UserError("bnexp train -m cannot run under torchrun: torchrun starts the replicas of ONE run. "
-                        "Start one torchrun per run (or sweep single-process runs with -m).")
+                        "Start one `python -m bnexp.train.torchrun ...` per run (or sweep single-process runs "
+                        "with -m).")
     if distributed.env_rank() == 0:
         return args, None
     import tempfile
@@ -533,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         message = None if _raised_in_a_job(exc) else explain(exc)
         if message is None:  # an internal error: its traceback
             raise
+        from bnexp.runfolders.sweepconfig import restore_refused_sweep  # a refused sweep ran no job:
+        restore_refused_sweep()  # its folder keeps the multirun.yaml it had (nothing to do for other refusals)
         if not _a_silent_replica():
             _print_error(message)
         return 2

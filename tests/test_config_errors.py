@@ -142,6 +142,23 @@ def test_every_schema_field_has_a_description_and_the_defaults_pass():
         validate(compose_config(overrides))
 
 
+def test_mlp_and_cnn_share_the_init_and_dropout_keys_with_their_own_init_default():
+    import dataclasses
+
+    from bnexp.config import schema as config
+
+    mlp, cnn = ({f.name: f for f in dataclasses.fields(s)} for s in (config.MLPConfig, config.CNNConfig))
+    for key in ("init", "dropout"):
+        assert mlp[key].metadata["help"] == cnn[key].metadata["help"]
+    assert (mlp["init"].default, cnn["init"].default, mlp["dropout"].default, cnn["dropout"].default) == \
+        ("normal", "torch", 0.0, 0.0)
+    for model in ("mlp", "cnn"):
+        for key, bad in (("init", "uniform"), ("dropout", 1.0)):
+            with pytest.raises(ConfigError) as e:
+                validate(compose_config([f"model={model}", f"model.{key}={bad}"]))
+            assert e.value.key == f"model.{key}"
+
+
 def test_ctrl_c_in_main_is_one_line_exit_130(capsys, monkeypatch):
     def interrupted(args):
         raise KeyboardInterrupt

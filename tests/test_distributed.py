@@ -346,7 +346,7 @@ def test_checkpoint_resumes_only_with_the_same_number_of_replicas(tmp_path, data
     torch.save(state, run / "checkpoint.pt")
     before = (run / "checkpoint.pt").read_bytes()
     with pytest.raises(CheckpointMismatch, match=r"written by a run with 2 replica\(s\); this one has 1.*"
-                                                 r"--nproc-per-node=2"):
+                                                 r"python -m bnexp\.train\.torchrun --standalone --nproc-per-node=2 "):
         Trainer(_cfg(*RUN, "trainer.max_steps=5", "trainer.eval_every=5", "trainer.hist_every=5"), run).try_resume()
     assert (run / "checkpoint.pt").read_bytes() == before  # left for the right command to resume
 

@@ -207,6 +207,27 @@ def test_hidden_layer_forward_is_g_of_bn_of_affine():
     torch.testing.assert_close(layer2(u), torch.relu(u @ affine2.weight.T + affine2.bias))
 
 
+def test_mlp_forward_is_its_hidden_layers_called_in_turn():
+    """MLP.forward skips Module.__call__ per layer but computes what calling each HiddenLayer does,
+    with the act hooks still firing, for BN before and after g."""
+    for position in ("before", "after"):
+        torch.manual_seed(3)
+        bn_cfg = SimpleNamespace(enabled=True, eps=1e-5, momentum=0.1, impl="torch", position=position)
+        model = MLP(20, [8, 6], 3, "sigmoid", bn_cfg).train()
+        assert all(layer.after == (position == "after") for layer in model.hidden)
+        x = torch.randn(5, 20)
+        seen = []
+        hooks = [layer.act.register_forward_hook(lambda m, i, o: seen.append(o.shape[1])) for layer in model.hidden]
+        out = model(x)
+        for h in hooks:
+            h.remove()
+        assert seen == [8, 6]
+        h = x
+        for layer in model.hidden:
+            h = layer(h)
+        torch.testing.assert_close(out, model.classifier(h), rtol=0, atol=0)
+
+
 def test_reference_impl_switch():
     model = MLP(20, [8, 8], 3, "relu", _bn_cfg(impl="reference", eps=1e-3, momentum=0.2))
     layers = bn_layers(model)

@@ -201,6 +201,20 @@ def test_env_lists_and_numbers():
             Env(bad).int_list("SEEDS")
 
 
+def test_env_blank_values_take_the_default_and_spaces_are_stripped():
+    from bnexp.designs.preflight import Env
+    from bnexp.errors import UserError
+
+    env = Env({"JOBS": " 4 ", "STEPS_PER_S": "  ", "STARTUP_S": " 0 "})
+    assert env.jobs == 4 and env.number("STEPS_PER_S", 15.0) == 15.0
+    assert env.number("STARTUP_S", 12.0, minimum=0.0) == 0.0
+    assert Env({"JOBS": ""}).jobs >= 1
+    with pytest.raises(UserError, match=r"^STARTUP_S=-1: a number >= 0$"):
+        Env({"STARTUP_S": "-1"}).number("STARTUP_S", 12.0, minimum=0.0)
+    with pytest.raises(UserError, match=r"^JOBS=2\.5: a whole number >= 1"):
+        Env({"JOBS": "2.5"})
+
+
 def test_validation_covers_every_value_a_user_sweeps():
     """A block's configs are composed for the first job and for each value of the user's sweeps: a bad
     value in the middle of NOISE_SCALES-like lists is found, the design's own values are not all composed."""

@@ -72,7 +72,23 @@ def test_a_rank_outside_the_world_is_refused(bnexp_main, tmp_path, monkeypatch, 
     monkeypatch.setenv("RANK", rank)
     code, err, _ = bnexp_main("train", *RUN, f"hydra.run.dir={tmp_path / 'run'}")
     assert code == 2 and f"RANK={rank} is not a rank of WORLD_SIZE=2 replicas (0..1)" in err
+    assert "start data-parallel runs with python -m bnexp.train.torchrun --standalone --nproc-per-node=N" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_every_launch_command_in_code_and_docs_is_the_wrapper():
+    """Plain torchrun ends every failed run with a traceback of its own (docs/cluster.md): wherever bnexp
+    shows a torchrun command line (messages, docstrings, docs, scripts), it is python -m bnexp.train.torchrun."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "bnexp").rglob("*.py"),
+             *(root / "scripts").glob("*")]
+    plain = re.compile(r"(?<![\w.])torchrun\s+--[a-z]")  # a command line: torchrun --option
+    found = [f"{f.relative_to(root)}: {line.strip()}" for f in files if f.is_file()
+             for line in f.read_text(errors="replace").splitlines() if plain.search(line)]
+    assert not found, "\n".join(found)
+    assert "python -m bnexp.train.torchrun --standalone --nproc-per-node=4" in (root / "docs" / "cluster.md").read_text()
 
 
 def test_bad_rendezvous_timeout_is_refused(monkeypatch):

@@ -37,6 +37,18 @@ def opt(default: Any, help: str, check: c.Check | None = None) -> Any:
     return field(default=default, metadata=meta)
 
 
+def _net_dropout() -> Any:
+    """The ``dropout`` field of every ``model`` option (MLP, CNN): no dropout by default."""
+    return opt(0.0, "dropout probability before the classifier", c.interval(0, 1, "[)"))
+
+
+def _net_init(default: str) -> Any:
+    """The ``init`` field of every ``model`` option (MLP, CNN), ``default`` the option's own scheme."""
+    return opt(default, "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | xavier "
+                        "(Glorot uniform) | torch (torch's default)",
+               c.optional(c.one_of(*INITS), "normal if init_std is set, else torch"))
+
+
 class Activation(str, Enum):
     """The hidden nonlinearity g in z = g(BN(Wu)) (paper Sec. 3.2)."""
 
@@ -135,10 +147,8 @@ class MLPConfig:
     hidden: List[int] = opt([100, 100, 100], "units of each hidden layer", c.widths())
     init_std: Optional[float] = opt(0.01, "the std of init=normal: \"small random Gaussian values\" W ~ N(0, "
                                           "0.01^2), biases 0", c.optional(c.in_float32(), "with init=normal: 0.01"))
-    dropout: float = opt(0.0, "dropout probability before the classifier", c.interval(0, 1, "[)"))
-    init: Optional[str] = opt("normal", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | xavier "
-                                        "(Glorot uniform) | torch (torch's default)",
-                              c.optional(c.one_of(*INITS), "normal if init_std is set, else torch"))
+    dropout: float = _net_dropout()
+    init: Optional[str] = _net_init("normal")
 
 
 @dataclass
@@ -155,10 +165,8 @@ class CNNConfig:
     convs_per_stage: int = opt(1, "3x3 convolutions per stage", c.at_least(1))
     fc: int = opt(128, "units of the hidden fully-connected layer", c.at_least(1))
     init_std: Optional[float] = opt(None, "the std of init=normal", c.optional(c.in_float32(), "torch's init"))
-    dropout: float = opt(0.0, "dropout probability before the classifier", c.interval(0, 1, "[)"))
-    init: Optional[str] = opt("torch", "weights: normal (N(0, init_std^2)) | kaiming (He normal, fan-in) | xavier "
-                                       "(Glorot uniform) | torch (torch's default)",
-                              c.optional(c.one_of(*INITS), "normal if init_std is set, else torch"))
+    dropout: float = _net_dropout()
+    init: Optional[str] = _net_init("torch")
 
 
 @dataclass

@@ -137,30 +137,41 @@ class Env:
     def get(self, name: str, default: str = "") -> str:
         return self.environ.get(name, default)
 
-    def positive_int(self, name: str, default: int) -> int:
-        """``name`` as a whole number >= 1 (``default`` when unset or empty)."""
+    def _read(self, name: str, kind, unreadable):
+        """``name``'s text (stripped) and that text read by ``kind``: ``unreadable`` where ``kind``
+        raises ValueError, None where the variable is unset or empty."""
         text = self.get(name).strip()
         if not text:
-            return default
+            return text, None
         try:
-            value = int(text)
+            return text, kind(text)
         except ValueError:
-            value = 0
+            return text, unreadable
+
+    def positive_int(self, name: str, default: int) -> int:
+        """``name`` as a whole number >= 1 (``default`` when unset or empty).
+
+        Raises:
+            UserError: any other value.
+        """
+        text, value = self._read(name, int, 0)
+        if value is None:
+            return default
         if value < 1:
             raise UserError(f"{name}={text}: a whole number >= 1 (the parallel jobs of every block)")
         return value
 
     def number(self, name: str, default: float, minimum: float | None = None) -> float:
-        """``name`` as a finite number > 0 (>= ``minimum`` when given), ``default`` when unset or empty."""
+        """``name`` as a finite number > 0 (>= ``minimum`` when given), ``default`` when unset or empty.
+
+        Raises:
+            UserError: any other value.
+        """
         import math
 
-        text = self.get(name).strip()
-        if not text:
+        text, value = self._read(name, float, math.nan)
+        if value is None:
             return default
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
         ok = math.isfinite(value) and (value >= minimum if minimum is not None else value > 0)
         if not ok:
             raise UserError(f"{name}={text}: a number {'>= %g' % minimum if minimum is not None else '> 0'}")

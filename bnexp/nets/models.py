@@ -55,13 +55,23 @@ class HiddenLayer(nn.Module):
         self.after = bool(after and bn is not None)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        z = self.affine(u)
-        if self.bn is not None and not self.after:
-            z = self.bn(z)
-        z = self.act(z)
-        if self.after:
-            z = self.bn(z)
-        return z
+        return hidden_step(self, u)
+
+
+def hidden_step(layer: HiddenLayer, u: torch.Tensor) -> torch.Tensor:
+    """``layer``'s map of ``u`` (:class:`HiddenLayer`): affine, then BN, g in the layer's order.
+
+    A plain function, so that :class:`MLP` runs its layers without ``nn.Module.__call__`` (on CPU
+    that small net is bound by per-call overhead); the sub-modules are called as usual, so hooks on
+    ``affine``, ``bn`` and ``act`` (the monitor's) still fire.
+    """
+    z = layer.affine(u)
+    if layer.bn is not None and not layer.after:
+        z = layer.bn(z)
+    z = layer.act(z)
+    if layer.after:
+        z = layer.bn(z)
+    return z
 
 
 def _option(bn_cfg, key: str, default: str) -> str:
@@ -194,14 +204,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.flatten(1)
         for layer in self.hidden:
-            # HiddenLayer.forward inlined: on CPU this small net is bound by per-call
-            # overhead; the sub-modules (and the monitor's hooks on ``act``) are called as usual.
-            h = layer.affine(h)
-            if layer.bn is not None and not layer.after:
-                h = layer.bn(h)
-            h = layer.act(h)
-            if layer.after:
-                h = layer.bn(h)
+            h = hidden_step(layer, h)  # not layer(h): no Module.__call__ per layer (see hidden_step)
         if self.dropout is not None:
             h = self.dropout(h)
         return self.classifier(h)

@@ -3,6 +3,11 @@
 :class:`RunLock` holds an exclusive ``flock`` on ``RUN_DIR/.lock`` while a process trains there and
 removes the file when it ends (re-exported by :mod:`bnexp.runfolders.rundir`, which owns every other file of a
 run folder).
+
+Not the ``filelock`` package (installed with torch): its ``UnixFileLock`` is the same flock, but it keeps
+the lock file on release by design (waiters share its inode) and writes nothing in it, while a finished
+run folder here holds no ``.lock`` and a refusal names the holder's pid from it; both would need
+filelock's private descriptor, for about the same code as this.
 """
 
 from __future__ import annotations

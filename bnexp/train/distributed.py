@@ -1,6 +1,7 @@
 """Data-parallel training: the process group, the replicas' shares of a mini-batch, rank-0 writing.
 
-``torchrun --standalone --nproc-per-node=N -m bnexp train ...`` starts N processes
+``python -m bnexp.train.torchrun --standalone --nproc-per-node=N -m bnexp train ...`` (torchrun,
+ending as bnexp ends: :mod:`bnexp.train.torchrun`) starts N processes
 (*replicas*) with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
 in their environment. :func:`setup` turns that into a ``torch.distributed`` process group
 (gloo on CPU, NCCL on CUDA); without those variables the run is one process, N = 1.
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from bnexp.config.checks import uses_batch_statistics
 from bnexp.errors import ConfigError, UserError
+from bnexp.train.torchrun import LAUNCH
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -61,7 +63,7 @@ def env_world_size() -> int:
         return int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         raise UserError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not an integer; launch data-parallel "
-                        "runs with torchrun --nproc-per-node=N -m bnexp train ...") from None
+                        f"runs with {LAUNCH}") from None
 
 
 def env_rank() -> int:
@@ -78,7 +80,7 @@ def env_rank() -> int:
     world = env_world_size()
     if world > 1 and not 0 <= rank < world:
         raise UserError(f"RANK={rank} is not a rank of WORLD_SIZE={world} replicas (0..{world - 1}): start "
-                        "data-parallel runs with torchrun --nproc-per-node=N -m bnexp train ...")
+                        f"data-parallel runs with {LAUNCH}")
     return rank
 
 
@@ -131,7 +133,7 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
     missing = [k for k in _ENV if k not in os.environ]
     if missing:
         raise UserError(f"WORLD_SIZE={world} but {', '.join(missing)} not set: start data-parallel runs with "
-                        "torchrun --standalone --nproc-per-node=N -m bnexp train ...")
+                        f"{LAUNCH}")
     rank = env_rank()
     if not dist.is_available():
         raise UserError("this torch build has no torch.distributed support; run with one process")
@@ -203,7 +205,7 @@ def per_replica_batch_size(batch_size: int, world_size: int, group_initialized: 
         group_initialized = dist.is_available() and dist.is_initialized()
     if world_size > 1 and not group_initialized:
         raise UserError(f"{world_size} replicas requested but no torch.distributed process group exists; "
-                        "start data-parallel runs with torchrun --nproc-per-node=N -m bnexp train ...")
+                        f"start data-parallel runs with {LAUNCH}")
     if world_size < 1 or batch_size % world_size:
         raise ConfigError("trainer.batch_size", batch_size,
                           f"the global mini-batch must split evenly across the {world_size} replicas "

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from bnexp.errors import CheckpointMismatch
+from bnexp.train.torchrun import launch
 
 # what Trainer.load_state_dict reads; a file without them is not a checkpoint of a run
 CHECKPOINT_KEYS = ("step", "model", "optimizer", "scheduler", "sampler", "rng", "measurements", "logs",
@@ -59,8 +60,8 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
     if n_saved != world_size:
         raise CheckpointMismatch(
             f"the checkpoint in {run_dir} was written by a run with {n_saved} replica(s); this one "
-            f"has {world_size}. Resume it with the same number of processes (torchrun --nproc-per-node={n_saved} "
-            "..., or no torchrun for 1 replica).")
+            f"has {world_size}. Resume it with the same number of processes: "
+            + (launch(n_saved) if n_saved > 1 else "bnexp train ... (one process, no torchrun)") + ".")
 
 
 def incompatibility(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> str | None:

@@ -9,12 +9,27 @@ that failed first (2 for a refusal, which rank 0 printed as one line), or 128 + 
 replica has then saved its checkpoint and rank 0 recorded ``interrupted``, see
 :class:`bnexp.train.runtime.SignalGuard`). The agent's own log lines are kept to errors of the agent itself.
 docs/cluster.md, "Data-parallel runs", shows the command.
+
+Plain ``torchrun`` cannot be made to end quietly from the replicas' side: its entry point
+(``torch.distributed.run.main``, wrapped in ``@record``) raises ``ChildFailedError`` whenever a replica
+exits non-zero, and Python prints that uncaught exception as a traceback in torchrun's own process.
+A replica can only choose its exit code (0 would hide the refusal) and an error file (which changes
+the table inside the traceback, not the traceback). Hence this wrapper, and :data:`LAUNCH` in every
+message that tells how to start a data-parallel run.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+
+LAUNCH = "python -m bnexp.train.torchrun --standalone --nproc-per-node=N -m bnexp train ..."
+"""The command bnexp's messages give for a data-parallel run (torchrun's options, bnexp's endings)."""
+
+
+def launch(nproc: int | str = "N") -> str:
+    """:data:`LAUNCH` with ``nproc`` replicas."""
+    return LAUNCH.replace("=N ", f"={nproc} ")
 
 
 def main(argv: list[str] | None = None) -> int:

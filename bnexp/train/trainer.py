@@ -19,12 +19,12 @@ measurement, also at step 0, ends the run ``diverged`` (normally, so a sweep goe
 cannot be written (a full disk, also in TensorBoard's writer thread) ends it ``failed`` with one
 :class:`~bnexp.errors.OutputError`.
 
-Data parallelism (``torchrun --nproc-per-node=N``, :mod:`bnexp.train.distributed`): one process is a replica group
-of one, so the same loop runs either way: every replica draws the same seeded global mini-batch and computes
-its share of m/N examples through DDP; BN statistics as :func:`bnexp.train.distributed.bn_plan` says. Rank 0 alone
-takes the measurements (with the full model and the whole global mini-batch) and writes the run directory; the
-replicas agree after every step on stopping (signal, divergence) -- a no-op for one process -- and checkpoints
-record N.
+Data parallelism (``python -m bnexp.train.torchrun --nproc-per-node=N``, :mod:`bnexp.train.distributed`): one
+process is a replica group of one, so the same loop runs either way: every replica draws the same seeded global
+mini-batch and computes its share of m/N examples through DDP; BN statistics as
+:func:`bnexp.train.distributed.bn_plan` says. Rank 0 alone takes the measurements (with the full model and the
+whole global mini-batch) and writes the run directory; the replicas agree after every step on stopping (signal,
+divergence) -- a no-op for one process -- and checkpoints record N.
 """
 
 from __future__ import annotations
