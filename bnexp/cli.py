@@ -350,9 +350,9 @@ def _remove_refused_run_dir(run_dir: Path, lock) -> None:
 
     if lock is not None:
         lock.release()
-    for h in logging.getLogger().handlers:  # the run's train.log
+    for h in list(logging.getLogger().handlers):  # the run's train.log: detached, or a later record reopens it
         if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == Path(run_dir).resolve():
-            h.close()
+            h.close(), logging.getLogger().removeHandler(h)
     shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -262,3 +262,22 @@ def test_help_lists_every_option_of_every_group():
             assert option in train.split(f"  {group}: ")[1].splitlines()[0], (group, option)
     assert "bn=true|false|noisy|layer|group" in top and "+experiment" not in top
     assert "logger.mlflow_tracking_uri=null" in train
+
+
+def test_a_removed_run_folder_takes_its_log_handler_along(tmp_path):
+    """A run refused or interrupted before it began loses its folder; a record logged afterwards (torch logs
+    from its atexit hooks) must not try to reopen the folder's train.log (a 'Logging error' traceback)."""
+    import logging
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    h = logging.FileHandler(run_dir / "train.log")
+    root = logging.getLogger()
+    root.addHandler(h)
+    try:
+        cli._remove_refused_run_dir(run_dir, None)
+        assert h not in root.handlers and not run_dir.exists()
+        root.warning("after the folder is gone")
+        assert not run_dir.exists()
+    finally:
+        root.removeHandler(h)
