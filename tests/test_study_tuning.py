@@ -81,3 +81,33 @@ def test_an_incomplete_tuning_grid_chooses_nothing(tmp_path):
     rows, lr, why = sel.rows(("none",))
     assert lr is None and rows.empty and "101 missing" in why
     assert sel.rows(("batch",))[1] == 3.6
+
+
+def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):
+    """The normalizer study's tuning grid written where stage 1 puts it (no BN fastest at 5.4, BN at 1.2,
+    LayerNorm at 3.6, GroupNorm at 0.9 on the tuning seeds): stage 2 trains each at the report's choice on
+    seeds 0-4, in folders named as stage 1 names them."""
+    from bnexp.designs.studies import build_studies, evaluation_batches, expand, Study
+
+    study = build_studies()["normalizer"]
+    best = {"'true'": 1.2, "'false'": 5.4, "layer": 3.6, None: 0.9}
+    norm = {"'true'": "batch", "'false'": "none", "layer": "layer", None: "group"}
+    for j in expand(study):
+        ov = dict(o.split("=", 1) for o in j.overrides)
+        bn, lr = ov.get("bn") if ov.get("bn") != "group" else None, float(ov["lr"])
+        make_run(tmp_path, j.folder, seed=int(ov["seed"]), norm=norm[bn], lr=lr, budget=8000, every=200,
+                 reach=2000 if abs(lr - best[bn]) < 1e-9 else 4000)
+    msgs, batches = evaluation_batches(study, tmp_path)
+    rates = {j.folder for j in expand(Study("normalizer", "", tuple(batches)))}  # 4 configurations x 5 seeds
+    assert "bn=false,lr=5.4,seed=0" in rates and "bn=true,lr=1.2,seed=4" in rates
+    assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=0.9,seed=3" in rates and len(rates) == 20
+    # the report's choice on the same runs
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    sec = study_section(tmp_path, load_sweep(find_run_dirs(tmp_path)))
+    assert {t["family"]: t["choice"]["rate"] for t in sec["tuning"]} == {"BN": 1.2, "no BN": 5.4, "LayerNorm": 3.6,
+                                                                       "GroupNorm": 0.9}
+    # incomplete tuning grid: no stage 2
+    import shutil
+    shutil.rmtree(tmp_path / "bn=layer,lr=3.6,seed=101")
+    with pytest.raises(ValueError, match="1 tuning run"):
+        evaluation_batches(study, tmp_path)
