@@ -19,12 +19,13 @@ from bnexp.designs.studies import (STUDIES, CostModel, Job, build_studies, estim
 
 from conftest import REPO
 
-# hand counts from the designs in docs/studies/*.md
-EXPECTED_RUNS = {"batch_size": 3 * 5 * 3 + 2 * 3,          # (BN, LN, none) x 5 m x 3 seeds + 2 ghost sizes x 3
-                 "inference_statistics": 5 * 2 * 3,        # 5 m x 2 momenta x 3 seeds
-                 "placement": 2 * 2 * 2 * 3 * 3,           # model x act x position x 3 rates x 3 seeds
-                 "normalizer": 4 * 5 * 3,                  # 4 normalizers x 5 rates x 3 seeds
-                 "depth": 3 * 2 * 3 * 3}                   # 3 depths x (BN, none) x 3 rates x 3 seeds
+# hand counts of stage 1 (the tuning grids on seeds 100-102) from docs/studies/PLAN.md
+EXPECTED_RUNS = {"batch_size": 3 * (5 + 5 + 5 + 6 + 5) * 3 + 2 * 6 * 3,  # (BN, LN, none) x the m grids x 3 seeds
+                                                                       # + 2 ghost sizes x the m = 60 grid x 3
+                 "inference_statistics": (5 + 5 + 5 + 6 + 5) * 3,  # BN at momentum 0.1 on the m grids x 3 seeds
+                 "placement": 2 * 2 * 2 * 5 * 3,           # model x act x position x 5 rates x 3 seeds
+                 "normalizer": 4 * 10 * 3,                 # 4 normalizers x 10 rates x 3 seeds
+                 "depth": 3 * 2 * 6 * 3}                   # 3 depths x (BN, none) x 6 rates x 3 seeds
 # bn=layer|group, bn.groups and bn.position come with the normalizer study's keys
 NORMS_MERGED = (REPO / "conf" / "bn" / "layer.yaml").exists() and "position" in {
     f.name for f in dataclasses.fields(BNConfig)}
@@ -47,10 +48,10 @@ def test_run_counts_and_unique_folders():
 def test_folders_are_the_names_bnexp_gives_sweep_jobs(tmp_path):
     studies = build_studies()
     # hand-written: the first job of a study is named by its multirun's swept keys
-    assert expand(studies["batch_size"])[0].folder == "m=2/bn=true,seed=0"
-    assert expand(studies["batch_size"])[-1].folder == "ghost,m=60/bn.ghost_batch_size=4,seed=2"
-    assert expand(studies["depth"])[0].folder == "depth=12/bn=true,lr=0.9,seed=0"
-    assert expand(studies["normalizer"])[-1].folder == "bn=group,groups=4/lr=14.4,seed=2"
+    assert expand(studies["batch_size"])[0].folder == "m=2/bn=true,lr=0.15,seed=100"
+    assert expand(studies["batch_size"])[-1].folder == "ghost,m=60/bn.ghost_batch_size=4,lr=14.4,seed=102"
+    assert expand(studies["depth"])[0].folder == "depth=12/bn=true,lr=0.45,seed=100"
+    assert expand(studies["normalizer"])[-1].folder == "bn=group,groups=4/lr=21.6,seed=102"
     # every job: bnexp.runfolders.runnames.sweep_subdir with the multirun.yaml Hydra writes for its multirun
     for name, study in studies.items():
         jobs = expand(study)
@@ -85,10 +86,10 @@ def _compose_first_and_last(norms: bool) -> int:
 def test_overrides_compose_to_the_planned_values():
     assert _compose_first_and_last(norms=False) >= 10
     studies = build_studies()
-    # the fixed-examples rule by hand: 240,000 examples, lr 0.01 m, an evaluation every 6,000 examples
+    # the fixed-examples rule by hand: 240,000 examples, an evaluation every 6,000 examples, the m's grid
     bs = expand(studies["batch_size"])
     first, last = bs[0], next(j for j in bs if j.m == 256)  # BN at m = 2 and at m = 256
-    for job, lr, steps, every, hist in ((first, 0.02, 120_000, 3000, 30_000), (last, 2.56, 938, 23, 234)):
+    for job, lr, steps, every, hist in ((first, 0.15, 120_000, 3000, 30_000), (last, 1.8, 938, 23, 234)):
         cfg = compose_config(list(job.overrides))
         assert (cfg.lr, cfg.trainer.max_steps, cfg.trainer.eval_every, cfg.trainer.hist_every) == (
             pytest.approx(lr), steps, every, hist)
@@ -96,7 +97,7 @@ def test_overrides_compose_to_the_planned_values():
     ghost = compose_config(list(bs[-1].overrides))
     assert (ghost.bn.ghost_batch_size, ghost.trainer.batch_size, ghost.trainer.max_steps) == (4, 60, 4000)
     deep = compose_config(list(expand(studies["depth"])[0].overrides))
-    assert list(deep.model.hidden) == [100] * 12 and deep.bn.enabled and deep.lr == 0.9
+    assert list(deep.model.hidden) == [100] * 12 and deep.bn.enabled and deep.lr == 0.45
 
 
 @pytest.mark.skipif(not NORMS_MERGED, reason="bn=layer|group, bn.groups, bn.position: the normalizer study's keys")
@@ -119,8 +120,8 @@ def test_a_second_call_starts_only_the_multiruns_with_runs_to_do(tmp_path):
     _finish(tmp_path, [j for j in jobs if j.batch == 1][-1:], "interrupted")
     lines = pending_lines(study, tmp_path)
     assert len(lines) == 2 and "depth=6/" in lines[0] and "depth=3/" in lines[1]
-    assert lines[0].endswith("seed=0,1,2 " + lines[0].split(" ")[-1])  # the run-folder rule comes last
-    assert estimate(study, 2, sweep_dir=tmp_path)["todo"] == 1 + 18
+    assert lines[0].endswith("seed=100,101,102 " + lines[0].split(" ")[-1])  # the run-folder rule comes last
+    assert estimate(study, 2, sweep_dir=tmp_path)["todo"] == 1 + 36
     _finish(tmp_path, [j for j in jobs if j.batch >= 1])
     assert pending_lines(study, tmp_path) == []
     # extra overrides: seed=0 is no longer swept, so the folders (and the runs) are others
@@ -161,8 +162,9 @@ def test_dry_run_of_every_study_prints_the_plan_and_trains_nothing(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"total: {n} runs ({n} to do)" in r.stdout and "estimated wall time" in r.stdout
         assert "bnexp train -m" in r.stdout and not sweep.exists()
-        minutes = int(r.stdout.split("estimated wall time ")[1].split(" min")[0])
-        assert minutes <= 25, (name, minutes)  # each study fits the ~25-minute budget on 2 idle cores
+        # both stages: stage 2 (the evaluation seeds) estimated at its most before stage 1 has run
+        assert "stage 2 (evaluation): each configuration at its chosen rate(s) on the evaluation seeds 0, 1, 2, 3, 4" \
+            in r.stdout and "both stages: " in r.stdout and "runs at most" in r.stdout
     r = _script(tmp_path, "nonsense", DRY_RUN="1")
     assert r.returncode == 2 and "usage: scripts/study.sh NAME" in r.stderr
 

@@ -204,27 +204,71 @@ def ics_parts(env: Env, extra: list[str]) -> list[Part]:
 
 
 def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
-    """scripts/study.sh NAME: the multiruns of :mod:`.studies` still to do, into SWEEP_DIR (study_NAME)."""
+    """scripts/study.sh NAME: the multiruns of :mod:`.studies` still to do, into SWEEP_DIR (study_NAME), in two
+    stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
+    chosen there (:func:`.studies.evaluation_batches`, the report's rule) on EVALUATION_SEEDS (0-4); one stage
+    (the grids on the given seeds) when the overrides set ``seed``."""
     from bnexp.designs import studies
+    from bnexp.report.tuning import TUNING_SEEDS
 
-    all_ = studies.build_studies()
-    study = all_[name]
+    study = studies.build_studies()[name]
     sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)
     docs = env.docs_dir("DOCS_DIR", f"docs/studies/{name}", not extra)
     common = env.launcher_args(sweep)
+    ex = tuple(extra)
+    ex2 = tuple(o for o in extra if o.split("=", 1)[0] != "lr")  # stage 2 trains the chosen rates
+    evaluation = () if any(o.split("=", 1)[0] == "seed" for o in extra) else studies.EVALUATION_SEEDS
     every = [Block(b.label, common + b.all_overrides(), extra) for b in study.batches]
     try:
-        jobs = studies.expand(study, tuple(extra))
+        jobs = studies.expand(study, ex)
     except Exception as exc:  # Hydra's grammar: worded by the preflight below
         preflight.check_blocks(every[:1])
         raise UserError(str(exc)) from None
+    seeds = ", ".join(map(str, evaluation))
+
+    def stage2() -> tuple[list[str], list]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
+            return studies.evaluation_batches(study, sweep, evaluation, ex)
+
+    def next_blocks():
+        pending = sorted({j.batch for j in studies.expand(study, ex) if not studies.is_done(sweep, j)})
+        if pending or not evaluation:
+            return [], [every[i] for i in pending]
+        try:
+            msgs, batches = stage2()
+        except ValueError as exc:
+            return [f"stage 2 not started: {exc}"], []
+        todo = sorted({j.batch for j in studies.expand(studies.Study(name, "", tuple(batches)), ex2)
+                       if not studies.is_done(sweep, j)})
+        return ([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
+                 f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
+                [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
+                 for i in todo])
+
+    msgs, first = next_blocks()
     pending = sorted({j.batch for j in jobs if not studies.is_done(sweep, j)})
-    blocks = [every[i] for i in pending]
-    est = studies.estimate(study, env.jobs, tuple(extra), sweep_dir=sweep)
+    est = studies.estimate(study, env.jobs, ex, sweep_dir=sweep)
     text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
+    seconds = est["seconds"]
+    if evaluation:
+        exact = not pending
+        try:
+            batches = stage2()[1] if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
+        except ValueError as exc:
+            batches, text = [], text + f"\nstage 2 not planned: {exc}"
+        st2 = studies.Study(name, f"each configuration at its chosen rate(s) on the evaluation seeds {seeds}"
+                            + ("" if exact else " (decided after stage 1; estimated at its most: one rate per "
+                               "objective of the study)"), tuple(batches))
+        est2 = studies.estimate(st2, env.jobs, ex2, sweep_dir=sweep)
+        text = "\n".join([f"stage 1 (tuning seeds {', '.join(map(str, TUNING_SEEDS))}):", text,
+                          "stage 2 (evaluation): " + studies.plan_text(st2, est2, env.jobs).split(": ", 1)[1],
+                          f"both stages: {est['runs'] + est2['runs']} runs{'' if exact else ' at most'}; estimated "
+                          f"wall time {(seconds + est2['seconds']) / 60:.0f} min with {env.jobs} parallel jobs"])
+        seconds += est2["seconds"]
     after = [[sys.executable, "-m", "bnexp.train.inference_eval", str(sweep)]] if name == "inference_statistics" else []
-    return [Part(f"study {name}", sweep, docs, blocks, text, est["seconds"], study=name, after=after,
-                 validate=[b for b in every if b not in blocks])]
+    return [Part(f"study {name}", sweep, docs, first, text, seconds, next_blocks if evaluation else None,
+                 study=name, after=after, messages=msgs, validate=[b for b in every if b not in first])]
 
 
 def all_parts(env: Env, extra: list[str]) -> list[Part]:

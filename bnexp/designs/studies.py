@@ -21,12 +21,17 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS
+
 STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
-SEEDS = "0,1,2"
+# two stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
+# chosen there (bnexp/report/study_tuning.py, the report's rule) on the evaluation seeds
+SEEDS = ",".join(map(str, TUNING_SEEDS))
 # every run of every study: one torch thread per job, no progress bar, no TensorBoard histograms and no
 # distribution-shift metrics (the studies read accuracies only); each batch adds trainer.hist_every =
 # max_steps / 4 (5 shift-monitor records). Task overrides hold plain values only: an interpolation
@@ -37,24 +42,28 @@ COMMON = ("trainer.num_threads=1", "trainer.progress=false", "monitor.histograms
 SUBDIR = "hydra.sweep.subdir='{prefix}/${{bnexp_sweep_subdir:${{hydra.sweep.dir}},${{hydra.overrides.task}}," \
          "${{hydra.job.override_dirname}}}}'"
 
-# --- the designs (docs/studies/NAME.md states each and why) -------------------------------------------
-# batch_size and inference_statistics: a fixed number of examples seen, the rate scaled with m
-# (lr = RATE_PER_EXAMPLE * m: 0.6, the 5x paper rate, at m = 60; 2.56 at m = 256, below the highest rate
-# at which the plain network still trained in all seeds at m = 60: docs/studies/batch_size.md's mnist_rates block)
+# --- the designs (docs/studies/PLAN.md fixes each and says why) ----------------------------------------
+# batch_size and inference_statistics: a fixed number of examples seen, the rate tuned per m on its own grid
+# (factor 2, the m = 60 grid scaled by sqrt(m / 60) onto a factor-2 ladder; 5.4, the plain net's MNIST best
+# rate, added at m = 60)
 EXAMPLES = 240_000            # 4 epochs of MNIST's 60,000 training images
 EVAL_EXAMPLES = 6_000         # an evaluation every 6,000 examples: 40 per run
-RATE_PER_EXAMPLE = 0.01
-BATCH_SIZES = (2, 4, 16, 60, 256)   # of the issue's 2, 4, 8, 16, 32, 60, 128, 256: cut to fit 25 minutes
-GHOST_SIZES = (2, 4)          # ghost BN at m = 60: statistics of 2 or 4 examples, gradient of 60
+BATCH_RATES = {2: (0.15, 0.3, 0.6, 1.2, 2.4), 4: (0.225, 0.45, 0.9, 1.8, 3.6), 16: (0.45, 0.9, 1.8, 3.6, 7.2),
+               60: (0.9, 1.8, 3.6, 5.4, 7.2, 14.4), 256: (1.8, 3.6, 7.2, 14.4, 28.8)}
+BATCH_SIZES = tuple(BATCH_RATES)   # of the issue's 2, 4, 8, 16, 32, 60, 128, 256
+GHOST_SIZES = (2, 4)          # ghost BN at m = 60 (on the m = 60 grid): statistics of 2 or 4 examples, gradient of 60
 MOMENTA = (0.1, 0.01)         # bn.momentum of the running averages (torch's convention: new = 0.9 old + 0.1 batch)
-# placement: BN before / after g, each (model, act) on its own rate grid (factor 4 apart)
-PLACEMENT_MLP = dict(steps=4000, eval_every=200, rates=(0.15, 0.6, 2.4), target=0.95)
-PLACEMENT_CNN = dict(steps=1500, eval_every=150, rates=(0.02, 0.08, 0.32), target=0.97,
+TUNING_MOMENTUM = 0.1         # inference_statistics tunes at 0.1; training does not depend on the momentum
+# placement: BN before / after g, each (model, act, position) on its own rate grid (factor 2)
+PLACEMENT_MLP = dict(steps=4000, eval_every=200, rates=(0.15, 0.3, 0.6, 1.2, 2.4), target=0.95)
+PLACEMENT_CNN = dict(steps=1500, eval_every=150, rates=(0.02, 0.04, 0.08, 0.16, 0.32), target=0.97,
                      overrides=("model=cnn", "model.channels=[8,16]", "model.fc=64"))
-# normalizer: the paper net at m = 60 with BN, LayerNorm, GroupNorm (4 groups of 25 units) and none
-NORMALIZER = dict(steps=8000, eval_every=200, rates=(0.9, 1.8, 3.6, 7.2, 14.4), groups=4, target=0.95)
-# depth: 3, 6, 12 sigmoid hidden layers of 100 units, paper init, m = 60, BN and no BN
-DEPTH = dict(steps=10000, eval_every=250, rates=(0.9, 3.6, 14.4), depths=(3, 6, 12), target=0.95)
+# normalizer: the paper net at m = 60 with BN, LayerNorm, GroupNorm (4 groups of 25 units) and none, one grid
+# holding 5.4 (the plain net's MNIST best rate), neighbours at most 1.5x apart from 0.9 to 21.6
+NORMALIZER = dict(steps=8000, eval_every=200, rates=(0.9, 1.2, 1.8, 2.4, 3.6, 5.4, 7.2, 10.8, 14.4, 21.6), groups=4,
+                  target=0.95)
+# depth: 3, 6, 12 sigmoid hidden layers of 100 units, paper init, m = 60, BN and no BN (factor-2 grid)
+DEPTH = dict(steps=10000, eval_every=250, rates=(0.45, 0.9, 1.8, 3.6, 7.2, 14.4), depths=(3, 6, 12), target=0.95)
 
 
 @dataclass(frozen=True)
@@ -76,13 +85,17 @@ class Batch:
     depth: int = 3
     steps: int = 0
     every: int = 1
+    evaluate: tuple[str, ...] = ()   # overrides stage 2 adds (inference_statistics: both momenta)
+    name: str | None = None          # stage 2: the run folder's name, "bn=true,lr=${lr},seed=${seed}"
 
     def all_overrides(self, extra: tuple[str, ...] = ()) -> list[str]:
         """:data:`COMMON`, the budget (max_steps, eval_every, hist_every), this batch's overrides, its
         run-folder rule and ``extra`` (last of a key wins)."""
         out = list(COMMON) + [f"trainer.max_steps={self.steps}", f"trainer.eval_every={self.every}",
                               f"trainer.hist_every={max(1, round(self.steps / 4))}"] + list(self.overrides)
-        if self.prefix:
+        if self.name:
+            out.append(f"hydra.sweep.subdir='{self.prefix + '/' if self.prefix else ''}{self.name}'")
+        elif self.prefix:
             out.append(SUBDIR.format(prefix=self.prefix))
         return out + list(extra)
 
@@ -104,9 +117,9 @@ def _grid(values) -> str:
 
 def _fixed_examples(m: int) -> dict:
     """The budget of a fixed-examples run at mini-batch size m: 240,000 / m steps, an evaluation every
-    6,000 / m steps, lr = 0.01 m (rounded as Python's round, 938 and 23 at m = 256)."""
+    6,000 / m steps (rounded as Python's round, 938 and 23 at m = 256), the rate grid of m."""
     return {"steps": max(1, round(EXAMPLES / m)), "every": max(1, round(EVAL_EXAMPLES / m)),
-            "lr": f"lr={RATE_PER_EXAMPLE * m:g}"}
+            "lr": f"lr={_grid(BATCH_RATES[m])}"}
 
 
 def build_studies() -> dict[str, Study]:
@@ -118,21 +131,23 @@ def build_studies() -> dict[str, Study]:
         bs.append(Batch(f"m={m}: BN, LayerNorm, no BN", (f"trainer.batch_size={m}", b["lr"], "bn=true,false,layer",
                                                          f"seed={SEEDS}"), prefix=f"m={m}", steps=b["steps"],
                         every=b["every"]))
-        inf.append(Batch(f"m={m}: BN x momentum", (f"trainer.batch_size={m}", b["lr"], "bn=true",
-                                                   f"bn.momentum={_grid(MOMENTA)}", f"seed={SEEDS}"),
-                         prefix=f"m={m}", steps=b["steps"], every=b["every"]))
+        inf.append(Batch(f"m={m}: BN", (f"trainer.batch_size={m}", b["lr"], "bn=true",
+                                        f"bn.momentum={TUNING_MOMENTUM:g}", f"seed={SEEDS}"),
+                         prefix=f"m={m}", steps=b["steps"], every=b["every"],
+                         evaluate=(f"bn.momentum={_grid(MOMENTA)}",)))
     g = _fixed_examples(60)
     bs.append(Batch("ghost BN at m=60", ("trainer.batch_size=60", g["lr"], "bn=true",
                                          f"bn.ghost_batch_size={_grid(GHOST_SIZES)}", f"seed={SEEDS}"),
                     prefix="ghost,m=60", steps=g["steps"], every=g["every"]))
     ms = ",".join(map(str, BATCH_SIZES))
     batch_size = Study("batch_size", "Does BN's speedup survive small mini-batches, and where does it end?",
-                       tuple(bs), notes=(f"m in {{{ms}}} of the issue's 2-256 grid (8, 32, 128 cut to fit ~25 "
-                                         "minutes); LayerNorm is the batch-free control (GroupNorm is in the "
-                                         "normalizer study)",))
+                       tuple(bs), notes=(f"m in {{{ms}}}, the rate tuned per m and normalizer (docs/studies/PLAN.md); "
+                                         "LayerNorm is the batch-free control (GroupNorm is in the normalizer "
+                                         "study)",))
     inference = Study("inference_statistics",
                       "How far apart are train-mode (batch statistics) and inference-mode accuracies?", tuple(inf),
-                      notes=("after training, every run's checkpoint is evaluated three ways: "
+                      notes=(f"the rate tuned per m at momentum {TUNING_MOMENTUM:g}, both momenta evaluated at it; "
+                             "after training, every run's checkpoint is evaluated three ways: "
                              "python -m bnexp.train.inference_eval",))
     pl_batches = []
     for model, spec in (("mlp", PLACEMENT_MLP), ("cnn", PLACEMENT_CNN)):
@@ -198,6 +213,8 @@ def expand(study: Study, extra: tuple[str, ...] = ()) -> list[Job]:
             m = int(values.get("trainer.batch_size", 60))
             steps = _int_or(values.get("trainer.max_steps"), b.steps)
             evals = steps // max(1, _int_or(values.get("trainer.eval_every"), b.every)) + 1
+            if b.name:  # stage 2: the folder named as stage 1 names it (see evaluation_batches)
+                name = re.sub(r"\$\{([^}]+)\}", lambda k: values.get(k.group(1), k.group(0)), b.name)
             jobs.append(Job(i, tuple(ov), f"{b.prefix}/{name}" if b.prefix else name, m, steps, evals))
     return jobs
 
@@ -221,6 +238,98 @@ def pending_lines(study: Study, sweep_dir: Path, extra: tuple[str, ...] = ()) ->
     jobs = expand(study, extra)
     todo = sorted({j.batch for j in jobs if not is_done(sweep_dir, j)})
     return [" ".join(study.batches[i].all_overrides(extra)) for i in todo]
+
+
+# --- stage 2: each configuration at the rate(s) chosen on the tuning seeds ------------------------------
+
+def networks(study: Study, extra: tuple[str, ...] = ()) -> dict[tuple, list[Job]]:
+    """Stage 1's jobs by network: {(batch index, the job's overrides of the keys its multirun sweeps, other
+    than lr and seed): its jobs (every rate x tuning seed)}."""
+    from bnexp.config.schema import quote_bn_overrides
+    from bnexp.runfolders.runnames import swept_keys
+
+    out: dict[tuple, list[Job]] = {}
+    for j in expand(study, extra):
+        b = study.batches[j.batch]
+        keys = swept_keys(quote_bn_overrides([o for o in b.all_overrides(extra) if not o.startswith("hydra.")]))
+        net = tuple(o for o in j.overrides if o.split("=", 1)[0] in keys - {"lr", "seed"})
+        out.setdefault((j.batch, net), []).append(j)
+    return out
+
+
+def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seeds) -> Batch:
+    """The stage-2 multirun of one network: stage 1's batch ``index`` with the network's values fixed, ``lr``
+    the chosen ``rates``, ``seed`` the evaluation ``seeds`` and the batch's ``evaluate`` overrides; its run
+    folders are named as stage 1 names them (the keys stage 1 sweeps, plus those ``evaluate`` sweeps), e.g.
+    ``m=2/bn=layer,lr=0.3,seed=0``."""
+    from bnexp.runfolders.runnames import swept_name
+
+    b = study.batches[index]
+    keys = {o.split("=", 1)[0] for o in net}
+    fixed = [o for o in b.overrides if o.split("=", 1)[0] not in keys | {"lr", "seed"}
+             and o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in b.evaluate}]
+    varying = ["lr", "seed"] + [e.split("=", 1)[0] for e in b.evaluate]
+    marks = {k: f"QX{i}QX" for i, k in enumerate(varying)}
+    name = swept_name(list(net) + [f"{k}={v}" for k, v in marks.items()], keys | set(varying))
+    for k, v in marks.items():
+        name = name.replace(v, "${" + k + "}")
+    return replace(b, label=f"{b.label}: {' '.join(net) or 'evaluation'}", name=name,
+                   overrides=(*fixed, *net, f"lr={_grid(sorted(set(rates)))}", f"seed={','.join(map(str, seeds))}",
+                              *b.evaluate))
+
+
+def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
+                       extra: tuple[str, ...] = ()) -> tuple[list[str], list[Batch]]:
+    """Stage 2 of a study whose tuning runs (stage 1 with ``extra``) are all complete in ``sweep_dir``: per
+    network, per objective of the study (:data:`bnexp.report.study_tuning.OBJECTIVES`), the rate that
+    :func:`bnexp.report.study_tuning.choose` picks on the tuning runs (the report's rule), as one
+    :func:`evaluation_batch` each (a rate chosen twice trained once).
+
+    Returns:
+        (messages: one line per network with its choices, or why none was made; the batches).
+
+    Raises:
+        ValueError: a tuning run is missing or unfinished.
+    """
+    from bnexp.report.load import load_sweep
+    from bnexp.report.study_tuning import FAMILY_KEYS, OBJECTIVES, _key, choose, study_cells
+    from bnexp.report.tuning import RateChoice
+
+    nets = networks(study, extra)
+    jobs = [j for js in nets.values() for j in js]
+    missing = [j.folder for j in jobs if not is_done(sweep_dir, j)]
+    if missing:
+        raise ValueError(f"{len(missing)} tuning run(s) not complete, e.g. {missing[0]}")
+    c = study_cells(study.name, load_sweep([Path(sweep_dir) / j.folder for j in jobs]))
+    keys = FAMILY_KEYS[study.name]
+    choices = {o: choose(c, keys, o) for o in OBJECTIVES[study.name]}
+    family = {Path(r["run"]).resolve(): tuple(_key(r[k]) for k in keys) for _, r in c.iterrows()}
+    msgs, out = [], []
+    for (index, net), js in nets.items():
+        combo = family.get((Path(sweep_dir) / js[0].folder).resolve())
+        picks = {o: ch.get(combo) for o, ch in choices.items()}
+        label = " ".join(net) or study.batches[index].label
+        if not all(isinstance(p, RateChoice) for p in picks.values()):
+            msgs.append(f"  {label}: not evaluated: " + "; ".join(str(p) for p in picks.values()
+                                                                  if not isinstance(p, RateChoice)))
+            continue
+        msgs.append(f"  {label}: " + ", ".join(f"{o} lr {p.rate:g}{' (censored)' if p.censored else ''}"
+                                               for o, p in picks.items()))
+        out.append(evaluation_batch(study, index, net, [p.rate for p in picks.values()], seeds))
+    return msgs, out
+
+
+def evaluation_estimate_batches(study: Study, seeds=EVALUATION_SEEDS, extra: tuple[str, ...] = ()) -> list[Batch]:
+    """Stage 2 before stage 1 has run, at its most: per network as many rates as the study has objectives
+    (its grid's first ones stand in; the cost does not depend on the rate)."""
+    from bnexp.report.study_tuning import OBJECTIVES
+
+    k = len(OBJECTIVES[study.name])
+    out = []
+    for (index, net), js in networks(study, extra).items():
+        rates = sorted({float(dict(o.split("=", 1) for o in j.overrides)["lr"]) for j in js})[:k]
+        out.append(evaluation_batch(study, index, net, rates, seeds))
+    return out
 
 
 # --- the cost model ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
 from bnexp.report.studies import table_md
+from bnexp.report.study_tuning import tuning_md
 
 
 class ViewDataError(ValueError):
@@ -58,7 +59,7 @@ def need(d: dict, *keys: str):
 
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
-    helpers = {"claims_md": claims_md, "table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
+    helpers = {"claims_md": claims_md, "table_md": table_md, "tuning_md": tuning_md, "row_interval": row_interval, "NAMES": NAMES,
                "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS,
                "converged_sentence": converged_sentence}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")

@@ -21,6 +21,7 @@ from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
 from bnexp.report.rules import CHANCE, STD_NOTE
 from bnexp.report.studies import table_md
+from bnexp.report.study_tuning import tuning_md
 from bnexp.runfolders.rundir import dumps
 
 ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
@@ -97,6 +98,7 @@ def render_markdown(d: dict) -> str:
         "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
         "bad_runs": lambda x: runs_md(x)[2:-1], "claims_table": lambda rows: "\n".join(claims_md(rows)),
         "study_table": lambda sec: "\n".join(table_md(sec)),
+        "study_tuning": lambda sec: "\n".join(tuning_md(sec)),
         "best_rate_detail": lambda rows: "\n".join(best_rate_detail_md(rows)[:-1])})
 
 

@@ -21,16 +21,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from bnexp.report.best_rate import edge_of
+from bnexp.report.best_rate import HELD_OUT, edge_of
 from bnexp.report.claims import Claim, evaluate, seed_interval, seed_values
 from bnexp.report.interval import short_text
 from bnexp.report.studies import MARKER, read_marker
 from bnexp.report.rules import CHANCE, NORMALIZERS
-from bnexp.report.studies import (at_best_rate, cells, censored, config_rows, diff_claim, per_seed, ratio_claim,
-                                  select)
-
-TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
-CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
+from bnexp.report.studies import cells, censored, config_rows, diff_claim, per_seed, ratio_claim, select
+from bnexp.report.study_tuning import CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, study_cells
 
 
 def _read_claims() -> dict[str, dict[str, Claim]]:
@@ -54,6 +51,15 @@ def _interval_text(vals: dict, scale: str = "raw") -> str:
     return short_text(seed_values(vals, scale)[2])
 
 
+def _label(keys, combo) -> str:
+    """A configuration's name on the page (the tuning grid): "BN, m = 60", "ghost BN, g = 2, m = 60", "MLP,
+    sigmoid, BN after g", "6 layers, no BN"."""
+    words = {"norm": lambda v: NORMALIZERS.get(v, str(v)), "ghost": lambda v: f"g = {v}", "m": lambda v: f"m = {v}",
+             "depth": lambda v: f"{v} layers", "model": lambda v: str(v).upper(), "act": str,
+             "position": lambda v: f"BN {v} g"}
+    return ", ".join(words[k](v) for k, v in zip(keys, combo) if v is not None)
+
+
 def _ratios(num: pd.DataFrame, den: pd.DataFrame, unit: str) -> dict:
     a, b = censored(num, unit), censored(den, unit)
     return {s: a[s] / b[s] for s in sorted(set(a) & set(b))}
@@ -64,8 +70,13 @@ def _ratios(num: pd.DataFrame, den: pd.DataFrame, unit: str) -> dict:
 def analyze_batch_size(sweep) -> dict:
     """The batch_size study: examples to 95% and final accuracy per normalizer and m, :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET)
+    sel = Selection(c, FAMILY_KEYS["batch_size"], OBJECTIVES["batch_size"])
     examples = int((c["budget"] * c["m"]).max()) if not c.empty else 0  # the budget: 240,000 (designs.studies)
-    fin = {(n, m): per_seed(select(c, norm=n, m=m), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
+
+    def at(norm, m, objective="steps", ghost=None):  # the family's scored runs at its rate (study_tuning)
+        return sel.rows((norm, ghost, m), objective)[0]
+
+    fin = {(n, m): per_seed(at(n, m, "accuracy"), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
 
     def drop(n):
         a, b = fin[(n, 16)], fin[(n, 2)]
@@ -73,18 +84,18 @@ def analyze_batch_size(sweep) -> dict:
 
     d_bn, d_ln = drop("batch"), drop("layer")
     claims = [
-        ratio_claim(C["BS_ADV_60"], select(c, norm="none", m=60), select(c, norm="batch", m=60), "examples"),
-        ratio_claim(C["BS_ADV_4"], select(c, norm="none", m=4), select(c, norm="batch", m=4), "examples"),
+        ratio_claim(C["BS_ADV_60"], at("none", 60), at("batch", 60), "examples"),
+        ratio_claim(C["BS_ADV_4"], at("none", 4), at("batch", 4), "examples"),
         diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)]),
         diff_claim(C["BS_DROP"], d_bn, d_ln),
-        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(select(c, norm="ghost", m=60, ghost=2), "final")),
+        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(at("ghost", 60, "accuracy", 2), "final")),
     ]
     findings = []
     ms = sorted(int(m) for m in c["m"].unique()) if not c.empty else []
     for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
         parts, holds = [], []
         for m in ms:
-            vals = _ratios(select(c, norm=other, m=m), select(c, norm="batch", m=m), "examples")
+            vals = _ratios(at(other, m), at("batch", m), "examples")
             iv = seed_values(vals, "log")[2]
             if iv is None:
                 continue
@@ -96,11 +107,12 @@ def analyze_batch_size(sweep) -> dict:
                             f"that never reached 95% counts as its {examples:,} examples, a bound): "
                             f"{'; '.join(parts)}. BN needs fewer examples than {label} (interval above 1) at "
                             f"m = {', '.join(holds) if holds else 'none of these'}.")
-    table = config_rows(c, ["norm", "ghost", "m"], TARGET, unit="examples")
+    lr = [("lr", "lr")] if sel.held_out else []  # held out: the evaluation runs at each chosen rate
+    table = config_rows(sel.scored, ["norm", "ghost", "m"] + [k for k, _ in lr], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
             "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
-            "cells": c,
-            "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), ("seeds", "seeds"),
+            "cells": c, **sel.record(lambda k: _label(("norm", "ghost", "m"), k)),
+            "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), *lr, ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
 
 
@@ -126,13 +138,14 @@ def analyze_inference_statistics(sweep) -> dict:
     momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
+    sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
     missing = None
-    if not c.empty and c["acc_batch"].isna().all():
+    if not sel.scored.empty and sel.scored["acc_batch"].isna().all():
         missing = ("no run has inference_stats.json: run python -m bnexp.train.inference_eval SWEEP_DIR "
                    "(scripts/study.sh does)")
 
-    def at(m, mom):
-        return select(c, m=m, momentum=mom)
+    def at(m, mom):  # m's scored runs at its rate (held out: chosen at momentum 0.1, both momenta trained)
+        return select(sel.rows((m,), "accuracy")[0], momentum=mom)
 
     def minus(a: dict, b: dict) -> dict:
         return {s: None if a.get(s) is None or b.get(s) is None else a[s] - b[s] for s in set(a) & set(b)}
@@ -147,22 +160,25 @@ def analyze_inference_statistics(sweep) -> dict:
         ev(C["IS_POP_2"], _gap(at(2, 0.1), "population", "ema")),
         ev(C["IS_SLOW_EMA"], minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
     ]
-    table = config_rows(c, ["m", "momentum"], TARGET)
+    lr = [("lr", "lr")] if sel.held_out else []
+    scored = sel.scored
+    table = config_rows(scored, ["m", "momentum"] + [k for k, _ in lr], TARGET)
     for row in table:
-        g = select(c, m=row["m"], momentum=float(row["momentum"]))
+        g = select(scored, m=row["m"], momentum=float(row["momentum"]), **{k: float(row[k]) for k, _ in lr})
         for k in ("batch", "ema", "population"):
             row[f"acc_{k}"] = seed_interval([100 * v for v in per_seed(g, f"acc_{k}").values() if v is not None])
         row["gap"] = seed_interval([v for v in _gap(g, "ema", "batch").values() if v is not None])
         row["pop_minus_ema"] = seed_interval([v for v in _gap(g, "population", "ema").values() if v is not None])
     findings = []
-    for mom in sorted(c["momentum"].dropna().unique(), reverse=True) if not c.empty else []:
+    for mom in sorted(scored["momentum"].dropna().unique(), reverse=True) if not scored.empty else []:
         parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'))}"
-                 for m in sorted(c["m"].unique())]
+                 for m in sorted(scored["m"].unique())]
         findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% t interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
     return {"title": "Train-mode vs inference-mode statistics", 
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
-            "columns": [("m", "m"), ("momentum", "momentum"), ("seeds", "seeds"),
+            **sel.record(lambda k: _label(("m",), k)),
+            "columns": [("m", "m"), ("momentum", "momentum"), *lr, ("seeds", "seeds"),
                         ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
                         ("acc_population", "Alg. 2 population (%)"), ("gap", "moving avg - batch (points)"),
                         ("pop_minus_ema", "population - moving avg (points)")]}
@@ -170,14 +186,14 @@ def analyze_inference_statistics(sweep) -> dict:
 
 # --- placement, normalizer, depth: each configuration at its best rate ------------------------------------
 
-def _families(c: pd.DataFrame, keys: list[str], combos) -> dict:
-    """{combo: (rows at its best rate, rate, rule, the sorted rates of its grid)} for each combo of ``keys``
-    values."""
+def _families(sel: Selection, combos, objective: str = "steps") -> dict:
+    """{combo: (its scored rows at its rate, the rate, how it was picked or why there is none, the sorted
+    rates of its grid)} for each combo of ``sel.keys`` values (:meth:`Selection.rows`)."""
     out = {}
     for combo in combos:
-        fam = select(c, **dict(zip(keys, combo)))
+        fam = select(sel.c, **dict(zip(sel.keys, combo)))
         grid = sorted({float(v) for v in pd.to_numeric(fam["lr"], errors="coerce").dropna()}) if not fam.empty else []
-        out[combo] = (*at_best_rate(fam), grid)
+        out[combo] = (*sel.rows(combo, objective), grid)
     return out
 
 
@@ -193,29 +209,30 @@ def _best_rate_findings(best: dict, label) -> list[str]:
     out = []
     for combo, (_, lr, rule, grid) in best.items():
         if lr is None:
-            out.append(f"{label(combo)}: no completed runs.")
+            out.append(f"{label(combo)}: {rule if rule != 'no runs' else 'no completed runs'}.")
             continue
         e = edge_of(lr, grid)  # a better rate may lie outside the grid (docs/studies/README.md)
         edge = f"; the {e} rate of its grid, so a {e[:-3]}er one might be better" if e else ""
-        out.append(f"{label(combo)}: best rate {lr:g} ({rule}{edge}).")
+        out.append(f"{label(combo)}: {'rate' if rule == HELD_OUT else 'best rate'} {lr:g} ({rule}{edge}).")
     return out
 
 
 def analyze_placement(sweep) -> dict:
     """The placement study: BN before vs after the nonlinearity, MLP and CNN, sigmoid and ReLU, each position
     at its best rate; :data:`PLACEMENT_CLAIMS`. The MLP's target is 95%, the CNN's 97%."""
-    mlp, cnn = cells(sweep, TARGET), cells(sweep, CNN_TARGET)
-    c = pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
+    c = study_cells("placement", sweep)
+    sel = Selection(c, FAMILY_KEYS["placement"], OBJECTIVES["placement"])
     combos = [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")]
-    best = _families(c, ["model", "act", "position"], combos)
+    best = _families(sel, combos)
     claims = [ratio_claim(PLACEMENT_CLAIMS[(m, a)], best[(m, a, "after")][0], best[(m, a, "before")][0])
               for m, a in PLACEMENT_CASES]
     table = []
     for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET)):
-        table += config_rows(select(c, model=model), ["model", "act", "position", "lr"], target)
+        table += config_rows(select(sel.scored, model=model), ["model", "act", "position", "lr"], target)
     _mark_best(table, best, ["model", "act", "position"])
     return {"title": "BN before or after the nonlinearity", "target": TARGET,
             "claims": claims, "table": table, "cells": c,
+            **sel.record(lambda k: _label(FAMILY_KEYS["placement"], k)),
             "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
@@ -225,11 +242,12 @@ def analyze_placement(sweep) -> dict:
 def analyze_normalizer(sweep) -> dict:
     """The normalizer study: BN, LayerNorm, GroupNorm and none, each at its best rate; :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET)
-    best = _families(c, ["norm"], [("batch",), ("layer",), ("group",), ("none",)])
+    sel = Selection(c, FAMILY_KEYS["normalizer"], OBJECTIVES["normalizer"])
+    best = _families(sel, [("batch",), ("layer",), ("group",), ("none",)])
     b = {k[0]: v[0] for k, v in best.items()}
     claims = [ratio_claim(C["NM_BN"], b["none"], b["batch"]), ratio_claim(C["NM_LN"], b["none"], b["layer"]),
               ratio_claim(C["NM_BN_LN"], b["layer"], b["batch"]), ratio_claim(C["NM_BN_GN"], b["group"], b["batch"])]
-    table = _mark_best(config_rows(c, ["norm", "lr"], TARGET), best, ["norm"])
+    table = _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"])
     findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
              for k in b}
@@ -237,24 +255,29 @@ def analyze_normalizer(sweep) -> dict:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
         findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
                         f"{100 * share:.0f}% without batch statistics.")
-    return {"title": "Batch vs layer vs group normalization vs none", 
+    return {"title": "Batch vs layer vs group normalization vs none",
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
+            **sel.record(lambda k: _label(("norm",), k)),
             "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
 
 
 def analyze_depth(sweep) -> dict:
-    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its best rate; :data:`STUDY_CLAIMS`."""
+    """The depth study: 3, 6, 12 hidden sigmoid layers, BN and no BN each at its rate (held out: chosen on the
+    tuning seeds, by final accuracy for the accuracy claims and by steps to 95% for the steps claims;
+    docs/studies/PLAN.md); :data:`STUDY_CLAIMS`. A no BN / BN ratio whose no-BN runs never reached 95% is a
+    lower bound set by the budget, and a finding says so."""
     c = cells(sweep, TARGET)
+    sel = Selection(c, FAMILY_KEYS["depth"], OBJECTIVES["depth"])
     depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
-    best = _families(c, ["depth", "norm"],
-                     [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")])
+    combos = [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")]
+    best, by_acc = _families(sel, combos), _families(sel, combos, "accuracy")
 
     def rows(d, n):
         return best[(d, n)][0]
 
     def finals(d, n):
-        vals = per_seed(rows(d, n), "final")
+        vals = per_seed(by_acc[(d, n)][0], "final")
         return {s: None if v is None else 100 * v for s, v in vals.items()}
 
     def ev(claim, vals):
@@ -263,11 +286,17 @@ def analyze_depth(sweep) -> dict:
     claims = [ev(C["DP_BN_12"], finals(12, "batch")), ev(C["DP_NOBN_12"], finals(12, "none")),
               ratio_claim(C["DP_ADV_6"], rows(6, "none"), rows(6, "batch")),
               ratio_claim(C["DP_BN_SLOWDOWN"], rows(12, "batch"), rows(3, "batch"))]
-    table = _mark_best(config_rows(c, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
+    table = _mark_best(config_rows(sel.scored, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
+    findings = _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
+                                   lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}")
+    plain = rows(6, "none")
+    if len(plain) and plain["steps"].isna().all():
+        budget = int(pd.to_numeric(plain["budget"]).max())
+        findings.append(f"At 6 layers no BN never reached 95% within {budget:,} steps, so no BN / BN is a lower "
+                        f"bound set by that budget (no BN's steps count as {budget:,}), not a measured speedup.")
     return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
-            "claims": claims, "table": table, "cells": c,
-            "findings": _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
-                                            lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}"),
+            "claims": claims, "table": table, "cells": c, "findings": findings,
+            **sel.record(lambda k: _label(("depth", "norm"), k)),
             "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to 95% (reached)")]}

@@ -1,0 +1,166 @@
+"""Held-out tuning in the five studies (docs/studies/PLAN.md): which rate each configuration is scored at.
+
+A study's sweep is *held out* when it holds completed runs on the tuning seeds
+:data:`bnexp.report.tuning.TUNING_SEEDS` (stage 1 of ``scripts/study.sh``). Then, per configuration (a
+*family*: the runs that share the study's :data:`FAMILY_KEYS` values and differ in ``lr``) and per
+objective, the rate is chosen on the tuning runs alone by :func:`bnexp.report.tuning.choose_rates`, and only
+the runs on the other seeds (the evaluation seeds, stage 2) at that rate are scored; a run on a tuning seed
+never enters a claim. A sweep without tuning-seed runs is the one-stage design of the pages' current results:
+each family at :func:`bnexp.report.best_rate.best_rate` on the scored seeds themselves.
+
+The orchestrator's stage 2 (:mod:`bnexp.designs.studies`) calls :func:`choose` on the same runs, so a study
+trains the rates its report scores: one rule.
+
+Objectives (docs/studies/PLAN.md): "steps" (steps, or examples, to the study's target; a failed seed at
+the budget) for claims about steps; "accuracy" (final test accuracy) for claims about final accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from bnexp.report.best_rate import HELD_OUT
+from bnexp.report.fmt import md_table
+from bnexp.report.rules import optional
+from bnexp.report.studies import at_best_rate, cells, select
+from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, TuningRun, choose_rates
+
+TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
+CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
+# the cells' columns that make one configuration of each study (its runs differ in lr and seed only)
+FAMILY_KEYS = {"batch_size": ("norm", "ghost", "m"), "inference_statistics": ("m",),
+               "placement": ("model", "act", "position"), "normalizer": ("norm",), "depth": ("depth", "norm")}
+# the objectives each study's claims use (docs/studies/PLAN.md), the first for its findings
+OBJECTIVES = {"batch_size": ("steps", "accuracy"), "inference_statistics": ("accuracy",), "placement": ("steps",),
+              "normalizer": ("steps",), "depth": ("steps", "accuracy")}
+
+
+def study_cells(name: str, sweep) -> pd.DataFrame:
+    """The completed runs of study ``name``'s sweep (:func:`bnexp.report.studies.cells`) with steps to the
+    study's target: 95%, except the placement study's CNN runs, 97%."""
+    if name != "placement":
+        return cells(sweep, TARGET)
+    mlp, cnn = cells(sweep, TARGET), cells(sweep, CNN_TARGET)
+    return pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
+
+
+def is_held_out(c: pd.DataFrame) -> bool:
+    """True when the cells hold a run on a tuning seed (the two-stage design)."""
+    return bool(not c.empty and c["seed"].isin(TUNING_SEEDS).any())
+
+
+def _key(v):
+    """A family key value as plain Python (NaN -> None, numpy -> int / float / str)."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def family_name(keys, combo) -> tuple[str, ...]:
+    """The network's name for :class:`bnexp.report.tuning.TuningRun`: ("norm=batch", "m=60", ...)."""
+    return tuple(f"{k}={v}" for k, v in zip(keys, combo) if v is not None)
+
+
+def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | str]:
+    """Each family's rate chosen on its tuning-seed runs of ``c`` (cells), by
+    :func:`bnexp.report.tuning.choose_rates` with the family's budget (its largest trainer.max_steps).
+
+    Returns:
+        {family (the ``keys`` values; None where missing): its :class:`RateChoice`, or a sentence saying why
+        none was chosen (an incomplete tuning grid, a steps value outside the budget)}; families without
+        tuning runs are absent.
+
+    Raises:
+        ValueError: an unknown objective (from choose_rates).
+    """
+    tuning = c[c["seed"].isin(TUNING_SEEDS)]
+    out: dict[tuple, RateChoice | str] = {}
+    if tuning.empty:
+        return out
+    for combo, fam in tuning.groupby(list(keys), dropna=False, sort=True):
+        combo = tuple(_key(v) for v in (combo if isinstance(combo, tuple) else (combo,)))
+        runs = [TuningRun(network=family_name(keys, combo), rate=float(r["lr"]), seed=int(r["seed"]),
+                          steps=optional(r["steps"], int), accuracy=optional(r["final"]),
+                          diverged=r["status"] == "diverged") for _, r in fam.iterrows()]
+        try:
+            out[combo] = choose_rates(runs, objective, int(pd.to_numeric(fam["budget"]).max()),
+                                      tuning_seeds=TUNING_SEEDS)[0]
+        except ValueError as exc:
+            if objective not in ("steps", "accuracy"):
+                raise
+            out[combo] = f"no rate chosen ({exc})"
+    return out
+
+
+class Selection:
+    """Which runs of each family a study scores (see the module docstring).
+
+    Attributes:
+        c: the cells. keys: :data:`FAMILY_KEYS` of the study. held_out: :func:`is_held_out`.
+        choices: {objective: :func:`choose`} (held out only).
+    """
+
+    def __init__(self, c: pd.DataFrame, keys, objectives=("steps",)):
+        self.c, self.keys, self.held_out = c, tuple(keys), is_held_out(c)
+        self.choices = {o: choose(c, self.keys, o) for o in objectives} if self.held_out else {}
+
+    @property
+    def scored(self) -> pd.DataFrame:
+        """The runs that may enter a claim: the evaluation-seed runs when held out, else every run."""
+        return self.c[~self.c["seed"].isin(TUNING_SEEDS)] if self.held_out else self.c
+
+    def rows(self, combo: tuple, objective: str = "steps") -> tuple[pd.DataFrame, float | None, str]:
+        """(the family's scored runs at its rate, the rate, how it was picked) for the family ``combo``
+        (values of :attr:`keys`). Held out: the evaluation-seed runs at the rate chosen for ``objective``
+        (:data:`bnexp.report.best_rate.HELD_OUT`; no rows and the reason when none was chosen); one stage:
+        :func:`bnexp.report.studies.at_best_rate` on every run of the family."""
+        where = dict(zip(self.keys, combo))
+        if not self.held_out:
+            return at_best_rate(select(self.c, **where))
+        choice = self.choices.get(objective, {}).get(tuple(combo))
+        if not isinstance(choice, RateChoice):
+            return self.c.iloc[0:0], None, choice or "no tuning runs"
+        return select(self.scored, **where, lr=float(choice.rate)), float(choice.rate), HELD_OUT
+
+    def record(self, label) -> dict:
+        """report.json's held-out fields of the study section: {} in the one-stage design, else
+        {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family" (label),
+        "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
+        if not self.held_out:
+            return {}
+        tuning = sorted({int(s) for s in self.c["seed"] if int(s) in TUNING_SEEDS})
+        evaluation = sorted({int(s) for s in self.scored["seed"]})
+        rows = [{"family": label(combo), "objective": o,
+                 "choice": ch.as_dict() if isinstance(ch, RateChoice) else None,
+                 "why": None if isinstance(ch, RateChoice) else ch}
+                for o, chosen in self.choices.items() for combo, ch in chosen.items()]
+        return {"tuning_seeds": tuning, "evaluation_seeds": evaluation, "tuning": rows}
+
+
+def tuning_md(sec: dict) -> list[str]:
+    """Markdown of a held-out study section's tuning grids: one row per family and objective, every rate
+    with its failed (steps) or diverged (accuracy) tuning seeds / n and the mean steps or final accuracy,
+    the chosen rate in bold, "censored" when every rate had a failed seed; [] in the one-stage design."""
+    if not sec.get("tuning"):
+        return []
+
+    def grid(t: dict) -> str:
+        ch = t["choice"]
+        if ch is None:
+            return t["why"] or "-"
+        if ch["objective"] == "steps":
+            cells_ = [f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}" for g in ch["grid"]]
+        else:
+            cells_ = [f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, "
+                      + ("-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%") for g in ch["grid"]]
+        text = "; ".join(f"**{x}**" if g["chosen"] else x for x, g in zip(cells_, ch["grid"]))
+        return text + (" (censored)" if ch["censored"] else "")
+
+    rules = {"steps": STEPS_RULE, "accuracy": ACCURACY_RULE}
+    used = dict.fromkeys(t["objective"] for t in sec["tuning"])
+    head = [f"Tuning seeds {', '.join(map(str, sec.get('tuning_seeds', [])))}; evaluation seeds "
+            f"{', '.join(map(str, sec.get('evaluation_seeds', [])))} (only these are scored). "
+            + " ".join(f"Objective {o}: {rules[o]}." for o in used), ""]
+    return head + md_table(["configuration", "objective", "rate: tuning seeds failed / n, mean"],
+                           [[t["family"], t["objective"], grid(t)] for t in sec["tuning"]])

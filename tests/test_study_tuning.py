@@ -1,0 +1,113 @@
+"""Held-out tuning in the studies (docs/studies/PLAN.md, bnexp/report/study_tuning.py): each configuration's rate
+is chosen on the tuning seeds 100-102 and only the evaluation seeds' runs at that rate are scored; synthetic run
+folders with hand-computed choices and claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bnexp.report.claims import SUPPORTED
+from bnexp.report.load import find_run_dirs, load_sweep
+from bnexp.report.studies import MARKER
+from bnexp.report.study_claims import study_section
+from bnexp.report.study_tuning import Selection, choose, study_cells
+from tests.test_studies import make_run
+
+EVAL = (0, 1, 2, 3, 4)
+TUNE = (100, 101, 102)
+
+
+def normalizer_sweep(tmp_path):
+    """BN and no BN on the grid {1.8, 3.6, 5.4}: on the tuning seeds no BN is fastest at 5.4 (2,000 steps) and
+    BN at 3.6 (1,000); the evaluation seeds at those rates; decoys that must never be scored: no BN at 1.8 on
+    the evaluation seeds (100 steps) and the tuning runs themselves."""
+    tuning = {("none", 1.8): 4000, ("none", 3.6): 3000, ("none", 5.4): 2000,
+              ("batch", 1.8): 1600, ("batch", 3.6): 1000, ("batch", 5.4): 1200}
+    for (norm, lr), reach in tuning.items():
+        for s in TUNE:
+            make_run(tmp_path, f"{norm}_{lr}_{s}", seed=s, norm=norm, lr=lr, reach=reach, budget=8000)
+    for i, s in enumerate(EVAL):
+        make_run(tmp_path, f"none_5.4_{s}", seed=s, norm="none", lr=5.4, reach=[2000, 2200, 2400, 2000, 2200][i],
+                 budget=8000)
+        make_run(tmp_path, f"batch_3.6_{s}", seed=s, lr=3.6, reach=[1000, 1000, 1200, 1000, 1100][i], budget=8000)
+        make_run(tmp_path, f"none_1.8_{s}", seed=s, norm="none", lr=1.8, reach=100, budget=8000)  # not chosen
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    return tmp_path
+
+
+def test_the_choice_is_made_on_the_tuning_seeds_alone(tmp_path):
+    sweep = load_sweep(find_run_dirs(normalizer_sweep(tmp_path)))
+    c = study_cells("normalizer", sweep)
+    chosen = choose(c, ("norm",), "steps")
+    assert {k: v.rate for k, v in chosen.items()} == {("batch",): 3.6, ("none",): 5.4}
+    assert [g["mean_steps"] for g in chosen[("none",)].grid] == [4000, 3000, 2000]
+    sel = Selection(c, ("norm",))
+    assert sel.held_out and sorted(sel.scored["seed"].unique()) == list(EVAL)
+    rows, lr, _ = sel.rows(("none",))
+    assert lr == 5.4 and sorted(rows["seed"]) == list(EVAL) and set(rows["lr"]) == {5.4}
+
+
+def test_runs_on_tuning_seeds_and_unchosen_rates_never_enter_a_claim(tmp_path):
+    sec = study_section(tmp_path, load_sweep(find_run_dirs(normalizer_sweep(tmp_path))))
+    bn = sec["claims"][0]  # NM_BN: steps to 95%, no BN / BN
+    # seed s: no BN at 5.4 / BN at 3.6 (the decoy no BN at 1.8, 100 steps, would give 0.1)
+    assert bn["per_seed"] == pytest.approx({0: 2.0, 1: 2.2, 2: 2.0, 3: 2.0, 4: 2.0}) and bn["verdict"] == SUPPORTED
+    assert sec["tuning_seeds"] == [100, 101, 102] and sec["evaluation_seeds"] == [0, 1, 2, 3, 4]
+    assert {(t["family"], t["choice"]["rate"]) for t in sec["tuning"]} == {("BN", 3.6), ("no BN", 5.4)}
+    assert sec["runs"] == 33  # every completed run trained: 18 tuning + 15 evaluation
+    assert {r["lr"] for r in sec["table"] if r["norm"] == "none"} == {1.8, 5.4}
+    assert all(s in EVAL for r in sec["table"] for s in r["per_seed"])
+    assert "no BN: rate 5.4 (chosen on the tuning seeds; the highest rate of its grid, so a higher one might be better)." in sec["findings"]
+
+
+def test_the_report_shows_the_tuning_grid(tmp_path):
+    from bnexp.report.build import build_report
+    from bnexp.report.cli import write_report
+
+    write_report(build_report(normalizer_sweep(tmp_path)))
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["study"]["tuning_seeds"] == [100, 101, 102]
+    md = (tmp_path / "report.md").read_text()
+    assert "Tuning grid" in md and "**5.4: 0/3 failed, 2,000**" in md and "**3.6: 0/3 failed, 1,000**" in md
+
+
+def test_an_incomplete_tuning_grid_chooses_nothing(tmp_path):
+    normalizer_sweep(tmp_path)
+    import shutil
+    shutil.rmtree(tmp_path / "none_3.6_101")
+    sel = Selection(study_cells("normalizer", load_sweep(find_run_dirs(tmp_path))), ("norm",))
+    rows, lr, why = sel.rows(("none",))
+    assert lr is None and rows.empty and "101 missing" in why
+    assert sel.rows(("batch",))[1] == 3.6
+
+
+def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):
+    """The normalizer study's tuning grid written where stage 1 puts it (no BN fastest at 5.4, BN at 1.2,
+    LayerNorm at 3.6, GroupNorm at 0.9 on the tuning seeds): stage 2 trains each at the report's choice on
+    seeds 0-4, in folders named as stage 1 names them."""
+    from bnexp.designs.studies import build_studies, evaluation_batches, expand, Study
+
+    study = build_studies()["normalizer"]
+    best = {"'true'": 1.2, "'false'": 5.4, "layer": 3.6, None: 0.9}
+    norm = {"'true'": "batch", "'false'": "none", "layer": "layer", None: "group"}
+    for j in expand(study):
+        ov = dict(o.split("=", 1) for o in j.overrides)
+        bn, lr = ov.get("bn") if ov.get("bn") != "group" else None, float(ov["lr"])
+        make_run(tmp_path, j.folder, seed=int(ov["seed"]), norm=norm[bn], lr=lr, budget=8000, every=200,
+                 reach=2000 if abs(lr - best[bn]) < 1e-9 else 4000)
+    msgs, batches = evaluation_batches(study, tmp_path)
+    rates = {j.folder for j in expand(Study("normalizer", "", tuple(batches)))}  # 4 configurations x 5 seeds
+    assert "bn=false,lr=5.4,seed=0" in rates and "bn=true,lr=1.2,seed=4" in rates
+    assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=0.9,seed=3" in rates and len(rates) == 20
+    # the report's choice on the same runs
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    sec = study_section(tmp_path, load_sweep(find_run_dirs(tmp_path)))
+    assert {t["family"]: t["choice"]["rate"] for t in sec["tuning"]} == {"BN": 1.2, "no BN": 5.4, "LayerNorm": 3.6,
+                                                                       "GroupNorm": 0.9}
+    # incomplete tuning grid: no stage 2
+    import shutil
+    shutil.rmtree(tmp_path / "bn=layer,lr=3.6,seed=101")
+    with pytest.raises(ValueError, match="1 tuning run"):
+        evaluation_batches(study, tmp_path)
