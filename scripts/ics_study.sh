@@ -3,9 +3,12 @@
 #
 #   scripts/ics_study.sh [extra Hydra overrides for both parts ...]
 #
-# Part 1, MNIST (paper Fig. 1 net, 50,000 steps): BN and no BN x seeds {0, 1, 2}, and noisy BN at
-# noise strengths bn.noise_scale in {1, 3, 10} x seeds {0, 1, 2} (NOISE_SCALES to change them).
-# Part 2, CIFAR-10 (the bn_baseline preset at the CPU scale): the same configurations x seeds {0, 1}.
+# The design, claims and views are fixed in docs/ics/PLAN.md before the results.
+# Part 1, MNIST (paper Fig. 1 net, 50,000 steps): BN and no BN x seeds {0, ..., 4}, each at its own rate chosen
+# on the MNIST reproduction's tuning seeds 100-102 (the grids of reproduce_mnist.sh's stage 1 in
+# MNIST_TUNING_DIR, default outputs/sweeps/mnist_fig1; an lr=RATE override sets every rate instead), and noisy
+# BN at BN's rate and noise strengths bn.noise_scale in {1, 3, 10} x the same seeds (NOISE_SCALES to change them).
+# Part 2, CIFAR-10 (the bn_baseline preset at the CPU scale, its rate): the same configurations x seeds {0, 1, 2}.
 # Santurkar et al.'s argument needs noisy BN to carry more distribution shift than the plain
 # network; the report's noise-strength table shows at which strength its per-unit shift exceeds
 # no BN's, and the steps to the target at every strength.
@@ -16,7 +19,7 @@
 # commands and the estimated wall time; train nothing), MNIST_DIR (outputs/sweeps/ics_mnist), CIFAR_DIR
 # (outputs/sweeps/ics_cifar; both + <extra overrides> when there are any), CIFAR_OVERRIDES (space-separated overrides for the CIFAR-10
 # part only, e.g. "scale.baseline_steps=3000": half the preset's budget, its schedule scaled with it),
-# NOISE_SCALES (1,3,10), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh),
+# NOISE_SCALES (1,3,10), MNIST_TUNING_DIR (incomplete grids: one "error:" line, exit 2), BNEXP_DATA_ROOT, VERIFY_CHECKSUMS (see reproduce_cifar.sh),
 # MNIST_DOCS_DIR, CIFAR_DOCS_DIR: where each part's report.md/.json/.csv and figures are copied (defaults
 # docs/ics/mnist and docs/ics/cifar for the default run: no extra overrides, NOISE_SCALES and, for the
 # CIFAR-10 part, CIFAR_OVERRIDES unset; otherwise none; set one to copy a run with overrides, e.g. the CIFAR-10

@@ -28,7 +28,7 @@ from conftest import REPO, wait_for
 SCRIPT_ENV = ("JOBS", "DRY_RUN", "SWEEP_DIR", "DOCS_DIR", "SEEDS", "LADDER", "SCALE", "PRESETS", "NOISE_SCALES",
               "CIFAR_OVERRIDES", "MNIST_DIR", "CIFAR_DIR", "MNIST_DOCS_DIR", "CIFAR_DOCS_DIR", "LAUNCHER",
               "VERIFY_CHECKSUMS", "STEPS_PER_S", "STEPS_PER_S_BN", "STEPS_PER_S_NO_BN", "STARTUP_S",
-              "EVALUATION_SEEDS")
+              "EVALUATION_SEEDS", "MNIST_TUNING_DIR")
 
 
 @pytest.fixture
@@ -72,8 +72,8 @@ SMALL = ("trainer.max_steps=300", "seed=1", "lr=0.12")
 @pytest.mark.parametrize("name, args, env", [
     ("mnist", SMALL, {"SWEEP_DIR": "m"}),
     ("study", ("depth", "trainer.max_steps=20", "seed=0", "lr=3.6"), {"SWEEP_DIR": "d"}),
-    ("ics", ("trainer.max_steps=20", "seed=0"), {"MNIST_DIR": "im", "CIFAR_DIR": "ic", "NOISE_SCALES": "1,3",
-                                                  "VERIFY_CHECKSUMS": "false"}),
+    ("ics", ("trainer.max_steps=20", "seed=0", "lr=0.12"), {"MNIST_DIR": "im", "CIFAR_DIR": "ic", "NOISE_SCALES": "1,3",
+                                                              "VERIFY_CHECKSUMS": "false"}),
     ("cifar", (), {"SWEEP_DIR": "c", "SEEDS": "0", "VERIFY_CHECKSUMS": "false"}),
 ])
 def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, args, env):
@@ -92,17 +92,21 @@ def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, ar
 
 
 def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
-    """The ICS study's plan counts each run once and leaves out a run whose folder (named by the block's swept
-    keys, as the real sweep names it) holds a finished run: its estimate is that of the runs left."""
-    args = ("trainer.max_steps=20", "seed=0")
+    """The ICS study's plan counts each run once and leaves out a run whose folder (named by the design's
+    coordinates in the MNIST part, by the block's swept keys in the CIFAR-10 part, as the real sweep names them)
+    holds a finished run: its estimate is that of the runs left."""
+    args = ("trainer.max_steps=20", "seed=0", "lr=0.12")
     env = dict(MNIST_DIR="im", CIFAR_DIR="ic", NOISE_SCALES="1,3", DRY_RUN="1")
     code, out, err, ran = script("ics", *args, **env)
-    assert "BN and no BN: 2 runs of 20 steps, 2 to run" in out and "strengths 1,3: 2 runs of 20 steps, 2 to run" in out
-    done = tmp_path / "im" / "bn=true"
-    done.mkdir(parents=True)
-    (done / "summary.json").write_text(json.dumps({"status": "finished"}))
+    assert "MNIST part, BN: 1 runs of 20 steps, 1 to run" in out and "noisy BN: 2 runs of 20 steps, 2 to run" in out
+    assert "CIFAR-10 part, BN and no BN: 2 runs" in out
+    for name in ("im/bn=true,lr=0.12,seed=0", "im/bn=noisy,noise_scale=3.0,lr=0.12,seed=0", "ic/bn=true"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": "finished"}))
     code, out, err, ran = script("ics", *args, **env)
-    assert code == 0 and "MNIST part, BN and no BN: 2 runs of 20 steps, 1 to run" in out, out
+    assert code == 0 and "MNIST part, BN: 1 runs of 20 steps, 0 to run" in out, out
+    assert "MNIST part, noisy BN: 2 runs of 20 steps, 1 to run" in out and "bn=noisy,noise_scale=3.0,lr=0.12,seed=0  (done)" in out
+    assert "CIFAR-10 part, BN and no BN: 2 runs of 20 steps, 1 to run" in out
 
 
 def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):

@@ -665,6 +665,15 @@ def test_ics_claims_of_the_two_settings(ics_sweep):
     ks = rows[("lr=0.5", "BN reduces shift", "no-BN / BN KS distance from the start, mean over hidden layers")]
     assert ks["per_seed"] == pytest.approx({0: 4.0, 1: 4.0}) and ks["reason"] == "2 seed(s), fewer than 3"
     # noisy BN (KS 0.25, 0.5) exceeds no BN (0.2, 0.4) in both seeds: its premise is met at noise_scale 1
+    # matched progress: every training loss is 0.9 (make_run), so both nets match at their first probe (step
+    # 1000), where BN's l2_rel_per_move is 2.5 and no BN's 1.25 (GRAD, probe 0): ratio 2 in both seeds
+    matched = next(r for r in rows.values() if r["setting"] == "lr=0.5" and r["view"] == "matched training progress")
+    assert matched["preregistered"] and matched["per_seed"] == pytest.approx({0: 2.0, 1: 2.0})
+    assert matched["matched"][0] == pytest.approx({"level": 0.9, "step_a": 1000, "step_b": 1000, "value_a": 2.5,
+                                                   "value_b": 1.25, "ratio": 2.0})
+    raw = rows[("lr=0.5", "BN smooths the landscape",
+                "BN / no-BN effective beta-smoothness along the gradient, raw (beta_smoothness)")]
+    assert raw["preregistered"] and raw["per_seed"] == pytest.approx({0: 0.2, 1: 0.2})  # 3 / 15 (BN / no BN raw)
     keep = rows[("lr=0.12", "Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target")]
     assert keep["noise_scale"] == 1.0 and keep["target"] == 0.97
     assert keep["per_seed"] == pytest.approx({0: 1500 / 6000, 1: 1800 / 7000})
@@ -692,7 +701,10 @@ def test_ics_report_files(ics_sweep, capsys):
         assert f"]({name})" in md
     data = json.loads((ics_sweep / "report.json").read_text())
     assert data["ics"]["title"] == rep.ICS_TITLE and data["ics"]["main_target"] == 0.97
-    assert len(data["claims"]) == 18 and set(rep.ICS_FILES) <= set(data["files"])
+    # 11 rows per setting: 4 shift views, steps, gradient ICS (matched progress, same steps), landscape (raw,
+    # filter-normalized), 2 noisy-BN rows
+    assert len(data["claims"]) == 22 and set(rep.ICS_FILES) <= set(data["files"])
+    assert "matched training progress (pre-registered)" in md and "filter-normalized (pre-registered)" not in md
     out = capsys.readouterr().out
     assert rep.ICS_TITLE in out and "BN smooths the landscape" in out
 
@@ -708,12 +720,15 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
     assert report.data["ics"]["figures"] == ["ics_distribution.png"]
     assert not any(k.startswith("grad.") for k in _ics(report, "BN")["measures"])
     rows = report.data["claims"]
-    assert len(rows) == 7 and all(r["verdict"] == "inconclusive" for r in rows)
+    assert len(rows) == 9 and all(r["verdict"] == "inconclusive" for r in rows)
     assert rows[0]["reason"] == "ks_first is not in the records of no BN and BN"
-    assert rows[5]["reason"] == ("l2_rel_per_move is not in the records of BN and no BN (it is recorded with "
-                                 "monitor.grad_ics=true, off by default: add it to the sweep's command)")
-    assert rows[6]["reason"].endswith("(it is recorded with monitor.landscape=true, off by default: add it to the "
-                                      "sweep's command)"), rows[6]["reason"]
+    assert [r["view"] for r in rows[5:]] == ["matched training progress", "same steps", "raw", "filter-normalized"]
+    for r in rows[5:7]:  # both views of gradient ICS
+        assert r["reason"] == ("l2_rel_per_move is not in the records of BN and no BN (it is recorded with "
+                               "monitor.grad_ics=true, off by default: add it to the sweep's command)")
+    for r in rows[7:]:  # both views of the landscape
+        assert r["reason"].endswith("(it is recorded with monitor.landscape=true, off by default: add it to the "
+                                    "sweep's command)"), r["reason"]
     assert report_main([str(root)]) == 0
     assert (root / "ics_distribution.png").is_file()
     assert not (root / "ics_gradient.png").exists() and not (root / "ics_landscape.png").exists()

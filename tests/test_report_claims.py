@@ -27,7 +27,8 @@ def write_run(root, variant: str, seed: int, *, shift: dict | None = None, knots
               noise_scale: float = 1.0, grad: float | None = None, beta: float | None = None, old: bool = False,
               floor: float = 0.001):
     """One finished run of ``variant`` ("BN", "noisy BN", "no BN"): config, metrics.jsonl (test accuracy a
-    step function through ``knots``, evaluated every 500 steps; train accuracy 1 point above it),
+    step function through ``knots``, evaluated every 500 steps; train accuracy 1 point above it, train loss
+    1 - test accuracy),
     shift.jsonl (step 0 and 4 later records; ``shift``: key -> per-layer values of the later records,
     default 0.1 for BN, 0.4 otherwise; ``old``: only the raw keys of runs written before the scale-free
     ones), ics.jsonl (``grad``: l2_rel_per_move of layers 2..K; ``beta``: fn_beta_smoothness) and summary.json."""
@@ -38,7 +39,8 @@ def write_run(root, variant: str, seed: int, *, shift: dict | None = None, knots
     (d / ".hydra").mkdir(parents=True)
     write_text(d / ".hydra" / "config.yaml", yaml.safe_dump(cfg))
     metrics = [{"step": s, "test_accuracy": (a := max(acc for k, acc in knots if k <= s)),
-                "train_accuracy": None if s == 0 else a + 0.01} for s in range(0, MAX_STEPS + 1, 500)]
+                "train_accuracy": None if s == 0 else a + 0.01, "train_loss": None if s == 0 else 1.0 - a}
+               for s in range(0, MAX_STEPS + 1, 500)]
     write_jsonl(d / "metrics.jsonl", metrics)
     base = 0.1 if variant == "BN" else 0.4
     shift = {k: [base] * 3 for k in SHIFT_KEYS} | (shift or {})
@@ -165,9 +167,15 @@ def test_steps_bounds_chance_and_missing_measures(tmp_path):
     speed = rows["BN trains in fewer steps"]
     assert speed["per_seed"] == pytest.approx({0: 5.0, 1: 5.0, 2: 5.0}) and speed["verdict"] == SUPPORTED
     assert speed["bounds"] == {0: "lower", 1: "lower", 2: "lower"}  # no BN's budget stands in: true ratio >= 5
-    grad, land = rows["BN reduces gradient ICS"], rows["BN smooths the landscape"]
-    assert grad["per_seed"] == pytest.approx({0: 0.5, 1: 0.5, 2: 0.5}) and grad["verdict"] == SUPPORTED
-    assert land["per_seed"] == pytest.approx({0: 2.0, 1: 2.0, 2: 2.0}) and land["verdict"] == NOT_SUPPORTED
+    for grad in claims(root, "BN reduces gradient ICS"):  # matched progress and same steps: 0.5 / 1.0 at every probe
+        assert grad["per_seed"] == pytest.approx({0: 0.5, 1: 0.5, 2: 0.5}) and grad["verdict"] == SUPPORTED
+    # matched progress: BN's loss is 0.9 until step 2000, then 0.04; no BN's 0.5 from step 500: level
+    # max(0.04, 0.5) = 0.5, BN first at or below it at its probe 2000, no BN at its first probe (1000)
+    matched = claims(root, "BN reduces gradient ICS")[0]
+    assert matched["view"] == "matched training progress" and matched["matched"][0] == pytest.approx(
+        {"level": 0.5, "step_a": 2000, "step_b": 1000, "value_a": 0.5, "value_b": 1.0, "ratio": 0.5})
+    for land in claims(root, "BN smooths the landscape"):  # raw (100 x beta) and filter-normalized: the same ratio
+        assert land["per_seed"] == pytest.approx({0: 2.0, 1: 2.0, 2: 2.0}) and land["verdict"] == NOT_SUPPORTED
     # BN, not no BN, misses the target: upper bounds below the threshold count against the claim
     root2 = tmp_path / "bounds2"
     for seed in (0, 1, 2):
@@ -187,7 +195,7 @@ def test_steps_bounds_chance_and_missing_measures(tmp_path):
         write_run(old, "BN", seed, old=True)
         write_run(old, "no BN", seed, old=True, knots=((0, 0.1), (6000, 0.96)))
     rows = claims(old)
-    assert [r["name"] for r in rows] == [c.name for c in CLAIMS[:7]]
+    assert [r["name"] for r in rows] == [c.name for c in CLAIMS[:9]]
     for r in rows[:4] + rows[5:]:
         assert r["verdict"] == INCONCLUSIVE and "is not in the records of" in r["reason"], r
     assert rows[4]["verdict"] == SUPPORTED  # steps need no new key

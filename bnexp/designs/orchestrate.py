@@ -6,7 +6,7 @@ thin wrapper that keeps its name, environment variables and documented behaviour
 of the script (a *part*) it
 
 1. **plans**: the blocks, each one ``bnexp train -m ...`` call, from the designs of this package
-   (:mod:`.mnist`, :mod:`.ladder`, :mod:`.studies`; ics: BN / no BN, then noisy BN at NOISE_SCALES);
+   (:mod:`.mnist`, :mod:`.ladder`, :mod:`.studies`; ics: :mod:`.ics`, BN / no BN, then noisy BN at NOISE_SCALES);
 2. **validates** every environment value and extra override once, before anything runs
    (:mod:`.preflight`): one line ``error: ...`` and exit code 2;
 3. with ``DRY_RUN=1`` prints the plan (each run once), exactly the commands it will run and the estimated
@@ -24,7 +24,7 @@ Environment (each script documents its own): JOBS, DRY_RUN, LAUNCHER (the Hydra 
 ``hydra/launcher=LAUNCHER``; default stacked, given ``hydra.launcher.n_jobs=JOBS`` as joblib is), SWEEP_DIR, DOCS_DIR,
 BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: EVALUATION_SEEDS, STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
 PRESETS, SEEDS, LADDER, STEPS_PER_S; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
-CIFAR_OVERRIDES.
+CIFAR_OVERRIDES, MNIST_TUNING_DIR.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ class Part:
     cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
     messages: list[str] = field(default_factory=list)  # shown before the first blocks run (the ladder's stage)
     ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
+    deferred: bool = False  # blocks decided when the part starts (next_blocks): the ICS study in reproduce_all.sh
+    before: Callable[[], object] | None = None  # run before the part's first block (the ICS study's design record)
 
 
 # ----- the parts of each script ------------------------------------------------------------------------
@@ -176,9 +178,19 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
                  messages=msgs, ladders=ladders)]
 
 
-def ics_parts(env: Env, extra: list[str]) -> list[Part]:
-    """scripts/ics_study.sh: BN / no BN, then noisy BN at NOISE_SCALES; MNIST, then CIFAR-10."""
-    from bnexp.designs import mnist
+def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
+    """scripts/ics_study.sh (docs/ics/PLAN.md): MNIST, then CIFAR-10; BN, no BN, then noisy BN at NOISE_SCALES.
+    MNIST: each network at its rate chosen on the MNIST reproduction's tuning seeds in MNIST_TUNING_DIR
+    (:func:`bnexp.designs.ics.held_out_rates`; an ``lr=`` override instead sets every rate), seeds 0-4; CIFAR-10:
+    the preset's rate, seeds 0-2. Each part's sweep folder gets ``ics_design.json`` before its runs.
+
+    Raises:
+        UserError: MNIST_TUNING_DIR's grids are not complete (not with DRY_RUN, which shows why, nor with
+            ``defer``: reproduce_all.sh runs the MNIST reproduction first; the part then decides its rates
+            when it starts).
+    """
+    from bnexp.designs import ics
+    from bnexp.report.ics_design import write_design
 
     noise_env = env.get("NOISE_SCALES")
     scales = env.number_list("NOISE_SCALES") or (1.0, 3.0, 10.0)
@@ -188,19 +200,93 @@ def ics_parts(env: Env, extra: list[str]) -> list[Part]:
     cifar_dir = env.sweep_dir("CIFAR_DIR", "outputs/sweeps/ics_cifar", extra + cifar_extra)
     mnist_docs = env.docs_dir("MNIST_DOCS_DIR", "docs/ics/mnist", not extra and not noise_env)
     cifar_docs = env.docs_dir("CIFAR_DOCS_DIR", "docs/ics/cifar", not extra and not noise_env and not cifar_extra)
-    mnist_own = ["trainer.eval_every=500", "trainer.hist_every=500", "seed=0,1,2"]
-    cifar_own = [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline", "scale=cpu", "seed=0,1"]
-    parts = []
-    for title, sweep, docs, own, user in (("ICS study, MNIST part", mnist_dir, mnist_docs, mnist_own, extra),
-                                          ("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, cifar_own,
-                                           extra + cifar_extra)):
-        common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false", *own, *ICS_PROBES]
-        blocks = [Block("BN and no BN", common + ["bn=true,false"], user),
-                  Block(f"noisy BN at strengths {noise}", common + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])]
-        parts.append(Part(title, sweep, docs, blocks))
-    parts[0].cost = lambda steps, bn: mnist.run_seconds(bn, steps)
-    parts[1].cost = lambda steps, bn: ICS_CPU["overhead_s"] + steps / ICS_CPU["steps_per_s"]
-    return parts
+    tuning_dir = Path(env.get("MNIST_TUNING_DIR") or ics.TUNING_DIR)
+    seeds = ics.numbers(ics.override_value(extra, "seed"), int) or ics.MNIST_SEEDS
+    steps = int(ics.override_value(extra, "trainer.max_steps") or ics.MAX_STEPS)
+    given = ics.numbers(ics.override_value(extra, "lr"))
+    common = env.launcher_args(mnist_dir) + ["trainer.num_threads=1", "trainer.progress=false",
+                                             "trainer.eval_every=500", "trainer.hist_every=500",
+                                             "seed=" + ",".join(map(str, ics.MNIST_SEEDS)), *ICS_PROBES]
+
+    def decide() -> tuple[dict | None, list[str], str | None]:
+        """(rates or None, the plan's lines on them, the reason they are undecided or None)."""
+        if ics.override_value(extra, "lr") is not None:
+            return None, [f"rates: every network at the lr override lr={ics.override_value(extra, 'lr')} (not "
+                          "chosen on held-out seeds)"], None
+        try:
+            rates, lines = ics.held_out_rates(tuning_dir)
+        except ValueError as exc:
+            return None, [], (f"MNIST_TUNING_DIR: the MNIST reproduction's tuning grids in {tuning_dir} are not "
+                              f"complete ({exc}): run scripts/reproduce_mnist.sh (its stage 1, the grids on seeds "
+                              f"{', '.join(map(str, ics.TUNING_SEEDS))}) first, set MNIST_TUNING_DIR to its "
+                              "SWEEP_DIR, or give the rate with lr=RATE")
+        return rates, ["rates: each network at its own rate, chosen on held-out tuning seeds "
+                       "(docs/ics/PLAN.md):", *lines], None
+
+    def mnist_blocks(rates: dict | None) -> list[Block]:
+        lr = {k: f"lr={v:g}" for k, v in rates.items()} if rates else dict.fromkeys(
+            ("BN", "no BN", "noisy BN"), f"lr={ics.override_value(extra, 'lr') or 0.12}")  # the override wins
+        return [Block(f"BN at {lr['BN']}", common + ["bn=true", lr["BN"], ics.SUBDIR["plain"]], extra),
+                Block(f"no BN at {lr['no BN']}", common + ["bn=false", lr["no BN"], ics.SUBDIR["plain"]], extra),
+                Block(f"noisy BN at strengths {noise}, {lr['noisy BN']}",
+                      common + ["bn=noisy", lr["noisy BN"], ics.SUBDIR["noisy"]], [f"bn.noise_scale={noise}", *extra])]
+
+    def design(rates: dict | None) -> dict:
+        return {"rates": rates or {}, "own_rates": rates is not None, "tuning_dir": str(tuning_dir) if rates else None,
+                "tuning_seeds": list(ics.TUNING_SEEDS) if rates else [], "evaluation_seeds": list(seeds),
+                "target": ics.TARGET, "rate_source": "the MNIST reproduction's tuning rule (bnexp.designs.mnist.choose)"
+                f" at {ics.TARGET:.0%} on its tuning seeds" if rates else "the lr override or the configs' rate"}
+
+    def todo(rates: dict | None) -> list[Block]:
+        per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
+                                                                              given or (0.12,))
+        names = ics.run_names(per, scales, seeds)
+        return [b for b, ns in zip(mnist_blocks(rates), names.values())
+                if any(not ics.mnist.is_done(mnist_dir, n) for n in ns)]
+
+    rates, head, problem = decide()
+    per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
+                                                                          given or (0.12,))
+    if problem:
+        head = [f"the MNIST part cannot start yet: {problem}" + ("; reproduce_all.sh runs the MNIST reproduction "
+                                                                  "first, the rates are chosen when this part starts"
+                                                                  if defer else ""),
+                "its runs (named here at lr 0.12; the chosen rates replace it), estimated:"]
+    text, secs = ics.plan_and_seconds(mnist_dir, ics.run_names(per, scales, seeds), steps, env.jobs,
+                                      [f"seeds {', '.join(map(str, seeds))}; " + head[0], *head[1:]])
+
+    asked = []
+
+    def next_blocks():  # once, when a deferred part starts (then the blocks run once, as the part's own blocks)
+        if asked:
+            return [], []
+        asked.append(True)
+        r, lines, why = decide()
+        if why:
+            return [f"ICS study, MNIST part not started: {why}"], []
+        write_design(mnist_dir, design(r))
+        return lines, todo(r)
+
+    mnist_part = Part("ICS study, MNIST part", mnist_dir, mnist_docs, [] if problem else todo(rates), text, secs,
+                      next_blocks if problem else None, validate=mnist_blocks(rates), deferred=bool(problem),
+                      before=(lambda: write_design(mnist_dir, design(rates))) if not problem else None)
+    cifar_own = [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline", "scale=cpu",
+                 "seed=" + ",".join(map(str, ics.CIFAR_SEEDS))]
+    user = extra + cifar_extra
+    common_c = env.launcher_args(cifar_dir) + ["trainer.num_threads=1", "trainer.progress=false", *cifar_own,
+                                               *ICS_PROBES]
+    cifar_seeds = ics.numbers(ics.override_value(user, "seed"), int) or ics.CIFAR_SEEDS
+    cifar_design = {"rates": {}, "own_rates": False, "tuning_dir": None, "tuning_seeds": [],
+                    "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate"}
+    cifar = Part("ICS study, CIFAR-10 part", cifar_dir, cifar_docs,
+                 [Block("BN and no BN", common_c + ["bn=true,false"], user),
+                  Block(f"noisy BN at strengths {noise}", common_c + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])],
+                 before=lambda: write_design(cifar_dir, cifar_design))
+    cifar.cost = lambda steps_, bn: ICS_CPU["overhead_s"] + steps_ / ICS_CPU["steps_per_s"]
+    if problem and not (env.dry_run or defer):
+        preflight.check_blocks(mnist_part.validate + cifar.blocks)  # a refused override is named first
+        raise UserError(problem)
+    return [mnist_part, cifar]
 
 
 def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
@@ -279,7 +365,7 @@ def all_parts(env: Env, extra: list[str]) -> list[Part]:
         if name in env.environ:
             raise UserError(f"{name} names one sweep's folder; reproduce_all.sh runs every sweep into its default "
                             f"folder: unset {name} (or run the one script that takes it)")
-    parts = mnist_parts(env, extra) + cifar_parts(env, extra) + ics_parts(env, extra)
+    parts = mnist_parts(env, extra) + cifar_parts(env, extra) + ics_parts(env, extra, defer=True)
     for name in STUDIES:
         parts += study_parts(env, name, extra)
     return parts
@@ -294,7 +380,8 @@ def dry_run(parts: list[Part], env: Env) -> None:
         print(f"DRY_RUN: the planned runs of {p.sweep_dir} (nothing is trained)")
         if p.plan:
             print(p.plan)
-        print(f"commands ({len(p.blocks)}):" if p.blocks else "commands: none (every run is complete)")
+        print(f"commands ({len(p.blocks)}):" if p.blocks else "commands: decided when the part starts (see above)"
+              if p.deferred else "commands: none (every run is complete)")
         for b in p.blocks:
             print(f"$ {shlex.join(b.command)}")
     if len(parts) > 1:
@@ -372,6 +459,12 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
         blocks, previous = p.blocks, None
+        if p.deferred and p.next_blocks is not None:  # decided now (the ICS study's rates after the MNIST sweep)
+            msgs, blocks = p.next_blocks()
+            for m in msgs:
+                print(m)
+        elif blocks and p.before is not None:
+            p.before()
         for m in p.messages if blocks else ():
             print(m)
         while blocks:

@@ -10,7 +10,9 @@ import pandas as pd
 from bnexp.report.best_rate import SPEEDUP_TARGETS, best_rate_speedups, held_out_seeds
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
-from bnexp.report.ics_stats import ics_run_frame, ics_summary
+from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary
+from bnexp.report.ics_design import design_fields, ignored_keys, read_design
+from bnexp.report.ics_progress import progress_records
 from bnexp.report.ics_verdicts import ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicates import drop_duplicate_seeds
 from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
@@ -132,8 +134,10 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     if frontier is not None:
         frontier["frontier_analysis"].update(plan_v2(frontier, [r.summary for r in sweep.runs], sweep_dir))
     ics = ics_section(groups, table, targets)
+    design = read_design(sweep_dir) if ics is not None else None
+    ignore = ignored_keys(design)  # ("lr",): each network at its own rate (docs/ics/PLAN.md)
     if ics is not None:
-        ics["noise_strength"] = noise_strength_section(groups, stats, table, targets)
+        ics["noise_strength"] = noise_strength_section(groups, stats, table, targets, ignore)
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
     report.data.update({
@@ -141,8 +145,10 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "runs": len(sweep.runs), "duplicate_runs": duplicates, "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
         "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
-        "claims": ics_claims(groups, table, targets), "ics": ics,
+        "claims": ics_claims(groups, table, targets, progress_records(sweep.metrics, gradient_long(sweep.ics)),
+                             ignore), "ics": ics,
         "best_rate_speedups": speedups, **held_out_seeds(speedups),
+        **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
         "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else [])

@@ -160,16 +160,20 @@ def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
 
 
 def claims_frame(rows: list[dict]) -> pd.DataFrame:
-    """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, quantity,
-    rule, per seed, mean (the geometric mean for ratios), 95% t interval (:func:`bnexp.report.interval.interval_cell`),
+    """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, view (when a
+    row names one: the measure's view, "(pre-registered)" after the view a plan fixed before the results),
+    quantity, rule, per seed, mean (the geometric mean for ratios), 95% t interval (:func:`bnexp.report.interval.interval_cell`),
     std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
     def g(v):
         return "-" if v is None else f"{v:.3g}"
 
     settings = any(r.get("setting") for r in rows)  # rows of several settings (e.g. learning rates)
+    views = any(r.get("view") for r in rows)  # rows of several views of one measure (the ICS claims)
     return pd.DataFrame([{
         **({"setting": r.get("setting") or "-"} if settings else {}),
-        "claim": r["name"], "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
+        "claim": r["name"],
+        **({"view": (r.get("view") or "-") + (" (pre-registered)" if r.get("preregistered") else "")} if views else {}),
+        "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
         "per seed": per_seed_text(r, g),
         "mean": (f"{(r.get('interval') or {}).get('estimate_bound')} " if (r.get("interval") or {}).get(
             "estimate_bound") in (">=", "<=") and r["mean"] is not None else "") + g(r["mean"]),

@@ -208,14 +208,17 @@ def label_groups(groups: list[ConfigGroup]) -> None:
         g.variant_label = label
 
 
-def pair_key(group: ConfigGroup) -> str:
-    """The configuration without its ``bn.*`` keys and experiment name: BN and no BN of one setting share it."""
-    return ("summary:" if group.key.startswith("summary:") else "") + config_key(group.config, ("bn", "experiment"))
+def pair_key(group: ConfigGroup, ignore: tuple[str, ...] = ()) -> str:
+    """The configuration without its ``bn.*`` keys, experiment name and the top-level keys ``ignore`` (e.g.
+    ("lr",) when each network ran at its own rate): BN and no BN of one setting share it."""
+    return ("summary:" if group.key.startswith("summary:") else "") + config_key(group.config,
+                                                                                ("bn", "experiment", *ignore))
 
 
-def pair_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """The varying keys of ``group`` other than bn.* and experiment, e.g. "lr=0.5" ("" if none)."""
-    keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))]
+def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> str:
+    """The varying keys of ``group`` other than bn.*, experiment and ``ignore``, e.g. "lr=0.5" ("" if none)."""
+    keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))
+            and k.split(".")[0] not in ignore]
     return _kv_label(group.config, keys)
 
 
@@ -244,15 +247,15 @@ def noise_scale(g: ConfigGroup) -> float:
     return float(v) if isinstance(v, (int, float)) else 1.0
 
 
-def comparison_sets(groups: list[ConfigGroup]) -> list[dict]:
-    """Matching configurations (same config except bn.* and experiment, :func:`pair_key`) with BN or
+def comparison_sets(groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> list[dict]:
+    """Matching configurations (same config except bn.*, experiment and ``ignore``, :func:`pair_key`) with BN or
     noisy BN and no BN, for the claims table (:mod:`bnexp.report.ics_verdicts`): [{"BN": the first BN
     group or None, "no BN": the first no-BN group, "noisy": [noisy-BN groups by noise_scale]}]."""
     sets: dict[str, dict] = {}
     for g in groups:
         v = bn_variant(g)
         if v is not None:
-            s = sets.setdefault(pair_key(g), {"BN": None, "no BN": None, "noisy": []})
+            s = sets.setdefault(pair_key(g, ignore), {"BN": None, "no BN": None, "noisy": []})
             if v == "noisy BN":
                 s["noisy"].append(g)
             elif s[v] is None:

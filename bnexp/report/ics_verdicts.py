@@ -12,9 +12,15 @@ Every quantity is a per-seed ratio, seed s of one configuration over seed s of t
   floor (``ks_floor``, ``w1_rel_floor``) is named in the reason.
 * "BN trains in fewer steps": no-BN / BN steps to the main target (:func:`main_target`), > 1.
 * "BN reduces gradient ICS": BN / no-BN ``l2_rel_per_move``, ||G - G'|| / ||G|| (Santurkar et al. 2018,
-  Def. 2.1) per unit of the earlier layers' relative movement, < 1 (``l2_rel`` is in the tables).
-* "BN smooths the landscape": BN / no-BN ``fn_beta_smoothness``, beta-smoothness along filter-normalized
-  directions (Li et al. 2018: both nets on equal footing), < 1 (the raw value is in the tables).
+  Def. 2.1) per unit of the earlier layers' relative movement, < 1 (``l2_rel`` is in the tables), in two
+  views: at matched training progress (pre-registered: where both nets first reach the same training loss,
+  :mod:`bnexp.report.ics_progress`) and at the same steps (the mean over the probes both nets take).
+* "BN smooths the landscape": BN / no-BN effective beta-smoothness along the gradient (Sec. 3.1), < 1, in two
+  views: raw ``beta_smoothness`` (pre-registered: Santurkar et al.'s quantity) and ``fn_beta_smoothness``
+  along filter-normalized directions (Li et al. 2018).
+
+Every row names its ``view`` and whether it is the pre-registered one (:class:`Spec`, docs/ics/PLAN.md): for
+the shift, the KS distance averaged over the hidden layers; claims measured one way have one view.
 * "Noisy BN keeps BN's speed" (Santurkar et al. 2018, Sec. 2.1): BN / noisy-BN steps, > 0.8 (noisy BN
   needs at most 1.25x BN's steps); "Noisy BN still faster than no BN": no-BN / noisy-BN steps, > 1. Both
   at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
@@ -27,6 +33,9 @@ the records lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
 
 import pandas as pd
 
@@ -44,20 +53,49 @@ AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved f
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
 SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spread"))
-SPECS: tuple[tuple[Claim, str, str, str], ...] = (  # (claim, numerator side, denominator side, column)
-    *((Claim("BN reduces shift", f"no-BN / BN {what} from the start, {where}", ">", 1.0), "no BN", "BN",
-       f"shift.{key}{end}") for key, what in SHIFT for end, where in ((".last", "last hidden layer"),
-                                                                      ("", "mean over hidden layers"))),
-    (Claim("BN trains in fewer steps", "no-BN / BN steps to the main target", ">", 1.0), "no BN", "BN", "steps"),
-    (Claim("BN reduces gradient ICS", "BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier "
-           "layers (l2_rel_per_move), layers 2..K", "<", 1.0), "BN", "no BN", "grad.l2_rel_per_move"),
-    (Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, "
-           "filter-normalized (fn_beta_smoothness)", "<", 1.0), "BN", "no BN", "land.fn_beta_smoothness"),
-    (Claim("Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target", ">", 0.8), "BN", "noisy BN", "steps"),
-    (Claim("Noisy BN still faster than no BN", "no-BN / noisy-BN steps to the main target", ">", 1.0), "no BN",
-     "noisy BN", "steps"),
+MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_progress)
+GRAD_QUANTITY = ("BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier layers (l2_rel_per_move), "
+                 "layers 2..K")
+ONE_VIEW = "one view"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One row of the claims table: the claim, the sides of its ratio (numerator / denominator: "BN", "no BN",
+    "noisy BN"), the run-table column it divides (:data:`MATCHED`: the matched-progress comparison), the
+    ``view`` of the measure this row shows and whether that view is the pre-registered one
+    (docs/ics/PLAN.md, fixed before the re-run's results)."""
+
+    claim: Claim
+    num: str
+    den: str
+    col: str
+    view: str = ONE_VIEW
+    preregistered: bool = True
+
+
+SPECS: tuple[Spec, ...] = (
+    *(Spec(Claim("BN reduces shift", f"no-BN / BN {what} from the start, {where}", ">", 1.0), "no BN", "BN",
+           f"shift.{key}{end}", f"{'KS' if key == 'ks_first' else 'W1 / spread'}, {where}",
+           key == "ks_first" and end == "")
+      for key, what in SHIFT for end, where in ((".last", "last hidden layer"), ("", "mean over hidden layers"))),
+    Spec(Claim("BN trains in fewer steps", "no-BN / BN steps to the main target", ">", 1.0), "no BN", "BN", "steps"),
+    Spec(Claim("BN reduces gradient ICS", GRAD_QUANTITY + ", at the first probe where each net reaches the "
+               "lowest training loss both reach", "<", 1.0), "BN", "no BN", MATCHED,
+         "matched training progress", True),
+    Spec(Claim("BN reduces gradient ICS", GRAD_QUANTITY, "<", 1.0), "BN", "no BN", "grad.l2_rel_per_move",
+         "same steps", False),
+    Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, raw "
+               "(beta_smoothness)", "<", 1.0), "BN", "no BN", "land.beta_smoothness", "raw", True),
+    Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, "
+               "filter-normalized (fn_beta_smoothness)", "<", 1.0), "BN", "no BN", "land.fn_beta_smoothness",
+         "filter-normalized", False),
+    Spec(Claim("Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target", ">", 0.8), "BN", "noisy BN",
+         "steps"),
+    Spec(Claim("Noisy BN still faster than no BN", "no-BN / noisy-BN steps to the main target", ">", 1.0), "no BN",
+         "noisy BN", "steps"),
 )
-CLAIMS = tuple(spec[0] for spec in SPECS)  # the claims, fixed before the run
+CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
 
 
 def main_target(targets: list[float]) -> float:
@@ -71,7 +109,7 @@ def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFra
     plus ``steps`` (to ``target``, a :class:`bnexp.report.rules.Censored`: the budget as a lower bound where
     not reached) and ``chance`` (the run never left chance)."""
     rows = table[(table["group"] == g.key) & table["status"].isin(COMPLETE_STATUSES)].dropna(subset=["seed"])
-    rows = rows.drop_duplicates("seed")
+    rows = rows.drop_duplicates("seed").assign(run_id=lambda r: r.index.astype(str))
     rows = rows.set_index(rows["seed"].astype(int).rename("seed"))
     steps = [Censored.steps(v, b) for v, b in zip(rows[f"steps_to_{target_key(target)}"], rows["budget"])]
     return rows.assign(steps=pd.Series(steps, index=rows.index, dtype=object),
@@ -98,19 +136,25 @@ def _seeds(mask: pd.Series) -> str:
 
 
 def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], col: str,
-              premise: str | None = None, missing: str | None = None) -> dict:
+              premise: str | None = None, missing: str | None = None,
+              ratios: Mapping[int, float | None] | None = None) -> dict:
     """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named ``names``;
-    steps as :class:`bnexp.report.rules.Censored` ratios), with the chance check, a missing measure and BN's
-    noise floor in the reason."""
+    steps as :class:`bnexp.report.rules.Censored` ratios), or of the given per-seed ``ratios`` (the
+    matched-progress comparison; ``col`` is then the measure both sides must have), with the chance check, a
+    missing measure and BN's noise floor in the reason."""
     lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
                if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
     missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}{_turn_on(key)}" if lacking else None)
+    if ratios is not None and not missing and not any(v is not None for v in ratios.values()):
+        missing = ("no seed has gradient-ICS probes with a training loss (metrics.jsonl train_loss) in both runs: "
+                   "the matched-progress comparison needs both")
     def value(x) -> Censored:  # steps are Censored already; a measure is exact (NaN: no value)
         return x if isinstance(x, Censored) else Censored(None if pd.isna(x) else float(x))
 
-    ratio = {} if premise or missing else {s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index
-                                           else None for s in sorted(set(a.index) | set(b.index))}
+    ratio = {} if premise or missing else dict(ratios) if ratios is not None else {
+        s: value(a[col][s]) / value(b[col][s]) if s in a.index and s in b.index else None
+        for s in sorted(set(a.index) | set(b.index))}
     row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing, "log")
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
@@ -119,13 +163,27 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     return row
 
 
-def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float]) -> list[dict]:
+def matched_rows(a: pd.DataFrame, b: pd.DataFrame, progress: Mapping[str, list]) -> dict[int, dict | None]:
+    """Per seed, :func:`bnexp.report.ics_progress.matched_progress` of side ``a``'s run with side ``b``'s
+    (seed frames of :func:`seed_frame`; ``progress``: run id -> progress records): the
+    :meth:`~bnexp.report.ics_progress.Matched.as_dict` of each seed, None where a run has no records."""
+    from bnexp.report.ics_progress import matched_by_seed
+
+    runs = [{int(s): progress[r] for s, r in side["run_id"].items() if r in progress} for side in (a, b)]
+    return {s: m.as_dict() if m else None for s, m in matched_by_seed(*runs).items()}
+
+
+def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float],
+               progress: Mapping[str, list] | None = None, ignore: tuple[str, ...] = ()) -> list[dict]:
     """The claims table: :data:`SPECS` evaluated for every set of matching BN / no-BN (and noisy-BN)
-    configurations (:func:`comparison_sets`) at :func:`main_target`; each row as
-    :func:`bnexp.report.claims.evaluate` returns it plus "setting" (e.g. "lr=0.5", "" when one) and, for
-    the noisy-BN claims, "noise_scale" (the strength evaluated, None when the premise is not met)."""
+    configurations (:func:`comparison_sets`, the config keys ``ignore`` left out of the match: ("lr",) when
+    each net ran at its own rate) at :func:`main_target`; each row as :func:`bnexp.report.claims.evaluate`
+    returns it plus "setting" (e.g. "lr=0.5", "" when one), "view" and "preregistered" (:class:`Spec`), for the
+    matched-progress row "matched" ({seed: level, steps and values, or None}; ``progress``: run id -> records
+    of :func:`bnexp.report.ics_progress.progress_records`, None: none recorded) and, for the noisy-BN claims,
+    "noise_scale" (the strength evaluated, None when the premise is not met)."""
     t, rows = main_target(targets), []
-    for s in comparison_sets(groups):
+    for s in comparison_sets(groups, ignore):
         side = {v: seed_frame(table, s[v], t) for v in ("BN", "no BN") if s[v] is not None}
         chosen = premise = missing = None
         if s["noisy"]:
@@ -137,12 +195,22 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
                 premise = (f"no noisy-BN strength (noise_scale {', '.join(f'{noise_scale(g):g}' for g in s['noisy'])}"
                            ") has a KS shift from the start above no BN's in every seed")
             side["noisy BN"] = seed_frame(table, chosen or s["noisy"][0], t)
-        for claim, num, den, col in (spec for spec in SPECS if spec[1] in side and spec[2] in side):
+        for spec in (spec for spec in SPECS if spec.num in side and spec.den in side):
+            num, den, col, extra = spec.num, spec.den, spec.col, {}
             noisy = "noisy BN" in (num, den)
-            row = claim_row(claim, side[num], side[den], (num, den), col, *((premise, missing) if noisy else ()))
+            args = (premise, missing) if noisy else (None, None)
+            if col == MATCHED:
+                col = "grad.l2_rel_per_move"
+                matched = matched_rows(side[num], side[den], progress or {})
+                extra["matched"] = matched
+                ratios = {s_: (m or {}).get("ratio") for s_, m in matched.items()}
+                row = claim_row(spec.claim, side[num], side[den], (num, den), col, *args, ratios=ratios)
+            else:
+                row = claim_row(spec.claim, side[num], side[den], (num, den), col, *args)
             at = (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the start exceeds no "
                   "BN's in every seed") if noisy and chosen else ""
-            rows.append({**row, "reason": row["reason"] + at, "setting": pair_label(s["no BN"], groups), "target": t,
+            rows.append({**row, "reason": row["reason"] + at, "setting": pair_label(s["no BN"], groups, ignore),
+                         "target": t, "view": spec.view, "preregistered": spec.preregistered, **extra,
                          **({"noise_scale": noise_scale(chosen) if chosen else None} if noisy else {})})
     return rows
 
@@ -167,13 +235,13 @@ SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spr
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], table: pd.DataFrame,
-                           targets: list[float]) -> dict | None:
+                           targets: list[float], ignore: tuple[str, ...] = ()) -> dict | None:
     """Rows of the noise-strength table: None unless a setting has noisy BN and no BN; else {"title",
     "targets", "rows": [{"label", "variant", "noise_scale", "seeds", a stat per :data:`SHIFT_KEYS`,
     "exceeds_no_bn" (True / False / None: not measured), "final_test_accuracy", "final_train_accuracy",
     "at_chance": [seeds], "steps_to_target": {target: reach_stat}}]}."""
     rows = []
-    for s in (s for s in comparison_sets(groups) if s["noisy"]):
+    for s in (s for s in comparison_sets(groups, ignore) if s["noisy"]):
         plain = seed_frame(table, s["no BN"], main_target(targets))
         for g in ([s["BN"]] if s["BN"] else []) + s["noisy"] + [s["no BN"]]:
             st, sf, v = stats[g.key], seed_frame(table, g, main_target(targets)), bn_variant(g)
