@@ -442,6 +442,26 @@ def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path, mo
     assert not (tmp_path / "docs" / "y").exists()
 
 
+@pytest.fixture(scope="module")
+def mnist_tuning(tmp_path_factory) -> Path:
+    """A complete MNIST tuning stage (every grid of bnexp/designs/mnist.py on the tuning seeds, each run
+    reaching 95% at 1,000 steps), so that the ICS study can choose its rates (docs/ics/PLAN.md)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import make_run
+
+    from bnexp.designs import mnist
+
+    root = tmp_path_factory.mktemp("mnist_tuning")
+    for b in mnist.BLOCKS:
+        for lr in b.rates:
+            for seed in mnist.SEEDS:
+                make_run(root, mnist.run_name(b, lr, seed), bn=b.bn, lr=lr, seed=seed, knots=[(0, 0.1), (1000, 0.95)],
+                         max_steps=2000, every=250, targets=[0.95])
+    return root
+
+
 @pytest.mark.parametrize("args, env, copied", [
     ((), {}, {"mnist", "cifar"}),
     (("trainer.max_steps=40",), {}, set()),
@@ -450,7 +470,7 @@ def test_scripts_copy_the_report_into_docs_only_for_the_default_run(tmp_path, mo
     ((), {"CIFAR_OVERRIDES": "scale.baseline_steps=3000", "CIFAR_DOCS_DIR": "docs/ics/cifar"}, {"mnist", "cifar"}),
     ((), {"MNIST_DOCS_DIR": ""}, {"cifar"}),
 ])
-def test_ics_study_copies_into_docs_ics_for_the_default_run(tmp_path, args, env, copied):
+def test_ics_study_copies_into_docs_ics_for_the_default_run(tmp_path, args, env, copied, mnist_tuning):
     """scripts/ics_study.sh's copy rule, with a stand-in `bnexp` on PATH (trains nothing; `report` writes a
     report.json and a figure) in a copy of scripts/, so the repository's docs/ are never touched."""
     import os
@@ -465,7 +485,8 @@ def test_ics_study_copies_into_docs_ics_for_the_default_run(tmp_path, args, env,
     fake.chmod(0o755)
     r = subprocess.run(["bash", "scripts/ics_study.sh", *args], cwd=tmp_path, capture_output=True, text=True,
                        timeout=60, env=dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
-                                            JOBS="1", VERIFY_CHECKSUMS="false", **env))
+                                            JOBS="1", VERIFY_CHECKSUMS="false", MNIST_TUNING_DIR=str(mnist_tuning),
+                                            **env))
     assert r.returncode == 0, r.stderr
     docs = tmp_path / "docs" / "ics"
     got = {p.name for p in docs.iterdir()} if docs.exists() else set()

@@ -432,7 +432,7 @@ def test_reproduce_all_plans_runs_and_regenerates_the_docs_in_order(script, tmp_
     ladder = r"^to run, always: .* about [\d.]+ h \((\d+) min\)"
     parts += [int(m) for m in re.findall(ladder, out, re.MULTILINE)]  # the CIFAR-10 ladder
     parts += [int(m) for m in re.findall(r"part: estimated wall time: (\d+) min", out)]  # the ICS study
-    parts += [int(m) for m in re.findall(r"^total: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
+    parts += [int(m) for m in re.findall(r"^both stages: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
     total = int(re.search(r"estimated wall time: (\d+) min in all", out).group(1))
     assert len(parts) == 9 and abs(total - sum(parts)) <= len(parts) and total > 0
     assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
