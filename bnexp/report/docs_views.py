@@ -180,9 +180,11 @@ def _interval(r: dict) -> str:
 @view("mnist_headline")
 def mnist_headline(report: dict) -> str:
     """The README's MNIST paragraph (templates/docs_views.md.j2): per init (the paper's normal init first) and
-    target of ``best_rate_speedups``, BN's speedup at each network's own best rate (:func:`_interval`), verdict."""
+    target of ``best_rate_speedups``, BN's speedup at each network's own best rate (chosen on the tuning seeds
+    when report.json has ``tuning_seeds``, docs/mnist/PLAN.md) (:func:`_interval`), verdict."""
     rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
-    return _text("mnist_headline", rows=rows, inits=list(dict.fromkeys(r["init"] for r in rows)))
+    return _text("mnist_headline", rows=rows, inits=list(dict.fromkeys(r["init"] for r in rows)),
+                 tuning_seeds=report.get("tuning_seeds"), evaluation_seeds=report.get("evaluation_seeds"))
 
 
 @view("mnist_best_rate")
