@@ -274,3 +274,17 @@ def test_held_out_tuning_chooses_on_tuning_seeds_and_scores_only_evaluation_seed
     assert {int(k): v for k, v in r97["per_seed"].items()} == pytest.approx(
         {s: (5000 + 250 * (s % 3)) / 2000 for s in range(5)})
     assert "Held-out tuning" in md and "Tuning grid (seeds 100, 101, 102" in md and "**4: 0/3 failed, 1,000**" in md
+
+
+def test_the_accuracy_figure_of_a_held_out_sweep_shows_each_network_at_its_rate_for_95(held_out):
+    """The figure compares BN and no BN as the claims do: BN at lr 4 and no BN at lr 2 (their 95% choices),
+    not every rate of the grids (BN lr 1 also ran on the evaluation seeds)."""
+    from bnexp.report.figures import accuracy_figure, chosen_groups
+
+    rep, _ = held_out
+    shown, note = chosen_groups(rep)
+    from bnexp.report.rules import normalizer_label
+    assert sorted((normalizer_label(g.config), g.lr) for g in shown) == [("BN", 4.0), ("no BN", 2.0)]
+    assert "95%" in note and len(rep.groups) == 4
+    fig = accuracy_figure(rep)
+    assert len(fig.axes[0].get_legend_handles_labels()[1]) == 2
