@@ -1,6 +1,6 @@
 """The design of the MNIST Fig. 1 sweep (scripts/reproduce_mnist.sh; docs/mnist/README.md, "Design"), fixed before the run.
 
-Four blocks, each one Hydra multirun over its own rate grid x the evaluation seeds, at the paper's setup
+Four blocks, each one Hydra multirun over its own rate grid x the tuning seeds, at the paper's setup
 (784-100-100-100-10 sigmoid MLP, mini-batch 60, plain SGD at a constant rate):
 
 * the paper's small Gaussian init (``model.init=normal``, W ~ N(0, 0.01^2)), BN and no BN, each grid refined
@@ -11,8 +11,11 @@ Four blocks, each one Hydra multirun over its own rate grid x the evaluation see
   factor-2 grids chosen by a 500-step pilot of seed 0 (no BN: 9.6 stuck at chance, 4.8 slow, 0.6-2.4 the
   fastest start; BN: 57.6 stuck, 28.8 slow, 0.6-14.4 alike).
 
-Seeds :data:`SEEDS` exclude the pilot seed :data:`PILOT_SEED` that chose the grids. Every run is cut at
-:data:`MAX_STEPS` (the full 50,000 steps do not fit the ~90 minutes on 2 cores; no BN at its old best rate
+Two stages (docs/mnist/PLAN.md, held-out tuning): the grids run on the tuning seeds :data:`SEEDS`
+(100-102, not the pilot seed :data:`PILOT_SEED` that chose the grids' ranges); then :func:`stage_blocks` trains
+each network at the rates :func:`choose` picks there (per target, the report's own rule,
+:func:`bnexp.report.tuning.choose_rates`) on the evaluation seeds (0-4). Every run is cut at
+:data:`MAX_STEPS` (the full 50,000 steps do not fit the time on 2 cores; no BN at its old best rate
 reached 97% at 12,833 ± 1,546 steps, BN at 4,667-7,833), with a test evaluation every :data:`EVAL_EVERY`
 steps.
 
