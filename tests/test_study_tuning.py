@@ -111,3 +111,28 @@ def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_pa
     shutil.rmtree(tmp_path / "bn=layer,lr=3.6,seed=101")
     with pytest.raises(ValueError, match="1 tuning run"):
         evaluation_batches(study, tmp_path)
+
+
+def test_normalizer_figure_draws_each_tuning_grid_and_marks_the_chosen_rate():
+    """A held-out study section: one dashed tuning line per normalizer through its grid's mean steps, a star at
+    the chosen rate, open markers where a tuning seed failed (counted at the budget)."""
+    from bnexp.report.figures_studies import normalizer_figure
+
+    def choice(rates, means, failed, chosen):
+        return {"objective": "steps", "grid": [{"rate": r, "n": 3, "failed": f, "mean_steps": m, "chosen": r == chosen}
+                                               for r, m, f in zip(rates, means, failed)]}
+
+    sec = {"target": 0.95, "tuning": [
+        {"family": "BN", "objective": "steps", "choice": choice([1.0, 2.0, 4.0], [900, 600, 700], [0, 0, 0], 2.0)},
+        {"family": "no BN", "objective": "steps", "choice": choice([1.0, 2.0, 4.0], [3000, 2500, 8000], [0, 0, 3], 2.0)}],
+        "table": [{"norm": "batch", "lr": 2.0, "seeds": 5, "reached": 5, "to_target": {"mean": 650}, "best": True,
+                   "per_seed": {str(s): {"to_target": 600 + 25 * s} for s in range(5)}},
+                  {"norm": "none", "lr": 2.0, "seeds": 5, "reached": 5, "to_target": {"mean": 2600}, "best": True,
+                   "per_seed": {str(s): {"to_target": 2500 + 50 * s} for s in range(5)}}]}
+    fig = normalizer_figure(sec)
+    ax = fig.axes[0]
+    dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert sorted(list(ln.get_ydata()) for ln in dashed) == [[900, 600, 700], [3000, 2500, 8000]]
+    stars = [c for c in ax.collections if c.get_offsets().shape == (1, 2) and c.get_sizes()[0] == 150]
+    assert sorted(tuple(c.get_offsets()[0]) for c in stars) == [(2.0, 600.0), (2.0, 2500.0)]
+    assert "tuning grids" in fig._suptitle.get_text()

@@ -141,10 +141,35 @@ def placement_figure(sec: dict):
     return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
 
 
+def _tuning_lines(ax, sec: dict, families: dict) -> bool:
+    """Held-out tuning (docs/studies/PLAN.md): per configuration its tuning grid's mean steps to the target
+    vs rate (a failed tuning seed at the budget: open marker), the chosen rate marked with a star; False
+    when the section has no tuning grids."""
+    done = False
+    for t in sec.get("tuning") or []:
+        norm = families.get(t["family"])
+        if norm is None or t["choice"]["objective"] != "steps":
+            continue
+        grid = t["choice"]["grid"]
+        color = COLORS[norm]
+        ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
+                linewidth=1.0)
+        for g in grid:
+            ax.scatter([g["rate"]], [g["mean_steps"]], s=14, color=color if not g["failed"] else "none",
+                       edgecolors=color, zorder=3)
+        best = next(g for g in grid if g["chosen"])
+        ax.scatter([best["rate"]], [best["mean_steps"]], s=150, marker="*", color=color, zorder=4)
+        done = True
+    return done
+
+
 def normalizer_figure(sec: dict):
-    """Steps to 95% vs rate per normalizer (log-log), best rates circled."""
+    """Steps to 95% vs rate per normalizer (log-log), best rates circled. In a held-out sweep: each tuning
+    grid (dashed, tuning-seed means; open markers: a tuning seed failed, counted at the budget; star: the
+    chosen rate) and the evaluation seeds at the chosen rate (solid points, circle: their mean)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    held = _tuning_lines(ax, sec, {NAMES[k]: k for k in ("batch", "layer", "group", "none")})
     for norm in ("batch", "layer", "group", "none"):
         mine = sorted((r for r in sec["table"] if r["norm"] == norm), key=lambda r: r["lr"])
         if not mine:
@@ -161,7 +186,10 @@ def normalizer_figure(sec: dict):
     _log(ax, "y")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("steps to 95% (seeds that reached it)")
-    return _finish(fig, [ax], "Normalizers on the paper's MNIST net (circles: each one's best rate)")
+    title = ("Normalizers on the paper's MNIST net: tuning grids (dashed, seeds 100-102; star: chosen rate), "
+             "evaluation seeds at the chosen rate (points; circle: mean)") if held else \
+        "Normalizers on the paper's MNIST net (circles: each one's best rate)"
+    return _finish(fig, [ax], title)
 
 
 def depth_figure(sec: dict):
