@@ -252,7 +252,7 @@ def test_report_main_writes_all_files(sweep, capsys):
     assert "1,200 ± 200" in md and "16,500 ± 2,121; not reached (1/3)" in md
     # the claims of both rates: at lr=0.5, no BN needs 10x, 10x and (never reached) >= 20000/2100 of BN's steps;
     # their geometric mean (10 * 10 * 9.524)^(1/3) = 9.84 is then a lower bound too
-    assert has_row(md, "lr=0.5", "BN trains in fewer steps", "no-BN / BN steps to the main target", "> 1",
+    assert has_row(md, "lr=0.5", "BN trains in fewer steps", "one view (pre-registered)", "no-BN / BN steps to the main target", "> 1",
                    "0: 10, 1: 10, 2: >= 9.52", ">= 9.84")
     assert "ddof=1" in md and "ddof=0" not in md
     for fig in ("accuracy_vs_steps.png", "percentiles.png", "stability.png"):
