@@ -45,6 +45,7 @@ def test_run_counts_and_unique_folders():
         assert len({j.folder for j in jobs}) == n, name
 
 
+@pytest.mark.slow  # composes every job of the five two-stage designs (~10 s)
 def test_folders_are_the_names_bnexp_gives_sweep_jobs(tmp_path):
     studies = build_studies()
     # hand-written: the first job of a study is named by its multirun's swept keys
@@ -83,6 +84,7 @@ def _compose_first_and_last(norms: bool) -> int:
     return composed
 
 
+@pytest.mark.slow  # composes one job per batch of every study (~7 s)
 def test_overrides_compose_to_the_planned_values():
     assert _compose_first_and_last(norms=False) >= 10
     studies = build_studies()
