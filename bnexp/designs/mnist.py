@@ -35,8 +35,7 @@ from pathlib import Path
 
 from bnexp.report.best_rate import SPEEDUP_TARGETS
 from bnexp.report.load import load_sweep, target_key
-from bnexp.report.rules import optional
-from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS, RateChoice, TuningRun, choose_rates
+from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
@@ -202,10 +201,8 @@ def choose(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> dic
     sweep = load_sweep([Path(sweep_dir) / n for n in names], targets)
     t = sweep.table
     budget = int(max(t["budget"]))
-    return {tgt: choose_rates([TuningRun(network=(block.name,), rate=float(r["lr"]), seed=int(r["seed"]),
-                                         steps=optional(r[f"steps_to_{target_key(tgt)}"], int),
-                                         diverged=r["status"] == "diverged") for _, r in t.iterrows()],
-                              "steps", budget, tuning_seeds=seeds)[0] for tgt in targets}
+    return {tgt: choose_rates(runs_from_table(t, (block.name,), steps=f"steps_to_{target_key(tgt)}"), "steps",
+                              budget, tuning_seeds=seeds)[0] for tgt in targets}
 
 
 def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,

@@ -25,7 +25,7 @@ from bnexp.report.fmt import format_target, md_table
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
-from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, TuningRun, choose_rates
+from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, choose_rates, runs_from_table
 
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
@@ -119,8 +119,7 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
         why = None if lr is not None else "no rate of the grid has a completed run"
     else:
         budget = max(int(g.max_steps) for g in family if g.max_steps is not None)
-        runs = [TuningRun(network=("family",), rate=float(r.lr), seed=int(r.seed), steps=optional(r[f"steps_to_{k}"], int),
-                          diverged=r.status == "diverged") for _, r in tuning.iterrows()]
+        runs = runs_from_table(tuning, ("family",), steps=f"steps_to_{k}")
         try:
             choice = choose_rates(runs, "steps", budget, tuning_seeds=sorted({int(s) for s in tuning["seed"]}))[0]
             lr, selection = choice.rate, HELD_OUT

@@ -23,9 +23,8 @@ import pandas as pd
 
 from bnexp.report.best_rate import HELD_OUT
 from bnexp.report.fmt import md_table
-from bnexp.report.rules import optional
 from bnexp.report.studies import at_best_rate, cells, select
-from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, TuningRun, choose_rates
+from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
@@ -80,9 +79,7 @@ def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | st
         return out
     for combo, fam in tuning.groupby(list(keys), dropna=False, sort=True):
         combo = tuple(_key(v) for v in (combo if isinstance(combo, tuple) else (combo,)))
-        runs = [TuningRun(network=family_name(keys, combo), rate=float(r["lr"]), seed=int(r["seed"]),
-                          steps=optional(r["steps"], int), accuracy=optional(r["final"]),
-                          diverged=r["status"] == "diverged") for _, r in fam.iterrows()]
+        runs = runs_from_table(fam, family_name(keys, combo), steps="steps", accuracy="final")
         try:
             out[combo] = choose_rates(runs, objective, int(pd.to_numeric(fam["budget"]).max()),
                                       tuning_seeds=TUNING_SEEDS)[0]

@@ -107,6 +107,19 @@ def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | 
         "rate": rate, "n": len(runs), "diverged": diverged, "mean_accuracy": mean}
 
 
+def runs_from_table(rows, network: tuple[str, ...], steps: str | None = None,
+                    accuracy: str | None = None) -> list[TuningRun]:
+    """:class:`TuningRun` of each row of a per-run table (pandas DataFrame with columns ``lr``, ``seed``,
+    ``status`` and, when named, the ``steps`` column (steps to the target; NaN: not reached) and the
+    ``accuracy`` column (final test accuracy, a fraction)); every run gets ``network``."""
+    from bnexp.report.rules import optional
+
+    return [TuningRun(network=tuple(network), rate=float(r["lr"]), seed=int(r["seed"]),
+                      steps=optional(r[steps], int) if steps else None,
+                      accuracy=optional(r[accuracy]) if accuracy else None,
+                      diverged=r["status"] == "diverged") for _, r in rows.iterrows()]
+
+
 def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: int | None = None,
                  tuning_seeds: Sequence[int] = TUNING_SEEDS) -> list[RateChoice]:
     """Each network's rate by the module's rule, from a complete tuning grid.
