@@ -12,12 +12,23 @@ import math
 import numpy as np
 import pytest
 
-from bnexp.report.interval import (SeedInterval, format_interval, ratio_interval, seed_mean_interval, t_bounds,
-                                   t_quantile)
+from bnexp.report.claims import seed_values
+from bnexp.report.interval import SeedInterval, format_interval, seed_mean_interval, t_bounds, t_quantile
+from bnexp.report.rules import Censored
 
 STUDIES = 2000
 # Student-t table (e.g. Casella & Berger, Table in App. or any printed table): t_{0.975, df}
 T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262}
+
+
+def ratio_interval(numerators, denominators, numerator_censored=None, denominator_censored=None) -> SeedInterval:
+    """The report's seed-paired ratio (:class:`Censored` division, a value censored at the budget a lower
+    bound) and its log-scale interval (:func:`bnexp.report.claims.seed_values`)."""
+    def c(v, cens, i):
+        return Censored(float(v), "lower" if cens is not None and cens[i] else "exact")
+
+    return seed_values({i: c(a, numerator_censored, i) / c(b, denominator_censored, i)
+                        for i, (a, b) in enumerate(zip(numerators, denominators))}, "log")[2]
 
 
 @pytest.mark.parametrize("df", sorted(T_TABLE))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bnexp.report.tuning import (EVALUATION_SEEDS, TUNING_SEEDS, TuningRun, choose_rates, evaluation_overrides,
+from bnexp.report.tuning import (EVALUATION_SEEDS, TUNING_SEEDS, TuningRun, choose_rates, 
                                   seed_record)
 
 BN = ("bn=true", "model.init=normal")
@@ -66,16 +66,9 @@ def test_bad_grids_are_refused(runs, kwargs, match):
         choose_rates(runs, **args)
 
 
-def test_evaluation_overrides_fresh_seeds_and_one_line_per_network():
+def test_seed_record_and_the_grid_record():
     at_95 = choose_rates(_runs(BN, {7.2: [1000] * 3, 14.4: [900] * 3}) + _runs(NO_BN, {5.4: [3000] * 3}),
                          "steps", BUDGET)
-    at_97 = choose_rates(_runs(BN, {7.2: [3000] * 3, 14.4: [4000] * 3}) + _runs(NO_BN, {5.4: [7000] * 3}),
-                         "steps", BUDGET)
-    assert evaluation_overrides(at_95 + at_97) == [
-        ["bn=true", "model.init=normal", "lr=7.2,14.4", "seed=0,1,2,3,4"],
-        ["bn=false", "model.init=normal", "lr=5.4", "seed=0,1,2,3,4"]]
-    with pytest.raises(ValueError, match="were tuning seeds"):
-        evaluation_overrides(at_95, evaluation_seeds=(0, 1, 102))
     assert seed_record() == {"tuning_seeds": [100, 101, 102], "evaluation_seeds": [0, 1, 2, 3, 4]}
     assert set(TUNING_SEEDS).isdisjoint(EVALUATION_SEEDS)
     with pytest.raises(ValueError, match="both tuning and evaluation"):

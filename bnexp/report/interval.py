@@ -25,6 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bnexp.report.rules import DDOF
+
 LEVEL = 0.95
 EXACT, LOWER, UPPER, UNKNOWN = "", ">=", "<=", "?"
 CENSOR_MARKS = (EXACT, LOWER, UPPER, UNKNOWN)
@@ -65,7 +67,7 @@ def t_bounds(values: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.n
         raise ValueError(f"level must be in (0, 1), got {level}")
     n = x.shape[-1]
     mean = x.mean(axis=-1)
-    half = t_quantile((1.0 + level) / 2.0, n - 1) * x.std(axis=-1, ddof=1) / math.sqrt(n)
+    half = t_quantile((1.0 + level) / 2.0, n - 1) * x.std(axis=-1, ddof=DDOF) / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
@@ -191,43 +193,6 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
                         estimate=estimate, estimate_bound=bound, low=low, high=high, low_open=low_open,
                         high_open=high_open, seed_min=seed_min, seed_max=seed_max, seed_min_bound=min_mark,
                         seed_max_bound=max_mark, reason=reason)
-
-
-def ratio_interval(numerators: Sequence[float], denominators: Sequence[float],
-                   numerator_censored: Sequence[bool] | None = None,
-                   denominator_censored: Sequence[bool] | None = None, level: float = LEVEL) -> SeedInterval:
-    """The interval of a seed-paired ratio numerator / denominator (e.g. no-BN steps / BN steps to a
-    target, seed s with seed s), on the log scale.
-
-    A censored numerator (the run never reached the target; its value is the budget) makes that seed's
-    ratio a lower bound (">="); a censored denominator an upper bound ("<="); both: unknown ("?").
-
-    Args:
-        numerators, denominators: (n,) positive values, paired by seed (steps: a count, units cancel).
-        numerator_censored, denominator_censored: (n,) bools (None: none censored).
-        level: the two-sided confidence level.
-
-    Returns:
-        :func:`seed_mean_interval` of the ratios with ``scale="log"``.
-
-    Raises:
-        ValueError: lengths differ, no seeds, or a value that is not finite and > 0.
-    """
-    n = len(numerators)
-    if len(denominators) != n:
-        raise ValueError(f"{n} numerators but {len(denominators)} denominators")
-    nc = [False] * n if numerator_censored is None else [bool(c) for c in numerator_censored]
-    dc = [False] * n if denominator_censored is None else [bool(c) for c in denominator_censored]
-    if len(nc) != n or len(dc) != n:
-        raise ValueError("the censoring flags must have one entry per seed")
-    values, marks = [], []
-    for a, b, ca, cb in zip(numerators, denominators, nc, dc):
-        a, b = float(a), float(b)
-        if not (math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0):
-            raise ValueError(f"ratio parts must be finite and > 0, got {a!r} / {b!r}")
-        values.append(a / b)
-        marks.append(UNKNOWN if ca and cb else LOWER if ca else UPPER if cb else EXACT)
-    return seed_mean_interval(values, marks, scale="log", level=level)
 
 
 def _num(v: float, digits: int) -> str:

@@ -178,37 +178,6 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
     return choices
 
 
-def evaluation_overrides(choices: Iterable[RateChoice],
-                         evaluation_seeds: Sequence[int] = EVALUATION_SEEDS) -> list[list[str]]:
-    """One Hydra multirun per network: its overrides, its chosen rate(s) and the evaluation seeds.
-
-    Choices for several targets of one network give one line with every distinct chosen rate
-    (``lr=5.4,7.2``), so a rate chosen twice is trained once.
-
-    Args:
-        choices: from :func:`choose_rates` (one call per target is fine).
-        evaluation_seeds: fresh seeds, disjoint from every choice's tuning seeds.
-
-    Returns:
-        [[*network, "lr=a[,b]", "seed=0,1,2,3,4"], ...] in first-seen network order.
-
-    Raises:
-        ValueError: no evaluation seeds, or an evaluation seed that a choice tuned on.
-    """
-    seeds = sorted({int(s) for s in evaluation_seeds})
-    if not seeds:
-        raise ValueError("no evaluation seeds")
-    rates: dict[tuple[str, ...], set[float]] = {}
-    for c in choices:
-        reused = sorted(set(seeds) & set(c.tuning_seeds))
-        if reused:
-            raise ValueError(f"{' '.join(c.network)}: evaluation seed(s) {', '.join(map(str, reused))} were "
-                             f"tuning seeds; the evaluation needs fresh seeds")
-        rates.setdefault(c.network, set()).add(c.rate)
-    return [[*network, "lr=" + ",".join(f"{r:g}" for r in sorted(rs)), "seed=" + ",".join(map(str, seeds))]
-            for network, rs in rates.items()]
-
-
 def seed_record(tuning_seeds: Sequence[int] = TUNING_SEEDS,
                 evaluation_seeds: Sequence[int] = EVALUATION_SEEDS) -> dict[str, list[int]]:
     """report.json's seed fields: {"tuning_seeds": [...], "evaluation_seeds": [...]} (sorted ints).
