@@ -21,7 +21,7 @@ import pandas as pd
 
 from bnexp.report.fmt import md_table
 from bnexp.report.interval import LOWER, UNKNOWN, UPPER, SeedInterval, interval_cell, seed_mean_interval
-from bnexp.report.rules import PREFIX, Censored, finite, stat
+from bnexp.report.rules import DDOF, PREFIX, Censored, finite, stat
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
@@ -178,7 +178,7 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
         "mean": (f"{(r.get('interval') or {}).get('estimate_bound')} " if (r.get("interval") or {}).get(
             "estimate_bound") in (">=", "<=") and r["mean"] is not None else "") + g(r["mean"]),
         "95% interval": interval_cell(r),
-        "std (ddof=1)": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])
+        f"std (ddof={DDOF})": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])
 
 
 def claims_md(rows: list[dict]) -> list[str]:

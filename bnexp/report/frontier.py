@@ -51,7 +51,7 @@ import pandas as pd
 from bnexp.report.claims import by_seed
 from bnexp.report.fmt import render_template
 from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
-from bnexp.report.rules import CHANCE, NUM_CLASSES, PREFIX, Censored
+from bnexp.report.rules import CHANCE, CHANCE_TEXT, NUM_CLASSES, PREFIX, Censored
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -69,9 +69,10 @@ CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / S
     "bn_x5": "pass rule: S(a*) >= 5 on the seed-mean frontiers (paper: 14.7x fewer steps to Inception's 72.2%)",
     "bn_baseline": "faster than the baseline: S(a*) > 1 (paper: 2.3x)",
     "bn_x30": "higher accuracy than bn_x5 at their largest common budget (paper: 74.8% vs 73.0%; 11.5x)",
-    "bn_x5_sigmoid": "trains (best above chance, 15%) where baseline_sigmoid does not (paper: 69.8% vs untrainable)",
-    "baseline_sigmoid": "does not train: best at or below chance, 15% (paper: the sigmoid net without BN)",
-    "baseline_x5": "does not train at 5x the rate: best at or below chance, 15% (paper: diverges)",
+    "bn_x5_sigmoid": f"trains (best above chance, {CHANCE_TEXT}) where baseline_sigmoid does not "
+                     "(paper: 69.8% vs untrainable)",
+    "baseline_sigmoid": f"does not train: best at or below chance, {CHANCE_TEXT} (paper: the sigmoid net without BN)",
+    "baseline_x5": f"does not train at 5x the rate: best at or below chance, {CHANCE_TEXT} (paper: diverges)",
 }
 
 

@@ -19,7 +19,7 @@ from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_stats import PROBE_KINDS
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
-from bnexp.report.rules import CHANCE, STD_NOTE
+from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
 from bnexp.report.study_tuning import tuning_md
 from bnexp.runfolders.rundir import dumps
@@ -92,7 +92,7 @@ def render_markdown(d: dict) -> str:
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
         "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE,
-        "STD_NOTE": STD_NOTE,
+        "STD_NOTE": STD_NOTE, "DDOF": DDOF,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none", "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
         "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,

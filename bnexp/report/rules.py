@@ -22,8 +22,9 @@ from bnexp.config.checks import option_value
 
 NUM_CLASSES = 10  # MNIST and CIFAR-10
 CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it: the run never left chance
+CHANCE_TEXT = f"{100 * CHANCE:g}%"  # CHANCE as the pages write it: "15%"
 DDOF = 1  # the sample std over seeds, in every table and claim
-STD_NOTE = "std is the sample standard deviation over seeds (ddof=1)"
+STD_NOTE = f"std is the sample standard deviation over seeds (ddof={DDOF})"
 PREFIX = {"exact": "", "lower": ">= ", "upper": "<= ", "unknown": "~"}
 _FLIP = {"lower": "upper", "upper": "lower"}
 

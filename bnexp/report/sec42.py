@@ -28,7 +28,7 @@ import numpy as np
 
 from bnexp.report.frontier import (BASELINE, BASELINE_CAP, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach, pct,
                                    speedup_text)
-from bnexp.report.rules import CHANCE
+from bnexp.report.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 EARLY = 12000  # the CPU ladder's early budget: a net at chance by then stops (PLAN.md, rule "chance")
@@ -48,8 +48,8 @@ RULES = {  # the pass rule of each row (PLAN.md, plan version 2, stated before t
     "baseline": "reference: a* is its best seed-mean accuracy",
     "bn_x5": "S(a*) >= 5", "bn_baseline": "S(a*) > 1",
     "bn_x30": "above bn_x5 at their largest common budget",
-    "bn_x5_sigmoid": "best > 15% (chance + 5 points) where baseline_sigmoid's is not",
-    "baseline_sigmoid": "best <= 15% (chance + 5 points)",
+    "bn_x5_sigmoid": f"best > {CHANCE_TEXT} (chance + 5 points) where baseline_sigmoid's is not",
+    "baseline_sigmoid": f"best <= {CHANCE_TEXT} (chance + 5 points)",
     "baseline_x5": f"at chance: needs BN; reaches a* within {RATE_ALONE:g} x B_bn_x5(a*): the rate alone",
 }
 OUTCOME_WORDS = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
@@ -129,7 +129,7 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
         if last >= early:
             return {**out, "outcome": "needs_bn", "sentence": (
                 f"{name} never left chance: best seed-mean accuracy {pct(cy.max())}% through {last:,} steps, at or "
-                "below chance + 5 points (15%; a diverged run counts as chance): **the 5x rate needs BN**.")}
+                f"below chance + 5 points ({CHANCE_TEXT}; a diverged run counts as chance): **the 5x rate needs BN**.")}
         return {**out, "outcome": "undecided", "sentence": (
             f"{name} is at chance so far ({pct(cy.max())}% through {last:,} steps); its ladder runs to {early:,} "
             "steps before the plan calls it: **undecided**.")}
