@@ -1,4 +1,4 @@
-"""Gradient ICS at matched training progress (bnexp/report/ics_progress.py, docs/ics/PLAN.md), the pairing of
+"""Gradient ICS at matched training progress (bnexp/report/ics_stats.py, docs/ics/PLAN.md), the pairing of
 networks that ran at their own rates, the design record and the claims table's views: synthetic records,
 hand-computed expectations."""
 
@@ -11,7 +11,7 @@ import pytest
 from bnexp.report.claims import claims_frame
 from bnexp.report.groups import ConfigGroup, comparison_sets, pair_label
 from bnexp.report.ics_design import design_fields, ignored_keys, read_design, write_design
-from bnexp.report.ics_progress import (common_level, first_at_or_below, matched_by_seed, matched_progress,
+from bnexp.report.ics_stats import (common_level, first_at_or_below, matched_by_seed, matched_progress,
                                        progress_records)
 from bnexp.report.ics_verdicts import MATCHED, SPECS
 

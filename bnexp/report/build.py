@@ -10,9 +10,8 @@ import pandas as pd
 from bnexp.report.best_rate import SPEEDUP_TARGETS, best_rate_speedups, held_out_seeds
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
-from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary
+from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
 from bnexp.report.ics_design import design_fields, ignored_keys, read_design
-from bnexp.report.ics_progress import progress_records
 from bnexp.report.ics_verdicts import ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicates import drop_duplicate_seeds
 from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,

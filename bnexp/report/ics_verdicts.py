@@ -14,7 +14,7 @@ Every quantity is a per-seed ratio, seed s of one configuration over seed s of t
 * "BN reduces gradient ICS": BN / no-BN ``l2_rel_per_move``, ||G - G'|| / ||G|| (Santurkar et al. 2018,
   Def. 2.1) per unit of the earlier layers' relative movement, < 1 (``l2_rel`` is in the tables), in two
   views: at matched training progress (pre-registered: where both nets first reach the same training loss,
-  :mod:`bnexp.report.ics_progress`) and at the same steps (the mean over the probes both nets take).
+  :mod:`bnexp.report.ics_stats`) and at the same steps (the mean over the probes both nets take).
 * "BN smooths the landscape": BN / no-BN effective beta-smoothness along the gradient (Sec. 3.1), < 1, in two
   views: raw ``beta_smoothness`` (pre-registered: Santurkar et al.'s quantity) and ``fn_beta_smoothness``
   along filter-normalized directions (Li et al. 2018).
@@ -53,7 +53,7 @@ AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved f
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
 SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spread"))
-MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_progress)
+MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_stats)
 GRAD_QUANTITY = ("BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier layers (l2_rel_per_move), "
                  "layers 2..K")
 ONE_VIEW = "one view"
@@ -164,10 +164,10 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
 
 
 def matched_rows(a: pd.DataFrame, b: pd.DataFrame, progress: Mapping[str, list]) -> dict[int, dict | None]:
-    """Per seed, :func:`bnexp.report.ics_progress.matched_progress` of side ``a``'s run with side ``b``'s
+    """Per seed, :func:`bnexp.report.ics_stats.matched_progress` of side ``a``'s run with side ``b``'s
     (seed frames of :func:`seed_frame`; ``progress``: run id -> progress records): the
-    :meth:`~bnexp.report.ics_progress.Matched.as_dict` of each seed, None where a run has no records."""
-    from bnexp.report.ics_progress import matched_by_seed
+    :meth:`~bnexp.report.ics_stats.Matched.as_dict` of each seed, None where a run has no records."""
+    from bnexp.report.ics_stats import matched_by_seed
 
     runs = [{int(s): progress[r] for s, r in side["run_id"].items() if r in progress} for side in (a, b)]
     return {s: m.as_dict() if m else None for s, m in matched_by_seed(*runs).items()}
@@ -180,7 +180,7 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
     each net ran at its own rate) at :func:`main_target`; each row as :func:`bnexp.report.claims.evaluate`
     returns it plus "setting" (e.g. "lr=0.5", "" when one), "view" and "preregistered" (:class:`Spec`), for the
     matched-progress row "matched" ({seed: level, steps and values, or None}; ``progress``: run id -> records
-    of :func:`bnexp.report.ics_progress.progress_records`, None: none recorded) and, for the noisy-BN claims,
+    of :func:`bnexp.report.ics_stats.progress_records`, None: none recorded) and, for the noisy-BN claims,
     "noise_scale" (the strength evaluated, None when the premise is not met)."""
     t, rows = main_target(targets), []
     for s in comparison_sets(groups, ignore):
