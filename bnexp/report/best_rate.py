@@ -25,7 +25,7 @@ from bnexp.report.fmt import format_target, md_table
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
-from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, choose_rates, runs_from_table
+from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, choose_rates, grid_text, runs_from_table
 
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
@@ -222,15 +222,9 @@ def best_rate_detail_md(rows: list[dict]) -> list[str]:
 
 def tuning_grid_md(rows: list[dict]) -> list[str]:
     """Markdown table of the held-out tuning grids behind :func:`best_rate_speedups` rows (docs/mnist/PLAN.md):
-    per init, target and network every rate with its failed tuning seeds / n and mean steps to the target
-    (a failed seed counted at the budget), the chosen rate in bold, "censored" when every rate had a failed
-    seed. Empty when no row was chosen on tuning seeds."""
-    def grid(choice: dict) -> str:
-        cells = [f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}" for g in choice["grid"]]
-        text = "; ".join(f"**{c}**" if g["chosen"] else c for c, g in zip(cells, choice["grid"]))
-        return text + (" (censored)" if choice["censored"] else "")
-
-    out = [[r["init"], format_target(r["target"]), label, grid(r[f"{side}_choice"])]
+    per init, target and network its grid (:func:`bnexp.report.tuning.grid_text`). Empty when no row was chosen
+    on tuning seeds."""
+    out = [[r["init"], format_target(r["target"]), label, grid_text(r[f"{side}_choice"])]
            for r in rows for side, label in (("bn", r["variant"]), ("no_bn", "no BN")) if r.get(f"{side}_choice")]
     if not out:
         return []

@@ -24,7 +24,7 @@ import pandas as pd
 from bnexp.report.best_rate import HELD_OUT
 from bnexp.report.fmt import md_table
 from bnexp.report.studies import at_best_rate, cells, select
-from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
+from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, choose_rates, grid_text, runs_from_table
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
@@ -136,28 +136,15 @@ class Selection:
 
 
 def tuning_md(sec: dict) -> list[str]:
-    """Markdown of a held-out study section's tuning grids: one row per family and objective, every rate
-    with its failed (steps) or diverged (accuracy) tuning seeds / n and the mean steps or final accuracy,
-    the chosen rate in bold, "censored" when every rate had a failed seed; [] in the one-stage design."""
+    """Markdown of a held-out study section's tuning grids: one row per family and objective, its grid as
+    :func:`bnexp.report.tuning.grid_text` (or why no rate was chosen); [] in the one-stage design."""
     if not sec.get("tuning"):
         return []
-
-    def grid(t: dict) -> str:
-        ch = t["choice"]
-        if ch is None:
-            return t["why"] or "-"
-        if ch["objective"] == "steps":
-            cells_ = [f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}" for g in ch["grid"]]
-        else:
-            cells_ = [f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, "
-                      + ("-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%") for g in ch["grid"]]
-        text = "; ".join(f"**{x}**" if g["chosen"] else x for x, g in zip(cells_, ch["grid"]))
-        return text + (" (censored)" if ch["censored"] else "")
-
     rules = {"steps": STEPS_RULE, "accuracy": ACCURACY_RULE}
     used = dict.fromkeys(t["objective"] for t in sec["tuning"])
     head = [f"Tuning seeds {', '.join(map(str, sec.get('tuning_seeds', [])))}; evaluation seeds "
             f"{', '.join(map(str, sec.get('evaluation_seeds', [])))} (only these are scored). "
             + " ".join(f"Objective {o}: {rules[o]}." for o in used), ""]
     return head + md_table(["configuration", "objective", "rate: tuning seeds failed / n, mean"],
-                           [[t["family"], t["objective"], grid(t)] for t in sec["tuning"]])
+                           [[t["family"], t["objective"], grid_text(t["choice"]) if t["choice"] else t["why"] or "-"]
+                            for t in sec["tuning"]])

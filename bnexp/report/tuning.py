@@ -93,6 +93,20 @@ class RateChoice:
                 "tuning_seeds": list(self.tuning_seeds), "censored": self.censored, "grid": [dict(g) for g in self.grid]}
 
 
+def grid_text(choice: dict) -> str:
+    """A :meth:`RateChoice.as_dict` grid as one table cell: every rate with its failed (objective "steps") or
+    diverged ("accuracy") tuning seeds / n and the mean steps or final accuracy, the chosen rate in bold, then
+    " (censored)" when every rate had a failed seed."""
+    def cell(g: dict) -> str:
+        if choice.get("objective", "steps") == "steps":
+            return f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}"
+        acc = "-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
+        return f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, {acc}"
+
+    text = "; ".join(f"**{cell(g)}**" if g["chosen"] else cell(g) for g in choice["grid"])
+    return text + (" (censored)" if choice["censored"] else "")
+
+
 def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | None) -> tuple[tuple, dict]:
     """(sort key, grid row) of one rate's tuning runs."""
     if objective == "steps":
