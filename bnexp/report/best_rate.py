@@ -26,7 +26,6 @@ from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
 from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, choose_rates, grid_text, runs_from_table
-
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 
@@ -169,11 +168,8 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
 def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=SPEEDUP_TARGETS) -> list[dict]:
     """The claims "BN trains in fewer steps to T" for every target T of ``targets`` and every setting (weight
     init, ...) with a BN (or noisy BN) and a no-BN rate family: each network at its own best rate for T
-    (:func:`best_rate_for_target`), per seed s the ratio no-BN steps of seed s / BN steps of seed s
-    (a :class:`bnexp.report.rules.Censored` ratio: a bound opens a side of the interval), then the geometric
-    mean, 95% t interval on log ratios, sample std and verdict of
-    :func:`bnexp.report.claims.evaluate` against :data:`SPEEDUP_THRESHOLD`. A seed whose run at a chosen
-    rate never left chance makes the row inconclusive.
+    (:func:`best_rate_for_target`), per seed s the :class:`bnexp.report.rules.Censored` ratio no-BN / BN
+    steps, judged by :func:`bnexp.report.claims.evaluate` on log ratios against :data:`SPEEDUP_THRESHOLD`.
 
     Returns:
         claims rows (report.json ``best_rate_speedups``), the paper's init first, then by init and target,

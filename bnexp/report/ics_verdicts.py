@@ -26,10 +26,8 @@ the shift, the KS distance averaged over the hidden layers; claims measured one 
   at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
   seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
 
-A target not reached within the budget (trainer.max_steps) counts as the budget, a lower bound
-(:class:`bnexp.report.rules.Censored`): the ratio is then a bound and opens that side of the seed interval
-(:mod:`bnexp.report.interval`). A seed that never left chance (:data:`bnexp.report.rules.CHANCE`) or a measure
-the records lack (runs written before it existed) makes the claim inconclusive.
+Bounds (a target not reached within the budget) and chance follow :mod:`bnexp.report.rules`; a measure the
+records lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
