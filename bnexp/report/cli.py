@@ -63,7 +63,7 @@ def report_files(report: Report) -> dict[Path, bytes]:
     files.update({d / name: figure_png(ICS_PLOTS[name](report), 100)
                   for name in (report.data.get("ics") or {}).get("figures", [])})
     if report.data.get("matched_accuracy") is not None:
-        from bnexp.report.figures_frontier import FIGURE, frontier_figure
+        from bnexp.report.figures_studies import FIGURE, frontier_figure
 
         files[d / FIGURE] = figure_png(frontier_figure(report.data), 110)
     return files
