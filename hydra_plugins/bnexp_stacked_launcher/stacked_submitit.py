@@ -18,6 +18,7 @@ checkpoint (bnexp's ordinary per-run path, :func:`bnexp.cli.run_job`).
 """
 
 import logging
+import shutil
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -105,6 +106,11 @@ class StackedSubmititLauncher(BaseSubmititLauncher):
             executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_num_timeout)
             executor.update_parameters(**params)
             return executor
+        if shutil.which("srun") is None:
+            from bnexp.errors import UserError
+
+            raise UserError("hydra/launcher=stacked_slurm (hydra.launcher.executor=slurm) needs SLURM, and this machine "
+                            "has no srun; hydra/launcher=stacked_local runs the same stacks here")
         executor = submitit.AutoExecutor(cluster="slurm", folder=folder, slurm_max_num_timeout=max_num_timeout)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
@@ -115,7 +121,8 @@ class StackedSubmititLauncher(BaseSubmititLauncher):
         in the order given.
 
         Raises:
-            bnexp.errors.UserError: ``max_stack`` < 1, an unknown ``executor`` (key named).
+            bnexp.errors.UserError: ``max_stack`` < 1, an unknown ``executor`` (key named); ``executor=slurm``
+                where there is no SLURM (no ``srun``).
             submitit.core.utils.UncompletedJobError: a stack's job ended without a result (a run interrupted
                 and not requeued, the job killed), as with hydra-submitit-launcher.
         """
@@ -126,9 +133,9 @@ class StackedSubmititLauncher(BaseSubmititLauncher):
             raise ConfigError("hydra.launcher.executor", self.executor, "must be one of " + ", ".join(EXECUTORS))
         if not isinstance(self.max_stack, int) or self.max_stack < 1:
             raise ConfigError("hydra.launcher.max_stack", self.max_stack, "must be an integer >= 1")
+        executor = self._executor()
         stacks, work = plan_stacks(self.hydra_context, self.config, job_overrides, initial_job_idx, self.max_stack,
                                    f"(one submitit job each, executor {self.executor})")
-        executor = self._executor()
         state = Singleton.get_state()
         jobs = executor.map_array(self, work, [state] * len(work))
         log.info("Submitted %d stack job(s): %s", len(jobs), " ".join(str(j.job_id) for j in jobs))
