@@ -171,7 +171,11 @@ class StackedLauncher(Launcher):
         else:
             from joblib import Parallel, delayed
 
+            from bnexp.runfolders.sweepsignals import workers_stop_together
+
             state = Singleton.get_state()
-            results = Parallel(n_jobs=self.n_jobs, backend="loky")(
-                delayed(run_stack)(self.hydra_context, self.config, self.task_function, w, state) for w in work)
+            # one Ctrl-C to the terminal's group: the workers stop their runs with checkpoints, this process waits
+            with workers_stop_together(Path(str(self.config.hydra.sweep.dir))):
+                results = Parallel(n_jobs=self.n_jobs, backend="loky")(
+                    delayed(run_stack)(self.hydra_context, self.config, self.task_function, w, state) for w in work)
         return in_sweep_order(stacks, results, len(job_overrides))
