@@ -406,10 +406,8 @@ def test_one_ctrl_c_stops_reproduce_mnist(tmp_path, data_root, how):
     runs interrupted with their checkpoints, nothing left running, and no later block started (no run folder
     without BN)."""
     sweep = tmp_path / "sweep"
-    # the joblib launcher: with hydra/launcher=stacked (the scripts' default) one Ctrl-C to the whole group was
-    # seen once to leave one of two lone-run stacks without its interrupted record (open, docs/stacked.md)
-    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2",
-                    LAUNCHER="joblib")
+    # the scripts' default launcher (hydra/launcher=stacked): two lone-run stacks in two loky workers
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
     code, err = _stop(p, tag, sweep, how)
     assert code == (130 if how == "SIGINT-group" else 143) and "Traceback" not in err, err[-3000:]
     assert len(_interrupted_runs(sweep)) == 2

@@ -136,6 +136,61 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
     assert p.returncode != 0
 
 
+@pytest.mark.slow
+def test_ctrl_c_of_a_stacked_sweep_of_two_workers_saves_every_run_and_resumes(tmp_path, data_root):
+    """``hydra/launcher=stacked hydra.launcher.n_jobs=2`` with two runs that cannot stack (bn=true, bn=false: two
+    lone-run stacks in two loky workers): one Ctrl-C to the whole process group leaves both runs
+    ``interrupted`` with the checkpoint of their step, no traceback; the same command again resumes both.
+
+    (The stacked launcher was not among the launchers of :class:`bnexp.runfolders.sweepsignals.SweepSignals`: the
+    launching process took the SIGINT as a KeyboardInterrupt and joblib killed the workers still saving.)"""
+    sweep = tmp_path / "sweep"
+    exe = Path(sys.executable).with_name("bnexp")
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), COLUMNS="120")
+    # wide layers: a checkpoint takes long enough to write that killing a worker early would show
+    args = [str(exe), "train", "-m", "hydra/launcher=stacked", "hydra.launcher.n_jobs=2", "bn=true,false",
+            "model.hidden=[1500,1500,1500]", "trainer.progress=false", "trainer.num_threads=1",
+            "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",
+            "trainer.max_steps=100000", "trainer.ckpt_every=100000", f"hydra.sweep.dir={sweep}"]
+    p = _terminal_job(args, tmp_path, env)
+    try:
+        # both workers in their step loop: their step-0 records are written
+        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2, timeout=300)
+        time.sleep(2)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    runs = sorted(d for d in sweep.iterdir() if (d / "summary.json").exists())
+    assert [d.name for d in runs] == ["bn=false", "bn=true"], (out[-2000:], err[-2000:])
+    stopped = {}
+    for d in runs:
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "interrupted", (d.name, summary["status"], err[-3000:])
+        assert torch.load(d / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
+        assert "checkpoint saved" in (d / "train.log").read_text()
+        stopped[d.name] = summary["step"]
+    assert "Traceback" not in err, err[-3000:]
+    assert p.returncode != 0
+    # the same command again resumes each run from its checkpoint (then one more Ctrl-C, again saved by both)
+    p = _terminal_job(args, tmp_path, env)
+    try:
+        wait_for(lambda: all(f"resumed from the checkpoint at step {stopped[d.name]} " in (d / "train.log").read_text()
+                             for d in runs) or p.poll() is not None, timeout=300)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    for d in runs:
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "interrupted" and summary["step"] >= stopped[d.name], (d.name, err[-3000:])
+        assert torch.load(d / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
+    assert "Traceback" not in err, err[-3000:]
+
+
 def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch, caplog):
     """wait_for_sweep_siblings: a sibling run folder that is ``running`` under a live lock is waited
     for (until the timeout); one that is interrupted, finished or unlocked is not; outside a sweep
@@ -189,3 +244,28 @@ def test_sweep_signals_callback_ignores_sigint_in_a_joblib_launcher_only(tmp_pat
         assert (os.environ.get(SWEEP_ENV) == str(tmp_path.resolve())) == ignored
         cb.on_multirun_end(cfg)
         assert signal.getsignal(signal.SIGINT) is before and SWEEP_ENV not in os.environ
+
+
+def test_stacked_launchers_workers_stop_together_only_around_its_workers(tmp_path, monkeypatch):
+    """workers_stop_together (the stacked launcher's loky workers): SIGINT ignored and the sweep named for the
+    workers inside, both restored after; in another thread nothing changes."""
+    import threading
+
+    from bnexp.runfolders.sweepsignals import SWEEP_ENV, workers_stop_together
+
+    monkeypatch.delenv(SWEEP_ENV, raising=False)
+    before = signal.getsignal(signal.SIGINT)
+    with workers_stop_together(tmp_path):
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert os.environ[SWEEP_ENV] == str(tmp_path.resolve())
+    assert signal.getsignal(signal.SIGINT) is before and SWEEP_ENV not in os.environ
+    seen = []
+
+    def other():
+        with workers_stop_together(tmp_path):
+            seen.append((signal.getsignal(signal.SIGINT), os.environ.get(SWEEP_ENV)))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [(before, None)]

@@ -1,5 +1,6 @@
-"""Ctrl-C of a sweep whose launcher runs the jobs in worker processes (``hydra/launcher=joblib``):
-the Hydra callback :class:`SweepSignals` and the wait of each interrupted job for its siblings
+"""Ctrl-C of a sweep whose launcher runs the jobs in worker processes (``hydra/launcher=joblib``, and
+``hydra/launcher=stacked`` with ``n_jobs`` > 1): the Hydra callback :class:`SweepSignals`, the stacked
+launcher's :func:`workers_stop_together`, and the wait of each interrupted job for its siblings
 (:func:`wait_for_sweep_siblings`).
 
 Standard library and Hydra only (no torch): Hydra instantiates its callbacks before the config is
@@ -8,6 +9,7 @@ validated, so that a typo in a ``bnexp train`` command is refused before torch i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -72,6 +74,35 @@ def wait_for_sweep_siblings(run_dir: Path, timeout_s: float = 120.0, poll_s: flo
         time.sleep(poll_s)
     logging.getLogger("bnexp").warning("stopped waiting for %d run(s) of the sweep to save their checkpoints",
                                        len(busy))
+
+
+@contextlib.contextmanager
+def workers_stop_together(sweep_dir: Path):
+    """Context, in a launcher's main thread, around the part of a sweep that runs in worker processes (the
+    stacked launcher's loky workers, ``hydra/launcher=stacked`` with ``n_jobs`` > 1): what :class:`SweepSignals`
+    does for ``hydra/launcher=joblib``. The launching process ignores SIGINT (the workers it starts inherit
+    that), and ``$BNEXP_SWEEP_WORKERS_STOP_TOGETHER`` names the sweep, so that one Ctrl-C to the terminal's
+    process group stops each worker's runs at the end of a step with their checkpoints, each worker waiting
+    for its siblings to save (:func:`wait_for_sweep_siblings`) before joblib ends the others. Elsewhere than
+    in the main thread: changes nothing. Both are restored on exit.
+
+    Args:
+        sweep_dir: the sweep folder (``hydra.sweep.dir``).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    env_before = os.environ.get(SWEEP_ENV)
+    os.environ[SWEEP_ENV] = str(Path(sweep_dir).resolve())
+    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
+        if env_before is None:
+            os.environ.pop(SWEEP_ENV, None)
+        else:
+            os.environ[SWEEP_ENV] = env_before
 
 
 try:

@@ -88,6 +88,50 @@ def run_stack(hydra_context: HydraContext, config: DictConfig, task_function: Ta
     return outs  # type: ignore[return-value]
 
 
+def plan_stacks(hydra_context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
+                initial_job_idx: int, size: int, how: str) -> tuple[list[list[int]], list[list[tuple[int, list[str]]]]]:
+    """Compose every job's config and group the jobs into stacks of at most ``size`` runs (logged).
+
+    Args:
+        job_overrides: each job's overrides, in the sweep's order.
+        initial_job_idx: the index of the first job in the sweep.
+        size: the most runs of one stack (>= 1).
+        how: how the stacks run, for the log line.
+
+    Returns:
+        (stacks as lists of positions in ``job_overrides``, each stack's work for :func:`run_stack`: (job index,
+        overrides) per run).
+    """
+    from bnexp.runfolders.stacks import group_runs
+
+    setup_globals()
+    configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    idxs = [initial_job_idx + i for i in range(len(job_overrides))]
+    cfgs = []
+    for idx, overrides in zip(idxs, job_overrides):
+        cfg = _job_config(hydra_context, config, overrides, idx)
+        HydraConfig.instance().set_config(cfg)
+        cfgs.append(cfg)
+    stacks = group_runs(cfgs, size)
+    log.info("Stacked launcher: %d jobs in %d stacks of at most %d runs %s, sweep output dir: %s",
+             len(job_overrides), len(stacks), size, how, sweep_dir)
+    for s, members in enumerate(stacks):
+        for i in members:
+            log.info("\tstack %d, #%d : %s", s, idxs[i], " ".join(filter_overrides(job_overrides[i])))
+    return stacks, [[(idxs[i], list(job_overrides[i])) for i in members] for members in stacks]
+
+
+def in_sweep_order(stacks: list[list[int]], results: Sequence[Sequence[JobReturn]], n: int) -> list[JobReturn]:
+    """The stacks' JobReturns back in the sweep's order (``n`` jobs)."""
+    out: list[JobReturn | None] = [None] * n
+    for members, rets in zip(stacks, results):
+        for i, ret in zip(members, rets):
+            out[i] = ret
+    return out  # type: ignore[return-value]
+
+
 class StackedLauncher(Launcher):
     """Hydra launcher: the sweep's runs in stacks trained as one batched model each (module docstring).
 
@@ -112,42 +156,26 @@ class StackedLauncher(Launcher):
             bnexp.errors.UserError: ``max_stack`` or ``n_jobs`` < 1 (key named).
         """
         from bnexp.errors import ConfigError
-        from bnexp.runfolders.stacks import group_runs
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         if self.max_stack < 1:
             raise ConfigError("hydra.launcher.max_stack", self.max_stack, "must be >= 1")
         if self.n_jobs < 1:
             raise ConfigError("hydra.launcher.n_jobs", self.n_jobs, "must be >= 1")
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        idxs = [initial_job_idx + i for i in range(len(job_overrides))]
-        cfgs = []
-        for idx, overrides in zip(idxs, job_overrides):
-            cfg = _job_config(self.hydra_context, self.config, overrides, idx)
-            HydraConfig.instance().set_config(cfg)
-            cfgs.append(cfg)
         # no stack larger than its share of the jobs: n_jobs workers each get a stack when the runs allow
         size = min(self.max_stack, -(-len(job_overrides) // self.n_jobs))
-        stacks = group_runs(cfgs, size)
-        log.info("Stacked launcher: %d jobs in %d stacks of at most %d runs (%d at a time), sweep output dir: %s",
-                 len(job_overrides), len(stacks), size, self.n_jobs, sweep_dir)
-        for s, members in enumerate(stacks):
-            for i in members:
-                log.info("\tstack %d, #%d : %s", s, idxs[i], " ".join(filter_overrides(job_overrides[i])))
-        work = [[(idxs[i], list(job_overrides[i])) for i in members] for members in stacks]
+        stacks, work = plan_stacks(self.hydra_context, self.config, job_overrides, initial_job_idx, size,
+                                   f"({self.n_jobs} at a time)")
         if self.n_jobs == 1 or len(stacks) == 1:
             results = [run_stack(self.hydra_context, self.config, self.task_function, w) for w in work]
         else:
             from joblib import Parallel, delayed
 
+            from bnexp.runfolders.sweepsignals import workers_stop_together
+
             state = Singleton.get_state()
-            results = Parallel(n_jobs=self.n_jobs, backend="loky")(
-                delayed(run_stack)(self.hydra_context, self.config, self.task_function, w, state) for w in work)
-        out: list[JobReturn | None] = [None] * len(job_overrides)
-        for members, rets in zip(stacks, results):
-            for i, ret in zip(members, rets):
-                out[i] = ret
-        return out  # type: ignore[return-value]
+            # one Ctrl-C to the terminal's group: the workers stop their runs with checkpoints, this process waits
+            with workers_stop_together(Path(str(self.config.hydra.sweep.dir))):
+                results = Parallel(n_jobs=self.n_jobs, backend="loky")(
+                    delayed(run_stack)(self.hydra_context, self.config, self.task_function, w, state) for w in work)
+        return in_sweep_order(stacks, results, len(job_overrides))
