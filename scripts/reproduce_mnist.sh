@@ -36,7 +36,7 @@
 #   DRY_RUN=1  print the planned runs (those already complete marked), total steps and the estimated wall
 #              time; train nothing. The estimate assumes an idle machine, one core per job: BN 290, no BN
 #              490 steps/s, 12 s start-up per run (STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S override):
-#              about 65 min for stage 1's 81 runs with JOBS=2, and at most 47 min for stage 2.
+#              about 65 min for stage 1's 81 runs with JOBS=2, and at most about 50 min for stage 2.
 #   SWEEP_DIR  default outputs/sweeps/mnist_fig1, or mnist_fig1+<extra overrides> when there are any
 #   DOCS_DIR   where the report files are copied (default docs/mnist for the default run, else none)
 #   BNEXP_DATA_ROOT (default ../shared/data when it exists).
