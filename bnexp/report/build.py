@@ -144,8 +144,10 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "runs": len(sweep.runs), "duplicate_runs": duplicates, "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
         "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
-        "claims": ics_claims(groups, table, targets, progress_records(sweep.metrics, gradient_long(sweep.ics)),
-                             ignore), "ics": ics,
+        # a held-out study's claims are its study section's: its configurations run at different rates, and a
+        # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
+        "claims": [] if study and study.get("tuning_seeds") else ics_claims(
+            groups, table, targets, progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore), "ics": ics,
         "best_rate_speedups": speedups, **held_out_seeds(speedups),
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
