@@ -39,12 +39,11 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
+from bnexp.designs.stages import Decision, Part, decision, run_stages
 from bnexp.errors import UserError
 
 SCRIPTS = {"mnist": "reproduce_mnist.sh", "cifar": "reproduce_cifar.sh", "ics": "ics_study.sh",
@@ -53,69 +52,6 @@ ICS_PROBES = ("monitor.grad_ics=true", "monitor.landscape=true", "monitor.grad_i
               "monitor.landscape_every=1000", "monitor.shift_max_values=200000")
 ICS_CPU = dict(steps_per_s=15.0, overhead_s=40.0)  # one CIFAR-10 job at the cpu scale (docs/cifar/PLAN.md)
 REPORT_GLOBS = ("report.md", "report.json", "report.csv", "*.png", "ladders.txt")
-
-
-@dataclass
-class Decision:
-    """What a part runs next, decided from the sweep folders as they are at that moment (a part's stages:
-    the blocks of a later stage are decided from the results of the earlier ones; docs/mnist/PLAN.md,
-    docs/studies/PLAN.md, docs/ics/PLAN.md, docs/cifar/PLAN.md).
-
-    Attributes:
-        blocks: the blocks to run now; [] nothing (every run is complete, or nothing can start); None: not
-            decidable before the part starts (its inputs are an earlier part's runs: the ICS study's rates in
-            reproduce_all.sh), :attr:`Part.decide` is asked then.
-        messages: printed when the decision is taken into use, before its blocks (what was chosen and why).
-        last: no decision follows these blocks (a one-stage design): :attr:`Part.decide` is not asked again.
-        prepare: run when the decision is taken into use, before its blocks (the ICS study's ics_design.json).
-    """
-
-    blocks: list[Block] | None
-    messages: list[str] = field(default_factory=list)
-    last: bool = False
-    prepare: Callable[[], object] | None = None
-
-
-def decision(messages: list[str], blocks: list[Block], last: bool = False) -> Decision:
-    """A :class:`Decision` whose messages are shown only when it has blocks to run."""
-    return Decision(blocks, messages if blocks else [], last)
-
-
-@dataclass
-class Part:
-    """One sweep folder of a script: its stages, its plan and where its report goes.
-
-    A part runs decision after decision: :attr:`first` (taken when the script plans, from the sweep folders
-    as they are then: DRY_RUN prints it, the preflight validates it), then after each batch of blocks
-    :attr:`decide` is asked again from the folders as they are then, until a decision has no blocks, is
-    ``last``, or repeats the blocks that just ran (their runs failed: the part stops, exit code 1).
-
-    Attributes:
-        title: what the output calls it ("MNIST part"). sweep_dir: the folder. docs_dir: where the report is
-            copied ("" for nowhere).
-        first: the decision at planning time. decide: the next decision, from the sweep folders now (None:
-            ``first`` is the only one).
-        plan: the DRY_RUN text. seconds: the estimated wall time of what is left.
-        study: the study's name (study.json is written) or None. after: commands run after the blocks.
-    """
-
-    title: str
-    sweep_dir: Path
-    docs_dir: str
-    first: Decision
-    plan: str = ""
-    seconds: float = 0.0
-    decide: Callable[[], Decision] | None = None
-    study: str | None = None
-    after: list[list[str]] = field(default_factory=list)
-    validate: list[Block] = field(default_factory=list)  # further blocks to validate (the later stages' blocks)
-    cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
-    ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
-
-    @property
-    def blocks(self) -> list[Block]:
-        """The first decision's blocks ([] when it is taken only when the part starts)."""
-        return self.first.blocks or []
 
 
 # ----- the parts of each script ------------------------------------------------------------------------
@@ -490,14 +426,6 @@ def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 
     path.write_text(json.dumps(d))
 
 
-def decide(p: Part) -> Decision:
-    """``p``'s next decision from its sweep folders now, each run folder read once."""
-    from bnexp.runfolders.rundir import summaries_read_once
-
-    with summaries_read_once():
-        return p.decide()
-
-
 def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
     """Run every part's blocks, then its report; the script's exit code (see the module docstring)."""
     bnexp = preflight.bnexp_argv()
@@ -527,25 +455,10 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             record_study(p.sweep_dir, p.study)
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
-        d, previous = p.first if p.first.blocks is not None else decide(p), None
-        while True:
-            if d.blocks and [b.args for b in d.blocks] == previous:
-                print("error: these runs are still missing after they ran (failed jobs, see above); stopping:\n"
-                      + "\n".join(shlex.join(b.command) for b in d.blocks), file=sys.stderr)
-                rc = 1
-                break
-            if d.prepare is not None:
-                d.prepare()
-            for m in d.messages:
-                print(m)
-            for i, b in enumerate(d.blocks or (), 1):
-                print(f"{p.title}: block {i}/{len(d.blocks)}: {b.label}", flush=True)
-                stop = call(b.command, p.sweep_dir)
-                if stop is not None:
-                    return stop
-            if not d.blocks or d.last or p.decide is None:
-                break
-            previous, d = [b.args for b in d.blocks], decide(p)
+        stop, missing = run_stages(p, call)
+        if stop is not None:
+            return stop
+        rc = 1 if missing else rc  # failed jobs: the report covers the rest
         for cmd in p.after:
             stop = call(cmd, p.sweep_dir)
             if stop is not None:
