@@ -115,6 +115,25 @@ class HeldLog:
         self.records = []
 
 
+def begin_training(hydra_dir: Path, run_dir: Path, cfg, held: HeldLog, resume) -> None:
+    """``bnexp train`` decided to train in ``run_dir`` (``on_begin`` of :func:`bnexp.train.trainer.train`): from
+    here on the folder is written -- Hydra's files into ``hydra_dir`` (:func:`save_hydra_files`), the held log
+    records, ``RESUMED_IN.txt`` when the job resumes another folder (``trainer.resume=true``), an earlier
+    attempt's partial outputs cleared (``trainer.resume=false``: its checkpoint and summary too, a complete run
+    starting over is logged) and stale temporaries removed (:func:`remove_stale_temporaries`)."""
+    save_hydra_files(hydra_dir, cfg)
+    held.release()
+    if run_dir != hydra_dir:
+        (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
+    if resume is False:
+        if rundir.is_complete(run_dir):
+            log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced", run_dir)
+        rundir.clear_partial_outputs(run_dir, checkpoint=True)
+    elif not (run_dir / "checkpoint.pt").exists():
+        rundir.clear_partial_outputs(run_dir)
+    remove_stale_temporaries(run_dir)
+
+
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     """Remove the temporary files (``.NAME.*.tmp``, :func:`bnexp.runfolders.rundir.atomic_write_bytes`) that a process killed
     in the middle of a write left in ``run_dir``; call it only while holding the folder's lock.
