@@ -202,14 +202,14 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     """
     from bnexp.config.schema import validate
     from bnexp.errors import Interrupted
-    from bnexp.runfolders import rundir, runlock, start
+    from bnexp.runfolders import start
     from bnexp.runfolders.resumecmd import resume_hint
     from bnexp.runfolders.sweepjobs import FailedRun
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume, hydra_dir, began = cfg.trainer.resume, run_dir, []
     held = start.HeldLog(hydra_dir)
-    run_dir = rundir.resume_target(hydra_dir, resume, multirun, overrides)
+    run_dir = start.resume_target(hydra_dir, resume, multirun, overrides)
     fresh = run_dir == hydra_dir and _is_fresh(run_dir)
 
     def begin() -> None:
@@ -226,15 +226,15 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
-        done = rundir.complete_summary(run_dir, resume)
+        done = start.complete_summary(run_dir, resume)
         if done is not None:
             return done
-        lock = runlock.lock_or_refuse(run_dir, _print_error)
+        lock = start.lock_or_refuse(run_dir, _print_error)
         if lock is None:
             if multirun:
                 return None
             raise SystemExit(2)
-        done = rundir.complete_summary(run_dir, resume, meanwhile=True)  # by another process while we waited
+        done = start.complete_summary(run_dir, resume, meanwhile=True)  # by another process while we waited
         if done is not None:
             return done
         if resume is not False:

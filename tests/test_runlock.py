@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bnexp.runfolders import rundir
+from bnexp.runfolders import rundir, start
 
 
 def test_release_removes_the_lock_file_and_the_folder_can_be_taken_again(tmp_path):
@@ -128,7 +128,7 @@ def test_processes_taking_and_releasing_one_folder_never_hold_it_together(tmp_pa
 
 def test_lock_or_refuse_names_the_holder_and_leaves_the_folder_alone(tmp_path):
     """A held folder: None and one line naming the holder's pid (the job leaves it alone); a free one: the lock."""
-    from bnexp.runfolders.runlock import lock_or_refuse
+    from bnexp.runfolders.start import lock_or_refuse
 
     run = tmp_path / "run"
     said = []
@@ -147,4 +147,4 @@ def test_lock_or_refuse_names_the_holder_and_leaves_the_folder_alone(tmp_path):
 def test_complete_summary_is_what_a_start_skips(tmp_path, status, resume, skipped):
     """A finished or diverged run is skipped unless trainer.resume=false starts it over."""
     rundir.write_summary(tmp_path, {"status": status})
-    assert rundir.complete_summary(tmp_path, resume) == ({"status": status} if skipped else None)
+    assert start.complete_summary(tmp_path, resume) == ({"status": status} if skipped else None)

@@ -543,28 +543,6 @@ def find_resumable(run_dir: Path, overrides: list[str]) -> Path | None:
     return max(candidates, key=lambda d: (d / "checkpoint.pt").stat().st_mtime) if candidates else None
 
 
-def resume_target(run_dir: Path, resume, multirun: bool, overrides: list[str] | None) -> Path:
-    """Where one ``bnexp train`` job trains: ``run_dir``, or with ``trainer.resume=true`` (a single run whose
-    new folder holds no checkpoint) the unfinished run :func:`find_resumable` finds beside it (logged)."""
-    if resume and not multirun and not (Path(run_dir) / "checkpoint.pt").exists():
-        found = find_resumable(run_dir, overrides or [])
-        if found is not None:
-            log.info("trainer.resume=true: continuing the unfinished run in %s", found)
-            return found
-    return run_dir
-
-
-def complete_summary(run_dir: Path, resume, meanwhile: bool = False) -> dict | None:
-    """The summary.json of the complete run (finished or diverged) in ``run_dir`` that a start skips (logged:
-    "already complete", or ``meanwhile``: completed by another process while this one waited for the
-    lock); None when the run is not complete or ``trainer.resume=false`` starts it over."""
-    s = read_summary(run_dir) if resume is not False else None
-    if not s or s.get("status") not in COMPLETE_STATUSES:
-        return None
-    log.info("%s was completed meanwhile (status %s): skipped" if meanwhile else
-             "%s is already complete (status %s): skipped", run_dir, s.get("status"))
-    return s
-
 
 
 def save_checkpoint(path: Path, state: dict) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import fcntl  # POSIX only, as the rest of bnexp
 import os
 from pathlib import Path
-from typing import Callable
 
 
 class RunLock:
@@ -98,24 +97,3 @@ class RunLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
-
-
-def lock_or_refuse(run_dir: Path, say: Callable[[str], None]) -> RunLock | None:
-    """This process's lock on ``run_dir``, taken after the folder proved writable; None when another bnexp
-    process holds it: ``say`` gets one line naming the holder's pid, and the job leaves the folder alone.
-
-    Raises:
-        OutputError: ``run_dir`` cannot be written (:func:`bnexp.runfolders.rundir.check_writable`).
-    """
-    from bnexp.errors import OutputError
-    from bnexp.runfolders.rundir import check_writable
-
-    try:
-        check_writable(run_dir)
-    except OSError as exc:
-        raise OutputError(run_dir, exc) from None
-    lock = RunLock(run_dir)
-    if lock.acquire():
-        return lock
-    say(f"{run_dir} is in use by another bnexp process (pid {lock.holder()}); this job leaves it alone.")
-    return None
