@@ -200,38 +200,22 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     :func:`bnexp.train.trainer.train`). A start refused before then leaves an existing folder exactly as
     it was (and removes a folder Hydra made for it).
     """
-    from bnexp.runfolders import rundir, start
     from bnexp.config.schema import validate
-    from bnexp.errors import Interrupted, OutputError
+    from bnexp.errors import Interrupted
+    from bnexp.runfolders import start
+    from bnexp.runfolders.resumecmd import resume_hint
     from bnexp.runfolders.sweepjobs import FailedRun
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
-    resume = cfg.trainer.resume
-    fresh = _is_fresh(run_dir)
-    hydra_dir = run_dir
+    resume, hydra_dir, began = cfg.trainer.resume, run_dir, []
     held = start.HeldLog(hydra_dir)
-    decided = [False]
-    if resume and not multirun and not (run_dir / "checkpoint.pt").exists():
-        found = rundir.find_resumable(run_dir, overrides or [])
-        if found is not None:
-            log.info("trainer.resume=true: continuing the unfinished run in %s", found)
-            run_dir, fresh = found, False
+    run_dir = start.resume_target(hydra_dir, resume, multirun, overrides)
+    fresh = run_dir == hydra_dir and _is_fresh(run_dir)
 
     def begin() -> None:
         """bnexp decides to train in ``run_dir``: from here on the folder is written."""
-        decided[0] = True
-        start.save_hydra_files(hydra_dir, cfg)
-        held.release()
-        if run_dir != hydra_dir:
-            (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
-        if resume is False:
-            if rundir.is_complete(run_dir):
-                log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced",
-                            run_dir)
-            rundir.clear_partial_outputs(run_dir, checkpoint=True)
-        elif not (run_dir / "checkpoint.pt").exists():
-            rundir.clear_partial_outputs(run_dir)
-        start.remove_stale_temporaries(run_dir)
+        began.append(True)
+        start.begin_training(hydra_dir, run_dir, cfg, held, resume)
 
     lock = None
     try:
@@ -242,25 +226,17 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:
             _refuse_other_config(cfg, run_dir)
-        if resume is not False and rundir.is_complete(run_dir):
-            s = rundir.read_summary(run_dir)
-            log.info("%s is already complete (status %s): skipped", run_dir, s.get("status"))
-            return s
-        try:
-            rundir.check_writable(run_dir)
-        except OSError as exc:
-            raise OutputError(run_dir, exc) from None
-        lock = rundir.RunLock(run_dir)
-        if not lock.acquire():
-            _print_error(f"{run_dir} is in use by another bnexp process (pid {lock.holder()}); "
-                         "this job leaves it alone.")
+        done = start.complete_summary(run_dir, resume)
+        if done is not None:
+            return done
+        lock = start.lock_or_refuse(run_dir, _print_error)
+        if lock is None:
             if multirun:
                 return None
             raise SystemExit(2)
-        if resume is not False and rundir.is_complete(run_dir):  # completed by another process meanwhile
-            s = rundir.read_summary(run_dir)
-            log.info("%s was completed meanwhile (status %s): skipped", run_dir, s.get("status"))
-            return s
+        done = start.complete_summary(run_dir, resume, meanwhile=True)  # by another process while we waited
+        if done is not None:
+            return done
         if resume is not False:
             from bnexp.config.schema import resolved
             from bnexp.train.resume import refuse_foreign_checkpoint
@@ -277,10 +253,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             print_summary(summary)
         return summary
     except Interrupted as exc:
-        from bnexp.runfolders.resumecmd import resume_command
-
-        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. Resume this run with: "
-                     f"{resume_command(run_dir, overrides)}")
+        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {resume_hint(run_dir, overrides)}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
         lock = _interrupted_before_training(run_dir, cfg, fresh, lock, overrides)
@@ -289,21 +262,19 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         user = _as_user_error(exc, run_dir)
         if user is not None:
             _print_error(str(user))
-            if not decided[0]:  # refused before it began: an existing folder stays as it was
+            if not began:  # refused before it began: an existing folder stays as it was
                 if fresh and not (run_dir / "summary.json").exists():
                     _remove_refused_run_dir(run_dir, lock)  # leave no folder
                     lock = None
             else:
                 _record_failure(run_dir, cfg, str(user), None)
                 if (run_dir / "checkpoint.pt").exists() and not multirun:
-                    from bnexp.runfolders.resumecmd import resume_command
-
-                    print(f"Resume this run with: {resume_command(run_dir, overrides)}", file=sys.stderr)
+                    print(resume_hint(run_dir, overrides), file=sys.stderr)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
         tb = traceback.format_exc()  # internal error: keep the traceback
-        if decided[0] or fresh:
+        if began or fresh:
             held.release()
             _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
@@ -311,7 +282,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             return FailedRun(str(run_dir), f"internal error {type(exc).__name__}: {exc}")
         raise
     finally:
-        if not decided[0]:
+        if not began:
             held.drop()
         if lock is not None:
             lock.release()
@@ -337,10 +308,10 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, override
         return None
     if summary.get("status") == "running":
         _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
-    from bnexp.runfolders.resumecmd import resume_command
+    from bnexp.runfolders.resumecmd import resume_hint
 
-    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. Resume or start it with: "
-                 f"{resume_command(run_dir, overrides)}")
+    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. "
+                 + resume_hint(run_dir, overrides, "Resume or start it with"))
     return lock
 
 

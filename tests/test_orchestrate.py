@@ -504,9 +504,13 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
     assert report["tuning_seeds"] == [100, 101, 102]
     # the script runs exactly these evaluation blocks (stage 1 is complete), DRY_RUN prints them
     monkeypatch.setattr(mnist, "BLOCKS", tuple(blocks))
+    loaded, load = [], mnist.load_sweep
+    monkeypatch.setattr(mnist, "load_sweep", lambda dirs, *a: load(loaded.extend(dirs) or dirs, *a))
     code, out, err, ran = script("mnist", "trainer.max_steps=6000", SWEEP_DIR=str(sweep), DRY_RUN="1")
     printed = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
     assert code == 0 and len(printed) == 4, err
+    # the plan and its blocks are one decision: each of the 4 x 2 x 3 tuning runs is loaded once
+    assert len(loaded) == len(set(loaded)) == 24
     assert [(c[c.index("bn=true") if "bn=true" in c else c.index("bn=false")], [a for a in c if a.startswith("lr=")][0],
              [a for a in c if a.startswith("seed=")]) for c in printed] == [
         ("bn=true", "lr=4", ["seed=0,1,2,3,4"]), ("bn=false", "lr=1,2", ["seed=0,1,2,3,4"]),

@@ -88,6 +88,26 @@ def _state(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def test_summaries_read_once_is_one_state_of_the_folder(tmp_path):
+    """Inside summaries_read_once a run's summary.json is read once (a later change is not seen, and a copy
+    is returned, so a caller's edit does not leak); outside, every call reads the file again."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rundir.write_summary(run, {"status": "interrupted", "step": 3})
+    with rundir.summaries_read_once():
+        first = rundir.read_summary(run)
+        first["status"] = "edited by the caller"
+        rundir.write_summary(run, {"status": "finished", "step": 9})
+        assert rundir.read_summary(run) == {"status": "interrupted", "step": 3}
+        assert not rundir.is_complete(run)
+        assert rundir.read_summary(tmp_path / "none") is None
+        (tmp_path / "none").mkdir()
+        rundir.write_summary(tmp_path / "none", {"status": "finished"})
+        assert rundir.read_summary(tmp_path / "none") is None  # absent when first read
+    assert rundir.read_summary(run) == {"status": "finished", "step": 9} and rundir.is_complete(run)
+    assert rundir.is_complete(tmp_path / "none")
+
+
 @pytest.mark.parametrize("failing", [0, 1, 2])
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
 def test_replace_files_leaves_the_old_set_when_any_write_fails(tmp_path, monkeypatch, failing, error):

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from bnexp.runfolders import rundir
+from bnexp.runfolders import rundir, start
 
 
 def test_release_removes_the_lock_file_and_the_folder_can_be_taken_again(tmp_path):
@@ -124,3 +124,27 @@ def test_processes_taking_and_releasing_one_folder_never_hold_it_together(tmp_pa
     assert [c for _, c in results] == [0, 0, 0, 0]  # never two holders at once
     assert sum(h for h, _ in results) >= 200  # the folder was taken and released many times
     assert not (tmp_path / ".lock").exists()
+
+
+def test_lock_or_refuse_names_the_holder_and_leaves_the_folder_alone(tmp_path):
+    """A held folder: None and one line naming the holder's pid (the job leaves it alone); a free one: the lock."""
+    from bnexp.runfolders.start import lock_or_refuse
+
+    run = tmp_path / "run"
+    said = []
+    first = lock_or_refuse(run, said.append)
+    assert first is not None and said == [] and (run / ".lock").read_text().strip() == str(os.getpid())
+    assert lock_or_refuse(run, said.append) is None
+    assert said == [f"{run} is in use by another bnexp process (pid {os.getpid()}); this job leaves it alone."]
+    first.release()
+    again = lock_or_refuse(run, said.append)
+    assert again is not None and len(said) == 1
+    again.release()
+
+
+@pytest.mark.parametrize("status, resume, skipped", [("finished", None, True), ("diverged", True, True),
+                                                     ("finished", False, False), ("interrupted", None, False)])
+def test_complete_summary_is_what_a_start_skips(tmp_path, status, resume, skipped):
+    """A finished or diverged run is skipped unless trainer.resume=false starts it over."""
+    rundir.write_summary(tmp_path, {"status": status})
+    assert start.complete_summary(tmp_path, resume) == ({"status": status} if skipped else None)

@@ -135,12 +135,15 @@ def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None 
 
 
 def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
-                     startup_s: float = STARTUP_S, evaluation_seeds=()) -> tuple[str, float]:
+                     startup_s: float = STARTUP_S, evaluation_seeds=(),
+                     stage: tuple[list[str], list[Block]] | None = None) -> tuple[str, float]:
     """The DRY_RUN text: each block's runs (marked "done" when SWEEP_DIR holds the run finished or
     diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs;
     and that wall time in seconds. A block's runs have equal length, so a block takes
     ceil(runs to do / jobs) x one run's time (:func:`run_seconds`); the blocks run one after the other.
-    Each run is counted once (a seed or rate listed twice in ``extra`` names the same run folder)."""
+    Each run is counted once (a seed or rate listed twice in ``extra`` names the same run folder).
+    ``stage``: the (messages, blocks) of :func:`stage_blocks` for this folder as it is, when the caller has
+    them (the tuning runs are then not read again); None: computed here once stage 1 is complete."""
     blocks, seeds, steps, other = apply_overrides(extra)
     lines, total_runs, todo_runs, todo_steps, wall = [], 0, 0, 0, 0.0
     for b in blocks:
@@ -157,7 +160,10 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
     if evaluation_seeds:
         n_seeds = len(evaluation_seeds)
         stage1_done = todo_runs == 0
-        msgs, chosen, _ = stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds) if stage1_done else ([], blocks, ())
+        if not stage1_done:
+            msgs, chosen = [], blocks
+        else:
+            msgs, chosen = stage if stage is not None else stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds)[:2]
         lines += [f"stage 2 (evaluation): each network at the rate(s) chosen on seeds {', '.join(map(str, seeds))} "
                   f"for {', '.join(f'{t:.0%}' for t in SPEEDUP_TARGETS)}, on the fresh seeds "
                   f"{', '.join(map(str, evaluation_seeds))}"

@@ -6,7 +6,10 @@ thin wrapper that keeps its name, environment variables and documented behaviour
 of the script (a *part*) it
 
 1. **plans**: the blocks, each one ``bnexp train -m ...`` call, from the designs of this package
-   (:mod:`.mnist`, :mod:`.ladder`, :mod:`.studies`; ics: :mod:`.ics`, BN / no BN, then noisy BN at NOISE_SCALES);
+   (:mod:`.mnist`, :mod:`.ladder`, :mod:`.studies`; ics: :mod:`.ics`, BN / no BN, then noisy BN at NOISE_SCALES),
+   as :class:`Decision` s of its stages: the first from the sweep folders as they are, each later one
+   (:attr:`Part.decide`: MNIST's and the studies' evaluation stage, the ladder's next rung, the ICS study's
+   rates in reproduce_all.sh) from the folders after the blocks before it ran;
 2. **validates** every environment value and extra override once, before anything runs
    (:mod:`.preflight`): one line ``error: ...`` and exit code 2;
 3. with ``DRY_RUN=1`` prints the plan (each run once), exactly the commands it will run and the estimated
@@ -36,12 +39,11 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
+from bnexp.designs.stages import Decision, Part, decision, run_stages
 from bnexp.errors import UserError
 
 SCRIPTS = {"mnist": "reproduce_mnist.sh", "cifar": "reproduce_cifar.sh", "ics": "ics_study.sh",
@@ -50,36 +52,6 @@ ICS_PROBES = ("monitor.grad_ics=true", "monitor.landscape=true", "monitor.grad_i
               "monitor.landscape_every=1000", "monitor.shift_max_values=200000")
 ICS_CPU = dict(steps_per_s=15.0, overhead_s=40.0)  # one CIFAR-10 job at the cpu scale (docs/cifar/PLAN.md)
 REPORT_GLOBS = ("report.md", "report.json", "report.csv", "*.png", "ladders.txt")
-
-
-@dataclass
-class Part:
-    """One sweep folder of a script: its blocks, its plan and where its report goes.
-
-    Attributes:
-        title: what the output calls it ("MNIST part"). sweep_dir: the folder. docs_dir: where the report is
-            copied ("" for nowhere).
-        blocks: the blocks known before it runs (all of them, except for the CIFAR-10 ladder: its first batch).
-        next_blocks: the ladder: a function of nothing giving (messages, the next blocks), or None.
-        plan: the DRY_RUN text. seconds: the estimated wall time of what is left.
-        study: the study's name (study.json is written) or None. after: commands run after the blocks.
-    """
-
-    title: str
-    sweep_dir: Path
-    docs_dir: str
-    blocks: list[Block]
-    plan: str = ""
-    seconds: float = 0.0
-    next_blocks: Callable[[], tuple[list[str], list[Block]]] | None = None
-    study: str | None = None
-    after: list[list[str]] = field(default_factory=list)
-    validate: list[Block] = field(default_factory=list)  # further blocks to validate (the ladder's later presets)
-    cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
-    messages: list[str] = field(default_factory=list)  # shown before the first blocks run (the ladder's stage)
-    ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
-    deferred: bool = False  # blocks decided when the part starts (next_blocks): the ICS study in reproduce_all.sh
-    before: Callable[[], object] | None = None  # run before the part's first block (the ICS study's design record)
 
 
 # ----- the parts of each script ------------------------------------------------------------------------
@@ -106,19 +78,29 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
                         f"({', '.join(map(str, seeds))}); the evaluation needs fresh seeds")
     common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false"]
 
-    def next_blocks():
+    def stage() -> tuple | ValueError:
+        """:func:`.mnist.stage_blocks` from SWEEP_DIR now (each tuning run read once), or why stage 2 cannot be
+        chosen."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
             try:
-                msgs, todo, on = mnist.stage_blocks(sweep, blocks_, seeds, evaluation)
+                return mnist.stage_blocks(sweep, blocks_, seeds, evaluation)
             except ValueError as exc:
-                return [f"stage 2 not started: {exc}"], []
-        stage = " (evaluation)" if evaluation and on == tuple(evaluation) else ""
-        return msgs, [Block(b.name + stage, common + mnist.block_overrides(b, on, steps), extra) for b in todo]
+                return exc
 
-    msgs, first = next_blocks()
-    text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation)
-    return [Part("MNIST", sweep, docs, first, text, secs, next_blocks if evaluation else None, messages=msgs,
+    def decide(st=None) -> Decision:
+        st = stage() if st is None else st
+        if isinstance(st, ValueError):  # nothing runs: the report of the tuning runs shows why
+            return Decision([], last=not evaluation)
+        msgs, todo, on = st
+        suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else ""
+        return decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
+                               for b in todo], last=not evaluation)
+
+    st = stage()
+    text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation,
+                                        None if isinstance(st, ValueError) else st[:2])
+    return [Part("MNIST", sweep, docs, decide(st), text, secs, decide,
                  validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_])]
 
 
@@ -153,11 +135,13 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
             warnings.simplefilter("ignore")  # runs in progress or failed: the plan treats them as missing
             return load_runs(sweep)
 
-    def next_blocks():
-        msgs, batches = ladder.next_batches(state(), lad, presets, seeds, extra_seeds)
+    def rung(runs) -> tuple[list[str], list[Block]]:
+        """The ladder's next batches from ``runs`` (the sweep's runs now): (messages, blocks)."""
+        msgs, batches = ladder.next_batches(runs, lad, presets, seeds, extra_seeds)
         return msgs, [Block(f"{b.preset} at {b.budget} steps", common + b.overrides(), extra) for b in batches]
 
-    msgs, first = next_blocks()
+    runs = state()
+    msgs, first = rung(runs)
     later = [Block(p, common + ladder.Batch(p, lad.starts[p], lad.tune_lrs[:1], (0.0,), seeds).overrides(), extra)
              for p in presets]
     steps_per_s = env.number("STEPS_PER_S", 15.0)
@@ -170,12 +154,12 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
         return "\n".join([text, "ladders (the rule that stopped each, or what it runs next):",
                           *(f"  {line}" for line in stops)]) + "\n"
 
-    text, always, _ = ladder.plan_text(ladder.plan_table(state(), lad, presets, seeds, extra_seeds), env.jobs,
+    text, always, _ = ladder.plan_text(ladder.plan_table(runs, lad, presets, seeds, extra_seeds), env.jobs,
                                        steps_per_s, 40.0)
     text = "\n".join([text, *msgs, "the later batches are decided from the results of these (the ladder's next "
                       "stage, python -m bnexp.designs.ladder next)" if first else "the ladder is complete"])
-    return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, first, text, always, next_blocks, validate=later,
-                 messages=msgs, ladders=ladders)]
+    return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, decision(msgs, first), text, always,
+                 lambda: decision(*rung(state())), validate=later, ladders=ladders)]
 
 
 def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
@@ -255,21 +239,21 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
     text, secs = ics.plan_and_seconds(mnist_dir, ics.run_names(per, scales, seeds), steps, env.jobs,
                                       [f"seeds {', '.join(map(str, seeds))}; " + head[0], *head[1:]])
 
-    asked = []
-
-    def next_blocks():  # once, when a deferred part starts (then the blocks run once, as the part's own blocks)
-        if asked:
-            return [], []
-        asked.append(True)
+    def start() -> Decision:
+        """The rates decided when the part starts (reproduce_all.sh: after the MNIST reproduction ran)."""
         r, lines, why = decide()
         if why:
-            return [f"ICS study, MNIST part not started: {why}"], []
-        write_design(mnist_dir, design(r))
-        return lines, todo(r)
+            return Decision([], [f"ICS study, MNIST part not started: {why}"], last=True)
+        return Decision(todo(r), lines, last=True, prepare=lambda: write_design(mnist_dir, design(r)))
 
-    mnist_part = Part("ICS study, MNIST part", mnist_dir, mnist_docs, [] if problem else todo(rates), text, secs,
-                      next_blocks if problem else None, validate=mnist_blocks(rates), deferred=bool(problem),
-                      before=(lambda: write_design(mnist_dir, design(rates))) if not problem else None)
+    if problem:
+        first = Decision(None)
+    else:
+        blocks = todo(rates)
+        first = Decision(blocks, last=True,
+                         prepare=(lambda: write_design(mnist_dir, design(rates))) if blocks else None)
+    mnist_part = Part("ICS study, MNIST part", mnist_dir, mnist_docs, first, text, secs, start,
+                      validate=mnist_blocks(rates))
     cifar_own = [f"data.verify_checksums={env.verify}", "+experiment=bn_baseline", "scale=cpu",
                  "seed=" + ",".join(map(str, ics.CIFAR_SEEDS))]
     user = extra + cifar_extra
@@ -278,10 +262,10 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
     cifar_seeds = ics.numbers(ics.override_value(user, "seed"), int) or ics.CIFAR_SEEDS
     cifar_design = {"rates": {}, "own_rates": False, "tuning_dir": None, "tuning_seeds": [],
                     "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate"}
-    cifar = Part("ICS study, CIFAR-10 part", cifar_dir, cifar_docs,
-                 [Block("BN and no BN", common_c + ["bn=true,false"], user),
-                  Block(f"noisy BN at strengths {noise}", common_c + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])],
-                 before=lambda: write_design(cifar_dir, cifar_design))
+    cifar = Part("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, Decision(
+        [Block("BN and no BN", common_c + ["bn=true,false"], user),
+         Block(f"noisy BN at strengths {noise}", common_c + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])],
+        last=True, prepare=lambda: write_design(cifar_dir, cifar_design)))
     cifar.cost = lambda steps_, bn: ICS_CPU["overhead_s"] + steps_ / ICS_CPU["steps_per_s"]
     if problem and not (env.dry_run or defer):
         preflight.check_blocks(mnist_part.validate + cifar.blocks)  # a refused override is named first
@@ -317,30 +301,43 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
             warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
             return studies.evaluation_batches(study, sweep, evaluation, ex)
 
-    def next_blocks():
-        pending = sorted({j.batch for j in studies.expand(study, ex) if not studies.is_done(sweep, j)})
+    def state(expanded=None) -> tuple[list[int], tuple | ValueError | None]:
+        """From SWEEP_DIR now (each run read once): (stage 1's batches with a run to do, stage 2's (messages,
+        batches) once stage 1 is complete, or why it cannot be chosen; None in stage 1 or a one-stage study)."""
+        pending = sorted({j.batch for j in expanded or studies.expand(study, ex) if not studies.is_done(sweep, j)})
         if pending or not evaluation:
-            return [], [every[i] for i in pending]
+            return pending, None
         try:
-            msgs, batches = stage2()
+            return pending, stage2()
         except ValueError as exc:
-            return [f"stage 2 not started: {exc}"], []
+            return pending, exc
+
+    def decide(st=None) -> Decision:
+        pending, chosen = state() if st is None else st
+        if pending or not evaluation:
+            return decision([], [every[i] for i in pending], last=not evaluation)
+        if isinstance(chosen, ValueError):  # nothing runs: the report of the tuning runs shows why
+            return Decision([])
+        msgs, batches = chosen
         todo = sorted({j.batch for j in studies.expand(studies.Study(name, "", tuple(batches)), ex2)
                        if not studies.is_done(sweep, j)})
-        return ([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
-                 f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
-                [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
-                 for i in todo])
+        return decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
+                         f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
+                        [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
+                         for i in todo])
 
-    msgs, first = next_blocks()
-    pending = sorted({j.batch for j in jobs if not studies.is_done(sweep, j)})
+    st = state(jobs)
+    first = decide(st)
+    pending = st[0]
     est = studies.estimate(study, env.jobs, ex, sweep_dir=sweep)
     text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
     seconds = est["seconds"]
     if evaluation:
         exact = not pending
         try:
-            batches = stage2()[1] if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
+            if isinstance(st[1], ValueError):
+                raise st[1]
+            batches = st[1][1] if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
         except ValueError as exc:
             batches, text = [], text + f"\nstage 2 not planned: {exc}"
         st2 = studies.Study(name, f"each configuration at its chosen rate(s) on the evaluation seeds {seeds}"
@@ -353,8 +350,8 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
                           f"wall time {(seconds + est2['seconds']) / 60:.0f} min with {env.jobs} parallel jobs"])
         seconds += est2["seconds"]
     after = [[sys.executable, "-m", "bnexp.train.inference_eval", str(sweep)]] if name == "inference_statistics" else []
-    return [Part(f"study {name}", sweep, docs, first, text, seconds, next_blocks if evaluation else None,
-                 study=name, after=after, messages=msgs, validate=[b for b in every if b not in first])]
+    return [Part(f"study {name}", sweep, docs, first, text, seconds, decide, study=name, after=after,
+                 validate=[b for b in every if b not in first.blocks])]
 
 
 def all_parts(env: Env, extra: list[str]) -> list[Part]:
@@ -381,7 +378,7 @@ def dry_run(parts: list[Part], env: Env) -> None:
         if p.plan:
             print(p.plan)
         print(f"commands ({len(p.blocks)}):" if p.blocks else "commands: decided when the part starts (see above)"
-              if p.deferred else "commands: none (every run is complete)")
+              if p.first.blocks is None else "commands: none (every run is complete)")
         for b in p.blocks:
             print(f"$ {shlex.join(b.command)}")
     if len(parts) > 1:
@@ -458,32 +455,10 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             record_study(p.sweep_dir, p.study)
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
-        blocks, previous = p.blocks, None
-        if p.deferred and p.next_blocks is not None:  # decided now (the ICS study's rates after the MNIST sweep)
-            msgs, blocks = p.next_blocks()
-            for m in msgs:
-                print(m)
-        elif blocks and p.before is not None:
-            p.before()
-        for m in p.messages if blocks else ():
-            print(m)
-        while blocks:
-            for i, b in enumerate(blocks, 1):
-                print(f"{p.title}: block {i}/{len(blocks)}: {b.label}", flush=True)
-                stop = call(b.command, p.sweep_dir)
-                if stop is not None:
-                    return stop
-            if p.next_blocks is None:
-                break
-            previous = [b.args for b in blocks]
-            msgs, blocks = p.next_blocks()
-            if blocks and [b.args for b in blocks] == previous:
-                print("error: these runs are still missing after they ran (failed jobs, see above); stopping:\n"
-                      + "\n".join(shlex.join(b.command) for b in blocks), file=sys.stderr)
-                rc = 1
-                break
-            for m in msgs if blocks else ():
-                print(m)
+        stop, missing = run_stages(p, call)
+        if stop is not None:
+            return stop
+        rc = 1 if missing else rc  # failed jobs: the report covers the rest
         for cmd in p.after:
             stop = call(cmd, p.sweep_dir)
             if stop is not None:
@@ -530,6 +505,7 @@ def build(script: str, argv: list[str], env: Env) -> tuple[list[Part], list[str]
 def main(argv: list[str] | None = None) -> int:
     """``python -m bnexp.designs.orchestrate SCRIPT [ARGS ...]``: exit 0; 1 (failed jobs, see above); 2 a
     refused input (one ``error:`` line); 130 / 143 after SIGINT / SIGTERM."""
+    from bnexp.runfolders.rundir import summaries_read_once
     from bnexp.runfolders.supervise import Supervisor
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -540,8 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     with Supervisor() as sup:  # from here on a signal stops everything the script started
         try:
             env = Env(os.environ)
-            parts, extra = build(script, rest, env)
-            preflight.check_parts(parts, env)
+            with summaries_read_once():  # the plan: one state of the sweep folders, each run read once
+                parts, extra = build(script, rest, env)
+                preflight.check_parts(parts, env)
         except UserError as exc:
             print("error: " + " ".join(str(exc).split()), file=sys.stderr)
             return 2

@@ -41,3 +41,8 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
     args = [_QUOTED_BN.sub(r"\1\2", o) for o in (overrides or [])]
     args.append(f"hydra.run.dir={_hydra_value(str(Path(run_dir).absolute()))}")
     return "bnexp train " + " ".join(shlex.quote(a) for a in args)
+
+
+def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with") -> str:
+    """The line that tells how to resume: ``"<what>: <the command of resume_command>"``."""
+    return f"{what}: {resume_command(run_dir, overrides)}"

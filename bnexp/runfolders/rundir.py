@@ -29,6 +29,9 @@ skipped with a warning naming the file and the line, and the records after it ar
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
 import json
 import logging
 import math
@@ -307,14 +310,36 @@ def first_reached(metrics: list[dict], target: float) -> int | None:
     return None
 
 
+_READ_ONCE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("bnexp_summaries_read_once", default=None)
+
+
+@contextlib.contextmanager
+def summaries_read_once():
+    """Within the ``with`` block each run folder's summary.json is read once (later reads return a copy of
+    the first): a decision made from one state of a sweep folder (the sweep scripts' stages,
+    :mod:`bnexp.designs.orchestrate`) reads each run once however many checks look at it."""
+    token = _READ_ONCE.set({})
+    try:
+        yield
+    finally:
+        _READ_ONCE.reset(token)
+
+
 def read_summary(run_dir: Path) -> dict | None:
-    """The run's summary.json, or None if absent, unreadable or not a JSON object."""
+    """The run's summary.json, or None if absent, unreadable or not a JSON object (inside
+    :func:`summaries_read_once`: as first read there)."""
     p = Path(run_dir) / SUMMARY
+    seen = _READ_ONCE.get()
+    if seen is not None and str(p) in seen:
+        return copy.deepcopy(seen[str(p)])
     try:
         s = json.loads(p.read_text())
     except (OSError, ValueError):  # ValueError: JSONDecodeError and UnicodeDecodeError
-        return None
-    return s if isinstance(s, dict) else None
+        s = None
+    s = s if isinstance(s, dict) else None
+    if seen is not None:
+        seen[str(p)] = copy.deepcopy(s)
+    return s
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
@@ -516,6 +541,7 @@ def find_resumable(run_dir: Path, overrides: list[str]) -> Path | None:
         if theirs is not None and _comparable(theirs) == want:
             candidates.append(d)
     return max(candidates, key=lambda d: (d / "checkpoint.pt").stat().st_mtime) if candidates else None
+
 
 
 

@@ -1,7 +1,9 @@
 """The start and the abrupt end of a run in its folder.
 
-Start: a run folder holds one configuration (:func:`refuse_other_config`), and nothing is written
-into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
+Start: where a job trains (:func:`resume_target`), whether it skips a complete run (:func:`complete_summary`),
+takes the folder's lock or leaves a folder in use alone (:func:`lock_or_refuse`) and what it writes once it
+begins (:func:`begin_training`). A run folder holds one configuration (:func:`refuse_other_config`), and nothing
+is written into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
 there (:func:`bnexp.cli.run_job`): Hydra is told to write no
 ``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
 decision; the log records meant for the folder wait in :class:`HeldLog`. A run that starts removes the
@@ -17,6 +19,7 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Callable
 
 from bnexp.errors import UserError
 from bnexp.runfolders import rundir
@@ -113,6 +116,69 @@ class HeldLog:
         """Forget the held records and stop holding; a file not yet opened stays uncreated."""
         self._stop()
         self.records = []
+
+
+def resume_target(run_dir: Path, resume, multirun: bool, overrides: list[str] | None) -> Path:
+    """Where one ``bnexp train`` job trains: ``run_dir``, or with ``trainer.resume=true`` (a single run whose
+    new folder holds no checkpoint) the unfinished run :func:`bnexp.runfolders.rundir.find_resumable` finds
+    beside it (logged)."""
+    if resume and not multirun and not (Path(run_dir) / "checkpoint.pt").exists():
+        found = rundir.find_resumable(run_dir, overrides or [])
+        if found is not None:
+            log.info("trainer.resume=true: continuing the unfinished run in %s", found)
+            return found
+    return run_dir
+
+
+def complete_summary(run_dir: Path, resume, meanwhile: bool = False) -> dict | None:
+    """The summary.json of the complete run (finished or diverged) in ``run_dir`` that a start skips (logged:
+    "already complete", or ``meanwhile``: completed by another process while this one waited for the
+    lock); None when the run is not complete or ``trainer.resume=false`` starts it over."""
+    s = rundir.read_summary(run_dir) if resume is not False else None
+    if not s or s.get("status") not in rundir.COMPLETE_STATUSES:
+        return None
+    log.info("%s was completed meanwhile (status %s): skipped" if meanwhile else
+             "%s is already complete (status %s): skipped", run_dir, s.get("status"))
+    return s
+
+
+def lock_or_refuse(run_dir: Path, say: Callable[[str], None]) -> rundir.RunLock | None:
+    """This process's lock on ``run_dir``, taken after the folder proved writable; None when another bnexp
+    process holds it: ``say`` gets one line naming the holder's pid, and the job leaves the folder alone.
+
+    Raises:
+        OutputError: ``run_dir`` cannot be written (:func:`bnexp.runfolders.rundir.check_writable`).
+    """
+    from bnexp.errors import OutputError
+
+    try:
+        rundir.check_writable(run_dir)
+    except OSError as exc:
+        raise OutputError(run_dir, exc) from None
+    lock = rundir.RunLock(run_dir)
+    if lock.acquire():
+        return lock
+    say(f"{run_dir} is in use by another bnexp process (pid {lock.holder()}); this job leaves it alone.")
+    return None
+
+
+def begin_training(hydra_dir: Path, run_dir: Path, cfg, held: HeldLog, resume) -> None:
+    """``bnexp train`` decided to train in ``run_dir`` (``on_begin`` of :func:`bnexp.train.trainer.train`): from
+    here on the folder is written -- Hydra's files into ``hydra_dir`` (:func:`save_hydra_files`), the held log
+    records, ``RESUMED_IN.txt`` when the job resumes another folder (``trainer.resume=true``), an earlier
+    attempt's partial outputs cleared (``trainer.resume=false``: its checkpoint and summary too, a complete run
+    starting over is logged) and stale temporaries removed (:func:`remove_stale_temporaries`)."""
+    save_hydra_files(hydra_dir, cfg)
+    held.release()
+    if run_dir != hydra_dir:
+        (hydra_dir / "RESUMED_IN.txt").write_text(f"this command resumed the run in {run_dir}\n")
+    if resume is False:
+        if rundir.is_complete(run_dir):
+            log.warning("trainer.resume=false: the complete run in %s starts over; its results are replaced", run_dir)
+        rundir.clear_partial_outputs(run_dir, checkpoint=True)
+    elif not (run_dir / "checkpoint.pt").exists():
+        rundir.clear_partial_outputs(run_dir)
+    remove_stale_temporaries(run_dir)
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:

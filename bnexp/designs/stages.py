@@ -1,0 +1,116 @@
+"""A sweep part's stages (:mod:`bnexp.designs.orchestrate`): the blocks of a later stage are decided from the
+results of the earlier ones -- MNIST's and the studies' evaluation stage at the rates chosen on the tuning seeds
+(docs/mnist/PLAN.md, docs/studies/PLAN.md), the CIFAR-10 ladder's next rung (docs/cifar/PLAN.md), the ICS
+study's rates read from the MNIST tuning sweep when the part starts (docs/ics/PLAN.md). One mechanism runs
+them all: a :class:`Part` runs :class:`Decision` after :class:`Decision` (:func:`run_stages`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bnexp.designs.preflight import Block
+
+
+@dataclass
+class Decision:
+    """What a part runs next, decided from the sweep folders as they are at that moment (a part's stages:
+    the blocks of a later stage are decided from the results of the earlier ones; docs/mnist/PLAN.md,
+    docs/studies/PLAN.md, docs/ics/PLAN.md, docs/cifar/PLAN.md).
+
+    Attributes:
+        blocks: the blocks to run now; [] nothing (every run is complete, or nothing can start); None: not
+            decidable before the part starts (its inputs are an earlier part's runs: the ICS study's rates in
+            reproduce_all.sh), :attr:`Part.decide` is asked then.
+        messages: printed when the decision is taken into use, before its blocks (what was chosen and why).
+        last: no decision follows these blocks (a one-stage design): :attr:`Part.decide` is not asked again.
+        prepare: run when the decision is taken into use, before its blocks (the ICS study's ics_design.json).
+    """
+
+    blocks: list[Block] | None
+    messages: list[str] = field(default_factory=list)
+    last: bool = False
+    prepare: Callable[[], object] | None = None
+
+
+def decision(messages: list[str], blocks: list[Block], last: bool = False) -> Decision:
+    """A :class:`Decision` whose messages are shown only when it has blocks to run."""
+    return Decision(blocks, messages if blocks else [], last)
+
+
+@dataclass
+class Part:
+    """One sweep folder of a script: its stages, its plan and where its report goes.
+
+    A part runs decision after decision: :attr:`first` (taken when the script plans, from the sweep folders
+    as they are then: DRY_RUN prints it, the preflight validates it), then after each batch of blocks
+    :attr:`decide` is asked again from the folders as they are then, until a decision has no blocks, is
+    ``last``, or repeats the blocks that just ran (their runs failed: the part stops, exit code 1).
+
+    Attributes:
+        title: what the output calls it ("MNIST part"). sweep_dir: the folder. docs_dir: where the report is
+            copied ("" for nowhere).
+        first: the decision at planning time. decide: the next decision, from the sweep folders now (None:
+            ``first`` is the only one).
+        plan: the DRY_RUN text. seconds: the estimated wall time of what is left.
+        study: the study's name (study.json is written) or None. after: commands run after the blocks.
+    """
+
+    title: str
+    sweep_dir: Path
+    docs_dir: str
+    first: Decision
+    plan: str = ""
+    seconds: float = 0.0
+    decide: Callable[[], Decision] | None = None
+    study: str | None = None
+    after: list[list[str]] = field(default_factory=list)
+    validate: list[Block] = field(default_factory=list)  # further blocks to validate (the later stages' blocks)
+    cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
+    ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The first decision's blocks ([] when it is taken only when the part starts)."""
+        return self.first.blocks or []
+
+
+def decide(p: Part) -> Decision:
+    """``p``'s next decision from its sweep folders now, each run folder read once
+    (:func:`bnexp.runfolders.rundir.summaries_read_once`)."""
+    from bnexp.runfolders.rundir import summaries_read_once
+
+    with summaries_read_once():
+        return p.decide()
+
+
+def run_stages(p: Part, call: Callable[[list[str], Path], int | None]) -> tuple[int | None, bool]:
+    """Run ``p``'s blocks decision after decision (see :class:`Part`), each block by ``call(command, sweep_dir)``
+    (None: go on; else the exit code to stop the script with).
+
+    Returns:
+        (the exit code to stop with or None, whether the part stopped because a decision repeated the blocks
+        that had just run: their runs are still missing, failed jobs).
+    """
+    d, previous = p.first if p.first.blocks is not None else decide(p), None
+    while True:
+        if d.blocks and [b.args for b in d.blocks] == previous:
+            print("error: these runs are still missing after they ran (failed jobs, see above); stopping:\n"
+                  + "\n".join(shlex.join(b.command) for b in d.blocks), file=sys.stderr)
+            return None, True
+        if d.prepare is not None:
+            d.prepare()
+        for m in d.messages:
+            print(m)
+        for i, b in enumerate(d.blocks or (), 1):
+            print(f"{p.title}: block {i}/{len(d.blocks)}: {b.label}", flush=True)
+            stop = call(b.command, p.sweep_dir)
+            if stop is not None:
+                return stop, False
+        if not d.blocks or d.last or p.decide is None:
+            return None, False
+        previous, d = [b.args for b in d.blocks], decide(p)
