@@ -118,6 +118,8 @@ def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_pa
     rates = {j.folder for j in expand(Study("normalizer", "", tuple(batches)))}  # 4 configurations x 5 seeds
     assert "bn=false,lr=5.4,seed=0" in rates and "bn=true,lr=1.2,seed=4" in rates
     assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=0.9,seed=3" in rates and len(rates) == 20
+    # each message names its configuration by its block and its keys (e.g. a depth study's "12 hidden layers: ...")
+    assert any(m.startswith(f"  {study.batches[0].label}: bn=layer: steps lr 3.6") for m in msgs), msgs
     # the report's choice on the same runs
     (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
     sec = study_section(tmp_path, load_sweep(find_run_dirs(tmp_path)))

@@ -308,7 +308,7 @@ def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
     for (index, net), js in nets.items():
         combo = family.get((Path(sweep_dir) / js[0].folder).resolve())
         picks = {o: ch.get(combo) for o, ch in choices.items()}
-        label = " ".join(net) or study.batches[index].label
+        label = ": ".join(x for x in (study.batches[index].label, " ".join(net)) if x)  # e.g. 12 hidden layers: bn='true'
         if not all(isinstance(p, RateChoice) for p in picks.values()):
             msgs.append(f"  {label}: not evaluated: " + "; ".join(str(p) for p in picks.values()
                                                                   if not isinstance(p, RateChoice)))
