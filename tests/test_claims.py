@@ -8,11 +8,19 @@ import statistics
 import pytest
 from scipy import stats as sps
 
-from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, claims_frame,
-                                 claims_md, evaluate, seed_interval)
+from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate,
+                                 seed_interval)
+from bnexp.report.fmt import macro
 from bnexp.report.rules import Censored
 
 RATIO = Claim("BN reduces shift", "no-BN / BN shift", ">", 1.0)
+
+
+def claims_cells(rows: list[dict]) -> list[dict]:
+    """The claims table of report.md (templates/tables.md.j2) read back: one {header: cell text} per row."""
+    head, _, *body = macro("claims", rows).splitlines()
+    cells = lambda line: [c.strip() for c in line.strip()[1:-1].split(" | ")]  # noqa: E731
+    return [dict(zip(cells(head), cells(line))) for line in body]
 
 
 def test_seed_interval_mean_std_and_t_interval_match_hand_and_scipy_values():
@@ -41,7 +49,7 @@ def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     row = evaluate(RATIO, bound, scale="log")
     assert row["ci_high"] is None and row["ci_low"] == pytest.approx(math.exp(lo))
     assert row["verdict"] == SUPPORTED and row["bounds"] == {2: "lower"} and "upper side is open" in row["reason"]
-    cells = claims_frame([row]).iloc[0]  # the estimate is then a lower bound too, and the open side is written so
+    cells = claims_cells([row])[0]  # the estimate is then a lower bound too, and the open side is written so
     assert cells["mean"] == f">= {15 ** (1 / 3):.3g}" and cells["95% interval"] == f"[{math.exp(lo):.3g}, open]"
     # an upper-bound seed opens the lower side: a ">" claim cannot be supported, nor refuted by the open side
     up = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "upper")}
@@ -93,18 +101,18 @@ def test_bad_claims_are_refused_and_the_table_renders():
         Claim("x", "q", ">=", 1.0)
     with pytest.raises(ValueError, match="threshold"):
         Claim("x", "q", ">", float("nan"))
-    md = "\n".join(claims_md([evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0})]))
+    md = macro("claims", [evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0})])
     assert "BN reduces shift" in md and "supported" in md and "0: 2" in md
-    grad = claims_md([evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5})])
+    grad = macro("claims", [evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5})]).splitlines()
     assert "\\|\\|G - G'\\|\\|" in grad[2] and grad[2].count(" | ") == 8  # "|" in a cell is escaped
-    assert claims_md([]) == []
+    assert macro("claims", []) == ""
 
 
 def test_table_from_report_json_rows_names_the_setting_and_sorts_seeds_as_numbers():
     rows = json.loads(json.dumps([evaluate(RATIO, {10: 2.0, 2: 2.5, 0: 3.0}) | {"setting": "lr=0.5"}]))
-    frame = claims_frame(rows)  # report.json's per_seed keys are text
-    assert frame["setting"].tolist() == ["lr=0.5"] and frame["per seed"][0] == "0: 3, 2: 2.5, 10: 2"
-    assert "setting" not in claims_frame([evaluate(RATIO, {0: 1.0})])
+    cells = claims_cells(rows)  # report.json's per_seed keys are text
+    assert [c["setting"] for c in cells] == ["lr=0.5"] and cells[0]["per seed"] == "0: 3, 2: 2.5, 10: 2"
+    assert "setting" not in claims_cells([evaluate(RATIO, {0: 1.0})])[0]
 
 
 def test_one_std_convention_in_every_statistic():

@@ -20,12 +20,12 @@ import math
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, by_seed, evaluate, per_seed_text
-from bnexp.report.fmt import format_target, md_table
+from bnexp.report.claims import Claim, evaluate, per_seed_text
+from bnexp.report.fmt import format_target
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
 from bnexp.report.rules import Censored, normalizer_label, optional
-from bnexp.report.tuning import STEPS_RULE, TUNING_SEEDS, choose_rates, grid_text, runs_from_table
+from bnexp.report.tuning import TUNING_SEEDS, choose_rates, runs_from_table
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 
@@ -191,43 +191,10 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
     return sorted(rows, key=lambda r: (order.get(r["init"], 1), r["init"], r["variant"], r["target"]))
 
 
-def _steps_cell(steps: dict) -> str:
-    return ", ".join(f"{s}: {'not reached' if v is None else f'{v:,}'}" for s, v in by_seed(steps)) or "-"
-
-
 def per_seed_ratios(row: dict, unit: str = "") -> str:
     """The per-seed no-BN / BN ratios of a :func:`best_rate_speedups` row (:func:`bnexp.report.claims.per_seed_text`
     with 2 decimals): "1: 2.80x, 2: >= 3.00x, 3: -"."""
     return per_seed_text(row, lambda v: f"{v:.2f}", unit)
-
-
-def best_rate_detail_md(rows: list[dict]) -> list[str]:
-    """Markdown table of :func:`best_rate_speedups` rows: per init and target, each network's chosen rate
-    (with "(edge of grid)" and "(highest final accuracy)" marks), every seed's steps and the per-seed ratios
-    (">=", "<=": a bound). Used by report.md and the docs view ``mnist_best_rate``."""
-    def rate(r: dict, side: str) -> str:
-        lr, edge, chosen = r[f"{side}_lr"], r[f"{side}_edge"], r[f"{side}_selection"]
-        return ("-" if lr is None else f"{lr:g}" + (f" ({edge} of grid)" if edge else "")
-                + (" (highest final accuracy)" if chosen == HIGHEST_FINAL else ""))
-
-    detail = [[r["init"], format_target(r["target"]), rate(r, "bn"), _steps_cell(r["bn_steps"]), rate(r, "no_bn"),
-               _steps_cell(r["no_bn_steps"]), per_seed_ratios(r)] for r in rows]
-    return md_table(["init", "target", "BN best lr", "BN steps per seed", "no-BN best lr", "no-BN steps per seed",
-                     "no BN / BN per seed"], detail) + [""] + tuning_grid_md(rows)
-
-
-def tuning_grid_md(rows: list[dict]) -> list[str]:
-    """Markdown table of the held-out tuning grids behind :func:`best_rate_speedups` rows (docs/mnist/PLAN.md):
-    per init, target and network its grid (:func:`bnexp.report.tuning.grid_text`). Empty when no row was chosen
-    on tuning seeds."""
-    out = [[r["init"], format_target(r["target"]), label, grid_text(r[f"{side}_choice"])]
-           for r in rows for side, label in (("bn", r["variant"]), ("no_bn", "no BN")) if r.get(f"{side}_choice")]
-    if not out:
-        return []
-    seeds = sorted({s for r in rows for side in ("bn", "no_bn") for s in (r.get(f"{side}_choice") or {}).get("tuning_seeds", [])})
-    return [f"Tuning grid (seeds {', '.join(map(str, seeds))}; rule: {STEPS_RULE}): per rate, the tuning seeds that "
-            "failed and the mean steps to the target; the chosen rate in bold.", ""] + md_table(
-        ["init", "target", "network", "rate: failed / n, mean steps"], out) + [""]
 
 
 def held_out_seeds(rows: list[dict]) -> dict[str, list[int]]:

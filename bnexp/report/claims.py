@@ -17,9 +17,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-import pandas as pd
-
-from bnexp.report.fmt import md_table
 from bnexp.report.interval import LOWER, UNKNOWN, UPPER, SeedInterval, interval_cell, seed_mean_interval
 from bnexp.report.rules import DDOF, PREFIX, Censored, finite, stat
 SUPPORTED = "supported"
@@ -157,34 +154,3 @@ def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
     bounds = {str(k): b for k, b in bounds.items()}
     return ", ".join(f"{s}: " + ("-" if v is None else f"{PREFIX[bounds.get(str(s), 'exact')]}{fmt(v)}{unit}")
                      for s, v in by_seed(row["per_seed"])) or "-"
-
-
-def claims_frame(rows: list[dict]) -> pd.DataFrame:
-    """The claims table as a DataFrame, one row per claim: setting (when a row names one), claim, view (when a
-    row names one: the measure's view, "(pre-registered)" after the view a plan fixed before the results),
-    quantity, rule, per seed, mean (the geometric mean for ratios), 95% t interval (:func:`bnexp.report.interval.interval_cell`),
-    std (ddof=1), verdict, reason (numbers with 3 significant digits)."""
-    def g(v):
-        return "-" if v is None else f"{v:.3g}"
-
-    settings = any(r.get("setting") for r in rows)  # rows of several settings (e.g. learning rates)
-    views = any(r.get("view") for r in rows)  # rows of several views of one measure (the ICS claims)
-    return pd.DataFrame([{
-        **({"setting": r.get("setting") or "-"} if settings else {}),
-        "claim": r["name"],
-        **({"view": (r.get("view") or "-") + (" (pre-registered)" if r.get("preregistered") else "")} if views else {}),
-        "quantity": r["quantity"], "rule": f"{r['direction']} {r['threshold']:g}",
-        "per seed": per_seed_text(r, g),
-        "mean": (f"{(r.get('interval') or {}).get('estimate_bound')} " if (r.get("interval") or {}).get(
-            "estimate_bound") in (">=", "<=") and r["mean"] is not None else "") + g(r["mean"]),
-        "95% interval": interval_cell(r),
-        f"std (ddof={DDOF})": g(r["std"]), "verdict": r["verdict"], "reason": r["reason"]} for r in rows])
-
-
-def claims_md(rows: list[dict]) -> list[str]:
-    """report.md lines of the claims table (pandas ``to_markdown`` through :func:`bnexp.report.fmt.md_table`,
-    "|" escaped), or [] without rows."""
-    if not rows:
-        return []
-    frame = claims_frame(rows)
-    return [*md_table(list(frame.columns), frame.values.tolist()), ""]

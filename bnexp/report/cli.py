@@ -13,45 +13,26 @@ import logging
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from bnexp.report.claims import claims_md
-from bnexp.report.frontier import headline_bound, speedup_text
 from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
-from bnexp.report.ics_verdicts import ICS_TITLE
 from bnexp.report.load import ReportError
-from bnexp.report.render import ics_frames, main_table, md, render_files, runs_md
+from bnexp.report.render import render_files, render_summary
 from bnexp.runfolders.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the main table, the seeds a verdict lacks, the Sec. 4.2 headline, the ICS measures, the claims table
-    and the runs that diverged, failed or are incomplete (rich's Markdown)."""
+    """Print the terminal summary (templates/summary.md.j2, rich's Markdown): the main table, the seeds a verdict
+    lacks, the Sec. 4.2 headline, the ICS measures, the claims table and the runs that diverged, failed or are
+    incomplete."""
     from rich.console import Console
     from rich.markdown import Markdown
 
-    d, sec, matched = report.data, report.data.get("ics"), report.data.get("matched_accuracy")
-    out = [f"**bnexp report: {report.sweep_dir}**", ""] + md(main_table(d)) + [""]
-    out += [d["seed_advice"], ""] if d.get("seed_advice") else []
-    if matched is not None:  # the Sec. 4.2 frontier headline (bnexp.report.frontier)
-        fa = d["frontier_analysis"]
-        out += [f"**Sec. 4.2 frontier**: a* = {100 * fa['target_accuracy']:.2f}% (baseline converged: "
-                f"{fa['baseline_converged']}); pass rule: {fa['pass_rule']['verdict']}", ""]
-        out += [f"- {p}: S(a*) = {speedup_text(m['speedup'], headline_bound(d, p))}, pass: {m['pass']}"
-                for p, m in matched.items()]
-        out += [""]
-    if sec:
-        t = ics_frames(d)
-        out += [f"**{ICS_TITLE}**", ""] + md(pd.concat([t["distribution"].iloc[:, [0, 2, 5]],
-                                                        t["gradient"].iloc[:, [2, 6]]], axis=1)) + [""]
-    out += claims_md(d.get("claims") or []) + runs_md(d)  # the claims table (bnexp.report.ics_verdicts)
     if console is None:
         console = Console()
         console = console if console.is_terminal else Console(width=max(console.width, 200))
-    console.print(Markdown("\n".join(out)))
+    console.print(Markdown(render_summary(report.data, report.sweep_dir)))
 
 
 def report_files(report: Report) -> dict[Path, bytes]:

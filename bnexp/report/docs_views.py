@@ -14,15 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bnexp.report.best_rate import best_rate_detail_md, per_seed_ratios
-from bnexp.report.claims import claims_md
+from bnexp.report.best_rate import per_seed_ratios
 from bnexp.report.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
 from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
                                     matched_table, pct, seed_bounds, speedup_text)
 from bnexp.report.studies import table_md
-from bnexp.report.study_tuning import tuning_md
 
 
 class ViewDataError(ValueError):
@@ -59,7 +57,7 @@ def need(d: dict, *keys: str):
 
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
-    helpers = {"claims_md": claims_md, "table_md": table_md, "tuning_md": tuning_md, "row_interval": row_interval, "NAMES": NAMES,
+    helpers = {"table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
                "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS,
                "converged_sentence": converged_sentence}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
@@ -148,7 +146,7 @@ def cifar_plan_v2(report: dict) -> str:
 
 @view("claims")
 def claims(report: dict) -> str:
-    """The claims table (:func:`bnexp.report.claims.claims_md`) of report.json's ``claims`` rows (rows of
+    """The claims table (templates/tables.md.j2) of report.json's ``claims`` rows (rows of
     :func:`bnexp.report.claims.evaluate`), or of ``ics.claims`` when there is no top-level list."""
     rows = report.get("claims")
     if rows is None:
@@ -157,7 +155,7 @@ def claims(report: dict) -> str:
         raise ViewDataError("report.json has no claims (neither claims nor ics.claims)")
     if not rows:
         raise ViewDataError("report.json's claims list is empty")
-    return "\n".join(claims_md(rows)).strip("\n")
+    return _text("claims", rows=rows)
 
 
 # ----------------------------------------------------------------------------- MNIST (docs/mnist)
@@ -189,10 +187,9 @@ def mnist_headline(report: dict) -> str:
 
 @view("mnist_best_rate")
 def mnist_best_rate(report: dict) -> str:
-    """docs/mnist's claims table of ``best_rate_speedups`` (:func:`bnexp.report.claims.claims_md`) and the
-    chosen rates with every seed's steps (:func:`bnexp.report.best_rate.best_rate_detail_md`)."""
-    rows = _speedup_rows(report)
-    return "\n".join(claims_md(rows) + best_rate_detail_md(rows)).strip("\n")
+    """docs/mnist's claims table of ``best_rate_speedups`` and the chosen rates with every seed's steps
+    (templates/tables.md.j2, as in report.md)."""
+    return _text("mnist_best_rate", rows=_speedup_rows(report))
 
 
 # ----------------------------------------------------------------------------- ICS study (docs/ics)
@@ -269,7 +266,7 @@ def _study(report: dict) -> dict:
 @view("study")
 def study(report: dict) -> str:
     """A docs/studies page's results (templates/docs_views.md.j2): the runs and measured wall time, the claims
-    table (:func:`bnexp.report.claims.claims_md`), the per-configuration table
+    table (templates/tables.md.j2), the per-configuration table
     (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
     return _text("study", sec=_study(report))
 

@@ -55,15 +55,39 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
     return pd.DataFrame(esc[1:], columns=esc[0]).to_markdown(index=False, disable_numparse=True).splitlines()
 
 
+def table(text: str) -> str:
+    """The ``table`` filter of the templates: lines "| cell | cell |" (the header first, blank lines ignored)
+    as a padded markdown table (:func:`md_table`). Cells are split at " | " and stripped.
+
+    Raises:
+        ValueError: a row whose number of cells differs from the header's (e.g. a cell holding " | ")."""
+    rows = [[c.strip() for c in line.strip()[1:-1].split(" | ")] for line in text.splitlines() if line.strip()]
+    bad = [r for r in rows[1:] if len(r) != len(rows[0])]
+    if bad:
+        raise ValueError(f"table row {bad[0]} has {len(bad[0])} cells, the header {len(rows[0])}")
+    return "\n".join(md_table(rows[0], rows[1:]))
+
+
 @lru_cache(maxsize=1)
 def _templates():
     """The Jinja2 environment of bnexp/report/templates/ (report.md and its sections): a block tag's line
-    leaves no trace, the text is markdown (no escaping), ``format_target`` is a filter."""
+    leaves no trace, the text is markdown (no escaping), ``format_target`` and :func:`table` are filters,
+    ``{% do %}`` is on; the numbers helpers the macros of tables.md.j2 call are globals."""
     import jinja2
 
+    from bnexp.report.best_rate import HIGHEST_FINAL, per_seed_ratios
+    from bnexp.report.claims import by_seed, per_seed_text
+    from bnexp.report.interval import interval_cell
+    from bnexp.report.rules import DDOF
+    from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, grid_text
+
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters["format_target"] = format_target
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                             extensions=["jinja2.ext.do"])
+    env.filters.update(format_target=format_target, table=table)
+    env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
+                       per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
+                       ACCURACY_RULE=ACCURACY_RULE, STEPS_RULE=STEPS_RULE, grid_text=grid_text)
     return env
 
 
@@ -73,3 +97,8 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
     from types import SimpleNamespace
 
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
+
+
+def macro(name: str, *args) -> str:
+    """The text of the macro ``name`` of templates/tables.md.j2 (the claims table, ...) for ``args``."""
+    return str(getattr(_templates().get_template("tables.md.j2").module, name)(*args))

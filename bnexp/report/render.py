@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE, best_rate_detail_md
+from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE
 from bnexp.report.tuning import STEPS_RULE
 from bnexp.report.build import Report
-from bnexp.report.claims import claims_md
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
-from bnexp.report.frontier import MD as FRONTIER_MD
+from bnexp.report.frontier import MD as FRONTIER_MD, headline_bound, speedup_text
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_stats import PROBE_KINDS
@@ -21,7 +20,6 @@ from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
 from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
-from bnexp.report.study_tuning import tuning_md
 from bnexp.runfolders.rundir import dumps
 
 ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
@@ -91,26 +89,25 @@ def render_markdown(d: dict) -> str:
     stability, the ICS section if any, the runs that diverged, failed or are incomplete)."""
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
-        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE,
-        "STD_NOTE": STD_NOTE, "DDOF": DDOF,
-        "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none", "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "STD_NOTE": STD_NOTE, "DDOF": DDOF,
+        "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none",
+        "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
         "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
-        "bad_runs": lambda x: runs_md(x)[2:-1], "claims_table": lambda rows: "\n".join(claims_md(rows)),
-        "study_table": lambda sec: "\n".join(table_md(sec)),
-        "study_tuning": lambda sec: "\n".join(tuning_md(sec)),
-        "best_rate_detail": lambda rows: "\n".join(best_rate_detail_md(rows)[:-1])})
+        "study_table": lambda sec: "\n".join(table_md(sec))})
 
 
-def runs_md(d: dict) -> list[str]:
-    """The section listing the runs that diverged (their final values are the last evaluation before it),
-    failed or are incomplete (left out of every mean): one line per run ([] when every run finished)."""
-    why = {"diverged": lambda r: f"at step {r['diverged_step']:,}" if isinstance(r.get("diverged_step"), int)
-           else "step unknown", "failed": lambda r: r["error"] or "unknown error",
-           "incomplete": lambda r: "running or interrupted"}
-    bad = [f"- {s['label']}, seed {r['seed']}: {r['status']} ({why[r['status']](r)}) `{r['path']}`"
-           for s in d["configurations"] for r in s["seeds"] if r["status"] in why]
-    return ["## Diverged, failed and incomplete runs", "", *bad, ""] if bad else []
+def render_summary(d: dict, sweep_dir) -> str:
+    """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
+    for the sweep folder ``sweep_dir``: the main table, the Sec. 4.2 headline, the ICS table's shift and gradient
+    columns (:func:`ics_frames`), the claims and the runs that diverged, failed or are incomplete."""
+    def ics_summary(d: dict) -> pd.DataFrame:
+        t = ics_frames(d)
+        return pd.concat([t["distribution"].iloc[:, [0, 2, 5]], t["gradient"].iloc[:, [2, 6]]], axis=1)
+
+    return render_template("summary.md.j2", d, {
+        "sweep_dir": sweep_dir, "md": lambda t: "\n".join(md(t)), "main_table": main_table, "ICS_TITLE": ICS_TITLE,
+        "ics_summary": ics_summary, "speedup_text": speedup_text, "headline_bound": headline_bound})
 
 
 def render_csv(d: dict) -> str:

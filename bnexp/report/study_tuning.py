@@ -22,9 +22,8 @@ import math
 import pandas as pd
 
 from bnexp.report.best_rate import HELD_OUT
-from bnexp.report.fmt import md_table
 from bnexp.report.studies import at_best_rate, cells, select
-from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, TUNING_SEEDS, RateChoice, choose_rates, grid_text, runs_from_table
+from bnexp.report.tuning import TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
@@ -133,18 +132,3 @@ class Selection:
                  "why": None if isinstance(ch, RateChoice) else ch}
                 for o, chosen in self.choices.items() for combo, ch in chosen.items()]
         return {"tuning_seeds": tuning, "evaluation_seeds": evaluation, "tuning": rows}
-
-
-def tuning_md(sec: dict) -> list[str]:
-    """Markdown of a held-out study section's tuning grids: one row per family and objective, its grid as
-    :func:`bnexp.report.tuning.grid_text` (or why no rate was chosen); [] in the one-stage design."""
-    if not sec.get("tuning"):
-        return []
-    rules = {"steps": STEPS_RULE, "accuracy": ACCURACY_RULE}
-    used = dict.fromkeys(t["objective"] for t in sec["tuning"])
-    head = [f"Tuning seeds {', '.join(map(str, sec.get('tuning_seeds', [])))}; evaluation seeds "
-            f"{', '.join(map(str, sec.get('evaluation_seeds', [])))} (only these are scored). "
-            + " ".join(f"Objective {o}: {rules[o]}." for o in used), ""]
-    return head + md_table(["configuration", "objective", "rate: tuning seeds failed / n, mean"],
-                           [[t["family"], t["objective"], grid_text(t["choice"]) if t["choice"] else t["why"] or "-"]
-                            for t in sec["tuning"]])
