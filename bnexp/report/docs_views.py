@@ -18,8 +18,7 @@ from bnexp.report.best_rate import per_seed_ratios
 from bnexp.report.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
-from bnexp.report.frontier import (NAMES, PASS_WORDS, converged_sentence, frontier_table, headline_bound,
-                                    matched_table, pct, seed_bounds, speedup_text)
+from bnexp.report.frontier import NAMES, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.studies import table_md
 
 
@@ -58,8 +57,7 @@ def need(d: dict, *keys: str):
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
     helpers = {"table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
-               "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS,
-               "converged_sentence": converged_sentence}
+               "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
@@ -104,15 +102,12 @@ def cifar_headline(report: dict) -> str:
 
 @view("cifar_matched")
 def cifar_matched(report: dict) -> str:
-    """docs/cifar's matched-accuracy table (:func:`bnexp.report.frontier.matched_table`, as in report.md) after a
-    sentence giving a* and whether the baseline converged."""
+    """docs/cifar's matched-accuracy table (templates/tables.md.j2, as in report.md) after a sentence giving a* and
+    whether the baseline converged."""
     ma = need(report, "matched_accuracy")
     if not ma:
         raise ViewDataError("report.json's matched_accuracy is empty")
-    first = next(iter(ma.values()))
-    head = (f"Target a\\* = **{pct(first['target_accuracy'])}%**, the baseline's best seed-mean final test "
-            f"accuracy; {converged_sentence(first.get('baseline_converged'))}.")
-    return "\n".join([head, "", matched_table(report).to_markdown(index=False, disable_numparse=True)])
+    return _text("cifar_matched", first=next(iter(ma.values())), report=report)
 
 
 @view("cifar_frontier")

@@ -77,6 +77,7 @@ def _templates():
 
     from bnexp.report.best_rate import HIGHEST_FINAL, per_seed_ratios
     from bnexp.report.claims import by_seed, per_seed_text
+    from bnexp.report.frontier import NAMES, PASS_CELL, details, headline_bound, seed_bounds, speedup_text
     from bnexp.report.interval import interval_cell
     from bnexp.report.rules import DDOF
     from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, grid_text
@@ -87,7 +88,9 @@ def _templates():
     env.filters.update(format_target=format_target, table=table)
     env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
                        per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
-                       ACCURACY_RULE=ACCURACY_RULE, STEPS_RULE=STEPS_RULE, grid_text=grid_text)
+                       ACCURACY_RULE=ACCURACY_RULE, STEPS_RULE=STEPS_RULE, grid_text=grid_text, NAMES=NAMES,
+                       PASS_CELL=PASS_CELL, details=details, seed_bounds=seed_bounds, speedup_text=speedup_text,
+                       headline_bound=headline_bound)
     return env
 
 

@@ -48,10 +48,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bnexp.report.claims import by_seed
 from bnexp.report.fmt import render_template
 from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
-from bnexp.report.rules import CHANCE, CHANCE_TEXT, NUM_CLASSES, PREFIX, Censored
+from bnexp.report.rules import CHANCE, CHANCE_TEXT, NUM_CLASSES, Censored
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -381,36 +380,6 @@ def frontier_table(rows: list[dict]) -> pd.DataFrame:
     return tab
 
 
-def matched_table(section: dict) -> pd.DataFrame:
-    """The matched-accuracy speedups (``matched_accuracy``, with ``frontier_analysis``'s details where present)
-    as a text table, one row per preset: B_preset(a*), S(a*), each seed's S at its own a*_s (with its bound and
-    the range), the claim its ``pass`` decides and pass yes / no / undecided."""
-    rows = []
-    for p, m in section["matched_accuracy"].items():
-        d = details(section, p)
-        h, rng, b = d.get("headline") or {}, d.get("range"), (d.get("headline") or {}).get("budget_preset")
-        bounds = seed_bounds(section, p)
-        per = ", ".join(f"seed {k}: {speedup_text(v, bounds.get(str(k)))}" for k, v in by_seed(m["speedup_per_seed"]))
-        rows.append({"preset": NAMES.get(p, p), "B_preset(a*) (steps)": "-" if "budget_preset" not in h else
-                     "not reached" if b is None else
-                     f"{PREFIX['upper'] if h['bound'] in ('lower', 'unknown') else ''}{b:,.0f}",
-                     "S(a*)": speedup_text(m["speedup"], headline_bound(section, p)),
-                     "per seed (at each seed's a*_s)": (per or "-") + (f"; range {rng[0]:.2f}-{rng[1]:.2f}x"
-                                                                        if rng else ""),
-                     "claim": d.get("claim") or "-", "pass": PASS_CELL[m.get("pass")]})
-    return pd.DataFrame(rows)
-
-
-def converged_sentence(converged) -> str:
-    """Whether the baseline converged (``baseline_converged``: True, False or None for one rung), in words."""
-    if converged is None:
-        return "whether the baseline converged is unknown (it ran at one budget)"
-    if converged:
-        return "the baseline **converged** (its last budget doubling gained < 0.5 points)"
-    return ("the baseline had **not converged** (its last budget doubling gained >= 0.5 points), so S(a\\*) is "
-            "measured at its best accuracy so far")
-
-
 def tuning_md(t: dict) -> str:
     """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
     seed-mean and per-seed final test accuracy (%)."""
@@ -420,9 +389,8 @@ def tuning_md(t: dict) -> str:
                          for r in t["rows"]]).to_markdown(index=False)
 
 
-MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "matched_table": matched_table,
-      "converged_sentence": converged_sentence, "speedup_text": speedup_text, "headline_bound": headline_bound,
-      "PASS_FACTOR": PASS_FACTOR}  # what templates/frontier.md.j2 reads
+MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "speedup_text": speedup_text,
+      "headline_bound": headline_bound, "PASS_FACTOR": PASS_FACTOR}  # what templates/frontier.md.j2 reads
 
 
 def frontier_markdown(section: dict) -> list[str]:
