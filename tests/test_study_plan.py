@@ -178,7 +178,7 @@ def test_a_tiny_study_trains_reports_and_a_second_call_trains_nothing(tmp_path, 
     sweep = tmp_path / "depth"
     extra = ("trainer.max_steps=20", "trainer.eval_every=10", "seed=0", "lr=3.6")
     docs = REPO / "docs" / "studies" / "depth"  # the committed report: a run with extra overrides leaves it alone
-    before = {f.name: f.read_bytes() for f in docs.glob("*")} if docs.is_dir() else {}
+    before = {str(f): f.read_bytes() for f in docs.rglob("*") if f.is_file()} if docs.is_dir() else {}
     r = _script(tmp_path, "depth", *extra, timeout=3000, SWEEP_DIR=str(sweep), BNEXP_DATA_ROOT=str(data_root))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     jobs = expand(build_studies()["depth"], extra)
@@ -188,6 +188,6 @@ def test_a_tiny_study_trains_reports_and_a_second_call_trains_nothing(tmp_path, 
     assert data["study"]["name"] == "depth" and data["study"]["runs"] == 6
     assert json.loads((sweep / "study.json").read_text())["wall_time_s"] > 0
     assert (sweep / "study_depth.png").is_file()
-    assert ({f.name: f.read_bytes() for f in docs.glob("*")} if docs.is_dir() else {}) == before
+    assert ({str(f): f.read_bytes() for f in docs.rglob("*") if f.is_file()} if docs.is_dir() else {}) == before
     again = _script(tmp_path, "depth", *extra, timeout=1200, SWEEP_DIR=str(sweep), BNEXP_DATA_ROOT=str(data_root))
     assert again.returncode == 0 and "every run of" in again.stdout and "bnexp train" not in again.stderr

@@ -273,7 +273,7 @@ def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seed
     name = swept_name(list(net) + [f"{k}={v}" for k, v in marks.items()], keys | set(varying))
     for k, v in marks.items():
         name = name.replace(v, "${" + k + "}")
-    return replace(b, label=f"{b.label}: {' '.join(net) or 'evaluation'}", name=name,
+    return replace(b, label=": ".join(x for x in (b.label, " ".join(net)) if x), name=name,
                    overrides=(*fixed, *net, f"lr={_grid(sorted(set(rates)))}", f"seed={','.join(map(str, seeds))}",
                               *b.evaluate))
 
