@@ -21,10 +21,9 @@ import math
 import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, per_seed_text
-from bnexp.report.fmt import format_target
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.report.load import config_key, target_key
-from bnexp.report.rules import Censored, normalizer_label, optional
+from bnexp.report.rules import Censored, format_target, normalizer_label, optional
 from bnexp.report.tuning import TUNING_SEEDS, choose_rates, runs_from_table
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 

@@ -18,7 +18,7 @@ from bnexp.report.best_rate import per_seed_ratios
 from bnexp.report.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
-from bnexp.report.frontier import NAMES, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
+from bnexp.report.frontier import MATCHED_HELPERS, NAMES, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.studies import table_md
 
 
@@ -56,7 +56,7 @@ def need(d: dict, *keys: str):
 
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
-    helpers = {"table_md": table_md, "row_interval": row_interval, "NAMES": NAMES,
+    helpers = {"table_md": table_md, "row_interval": row_interval, **MATCHED_HELPERS,
                "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 

@@ -389,8 +389,11 @@ def tuning_md(t: dict) -> str:
                          for r in t["rows"]]).to_markdown(index=False)
 
 
-MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "speedup_text": speedup_text,
-      "headline_bound": headline_bound, "PASS_FACTOR": PASS_FACTOR}  # what templates/frontier.md.j2 reads
+#: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
+MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
+                   "headline_bound": headline_bound, "speedup_text": speedup_text}
+MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
+      **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
 
 
 def frontier_markdown(section: dict) -> list[str]:

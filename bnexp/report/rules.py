@@ -135,3 +135,8 @@ def normalizer_label(config: dict) -> str | None:
         return None
     after = code != "none" and option_text(config.get("bn.position")) == "after"
     return NORMALIZERS[code] + (" after g" if after else "")
+
+
+def format_target(t: float) -> str:
+    """An accuracy target as the report writes it: 0.95 -> "95%", 0.975 -> "97.5%"."""
+    return f"{100 * t:g}%"
