@@ -155,3 +155,23 @@ def test_normalizer_figure_draws_each_tuning_grid_and_marks_the_chosen_rate():
     stars = [c for c in ax.collections if c.get_offsets().shape == (1, 2) and c.get_sizes()[0] == 150]
     assert sorted(tuple(c.get_offsets()[0]) for c in stars) == [(2.0, 600.0), (2.0, 2500.0)]
     assert "tuning grids" in fig._suptitle.get_text()
+
+
+def test_the_accuracy_figure_of_a_held_out_study_shows_the_evaluated_configurations_with_short_labels(tmp_path):
+    """The figure shows the configurations the evaluation seeds ran (no BN at 5.4, BN at 3.6, the decoy no BN at
+    1.8), not the tuning-only rates; its legend names the keys that vary among them. A run-length key that follows
+    another shown key one to one (max_steps = 240,000 / m) is left out; one that does not is kept."""
+    from bnexp.report.build import build_report
+    from bnexp.report.figures import chosen_groups, shown_labels
+    from bnexp.report.groups import ConfigGroup
+
+    report = build_report(normalizer_sweep(tmp_path))
+    shown, note = chosen_groups(report)
+    assert sorted((g.config.get("bn.enabled"), g.lr) for g in shown) == [(False, 1.8), (False, 5.4), (True, 3.6)]
+    assert "evaluation seeds" in note and len(report.groups) == 6  # + no BN at 3.6, BN at 1.8 and 5.4
+    m = [ConfigGroup(f"k{i}", {"trainer.batch_size": b, "trainer.max_steps": 240_000 // b, "lr": lr})
+         for i, (b, lr) in enumerate([(2, 0.15), (60, 7.2), (256, 3.6)])]
+    assert list(shown_labels(m).values()) == ["trainer.batch_size=2 lr=0.15", "trainer.batch_size=60 lr=7.2",
+                                              "trainer.batch_size=256 lr=3.6"]
+    m[2].config["trainer.max_steps"] = 4000  # two m with one budget: max_steps no longer follows m
+    assert "trainer.max_steps=4000" in shown_labels(m)["k2"]

@@ -60,13 +60,22 @@ def seed_curves(sweep: Sweep, group: ConfigGroup) -> list[tuple[list[int], list[
 
 
 def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGroup], str]:
-    """The configurations the accuracy figure shows, and a note for its title: in a held-out sweep
-    (report.json ``tuning_seeds``, docs/mnist/PLAN.md) each network at the rate it chose for ``target`` on the
-    tuning seeds (``best_rate_speedups``), so that the figure compares BN and no BN as the claims do rather than
+    """The configurations the accuracy figure shows, and a note for its title: in a held-out study
+    (docs/studies/PLAN.md: report.json ``study.tuning_seeds``) the configurations that ran on its evaluation
+    seeds, i.e. each at its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``,
+    docs/mnist/PLAN.md) each network at the rate it chose for ``target`` on the tuning seeds
+    (``best_rate_speedups``), so that the figure compares the configurations as the claims do rather than
     every rate of every grid; otherwise every configuration and no note."""
     from bnexp.report.best_rate import init_of
     from bnexp.report.rules import normalizer_label
 
+    study = report.data.get("study") or {}
+    if study.get("tuning_seeds"):  # a held-out study: the configurations its evaluation seeds ran
+        scored = set(study.get("evaluation_seeds") or [])
+        shown = [g for g in report.groups if any(r.seed in scored for r in g.completed)]
+        if shown:
+            return shown, ("\nthe configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning "
+                           "seeds; every seed at that rate)")
     rows = [r for r in report.data.get("best_rate_speedups") or [] if abs(r["target"] - target) < 1e-9]
     if not report.data.get("tuning_seeds") or not rows:
         return list(report.groups), ""
@@ -79,6 +88,34 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
     return shown, f"\neach network at the rate it chose for {target:.0%} on the tuning seeds (every seed at that rate)"
 
 
+#: run-length keys a study sets from another swept key (e.g. max_steps = 240,000 / m): a legend that shows the
+#: key they follow leaves them out
+SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
+                 "trainer.ckpt_every")
+
+
+def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
+    """Legend labels of the configurations a figure shows: the keys that vary among them (not across the whole
+    sweep), without a :data:`SCHEDULE_KEYS` key whose values follow another shown key one to one; e.g. the
+    inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys. Maps group key ->
+    label (the configuration's own label where no key varies)."""
+    from bnexp.report.figstyle import legend_label
+    from bnexp.report.groups import KEY_ALIASES, format_value, varying_keys
+
+    keys = varying_keys(groups)
+    value = {k: [format_value(g.config.get(k)) for g in groups] for k in keys}
+
+    def follows(k: str, j: str) -> bool:  # k's values and j's determine each other across the shown groups
+        return len(set(value[k])) == len(set(value[j])) == len(set(zip(value[k], value[j])))
+
+    keep = [k for k in keys if not (k in SCHEDULE_KEYS and any(follows(k, j) for j in keys if j not in SCHEDULE_KEYS))]
+    out = {}
+    for g in groups:
+        label = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep if k in g.config)
+        out[g.key] = label or legend_label(g)
+    return out
+
+
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. One bold line per
     configuration (the mean over its completed seeds) and each seed as a light thin line of the same colour
@@ -89,6 +126,7 @@ def accuracy_figure(report: Report):
     st = styles(report.groups)
     data = []
     shown, note = chosen_groups(report)
+    labels = shown_labels(shown) if note else {}
     for g in shown:
         steps, mean, lo, hi = accuracy_curve(report.sweep, g)
         if steps:
@@ -108,7 +146,7 @@ def accuracy_figure(report: Report):
             for seed_steps, acc in seed_curves(report.sweep, g):
                 a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.7, alpha=0.35)
             a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
-                   label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
+                   label=f"{labels.get(g.key, s.label)} (n={len(g.completed)})" if a is ax else None)
         zoom_curves.append((steps, mean))
     ax.set_title("whole range" if zoom else "", fontsize=9)
     if zr is None:
