@@ -56,6 +56,7 @@ def test_held_out_rates_are_the_fastest_to_95_percent_on_the_tuning_seeds(tuning
     assert lines[0].startswith("  BN: lr 4, chosen for 95% on the tuning seeds 100, 101, 102")
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(script, tuning, tmp_path):
     code, out, err, ran = script("ics", "trainer.max_steps=20", DRY_RUN="1", MNIST_TUNING_DIR=str(tuning), **ENV)
     assert code == 0 and ran == [], err
@@ -79,6 +80,7 @@ def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(scr
     assert cifar["tuning_seeds"] == [] and cifar["evaluation_seeds"] == [0, 1, 2] and cifar["own_rates"] is False
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_an_incomplete_tuning_folder_is_one_error_line_and_dry_run_still_plans(script, tuning, tmp_path):
     (tuning / mnist.run_name(ics.TUNED_BLOCKS["no BN"], 2.0, 101) / "summary.json").unlink()
     code, out, err, ran = script("ics", MNIST_TUNING_DIR=str(tuning), **ENV)

@@ -91,6 +91,7 @@ def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, ar
     assert [c[c.index("report") + 1:] for c in ran if "report" in c][0] == [env.get("SWEEP_DIR", env.get("MNIST_DIR"))]
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
     """The ICS study's plan counts each run once and leaves out a run whose folder (named by the design's
     coordinates in the MNIST part, by the block's swept keys in the CIFAR-10 part, as the real sweep names them)
@@ -109,6 +110,7 @@ def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
     assert "CIFAR-10 part, BN and no BN: 2 runs of 20 steps, 1 to run" in out
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_mnist_blocks_are_the_design_with_the_extra_overrides_last(script):
     code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", LAUNCHER="basic")
     assert code == 0, err
@@ -169,6 +171,7 @@ def test_a_read_only_sweep_folder_is_one_line(script, tmp_path, monkeypatch):
     assert ran == [] and list((tmp_path / "ro").iterdir()) == []
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_a_refused_block_stops_the_script_failed_jobs_do_not(script):
     # exit 2 (the whole call refused): every later block would be refused the same way; no report
     code, out, err, ran = script("mnist", *SMALL, SWEEP_DIR="m", codes=[2])
@@ -465,6 +468,7 @@ def test_sigterm_to_reproduce_cifar_stops_its_loky_workers(tmp_path, data_root):
         assert torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script, tmp_path, monkeypatch):
     """Held-out tuning (docs/mnist/PLAN.md): once every grid is complete on the tuning seeds, the orchestrator
     trains each network at the rates chosen there for 90/95/97% on the evaluation seeds 0-4, and the report

@@ -102,6 +102,7 @@ def test_overrides_compose_to_the_planned_values():
     assert list(deep.model.hidden) == [100] * 12 and deep.bn.enabled and deep.lr == 0.45
 
 
+@pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
 @pytest.mark.skipif(not NORMS_MERGED, reason="bn=layer|group, bn.groups, bn.position: the normalizer study's keys")
 def test_overrides_with_the_new_normalizer_keys_compose():
     assert _compose_first_and_last(norms=True) >= 10
