@@ -97,25 +97,7 @@ def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tm
     reference = train(compose_config(run), tmp_path / "reference")  # uninterrupted
     assert reference["status"] == "finished" and reference["resumed_from_step"] is None
     (run_dir,) = [p.parent for p in sweep.glob("*/summary.json")]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    log = (run_dir / "train.log").read_text()
-    # it was signalled mid-run, requeued, and resumed from the signal-time checkpoint (the only one:
-    # trainer.ckpt_every is beyond the run)
-    assert summary["status"] == "finished" and summary["step"] == steps
-    assert "SIGUSR2 at step" in log and "Requeued job" in log
-    first_signal_step = int(log.split("SIGUSR2 at step ")[1].split(":")[0])
-    assert 0 < first_signal_step < steps
-    assert f"resumed from the checkpoint at step {first_signal_step} " in log
-    assert 0 < summary["resumed_from_step"] < steps
-    # bit-identical to the uninterrupted run
-    a = torch.load(reference["run_dir"] + "/checkpoint.pt", weights_only=False)
-    b = torch.load(run_dir / "checkpoint.pt", weights_only=False)
-    for k in a["model"]:
-        assert torch.equal(a["model"][k], b["model"][k]), k
-    for s_a, s_b in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
-        assert all(torch.equal(s_a[k], s_b[k]) for k in s_a)
-    assert _records(Path(reference["run_dir"]) / "metrics.jsonl") == _records(run_dir / "metrics.jsonl")
-    assert summary["final_test_accuracy"] == reference["final_test_accuracy"]
+    _requeued_and_bit_identical(run_dir, Path(reference["run_dir"]), steps, optimizer_too=True)
 
 
 @pytest.mark.slow
@@ -199,24 +181,7 @@ def test_stacked_local_timeout_requeues_the_stack_and_resumes_every_run_bit_iden
     reference = train_stack([(compose_config(run + [f"seed={s}"]), tmp_path / f"reference{s}", True) for s in (0, 1)])
     for seed, ref in zip((0, 1), reference):
         assert isinstance(ref, dict) and ref["status"] == "finished" and ref["resumed_from_step"] is None
-        run_dir = sweep / f"seed={seed}"
-        summary = json.loads((run_dir / "summary.json").read_text())
-        log = (run_dir / "train.log").read_text()
-        # signalled mid-run, requeued, resumed from the signal-time checkpoint (the only one: ckpt_every is beyond
-        # the run)
-        assert summary["status"] == "finished" and summary["step"] == steps
-        assert "SIGUSR2 at step" in log and "Requeued job" in log
-        first_signal_step = int(log.split("SIGUSR2 at step ")[1].split(":")[0])
-        assert 0 < first_signal_step < steps
-        assert f"resumed from the checkpoint at step {first_signal_step} " in log
-        assert summary["resumed_from_step"] == first_signal_step
-        # bit-identical to the same stack uninterrupted
-        a = torch.load(Path(ref["run_dir"]) / "checkpoint.pt", weights_only=False)
-        b = torch.load(run_dir / "checkpoint.pt", weights_only=False)
-        for k in a["model"]:
-            assert torch.equal(a["model"][k], b["model"][k]), k
-        assert _records(Path(ref["run_dir"]) / "metrics.jsonl") == _records(run_dir / "metrics.jsonl")
-        assert summary["final_test_accuracy"] == ref["final_test_accuracy"]
+        summary = _requeued_and_bit_identical(sweep / f"seed={seed}", Path(ref["run_dir"]), steps)
         assert summary["final_test_loss"] == ref["final_test_loss"]
 
 
@@ -269,3 +234,31 @@ def test_stacked_slurm_submits_each_stack_with_the_configs_sbatch_resources(tmp_
                  f"#SBATCH --gpus-per-node={own['gpus_per_node']}", f"#SBATCH --signal=USR2@{own['signal_delay_s']}",
                  "#SBATCH --open-mode=append"]:
         assert line in script, line
+
+
+def _requeued_and_bit_identical(run_dir: Path, reference_dir: Path, steps: int, optimizer_too: bool = False) -> dict:
+    """Assert that the run in ``run_dir`` was signalled mid-run (SIGUSR2), requeued and resumed from the
+    signal-time checkpoint (the only one: trainer.ckpt_every is beyond the run), and ends bit-identical to the
+    uninterrupted run in ``reference_dir`` (weights, optionally the optimizer state, every metrics record, the
+    final test accuracy); returns its summary."""
+    import torch
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    log = (run_dir / "train.log").read_text()
+    assert summary["status"] == "finished" and summary["step"] == steps
+    assert "SIGUSR2 at step" in log and "Requeued job" in log
+    first_signal_step = int(log.split("SIGUSR2 at step ")[1].split(":")[0])
+    assert 0 < first_signal_step < steps
+    assert f"resumed from the checkpoint at step {first_signal_step} " in log
+    assert summary["resumed_from_step"] == first_signal_step
+    a = torch.load(reference_dir / "checkpoint.pt", weights_only=False)
+    b = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    if optimizer_too:
+        for s_a, s_b in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+            assert all(torch.equal(s_a[k], s_b[k]) for k in s_a)
+    assert _records(reference_dir / "metrics.jsonl") == _records(run_dir / "metrics.jsonl")
+    reference = json.loads((reference_dir / "summary.json").read_text())
+    assert summary["final_test_accuracy"] == reference["final_test_accuracy"]
+    return summary

@@ -116,24 +116,10 @@ def test_ctrl_c_of_a_joblib_sweep_saves_every_running_job(tmp_path, data_root):
                        "trainer.progress=false", "trainer.num_threads=1", "trainer.ckpt_every=100000",
                        "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",
                        f"hydra.sweep.dir={sweep}"], tmp_path, env)
-    try:
-        # both workers in their step loop: their step-0 records are written
-        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2, timeout=300)
-        time.sleep(2)
-        os.killpg(p.pid, signal.SIGINT)
-        out, err = p.communicate(timeout=300)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    out, err = _ctrl_c_once_two_workers_train(p, sweep)
     runs = [d for d in sweep.iterdir() if (d / "summary.json").exists()]
     assert len(runs) == 2, (out[-2000:], err[-2000:])
-    for d in runs:
-        summary = json.loads((d / "summary.json").read_text())
-        assert summary["status"] == "interrupted", (d.name, summary["status"], err[-3000:])
-        assert torch.load(d / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
-        assert "checkpoint saved" in (d / "train.log").read_text()
-    assert "Traceback" not in err, err[-3000:]
-    assert p.returncode != 0
+    _every_run_saved(runs, p, err)
 
 
 @pytest.mark.slow
@@ -153,26 +139,10 @@ def test_ctrl_c_of_a_stacked_sweep_of_two_workers_saves_every_run_and_resumes(tm
             "trainer.eval_every=100000", "trainer.hist_every=100000", "trainer.probe_size=100",
             "trainer.max_steps=100000", "trainer.ckpt_every=100000", f"hydra.sweep.dir={sweep}"]
     p = _terminal_job(args, tmp_path, env)
-    try:
-        # both workers in their step loop: their step-0 records are written
-        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2, timeout=300)
-        time.sleep(2)
-        os.killpg(p.pid, signal.SIGINT)
-        out, err = p.communicate(timeout=300)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    out, err = _ctrl_c_once_two_workers_train(p, sweep)
     runs = sorted(d for d in sweep.iterdir() if (d / "summary.json").exists())
     assert [d.name for d in runs] == ["bn=false", "bn=true"], (out[-2000:], err[-2000:])
-    stopped = {}
-    for d in runs:
-        summary = json.loads((d / "summary.json").read_text())
-        assert summary["status"] == "interrupted", (d.name, summary["status"], err[-3000:])
-        assert torch.load(d / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
-        assert "checkpoint saved" in (d / "train.log").read_text()
-        stopped[d.name] = summary["step"]
-    assert "Traceback" not in err, err[-3000:]
-    assert p.returncode != 0
+    stopped = _every_run_saved(runs, p, err)
     # the same command again resumes each run from its checkpoint (then one more Ctrl-C, again saved by both)
     p = _terminal_job(args, tmp_path, env)
     try:
@@ -269,3 +239,31 @@ def test_stacked_launchers_workers_stop_together_only_around_its_workers(tmp_pat
     t.start()
     t.join()
     assert seen == [(before, None)]
+
+
+def _ctrl_c_once_two_workers_train(p, sweep: Path) -> tuple[str, str]:
+    """Once both workers of the sweep started as process group ``p`` are in their step loop (their step-0 shift
+    records written), one Ctrl-C (SIGINT) to the whole group; its (stdout, stderr). Kills the group if it hangs."""
+    try:
+        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2, timeout=300)
+        time.sleep(2)
+        os.killpg(p.pid, signal.SIGINT)
+        return p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def _every_run_saved(runs: list[Path], p, err: str) -> dict[str, int]:
+    """Assert that every run folder is ``interrupted`` with the checkpoint of its recorded step and says so in its
+    log, that no traceback was printed and the sweep exited non-zero; returns each run's step by folder name."""
+    stopped = {}
+    for d in runs:
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "interrupted", (d.name, summary["status"], err[-3000:])
+        assert torch.load(d / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == summary["step"]
+        assert "checkpoint saved" in (d / "train.log").read_text()
+        stopped[d.name] = summary["step"]
+    assert "Traceback" not in err, err[-3000:]
+    assert p.returncode != 0
+    return stopped
