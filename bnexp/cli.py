@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 
 import bnexp
+from bnexp import interrupts
 from bnexp.errors import UserError
 from bnexp.runfolders.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
 
@@ -242,6 +243,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             from bnexp.train.resume import refuse_foreign_checkpoint
 
             refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
+        interrupts.raise_if_pending()  # a Ctrl-C that a finalizer swallowed during the imports above
         tell_followers(True)
         summary = member_train(cfg, run_dir, resume=resume is not False, on_begin=begin)  # alone, or in a stack
         if multirun:  # one line per job; the sweep ends on one table (bnexp.runfolders.sweepsummary)
@@ -492,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     -> one line and exit code 130; any other exception is internal and keeps its traceback.
     """
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        with interrupts.caught():  # a Ctrl-C that lands in a finalizer is not lost
+            return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         _print_error("interrupted (Ctrl-C).")
         return 130

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bnexp import interrupts
 from bnexp.errors import ConfigError, Interrupted  # noqa: F401  (Interrupted: re-exported)
 
 
@@ -150,6 +151,8 @@ class SignalGuard:
                 self.saved[sig] = signal.signal(sig, self._first)
         except ValueError:  # not the main thread (e.g. some launchers): leave signals alone
             self.saved = {}
+        if self.saved and interrupts.pending() is not None:  # a Ctrl-C a finalizer swallowed: stop before step 1
+            self._first(interrupts.pending(), None)
         return self
 
     def _first(self, signum, frame):
