@@ -38,10 +38,10 @@ def _records(path):
     return out
 
 
-def _signal_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: int):
-    """Start the sweep; once its run has recorded step steps // 10 (it is training, 90% of the run still to go),
-    send the preemption signal (SIGUSR2) to the process that trains (the pid in the run folder's lock).
-    Returns (the sweep's output, True if the signal reached the run before it ended)."""
+def _signal_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: int, n_runs: int):
+    """Start the sweep; once each of its ``n_runs`` runs has recorded step steps // 10 (training, 90% still to go),
+    send the preemption signal (SIGUSR2) to the one process that trains them (the pid in each run folder's lock).
+    Returns (exit code, output, True if the signal reached the runs before they ended)."""
     import signal
     import subprocess
     import time
@@ -53,18 +53,36 @@ def _signal_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: in
     try:
         deadline = time.time() + 600
         while job.poll() is None and not sent and time.time() < deadline:
-            for metrics in sweep.glob("*/metrics.jsonl"):
-                if any(r.get("step", 0) >= steps // 10 for r in read_jsonl(metrics)):
-                    pid = (metrics.parent / ".lock").read_text().strip() if (metrics.parent / ".lock").exists() else ""
-                    if pid.isdigit():  # (a run that ended has released its lock)
-                        os.kill(int(pid), signal.SIGUSR2)
-                        sent = True
+            metrics = list(sweep.glob("*/metrics.jsonl"))
+            if len(metrics) == n_runs and all(any(r.get("step", 0) >= steps // 10 for r in read_jsonl(m))
+                                              for m in metrics):
+                locks = [m.parent / ".lock" for m in metrics]
+                pids = {p.read_text().strip() if p.exists() else "" for p in locks}
+                if len(pids) == 1 and (pid := pids.pop()).isdigit():  # one process holds every run (none ended)
+                    os.kill(int(pid), signal.SIGUSR2)
+                    sent = True
             time.sleep(0.05)
         out, _ = job.communicate(timeout=600)
     finally:
         if job.poll() is None:
             job.kill()
     return job.returncode, out, sent
+
+
+def _sweep_signalled_mid_run(tmp_path: Path, env: dict, command, common: list[str], steps: int, n_runs: int):
+    """Run ``command(run settings, sweep folder)`` and signal it mid-run (:func:`_signal_mid_run`); a sweep that
+    ended before the signal could be sent is started again 4x longer, so the test assumes no speed of the
+    machine. Returns (the run settings, the sweep folder, the steps, the sweep's output)."""
+    for attempt in range(4):
+        run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 10}",
+                        f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
+        sweep = tmp_path / f"sweep{attempt}"
+        code, out, sent = _signal_mid_run(command(run, sweep), tmp_path, env, sweep, steps, n_runs)
+        assert code == 0, out[-3000:]
+        if sent:
+            return run, sweep, steps, out
+        steps *= 4
+    pytest.fail("every run ended before the signal could be sent")
 
 
 def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tmp_path, data_root):
@@ -74,26 +92,17 @@ def test_submitit_local_timeout_requeues_and_resumes_bit_identical(run_bnexp, tm
     depends on no speed of the machine (a run that ended first is started again, 4x longer)."""
     import sys
 
-    import torch
-
     from bnexp.config.schema import compose_config
     from bnexp.train.trainer import train
 
     common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "seed=3"]
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
-    steps = 2000
-    for attempt in range(4):
-        run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 10}",
-                        f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
-        sweep = tmp_path / f"sweep{attempt}"
-        exe = [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=30",
-               "+hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
-        code, out, sent = _signal_mid_run(exe, tmp_path, env, sweep, steps)
-        assert code == 0, out[-3000:]
-        if sent:
-            break
-        steps *= 4
-    assert sent, "every run ended before the signal could be sent"
+
+    def command(run, sweep):
+        return [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=local", "hydra.launcher.timeout_min=30",
+                "+hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
+
+    run, sweep, steps, _ = _sweep_signalled_mid_run(tmp_path, env, command, common, 2000, n_runs=1)
     reference = train(compose_config(run), tmp_path / "reference")  # uninterrupted
     assert reference["status"] == "finished" and reference["resumed_from_step"] is None
     (run_dir,) = [p.parent for p in sweep.glob("*/summary.json")]
@@ -116,37 +125,6 @@ def test_stacked_local_runs_each_stack_as_one_submitit_job(run_bnexp, tmp_path):
     assert len(list(sweep.glob(".submitit/*/*_result.pkl"))) == 2  # one submitit job per stack
 
 
-def _signal_stack_mid_run(exe: list[str], cwd: Path, env: dict, sweep: Path, steps: int, n_runs: int):
-    """Start the sweep; once each of its ``n_runs`` runs has recorded step steps // 10 (the stack is training, 90%
-    still to go), send the preemption signal (SIGUSR2) to the one process that trains them all (the pid in each
-    run folder's lock). Returns (exit code, output, True if the signal reached the stack before it ended)."""
-    import signal
-    import subprocess
-    import time
-
-    from bnexp.runfolders.rundir import read_jsonl
-
-    job = subprocess.Popen(exe, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sent = False
-    try:
-        deadline = time.time() + 600
-        while job.poll() is None and not sent and time.time() < deadline:
-            metrics = list(sweep.glob("*/metrics.jsonl"))
-            if len(metrics) == n_runs and all(any(r.get("step", 0) >= steps // 10 for r in read_jsonl(m))
-                                              for m in metrics):
-                locks = [m.parent / ".lock" for m in metrics]
-                pids = {p.read_text().strip() if p.exists() else "" for p in locks}
-                if len(pids) == 1 and pids.pop().isdigit():  # one process holds every run (none has ended)
-                    os.kill(int((locks[0]).read_text().strip()), signal.SIGUSR2)
-                    sent = True
-            time.sleep(0.05)
-        out, _ = job.communicate(timeout=600)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    return job.returncode, out, sent
-
-
 @pytest.mark.slow
 def test_stacked_local_timeout_requeues_the_stack_and_resumes_every_run_bit_identical(tmp_path, data_root):
     """The preemption/timeout signal (SIGUSR2) while a stack of 2 runs trains as one submitit job: every run saves
@@ -156,26 +134,17 @@ def test_stacked_local_timeout_requeues_the_stack_and_resumes_every_run_bit_iden
     started again, 4x longer)."""
     import sys
 
-    import torch
-
     from bnexp.config.schema import compose_config
     from bnexp.train.stacked import train_stack
 
     common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "lr=0.5"]
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))
-    steps = 1000
-    for attempt in range(4):
-        run = common + [f"trainer.max_steps={steps}", f"trainer.eval_every={steps // 10}",
-                        f"trainer.hist_every={steps // 2}", f"trainer.ckpt_every={10 * steps}"]
-        sweep = tmp_path / f"sweep{attempt}"
-        exe = [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=stacked_local", "seed=0,1",
-               "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
-        code, out, sent = _signal_stack_mid_run(exe, tmp_path, env, sweep, steps, 2)
-        assert code == 0, out[-3000:]
-        if sent:
-            break
-        steps *= 4
-    assert sent, "every stack ended before the signal could be sent"
+
+    def command(run, sweep):
+        return [sys.executable, "-m", "bnexp", "train", "-m", "hydra/launcher=stacked_local", "seed=0,1",
+                "hydra.launcher.timeout_min=30", "hydra.launcher.max_num_timeout=10", *run, f"hydra.sweep.dir={sweep}"]
+
+    run, sweep, steps, out = _sweep_signalled_mid_run(tmp_path, env, command, common, 1000, n_runs=2)
     assert "2 jobs in 1 stacks" in out
     assert len(list(sweep.glob(".submitit/*/*_result.pkl"))) == 1  # the stack was one submitit job
     reference = train_stack([(compose_config(run + [f"seed={s}"]), tmp_path / f"reference{s}", True) for s in (0, 1)])
