@@ -187,8 +187,9 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
     write_text(path, "".join(dumps(r) + "\n" for r in records))
 
 
-def save_figure(fig, path: Path, dpi: int = 100) -> None:
+def save_figure(fig, path: Path, dpi: int = 100) -> bytes:
     """Save a matplotlib figure atomically (a reader never sees half an image); format from the suffix.
+    Returns the file's bytes (e.g. the PNG, for TensorBoard: the figure is drawn once).
 
     Raises:
         OutputError: the file could not be written.
@@ -201,6 +202,7 @@ def save_figure(fig, path: Path, dpi: int = 100) -> None:
         atomic_write_bytes(path, buf.getvalue())
     except OSError as exc:
         raise OutputError(path, exc) from None
+    return buf.getvalue()
 
 
 def replace_files(files: dict[Path, bytes]) -> None:
