@@ -97,3 +97,34 @@ def test_the_list_is_sha256sum_format(data_root):
     line = next(l for l in (data_root / "SHA256SUMS").read_text().splitlines() if l.endswith("batches.meta"))
     digest, name = line.split(maxsplit=1)
     assert hashlib.sha256((data_root / name).read_bytes()).hexdigest() == digest
+
+
+def test_a_process_reads_the_data_files_once_until_one_changes(data_root, tmp_path, monkeypatch):
+    """load_data keeps the last dataset: the same settings give the same tensors without reading the files
+    again; another scaling, or a data file rewritten (new modification time), reads them again."""
+    import os
+    import shutil
+
+    import torch
+
+    from bnexp.config.schema import compose_config
+    from bnexp.nets import data as data_module
+
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)
+    for name in data_module.MNIST_FILES:
+        shutil.copy(data_root / "MNIST" / "raw" / name, tmp_path / "MNIST" / "raw" / name)
+    reads = []
+    real = data_module.load_mnist
+    monkeypatch.setattr(data_module, "load_mnist", lambda *a: reads.append(a) or real(*a))
+    monkeypatch.setattr(data_module, "_LOADED", {})
+    cfg = compose_config([f"data.root={tmp_path}"]).data
+    cpu = torch.device("cpu")
+    first = data_module.load_data(cfg, cpu)
+    assert data_module.load_data(cfg, cpu) is first and len(reads) == 1
+    other = data_module.load_data(compose_config([f"data.root={tmp_path}", "data.scaling=standardize"]).data, cpu)
+    assert len(reads) == 2 and not torch.equal(other.train_x, first.train_x)
+    again = data_module.load_data(cfg, cpu)
+    assert len(reads) == 3 and torch.equal(again.train_x, first.train_x)
+    path = tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert data_module.load_data(cfg, cpu) is not again and len(reads) == 4

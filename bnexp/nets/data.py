@@ -416,7 +416,9 @@ def scale(data: TensorData, scaling: str) -> TensorData:
 
 
 def load_data(cfg, device: torch.device) -> TensorData:
-    """Load the dataset named by ``cfg.name`` from ``cfg.root`` onto ``device``, scaled.
+    """Load the dataset named by ``cfg.name`` from ``cfg.root`` onto ``device``, scaled. A process keeps the
+    last dataset it loaded: a later run with the same data settings, device and unchanged files (same size
+    and modification time) gets the same tensors without reading the files again.
 
     Args:
         cfg: the ``data`` config node (name, root, download, scaling, ...).
@@ -426,19 +428,47 @@ def load_data(cfg, device: torch.device) -> TensorData:
         DataError: unknown dataset, missing or corrupt files.
     """
     root = resolve_root(cfg.root)
-    if cfg.name == "mnist":
-        data = load_mnist(root, cfg.download)
-    elif cfg.name == "cifar10":
-        data = load_cifar10(root, cfg.download, cfg.verify_checksums)
+    key = (cfg.name, str(root), bool(cfg.download), bool(cfg.verify_checksums), str(cfg.scaling), str(device),
+           _files_signature(root))
+    if key in _LOADED:  # a process that trains several runs (a sweep's in-process jobs) reads the files once
+        data = _LOADED[key]
+        if cfg.name == "cifar10" and not cfg.verify_checksums:
+            log.warning("data.verify_checksums=false: the CIFAR-10 copy in %s was not checked against the "
+                        "official md5s", root / CIFAR_FOLDER)
     else:
-        raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist, cifar10.")
-    data = scale(data, cfg.scaling)
+        if cfg.name == "mnist":
+            data = load_mnist(root, cfg.download)
+        elif cfg.name == "cifar10":
+            data = load_cifar10(root, cfg.download, cfg.verify_checksums)
+        else:
+            raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist, cifar10.")
+        data = scale(data, cfg.scaling)
+        data = TensorData(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
+                          data.test_y.to(device), data.num_classes, data.name)
+        _LOADED.clear()  # one dataset at a time: CIFAR-10's tensors are about 740 MB
+        _LOADED[key] = data
     log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
              len(data.train_y), len(data.test_y), tuple(data.input_shape))
-    return TensorData(
-        data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
-        data.test_y.to(device), data.num_classes, data.name,
-    )
+    return data
+
+
+# The last dataset load_data returned, keyed by its config, device and files: nothing changes the tensors in
+# place (the sampler indexes them, augmentation makes new ones), so runs of one process share them.
+_LOADED: dict[tuple, TensorData] = {}
+
+
+def _files_signature(root: Path) -> tuple:
+    """(name, size, mtime in ns) of every file a dataset is read from (MNIST's raw files, CIFAR-10's batches,
+    the root's ``SHA256SUMS``): a file replaced or rewritten between two runs of one process is read again."""
+    sig = []
+    for path in [root / MANIFEST, *((root / "MNIST" / "raw" / n) for n in MNIST_FILES),
+                 *((root / CIFAR_FOLDER / n) for n in CIFAR_FILES)]:
+        try:
+            st = path.stat()
+            sig.append((str(path), st.st_size, st.st_mtime_ns))
+        except OSError:
+            sig.append((str(path), None, None))
+    return tuple(sig)
 
 
 def host_to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -187,9 +187,10 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
     write_text(path, "".join(dumps(r) + "\n" for r in records))
 
 
-def save_figure(fig, path: Path, dpi: int = 100) -> bytes:
-    """Save a matplotlib figure atomically (a reader never sees half an image); format from the suffix.
-    Returns the file's bytes (e.g. the PNG, for TensorBoard: the figure is drawn once).
+def save_figure(fig, path: Path, dpi: int = 100, close: bool = False) -> bytes:
+    """Save a matplotlib figure atomically (a reader never sees half an image); format from the suffix;
+    ``close``: close the figure afterwards. Returns the file's bytes (e.g. the PNG, for TensorBoard: the
+    figure is drawn once).
 
     Raises:
         OutputError: the file could not be written.
@@ -198,6 +199,10 @@ def save_figure(fig, path: Path, dpi: int = 100) -> bytes:
 
     buf = io.BytesIO()
     fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+    if close:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     try:
         atomic_write_bytes(path, buf.getvalue())
     except OSError as exc:

@@ -374,18 +374,11 @@ class ShiftRecord(Measurement):
 
     def finish(self, ctx: StepContext) -> None:
         if self.monitor.history:
-            import io
+            from bnexp.train.tblog import add_png
 
-            import matplotlib.pyplot as plt
-            import numpy as np
-            from PIL import Image  # matplotlib's own PNG reader (pillow)
-
-            fig = self.monitor.figure(ctx.title)
-            png = rundir.save_figure(fig, ctx.run_dir / "percentiles.png", dpi=100)  # atomic
-            plt.close(fig)
-            # TensorBoard shows the same pixels: the PNG decoded (drawing the figure again cost a third of a short run)
-            rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))  # (H, W, 3) uint8
-            ctx.writer.add_image("shift/percentile_bands", rgb, ctx.step, dataformats="HWC")
+            png = rundir.save_figure(self.monitor.figure(ctx.title), ctx.run_dir / "percentiles.png", dpi=100,
+                                     close=True)  # atomic
+            add_png(ctx.writer, "shift/percentile_bands", png, ctx.step)  # the same pixels, drawn once
 
     def state_dict(self) -> dict:
         return self.monitor.state_dict()
