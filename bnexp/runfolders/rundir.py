@@ -360,9 +360,10 @@ def read_config(run_dir: Path) -> dict | None:
     None when both are missing or unreadable."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, the same safe constructors
     for p in (Path(run_dir) / CONFIG, Path(run_dir) / HYDRA_CONFIG):
         try:
-            cfg = yaml.safe_load(p.read_text())
+            cfg = yaml.load(p.read_text(), Loader=loader)
         except (OSError, ValueError, yaml.YAMLError):
             continue
         if isinstance(cfg, dict):
