@@ -436,6 +436,7 @@ def load_data(cfg, device: torch.device) -> TensorData:
             log.warning("data.verify_checksums=false: the CIFAR-10 copy in %s was not checked against the "
                         "official md5s", root / CIFAR_FOLDER)
     else:
+        _LOADED.clear()  # one dataset at a time (CIFAR-10's tensors are about 740 MB), freed before the next loads
         if cfg.name == "mnist":
             data = load_mnist(root, cfg.download)
         elif cfg.name == "cifar10":
@@ -445,7 +446,6 @@ def load_data(cfg, device: torch.device) -> TensorData:
         data = scale(data, cfg.scaling)
         data = TensorData(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
                           data.test_y.to(device), data.num_classes, data.name)
-        _LOADED.clear()  # one dataset at a time: CIFAR-10's tensors are about 740 MB
         _LOADED[key] = data
     log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
              len(data.train_y), len(data.test_y), tuple(data.input_shape))
