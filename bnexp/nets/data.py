@@ -389,17 +389,22 @@ def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorDa
             ) from None
     check_cifar10_files(root, verify_checksums)
     if not verify_checksums:
-        msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
-               "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
-               "differ a little from published figures.")
-        log.warning(msg)
         import warnings
 
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(_unverified(folder), stacklevel=2)
     parts = [_read_cifar_batch(root, n) for n in CIFAR_TRAIN]
     train_x, train_y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     test_x, test_y = _read_cifar_batch(root, "test_batch")
     return TensorData(train_x.float(), train_y.long(), test_x.float(), test_y.long(), 10, "cifar10")
+
+
+def _unverified(folder: Path) -> str:
+    """Logs (train.log) and returns the warning for a CIFAR-10 copy read with data.verify_checksums=false."""
+    msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
+           "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
+           "differ a little from published figures.")
+    log.warning(msg)
+    return msg
 
 
 def scale(data: TensorData, scaling: str) -> TensorData:
@@ -433,8 +438,7 @@ def load_data(cfg, device: torch.device) -> TensorData:
     if key in _LOADED:  # a process that trains several runs (a sweep's in-process jobs) reads the files once
         data = _LOADED[key]
         if cfg.name == "cifar10" and not cfg.verify_checksums:
-            log.warning("data.verify_checksums=false: the CIFAR-10 copy in %s was not checked against the "
-                        "official md5s", root / CIFAR_FOLDER)
+            _unverified(root / CIFAR_FOLDER)  # each run's train.log says so, as on a first load
     else:
         _LOADED.clear()  # one dataset at a time (CIFAR-10's tensors are about 740 MB), freed before the next loads
         if cfg.name == "mnist":

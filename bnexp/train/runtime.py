@@ -151,8 +151,8 @@ class SignalGuard:
                 self.saved[sig] = signal.signal(sig, self._first)
         except ValueError:  # not the main thread (e.g. some launchers): leave signals alone
             self.saved = {}
-        if self.saved and interrupts.pending() is not None:  # a Ctrl-C a finalizer swallowed: stop before step 1
-            self._first(interrupts.pending(), None)
+        if self.saved and (signum := interrupts.pending()) is not None:  # a Ctrl-C a finalizer swallowed:
+            self._first(signum, None)                                       # stop before step 1
         return self
 
     def _first(self, signum, frame):
