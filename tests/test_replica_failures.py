@@ -153,7 +153,75 @@ def test_a_killed_rank_0_leaves_the_run_interrupted(tmp_path, data_root):
     assert p.returncode == 128 + signal.SIGKILL, err[-3000:]
     assert "Traceback" not in out + err
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["resumable"] is True
+    assert summary["status"] == "interrupted" and summary["resumable"] is True, (summary, err[-3000:])
     assert "rank 0 ended without recording" in summary["error"]
     assert "rank 0 of this data-parallel run ended without finishing it" in err
     assert not list(run_dir.glob(".*.tmp")) and not (run_dir / ".lock").exists()
+
+
+_SIGTERM_WHILE_RECORDING = r"""
+import json, os, signal, sys, types
+from pathlib import Path
+import bnexp.cli as cli
+import bnexp.train.trainer as trainer
+from bnexp.config.schema import compose_config
+from bnexp.runfolders import start
+from bnexp.train import distributed
+
+run_dir = Path(sys.argv[1])
+distributed.broadcast_object = lambda obj, replicas, src=0: True  # rank 0 said go
+def failed_collective(*a, **k):
+    raise RuntimeError("Connection closed by peer")
+trainer.train = failed_collective
+record = start.record_lost_rank0
+def agent_signals_first(*a):  # torchrun's agent: SIGTERM to the survivors as soon as rank 0 is seen dead
+    os.kill(os.getpid(), signal.SIGTERM)
+    return record(*a)
+start.record_lost_rank0 = agent_signals_first
+cli._follow(compose_config([]), run_dir, types.SimpleNamespace(rank=1, distributed=True, is_main=False))
+"""
+
+
+def test_the_agents_sigterm_does_not_cut_short_the_record_of_a_lost_rank_0(tmp_path):
+    """The race seen under load: rank 0 died, the surviving replica's collective failed and torchrun's
+    agent sent it SIGTERM at that moment; the replica still records the run and says so in one line."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"status": "running", "step": 40}))
+    (run_dir / "checkpoint.pt").write_bytes(b"x")
+    p = subprocess.run([sys.executable, "-c", _SIGTERM_WHILE_RECORDING, str(run_dir)], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    assert p.returncode == 1, p.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["resumable"] is True
+    assert "replica 1 saw RuntimeError: Connection closed by peer" in summary["error"]
+    assert "rank 0 of this data-parallel run ended without finishing it" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+_REFUSING_REPLICA = r"""
+import sys
+import bnexp.cli as cli
+cli.RANK_0_SAYS_IT_S = float(sys.argv[1])
+sys.exit(cli.main(["train", "lr=0.1", "lr=0.2"]))
+"""
+
+
+@pytest.mark.parametrize("wait_s", [1.0, pytest.param(60.0, marks=pytest.mark.slow)])
+def test_a_refusing_replica_leaves_the_ending_to_rank_0(tmp_path, wait_s):
+    """A replica of rank > 0 that refuses does not exit before rank 0 (torchrun's agent would then
+    SIGTERM rank 0 before it printed the refusal): it waits for the agent's SIGTERM, and says the
+    refusal itself (one line, naming the replica) only when none came within the wait."""
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", COLUMNS="200")
+    p = subprocess.Popen([sys.executable, "-c", _REFUSING_REPLICA, str(wait_s)], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if wait_s > 30:  # the agent, once rank 0 has exited
+        with pytest.raises(TimeoutError):  # well past its start-up and refusal: it is still there
+            wait_for(lambda: p.poll() is not None, timeout=6)
+        p.send_signal(signal.SIGTERM)
+    out, err = _finish(p, timeout=120)
+    if wait_s > 30:
+        assert p.returncode == -signal.SIGTERM and "bnexp: error" not in out + err, err[-3000:]
+    else:
+        assert p.returncode == 2 and err.count("bnexp: error: replica 1:") == 1 and "lr" in err, err[-3000:]
+        assert "Traceback" not in err
