@@ -168,6 +168,7 @@ def _follow(cfg, run_dir: Path, replicas):
     """A replica of rank > 0 (torchrun): train beside rank 0 if it says go; write nothing."""
     from bnexp.train import distributed
     from bnexp.config.schema import validate
+    from bnexp.train.replica_endings import rank_0_ended_it, record_lost_rank0
     from bnexp.train.runtime import SignalGuard
     from bnexp.train.trainer import Interrupted, train
 
@@ -181,14 +182,12 @@ def _follow(cfg, run_dir: Path, replicas):
             distributed.check_bn_config(cfg)
             return train(cfg, run_dir, resume=cfg.trainer.resume is not False)
         except UserError as exc:  # rank 0 refuses it too and prints the one line
-            if not _rank_0_ended_it(lambda: guard.requested):
+            if not rank_0_ended_it(lambda: guard.requested):
                 _print_error(f"replica {replicas.rank}: {exc}")
             raise SystemExit(2)
         except Interrupted as exc:
             raise SystemExit(128 + exc.signum)
         except Exception as exc:  # a collective failed: if rank 0 died, its status is this replica's to correct
-            from bnexp.runfolders.start import record_lost_rank0
-
             line = record_lost_rank0(run_dir, replicas.rank, exc)
             if line is not None:
                 _print_error(line)
@@ -212,6 +211,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     from bnexp.runfolders import start
     from bnexp.runfolders.resumecmd import resume_hint
     from bnexp.runfolders.sweepjobs import FailedRun
+    from bnexp.train import replica_endings
 
     logging.raiseExceptions = False  # a full disk must not print a logging traceback per record
     resume, hydra_dir, began = cfg.trainer.resume, run_dir, []
@@ -281,8 +281,15 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)
-        tb = traceback.format_exc()  # internal error: keep the traceback
-        if began or fresh:
+        tb = traceback.format_exc()
+        if began and distributed.env_world_size() > 1 and replica_endings.a_collective_failed(exc):
+            replica_endings.hold_signals()  # another replica ended: one line, not the collective's traceback
+            _record_failure(run_dir, cfg, replica_endings.lost_replica_error(exc), tb)
+            _print_error(replica_endings.lost_replica_line(run_dir, exc))
+            if multirun:
+                return FailedRun(str(run_dir), replica_endings.lost_replica_error(exc))
+            raise SystemExit(1)
+        if began or fresh:  # internal error: keep the traceback
             held.release()
             _record_failure(run_dir, cfg, f"{type(exc).__name__}: {exc}", tb)
         if multirun:
@@ -518,8 +525,11 @@ def main(argv: list[str] | None = None) -> int:
         restore_refused_sweep()  # its folder keeps the multirun.yaml it had (nothing to do for other refusals)
         if not _a_silent_replica():
             _print_error(message)
-        elif not _rank_0_ended_it():
-            _print_error(f"replica {os.environ.get('RANK')}: {message}")
+        else:
+            from bnexp.train.replica_endings import rank_0_ended_it
+
+            if not rank_0_ended_it():
+                _print_error(f"replica {os.environ.get('RANK')}: {message}")
         return 2
 
 
@@ -530,34 +540,6 @@ def _a_silent_replica() -> bool:
         return 0 < int(os.environ.get("RANK", "0")) < int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return False
-
-
-RANK_0_SAYS_IT_S = 20.0
-"""Seconds a refusing replica of rank > 0 waits for rank 0's refusal to end the run (:func:`_rank_0_ended_it`)."""
-
-
-def _rank_0_ended_it(stopped=lambda: False) -> bool:
-    """A replica of rank > 0 that refuses what rank 0 refuses too does not exit first: torchrun's agent
-    would then send SIGTERM to rank 0, perhaps before rank 0 has printed the refusal's one line (the run
-    would end with exit code 2 and no word). It waits until the agent ends it (its SIGTERM once rank 0
-    has exited; ``stopped`` says so where a :class:`bnexp.train.runtime.SignalGuard` holds the signal),
-    or Ctrl-C, for at most :data:`RANK_0_SAYS_IT_S`.
-
-    Returns:
-        True when stopped; False when rank 0 was still running after the wait (it did not refuse the
-        same way): this replica must say why itself.
-    """
-    import time
-
-    deadline = time.monotonic() + RANK_0_SAYS_IT_S
-    try:
-        while time.monotonic() < deadline:
-            if stopped():
-                return True
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        return True
-    return False
 
 
 def _raised_by_ctrl_c(exc: BaseException) -> bool:

@@ -1,7 +1,9 @@
 """Data-parallel runs end as single runs do (docs/cluster.md, "When a replica fails"): under
 ``python -m bnexp.train.torchrun`` a refusal is one line (rank 0's) and exit code 2, SIGTERM ends every
 replica with the run ``interrupted`` and exit code 143, a rank 0 killed outright leaves the run
-``interrupted`` (a surviving replica records it), all without a traceback; a RANK outside
+``interrupted`` (a surviving replica records it), a lost replica of rank > 0 too (rank 0 records it),
+all without a traceback, and torchrun's SIGTERM to the survivors cuts neither the record nor the
+line short; a RANK outside
 0..WORLD_SIZE-1 is refused at once, a peer that never comes ends the start within
 ``BNEXP_RENDEZVOUS_TIMEOUT_S`` with one line, and batch statistics over one example per replica are
 refused naming ``trainer.batch_size``. Signals go to real process trees.
@@ -165,19 +167,18 @@ from pathlib import Path
 import bnexp.cli as cli
 import bnexp.train.trainer as trainer
 from bnexp.config.schema import compose_config
-from bnexp.runfolders import start
-from bnexp.train import distributed
+from bnexp.train import distributed, replica_endings
 
 run_dir = Path(sys.argv[1])
 distributed.broadcast_object = lambda obj, replicas, src=0: True  # rank 0 said go
 def failed_collective(*a, **k):
     raise RuntimeError("Connection closed by peer")
 trainer.train = failed_collective
-record = start.record_lost_rank0
+record = replica_endings.record_lost_rank0
 def agent_signals_first(*a):  # torchrun's agent: SIGTERM to the survivors as soon as rank 0 is seen dead
     os.kill(os.getpid(), signal.SIGTERM)
     return record(*a)
-start.record_lost_rank0 = agent_signals_first
+replica_endings.record_lost_rank0 = agent_signals_first
 cli._follow(compose_config([]), run_dir, types.SimpleNamespace(rank=1, distributed=True, is_main=False))
 """
 
@@ -202,7 +203,8 @@ def test_the_agents_sigterm_does_not_cut_short_the_record_of_a_lost_rank_0(tmp_p
 _REFUSING_REPLICA = r"""
 import sys
 import bnexp.cli as cli
-cli.RANK_0_SAYS_IT_S = float(sys.argv[1])
+from bnexp.train import replica_endings
+replica_endings.RANK_0_SAYS_IT_S = float(sys.argv[1])
 sys.exit(cli.main(["train", "lr=0.1", "lr=0.2"]))
 """
 
@@ -225,3 +227,45 @@ def test_a_refusing_replica_leaves_the_ending_to_rank_0(tmp_path, wait_s):
     else:
         assert p.returncode == 2 and err.count("bnexp: error: replica 1:") == 1 and "lr" in err, err[-3000:]
         assert "Traceback" not in err
+
+
+_RANK_0_LOSES_A_REPLICA = r"""
+import os, signal, sys
+import torch
+import bnexp.cli as cli
+import bnexp.train.stacked as stacked
+from bnexp.train import distributed
+
+distributed.setup = lambda device, timeout_s=300.0: distributed.Replicas(rank=0, world_size=2, backend="gloo")
+distributed.broadcast_object = lambda obj, replicas, src=0: obj
+distributed.teardown = lambda: None
+def steps_then_a_peer_is_gone(cfg, run_dir, resume, on_begin=None):
+    on_begin()
+    (run_dir / "checkpoint.pt").write_bytes(b"x")
+    torch.distributed.all_reduce(torch.zeros(1))  # fails inside torch.distributed, as a lost peer's does
+stacked.member_train = steps_then_a_peer_is_gone
+record = cli._record_failure
+def agent_signals_first(*a):  # torchrun's agent: SIGTERM to the survivors once it sees a replica gone
+    os.kill(os.getpid(), signal.SIGTERM)
+    return record(*a)
+cli._record_failure = agent_signals_first
+sys.exit(cli.main(["train", "trainer.progress=false", f"hydra.run.dir={sys.argv[1]}"]))
+"""
+
+
+def test_rank_0_whose_collective_failed_records_the_run_in_one_line(tmp_path, data_root):
+    """Another replica died (killed, out of memory): rank 0's next collective fails. Rank 0 records the
+    run interrupted (resumable from its checkpoint), says so in one line instead of the collective's
+    traceback, and torchrun's SIGTERM at that moment does not cut it short."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1",
+               BNEXP_DATA_ROOT=str(data_root), COLUMNS="300")
+    p = subprocess.run([sys.executable, "-c", _RANK_0_LOSES_A_REPLICA, str(run_dir)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and p.stderr.count("bnexp: error:") == 1, p.stderr[-3000:]
+    assert "rank 0: another replica of this data-parallel run ended" in p.stderr
+    assert "recorded interrupted (re-run the same command to resume" in p.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["resumable"] is True
+    assert summary["error"].startswith("another replica of this data-parallel run ended")

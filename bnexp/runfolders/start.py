@@ -10,7 +10,7 @@ decision; the log records meant for the folder wait in :class:`HeldLog`. A run t
 temporary files an earlier attempt killed in mid-write left (:func:`remove_stale_temporaries`).
 
 Abrupt end: a second Ctrl-C, or rank 0 of a data-parallel run killed outright, leaves no ``running``
-status and no temporary file (:func:`abandon_run`, :func:`record_lost_rank0`).
+status and no temporary file (:func:`abandon_run`; for replicas, :mod:`bnexp.train.replica_endings`).
 """
 
 from __future__ import annotations
@@ -231,32 +231,6 @@ def abandon_run(run_dir: Path, signum: int | None = None, error: str | None = No
         except OSError:
             pass
     return changed
-
-
-def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | None:
-    """A replica of rank > 0 whose training failed: when rank 0 no longer holds the run folder's lock
-    (it died: the operating system released its lock), take the lock, record the run ``interrupted``
-    instead of the ``running`` rank 0 left (:func:`abandon_run`).
-
-    Returns:
-        the one line to print, or None while rank 0 still holds the folder (it records the failure itself).
-    """
-    lock = rundir.RunLock(run_dir)
-    try:
-        if not lock.acquire():
-            return None
-    except OSError:
-        return None
-    try:
-        resumable = (Path(run_dir) / rundir.CHECKPOINT).exists()
-        seen = str(exc).splitlines()[0][:160] if str(exc) else ""
-        abandon_run(run_dir, error=f"rank 0 ended without recording the run's status; replica {rank} saw "
-                                   f"{type(exc).__name__}: {seen}")
-    finally:
-        lock.release()
-    how = " (re-run the same command to resume from its checkpoint)." if resumable else "."
-    return (f"replica {rank}: rank 0 of this data-parallel run ended without finishing it; {run_dir} is "
-            f"recorded interrupted{how}")
 
 
 def refuse_other_config(cfg, run_dir: Path) -> None:
