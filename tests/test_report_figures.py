@@ -249,3 +249,27 @@ def test_cifar_figures_cite_sec_4_2_and_labels_name_the_variant(cifar):
     assert not any("Sec. 4.1, Fig. 1a" in h or "Sec. 4.1, Fig. 1(a)" in h for h in heads), heads
     assert "## Stability of each layer's input (Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10)" in heads, heads
     assert not md.exists()  # building the report writes nothing
+
+
+def test_configurations_of_one_setting_and_family_get_a_shade_each():
+    """Noisy BN at three noise scales shares BN's setting (they differ only in bn.* keys): each gets its
+    own shade of green, while BN and no BN of one setting keep the same shade of their own family."""
+    from matplotlib.colors import rgb_to_hsv
+
+    from bnexp.report.figstyle import pyplot, styles
+    from bnexp.report.groups import ConfigGroup
+    from bnexp.report.load import config_key
+
+    configs = [{"bn.enabled": False, "lr": 0.1}, {"bn.enabled": True, "lr": 0.1}]
+    configs += [{"bn.enabled": True, "bn.noise": True, "bn.noise_scale": s, "lr": 0.1} for s in (1.0, 10.0, 3.0)]
+    groups = [ConfigGroup(key=config_key(c), config=c) for c in configs]
+    st = styles(groups)
+    noisy = [st[g.key].color for g in (groups[2], groups[4], groups[3])]  # noise scales 1, 3, 10
+    assert len(set(noisy)) == 3
+    assert all(max(c[:3]) == c[1] for c in noisy)  # all green
+    values = [rgb_to_hsv(c[:3])[2] for c in noisy]
+    assert values == sorted(values)  # darkest first, lighter with each larger noise scale (not in text order)
+    # one configuration per family: the middle shade of each (not shifted by the noisy ones)
+    plt = pyplot()
+    assert st[groups[0].key].color == tuple(plt.get_cmap("Blues")(0.75))
+    assert st[groups[1].key].color == tuple(plt.get_cmap("Oranges")(0.75))

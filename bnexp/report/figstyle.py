@@ -3,7 +3,8 @@
 One rule for every figure: **one colour family per BN variant** -- no BN blues, BN oranges, noisy BN
 (Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm browns, unknown greys -- so BN and no BN are
 told apart by colour alone; within a family **one shade per setting** (the configuration without its
-``bn.*`` keys and experiment name, :func:`bnexp.report.groups.pair_key`), darkest first; the line style
+``bn.*`` keys and experiment name, :func:`bnexp.report.groups.pair_key`), and per configuration where
+several of one family share a setting (noisy BN at three noise scales), darkest first; the line style
 repeats the variant (BN solid / plain bar, no BN dashed / hatched, noisy BN dash-dot / dotted). Seeds are
 drawn as light thin lines of their configuration's colour, the mean over seeds as a bold line. The
 **label** names the keys the sweep varies as the user typed them (``bn=false lr=0.5``,
@@ -24,7 +25,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
+from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
 
 STEP_LABEL = "training step (SGD updates)"
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
@@ -131,6 +132,12 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     return labels
 
 
+def _shade_key(group: ConfigGroup) -> tuple:
+    """What gets its own shade within a colour family: the setting (:func:`~bnexp.report.groups.pair_key`,
+    shared by BN and no BN), then the configuration's ``bn.*`` values (numbers by value)."""
+    return pair_key(group), tuple((k, sort_value(v)) for k, v in sorted(group.config.items()) if k.startswith("bn."))
+
+
 def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     """{group.key: Style}: a colour family per BN variant (:data:`FAMILY`), within it one shade per setting
     in the order settings first appear (darkest first), the variant's line style and hatch, and the label of
@@ -138,15 +145,18 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     plt = pyplot()
     typed = typed_labels(groups)
     settings: dict = {}
-    for g in groups:
-        settings.setdefault(_family(g), [])
-        if pair_key(g) not in settings[_family(g)]:
-            settings[_family(g)].append(pair_key(g))
+    for g in groups:  # a shade per setting; configurations of one setting that differ only in bn.* keys
+        settings.setdefault(_family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
+        if _shade_key(g) not in settings[_family(g)]:
+            settings[_family(g)].append(_shade_key(g))
+    for fam, keys in settings.items():  # settings in order of appearance; within one, by bn.* values
+        first = {k[0]: i for i, k in reversed(list(enumerate(keys)))}
+        keys.sort(key=lambda k: (first[k[0]], k[1]))
     out = {}
     for g in groups:
         fam = _family(g)
         order = settings[fam]
-        n, i = len(order), order.index(pair_key(g))
+        n, i = len(order), order.index(_shade_key(g))
         shade = 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1)  # darkest (0.95) to light (0.45) of the colour map
         color = tuple(plt.get_cmap(FAMILY.get(fam, "Greys"))(shade))
         v = bn_variant(g)

@@ -8,6 +8,8 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from bnexp.report.build import Report
@@ -320,7 +322,8 @@ def stability_figure(report: Report):
             sty = st[g.key]
             ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
                    edgecolor="black", linewidth=0.4, label=sty.label)
-        ax.set_xticks(range(len(layers)), layers)
+        many = len(layers) > 6 and all(re.fullmatch(r"layer\d+", name) for name in layers)  # "1".."10": fit the axis
+        ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "

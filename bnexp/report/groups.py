@@ -222,7 +222,7 @@ def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str,
     return _kv_label(group.config, keys)
 
 
-def _sort_value(v: Any) -> tuple:
+def sort_value(v: Any) -> tuple:
     """Sort key of a config value: booleans, then numbers by value, then text."""
     if isinstance(v, bool):
         return (0, int(v), "")
@@ -236,7 +236,7 @@ def _sort_value(v: Any) -> tuple:
 def _group_order(g: ConfigGroup) -> tuple:
     """Sort key: the baseline preset first, then presets by name, then by setting with BN first."""
     exp = g.experiment
-    vals = tuple((k, _sort_value(v)) for k, v in sorted(g.config.items())
+    vals = tuple((k, sort_value(v)) for k, v in sorted(g.config.items())
                  if not k.startswith("bn.") and k != "experiment")
     return (exp != "baseline", exp is None, exp or "", vals, g.bn is not True, g.label)
 
