@@ -184,6 +184,20 @@ def test_a_refused_block_stops_the_script_failed_jobs_do_not(script):
     assert code == 143 and len(ran) == 2 and "interrupted (SIGTERM)" in err
 
 
+def test_an_interrupted_study_call_counts_in_the_measured_wall_time(script, tmp_path):
+    """A study trained over several calls: the wall time on its page is the sum over every call that trained,
+    the one a signal stopped included."""
+    args = ("depth", "trainer.max_steps=20", "seed=0", "lr=3.6")
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d", signal_at=2)
+    assert code == 143 and "interrupted (SIGTERM)" in err
+    first = json.loads((tmp_path / "d" / "study.json").read_text())
+    assert first["calls"] == 1 and first["wall_time_s"] >= 0 and first["jobs"] == 2
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d")
+    assert code == 0, err
+    both = json.loads((tmp_path / "d" / "study.json").read_text())
+    assert both["calls"] == 2 and both["wall_time_s"] >= first["wall_time_s"]
+
+
 def test_the_ladder_stops_when_a_batch_is_still_missing_after_it_ran(script):
     """The recorder trains nothing, so the ladder's first batch is still missing after it ran: the loop stops
     (no endless repeat), the report runs, exit code 1."""

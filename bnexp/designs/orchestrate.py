@@ -408,7 +408,7 @@ def copy_report(sweep: Path, docs: str) -> None:
 def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 1) -> None:
     """study.json: marks ``sweep`` as study ``name``'s (``bnexp report`` then writes the study section, with the
     study's ``question``) and sums the measured wall time of the calls that trained (``wall_time_s``, ``calls``,
-    ``jobs``)."""
+    ``jobs``), an interrupted call's included."""
     import json
 
     from bnexp.designs.studies import build_studies
@@ -457,6 +457,8 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
                 print(f"every run of {p.sweep_dir} is complete")
         stop, missing = run_stages(p, call)
         if stop is not None:
+            if p.study and p.blocks:  # an interrupted call trained too: its time counts in the measured wall time
+                record_study(p.sweep_dir, p.study, round(time.time() - start), env.jobs)
             return stop
         rc = 1 if missing else rc  # failed jobs: the report covers the rest
         for cmd in p.after:
