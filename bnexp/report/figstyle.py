@@ -1,7 +1,7 @@
 """How the report's figures draw and name a configuration, and which part of the paper they cite.
 
 One rule for every figure: **one colour family per BN variant** -- no BN blues, BN oranges, noisy BN
-(Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm browns, unknown greys -- so BN and no BN are
+(Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm magentas, unknown greys -- so BN and no BN are
 told apart by colour alone; within a family **one shade per setting** (the configuration without its
 ``bn.*`` keys and experiment name, :func:`bnexp.report.groups.pair_key`), and per configuration where
 several of one family share a setting (noisy BN at three noise scales), darkest first; the line style
@@ -33,7 +33,7 @@ HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
 LINE_WORDS = {"no BN": "no BN blue dashed", "BN": "BN orange solid", "noisy BN": "noisy BN green dash-dot"}
 BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN": "noisy BN green dotted"}
 # matplotlib colour maps: one family per BN variant (rules.NORMALIZERS names LayerNorm and GroupNorm)
-FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "YlOrBr",
+FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "RdPu",
           None: "Greys"}
 # override keys that never tell configurations apart in a legend (seeds are averaged; the rest is result-neutral)
 UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import math
 
-from bnexp.report.figstyle import legend_below, pyplot, wrap_title
+from bnexp.report.figstyle import FAMILY, legend_below, pyplot, wrap_title
 from bnexp.report.frontier import BASELINE, ORDER, PASS_FACTOR
 from bnexp.report.rules import NORMALIZERS as NAMES
 
-COLORS = {"batch": "tab:blue", "layer": "tab:green", "group": "tab:purple", "none": "tab:gray", "ghost": "tab:orange"}
+
+def _color(norm: str):
+    """The colour of a normalizer: the report's colour families (:data:`bnexp.report.figstyle.FAMILY`: BN
+    orange, no BN blue, LayerNorm purple, GroupNorm magenta), ghost BN a light orange; black if unknown."""
+    if norm == "ghost":
+        return tuple(pyplot().get_cmap(FAMILY["BN"])(0.45))
+    return tuple(pyplot().get_cmap(FAMILY[NAMES[norm]])(0.75)) if NAMES.get(norm) in FAMILY else "black"
 
 
 def _mean(st: dict | None):
@@ -54,37 +60,55 @@ def _finish(fig, axes, title: str):
     return fig
 
 
+def _chosen(sec: dict, objective: str) -> list[dict] | None:
+    """The rows of a held-out study's table at the rate chosen for ``objective`` ("steps" or "accuracy") on
+    the tuning seeds (a configuration with two chosen rates has a row for each); None without tuning grids
+    (a one-stage run: every row)."""
+    rates = {}
+    for t in sec.get("tuning") or []:
+        if t["objective"] == objective:
+            net = dict(part.split("=", 1) for part in t["choice"]["network"])
+            rates[(net.get("norm"), float(net.get("ghost") or 0), int(net["m"]))] = t["choice"]["rate"]
+    if not rates:
+        return None
+    return [r for r in sec["table"] if rates.get((r["norm"], float(r.get("ghost") or 0), r["m"])) == r["lr"]]
+
+
 def batch_size_figure(sec: dict):
     """Examples to 95% (log) and final test accuracy vs m (log2), one line per normalizer; ghost BN as
-    separate markers at m = 60."""
+    separate markers at m = 60. In a held-out sweep each panel shows each configuration at the rate chosen on
+    the tuning seeds for its quantity (examples to 95%: the "steps" objective; final accuracy: "accuracy")."""
     plt = pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
-    rows = sec["table"]
-    for norm in ("batch", "layer", "none", "ghost"):
-        mine = sorted((r for r in rows if r["norm"] == norm), key=lambda r: (r["m"], r.get("ghost") or 0))
-        if not mine:
-            continue
-        color = COLORS.get(norm, "black")
-        for r in mine:
-            x = r["m"] * (1.08 if norm == "ghost" and r.get("ghost") == 4 else 1.0)
-            _points(a1, x, [p["to_target"] for p in r["per_seed"].values()], color, "x" if norm == "ghost" else "o")
-            _points(a2, x, [None if p["final"] is None else 100 * p["final"] for p in r["per_seed"].values()], color,
-                    "x" if norm == "ghost" else "o")
-            if r["reached"] < r["seeds"]:
-                a1.scatter([x], [sec.get("budget_examples", 240_000)], facecolors="none", edgecolors=color, s=40)
-        if norm != "ghost":
-            xs = [r["m"] for r in mine]
-            a1.plot(xs, [_mean(r["to_target"]) for r in mine], "-", color=color, label=NAMES[norm])
-            a2.plot(xs, [_mean(r["final"]) for r in mine], "-", color=color, label=NAMES[norm])
-        else:
-            a1.scatter([], [], marker="x", color=color, label="ghost BN at m = 60 (g = 2, 4)")
-    for ax in (a1, a2):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    panels = [(axes[0], _chosen(sec, "steps"), "to_target"), (axes[1], _chosen(sec, "accuracy"), "final")]
+    held = panels[0][1] is not None
+    for ax, rows, key in panels:
+        rows = sec["table"] if rows is None else rows
+        for norm in ("batch", "layer", "none", "ghost"):
+            mine = sorted((r for r in rows if r["norm"] == norm), key=lambda r: (r["m"], r.get("ghost") or 0))
+            if not mine:
+                continue
+            color, marker = _color(norm), "x" if norm == "ghost" else "o"
+            for r in mine:
+                x = r["m"] * (1.08 if norm == "ghost" and r.get("ghost") == 4 else 1.0)
+                values = [p[key] for p in r["per_seed"].values()]
+                _points(ax, x, values if key == "to_target" else [None if v is None else 100 * v for v in values],
+                        color, marker)
+                if key == "to_target" and r["reached"] < r["seeds"]:
+                    ax.scatter([x], [sec.get("budget_examples", 240_000)], facecolors="none", edgecolors=color, s=40)
+            if norm != "ghost":
+                ax.plot([r["m"] for r in mine], [_mean(r[key]) for r in mine], "-", color=color, label=NAMES[norm])
+            else:
+                ax.scatter([], [], marker="x", color=color, label="ghost BN at m = 60 (g = 2, 4)")
         _log(ax, "x", 2)
         ax.set_xlabel("mini-batch size m")
-    _log(a1, "y")
-    a1.set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
-    a2.set_ylabel("final test accuracy (%)")
-    return _finish(fig, (a1, a2), "Mini-batch size at a fixed number of examples (lr = 0.01 m)")
+    _log(axes[0], "y")
+    axes[0].set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
+    axes[1].set_ylabel("final test accuracy (%)")
+    title = ("Mini-batch size at a fixed number of examples: each normalizer and m at its rate chosen on the tuning "
+             "seeds (left for examples to the target, right for final accuracy); points: evaluation seeds") if held \
+        else "Mini-batch size at a fixed number of examples (lr = 0.01 m)"
+    return _finish(fig, axes, title)
 
 
 def inference_figure(sec: dict):
@@ -155,7 +179,7 @@ def _tuning_lines(ax, sec: dict, families: dict) -> bool:
         if norm is None or t["choice"]["objective"] != "steps":
             continue
         grid = t["choice"]["grid"]
-        color = COLORS[norm]
+        color = _color(norm)
         ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
                 linewidth=1.0)
         for g in grid:
@@ -178,7 +202,7 @@ def normalizer_figure(sec: dict):
         mine = sorted((r for r in sec["table"] if r["norm"] == norm), key=lambda r: r["lr"])
         if not mine:
             continue
-        color = COLORS[norm]
+        color = _color(norm)
         reached = [r for r in mine if r["reached"] == r["seeds"]]
         ax.plot([r["lr"] for r in reached], [_mean(r["to_target"]) for r in reached], "-o", color=color,
                 markersize=3, label=NAMES[norm])
@@ -204,7 +228,7 @@ def depth_figure(sec: dict):
         best = sorted((r for r in sec["table"] if r["norm"] == norm and r.get("best")), key=lambda r: r["depth"])
         if not best:
             continue
-        color = COLORS[norm]
+        color = _color(norm)
         d = [r["depth"] for r in best]
         a1.plot(d, [_mean(r["to_target"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
         a2.plot(d, [_mean(r["final"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
