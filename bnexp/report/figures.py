@@ -289,20 +289,25 @@ def percentiles_figure(report: Report):
             for a in drawn:
                 a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
     shown = f"; {len(rows)} of {total} settings (report.md lists all)" if len(rows) < total else ""
-    fig.suptitle(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
-                 f"{shown}", fontsize=10)
+    width, height = fig.get_size_inches()
+    title = wrap_title(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
+                       f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
+    fig.suptitle(title, fontsize=10)
     bottom = legend_below(fig, handles, labels)
-    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    fig.tight_layout(rect=(0, bottom, 1, 1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height))
     return fig
 
 
 def stability_figure(report: Report):
     """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
     hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
-    finished seeds; one bar per configuration."""
+    finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`)."""
     plt = pyplot()
     st = styles(report.groups)
-    confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"]]
+    shown, note = chosen_groups(report)  # a held-out sweep: the configurations its claims compare
+    keys = {g.key for g in shown}
+    labels = shown_labels(shown) if note else {}
+    confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"] and g.key in keys]
     layers = ordered_keys(s["stability"] for _, s in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
@@ -321,17 +326,17 @@ def stability_figure(report: Report):
             xs = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))]
             sty = st[g.key]
             ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
-                   edgecolor="black", linewidth=0.4, label=sty.label)
+                   edgecolor="black", linewidth=0.4, label=labels.get(g.key, sty.label))
         many = len(layers) > 6 and all(re.fullmatch(r"layer\d+", name) for name in layers)  # "1".."10": fit the axis
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
-                 f"({refs(report.data)['stability']})", fontsize=10)
+                 f"({refs(report.data)['stability']}){note}", fontsize=10)
     handles, labels = axes[0][0].get_legend_handles_labels()
     bottom = legend_below(fig, handles, labels,
                           title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)))
-    fig.tight_layout(rect=(0, bottom, 1, 0.96))
+    fig.tight_layout(rect=(0, bottom, 1, 0.91 if note else 0.96))
     return fig
 
 
