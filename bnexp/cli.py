@@ -283,7 +283,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             raise SystemExit(2)
         tb = traceback.format_exc()
         if began and distributed.env_world_size() > 1 and replica_endings.a_collective_failed(exc):
-            replica_endings.hold_signals()  # another replica ended: one line, not the collective's traceback
+            if not multirun:  # another replica ended: one line, not the collective's traceback; a sweep's
+                replica_endings.hold_signals()  # next jobs keep their Ctrl-C
             _record_failure(run_dir, cfg, replica_endings.lost_replica_error(exc), tb)
             _print_error(replica_endings.lost_replica_line(run_dir, exc))
             if multirun:
