@@ -66,9 +66,13 @@ def refs(data: dict) -> dict[str, str]:
 
 def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     """How the legend tells the BN variants apart, naming only those in ``groups``: "no BN blue dashed, BN
-    orange solid; one shade per setting" (or with ``bars`` the bar hatches); "" without variants."""
+    orange solid, LayerNorm purple; one shade per setting" (or with ``bars`` the bar hatches); "" without
+    variants."""
     present = {bn_variant(g) for g in groups}
     words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
+    families = {_family(g) for g in groups}
+    words += [f"{name} {colour}" for name, colour in (("LayerNorm", "purple"), ("GroupNorm", "magenta"))
+              if name in families]  # drawn as BN is (a normalizer in BN's place), in their own colours
     several = len({pair_key(g) for g in groups}) > 1
     return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
 

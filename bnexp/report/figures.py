@@ -99,8 +99,9 @@ SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every"
 def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """Legend labels of the configurations a figure shows: the keys that vary among them (not across the whole
     sweep), without a :data:`SCHEDULE_KEYS` key whose values follow another shown key one to one; e.g. the
-    inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys. Maps group key ->
-    label (the configuration's own label where no key varies)."""
+    inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys; an option left unset
+    (null, e.g. no ghost batches) is not named. Maps group key -> label (the configuration's own label where no
+    key varies)."""
     from bnexp.report.figstyle import legend_label
     from bnexp.report.groups import KEY_ALIASES, format_value, varying_keys
 
@@ -113,7 +114,8 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     keep = [k for k in keys if not (k in SCHEDULE_KEYS and any(follows(k, j) for j in keys if j not in SCHEDULE_KEYS))]
     out = {}
     for g in groups:
-        label = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep if k in g.config)
+        label = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep
+                         if g.config.get(k) is not None)  # an unset option (null) is left out, as the user left it
         out[g.key] = label or legend_label(g)
     return out
 

@@ -164,7 +164,8 @@ def placement_figure(sec: dict):
             for pos in ("before", "after"):
                 groups.append((f"{model.upper()} {act}\n{pos}",
                                [r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)]))
-    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": "tab:blue", "BN after g": "tab:orange"})
+    oranges = pyplot().get_cmap(FAMILY["BN"])  # both BN: one shade each of BN's colour family
+    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": oranges(0.8), "BN after g": oranges(0.45)})
     ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
     return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
 
