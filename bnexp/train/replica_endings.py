@@ -85,7 +85,8 @@ def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | Non
 
 def a_collective_failed(exc: BaseException) -> bool:
     """True when ``exc`` was raised inside ``torch.distributed`` (a collective, or the process group
-    itself): in a data-parallel run, another replica has ended."""
+    itself): in a data-parallel run, another replica has ended, or stopped answering within the
+    collectives' timeout."""
     part = f"{os.sep}torch{os.sep}distributed{os.sep}"
     tb = exc.__traceback__
     while tb is not None:
@@ -97,7 +98,8 @@ def a_collective_failed(exc: BaseException) -> bool:
 
 def lost_replica_error(exc: BaseException) -> str:
     """The ``error`` that summary.json keeps when rank 0's collective failed."""
-    return f"another replica of this data-parallel run ended; rank 0's collective failed: {_first_line(exc)}"
+    return (f"another replica of this data-parallel run ended (or stopped answering); rank 0's collective failed: "
+            f"{_first_line(exc)}")
 
 
 def lost_replica_line(run_dir: Path, exc: BaseException) -> str:
