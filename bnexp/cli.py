@@ -168,7 +168,7 @@ def _follow(cfg, run_dir: Path, replicas):
     """A replica of rank > 0 (torchrun): train beside rank 0 if it says go; write nothing."""
     from bnexp.train import distributed
     from bnexp.config.schema import validate
-    from bnexp.train.replica_endings import rank_0_ended_it, record_lost_rank0
+    from bnexp.train.replica_endings import record_lost_rank0, replica_refusal_line
     from bnexp.train.runtime import SignalGuard
     from bnexp.train.trainer import Interrupted, train
 
@@ -182,8 +182,9 @@ def _follow(cfg, run_dir: Path, replicas):
             distributed.check_bn_config(cfg)
             return train(cfg, run_dir, resume=cfg.trainer.resume is not False)
         except UserError as exc:  # rank 0 refuses it too and prints the one line
-            if not rank_0_ended_it(lambda: guard.requested):
-                _print_error(f"replica {replicas.rank}: {exc}")
+            line = replica_refusal_line(replicas.rank, str(exc), lambda: guard.requested)
+            if line is not None:
+                _print_error(line)
             raise SystemExit(2)
         except Interrupted as exc:
             raise SystemExit(128 + exc.signum)
@@ -524,23 +525,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from bnexp.runfolders.sweepconfig import restore_refused_sweep  # a refused sweep ran no job:
         restore_refused_sweep()  # its folder keeps the multirun.yaml it had (nothing to do for other refusals)
-        if not _a_silent_replica():
-            _print_error(message)
-        else:
-            from bnexp.train.replica_endings import rank_0_ended_it
+        from bnexp.train.replica_endings import replica_refusal_line, silent_replica_rank
 
-            if not rank_0_ended_it():
-                _print_error(f"replica {os.environ.get('RANK')}: {message}")
+        rank = silent_replica_rank()
+        line = message if rank is None else replica_refusal_line(rank, message)
+        if line is not None:
+            _print_error(line)
         return 2
-
-
-def _a_silent_replica() -> bool:
-    """True in a torchrun replica of rank > 0: its refusal is rank 0's too, and rank 0 says it (one line
-    per run, not one per replica)."""
-    try:
-        return 0 < int(os.environ.get("RANK", "0")) < int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return False
 
 
 def _raised_by_ctrl_c(exc: BaseException) -> bool:

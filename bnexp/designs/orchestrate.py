@@ -426,6 +426,26 @@ def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 
     path.write_text(json.dumps(d))
 
 
+def _train_part(p: Part, call) -> tuple[int | None, bool]:
+    """A part's training: its stages, the commands after them, its ladders' summary.
+
+    Returns:
+        (None, or the exit code a stopped command asks to stop with; whether runs are missing).
+    """
+    stop, missing = run_stages(p, call)
+    if stop is not None:
+        return stop, missing
+    for cmd in p.after:
+        stop = call(cmd, p.sweep_dir)
+        if stop is not None:
+            return stop, missing
+    if p.ladders is not None and p.sweep_dir.is_dir():
+        text = p.ladders()
+        (p.sweep_dir / "ladders.txt").write_text(text)
+        print(text[text.index("ladders ("):].rstrip())
+    return None, missing
+
+
 def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
     """Run every part's blocks, then its report; the script's exit code (see the module docstring)."""
     bnexp = preflight.bnexp_argv()
@@ -455,24 +475,16 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
             record_study(p.sweep_dir, p.study)
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
-        stop, missing = run_stages(p, call)
+        try:
+            stop, missing = _train_part(p, call)
+        finally:  # every call that trained counts in the measured wall time, one a signal stopped too
+            wall = round(time.time() - start)
+            if p.study and p.blocks:
+                record_study(p.sweep_dir, p.study, wall, env.jobs)
         if stop is not None:
-            if p.study and p.blocks:  # an interrupted call trained too: its time counts in the measured wall time
-                record_study(p.sweep_dir, p.study, round(time.time() - start), env.jobs)
             return stop
         rc = 1 if missing else rc  # failed jobs: the report covers the rest
-        for cmd in p.after:
-            stop = call(cmd, p.sweep_dir)
-            if stop is not None:
-                return stop
-        if p.ladders is not None and p.sweep_dir.is_dir():
-            text = p.ladders()
-            (p.sweep_dir / "ladders.txt").write_text(text)
-            print(text[text.index("ladders ("):].rstrip())
-        wall = round(time.time() - start)
         print(f"{p.title}: sweep wall time: {wall} s ({env.jobs} parallel jobs)")
-        if p.study and p.blocks:
-            record_study(p.sweep_dir, p.study, wall, env.jobs)
         stop = call(bnexp + ["report", str(p.sweep_dir)])
         if stop is not None:
             return stop

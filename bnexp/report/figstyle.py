@@ -35,6 +35,8 @@ BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN":
 # matplotlib colour maps: one family per BN variant (rules.NORMALIZERS names LayerNorm and GroupNorm)
 FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "RdPu",
           None: "Greys"}
+# the style note's word for the families drawn like BN (a normalizer in BN's place) in a colour of their own
+FAMILY_WORDS = {"LayerNorm": "purple", "GroupNorm": "magenta"}
 # override keys that never tell configurations apart in a legend (seeds are averaged; the rest is result-neutral)
 UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",
           "trainer.device", "trainer.ckpt_every", "trainer.save_checkpoint", "data.root", "data.download",
@@ -71,8 +73,7 @@ def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     present = {bn_variant(g) for g in groups}
     words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
     families = {_family(g) for g in groups}
-    words += [f"{name} {colour}" for name, colour in (("LayerNorm", "purple"), ("GroupNorm", "magenta"))
-              if name in families]  # drawn as BN is (a normalizer in BN's place), in their own colours
+    words += [f"{name} {colour}" for name, colour in FAMILY_WORDS.items() if name in families]
     several = len({pair_key(g) for g in groups}) > 1
     return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
 
@@ -136,6 +137,12 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     return labels
 
 
+def family_color(family: str | None, shade: float = 0.75) -> tuple:
+    """The RGBA colour at ``shade`` (0..1, darker when higher) of a colour family (:data:`FAMILY`; greys for an
+    unknown one)."""
+    return tuple(pyplot().get_cmap(FAMILY.get(family, "Greys"))(shade))
+
+
 def _shade_key(group: ConfigGroup) -> tuple:
     """What gets its own shade within a colour family: the setting (:func:`~bnexp.report.groups.pair_key`,
     shared by BN and no BN), then the configuration's ``bn.*`` values (numbers by value)."""
@@ -146,23 +153,21 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     """{group.key: Style}: a colour family per BN variant (:data:`FAMILY`), within it one shade per setting
     in the order settings first appear (darkest first), the variant's line style and hatch, and the label of
     :func:`typed_labels` (else :func:`legend_label`)."""
-    plt = pyplot()
     typed = typed_labels(groups)
     settings: dict = {}
     for g in groups:  # a shade per setting; configurations of one setting that differ only in bn.* keys
-        settings.setdefault(_family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
-        if _shade_key(g) not in settings[_family(g)]:
-            settings[_family(g)].append(_shade_key(g))
-    for fam, keys in settings.items():  # settings in order of appearance; within one, by bn.* values
-        first = {k[0]: i for i, k in reversed(list(enumerate(keys)))}
-        keys.sort(key=lambda k: (first[k[0]], k[1]))
+        keys = settings.setdefault(_family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
+        if _shade_key(g) not in keys:
+            keys.append(_shade_key(g))
+    for keys in settings.values():  # settings in their order of appearance; within one, by bn.* values
+        pairs = list(dict.fromkeys(k[0] for k in keys))
+        keys.sort(key=lambda k: (pairs.index(k[0]), k[1]))
     out = {}
     for g in groups:
         fam = _family(g)
         order = settings[fam]
         n, i = len(order), order.index(_shade_key(g))
-        shade = 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1)  # darkest (0.95) to light (0.45) of the colour map
-        color = tuple(plt.get_cmap(FAMILY.get(fam, "Greys"))(shade))
+        color = family_color(fam, 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1))  # darkest (0.95) to light (0.45)
         v = bn_variant(g)
         out[g.key] = Style(color, LINESTYLE[v], HATCH[v], typed.get(g.key) or legend_label(g))
     return out

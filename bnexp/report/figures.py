@@ -308,7 +308,7 @@ def stability_figure(report: Report):
     st = styles(report.groups)
     shown, note = chosen_groups(report)  # a held-out sweep: the configurations its claims compare
     keys = {g.key for g in shown}
-    labels = shown_labels(shown) if note else {}
+    named = shown_labels(shown) if note else {}
     confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"] and g.key in keys]
     layers = ordered_keys(s["stability"] for _, s in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
@@ -328,7 +328,7 @@ def stability_figure(report: Report):
             xs = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))]
             sty = st[g.key]
             ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
-                   edgecolor="black", linewidth=0.4, label=labels.get(g.key, sty.label))
+                   edgecolor="black", linewidth=0.4, label=named.get(g.key, sty.label))
         many = len(layers) > 6 and all(re.fullmatch(r"layer\d+", name) for name in layers)  # "1".."10": fit the axis
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":

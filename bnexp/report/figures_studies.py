@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import math
 
-from bnexp.report.figstyle import FAMILY, legend_below, pyplot, wrap_title
+from bnexp.report.figstyle import FAMILY, family_color, legend_below, pyplot, wrap_title
 from bnexp.report.frontier import BASELINE, ORDER, PASS_FACTOR
 from bnexp.report.rules import NORMALIZERS as NAMES
 
 
 def _color(norm: str):
-    """The colour of a normalizer: the report's colour families (:data:`bnexp.report.figstyle.FAMILY`: BN
+    """The colour of a normalizer in the report's families (:func:`bnexp.report.figstyle.family_color`: BN
     orange, no BN blue, LayerNorm purple, GroupNorm magenta), ghost BN a light orange; black if unknown."""
     if norm == "ghost":
-        return tuple(pyplot().get_cmap(FAMILY["BN"])(0.45))
-    return tuple(pyplot().get_cmap(FAMILY[NAMES[norm]])(0.75)) if NAMES.get(norm) in FAMILY else "black"
+        return family_color("BN", 0.45)
+    return family_color(NAMES[norm]) if NAMES.get(norm) in FAMILY else "black"
 
 
 def _mean(st: dict | None):
@@ -164,8 +164,8 @@ def placement_figure(sec: dict):
             for pos in ("before", "after"):
                 groups.append((f"{model.upper()} {act}\n{pos}",
                                [r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)]))
-    oranges = pyplot().get_cmap(FAMILY["BN"])  # both BN: one shade each of BN's colour family
-    _best_bars(ax, groups, lambda r: f"BN {r['position']} g", {"BN before g": oranges(0.8), "BN after g": oranges(0.45)})
+    _best_bars(ax, groups, lambda r: f"BN {r['position']} g",  # both BN: one shade each of BN's family
+               {"BN before g": family_color("BN", 0.8), "BN after g": family_color("BN", 0.45)})
     ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
     return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
 

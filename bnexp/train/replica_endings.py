@@ -6,7 +6,7 @@ torchrun's agent watches its replicas: as soon as one exits non-zero it sends SI
 ends a process at once, so each ending below keeps it from cutting a record or a message short:
 
 - a replica of rank > 0 that refuses what rank 0 refuses too does not exit first, or rank 0 could be
-  stopped before it has printed the refusal's one line (:func:`rank_0_ended_it`);
+  stopped before it has printed the refusal's one line (:func:`replica_refusal_line`, :func:`rank_0_ended_it`);
 - when rank 0 dies, a surviving replica's collective fails and it records the run ``interrupted`` in
   rank 0's place (:func:`record_lost_rank0`, called under a guard);
 - when another replica dies, rank 0's collective fails: rank 0 records the run ``interrupted`` (resumable
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from bnexp.runfolders import rundir
+from bnexp.runfolders.start import abandon_run
 
 RANK_0_SAYS_IT_S = 20.0
 """Seconds a refusing replica of rank > 0 waits for rank 0's refusal to end the run (:func:`rank_0_ended_it`)."""
@@ -52,6 +53,22 @@ def rank_0_ended_it(stopped=lambda: False) -> bool:
     return False
 
 
+def silent_replica_rank() -> int | None:
+    """This process's RANK when it is a torchrun replica of rank > 0 (its refusal is rank 0's too, and rank 0
+    says it: one line per run, not one per replica), else None. From the environment torchrun sets."""
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        return rank if 0 < rank < int(os.environ.get("WORLD_SIZE", "1")) else None
+    except ValueError:
+        return None
+
+
+def replica_refusal_line(rank: int, message: str, stopped=lambda: False) -> str | None:
+    """What a refusing replica of rank ``rank`` > 0 prints: nothing once rank 0's refusal has ended the run
+    (:func:`rank_0_ended_it`), else ``message`` naming the replica."""
+    return None if rank_0_ended_it(stopped) else f"replica {rank}: {message}"
+
+
 def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160].rstrip('.') if str(exc) else ''}"
 
@@ -64,8 +81,6 @@ def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | Non
     Returns:
         the one line to print, or None while rank 0 still holds the folder (it records the failure itself).
     """
-    from bnexp.runfolders.start import abandon_run
-
     lock = rundir.RunLock(run_dir)
     try:
         if not lock.acquire():
