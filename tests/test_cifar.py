@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import warnings
 from pathlib import Path
@@ -22,9 +23,7 @@ PRESETS = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "basel
 
 @pytest.fixture(scope="module")
 def cifar(data_root):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_cifar10(data_root, download=False, verify_checksums=False)
+    return load_cifar10(data_root, download=False, verify_checksums=False)
 
 
 @pytest.mark.slow  # md5 of the real 180 MB batch files (~2.5 s of CPU)
@@ -35,9 +34,12 @@ def test_checksum_refusal_explains_the_option(data_root):
     assert "data.verify_checksums=false" in msg and "md5" in msg and "cifar-10-batches-py" in msg
 
 
-def test_non_canonical_copy_loads_with_a_warning(data_root):
-    with pytest.warns(UserWarning, match="verify_checksums=false"):
+def test_non_canonical_copy_loads_with_one_warning(data_root, caplog, recwarn):
+    with caplog.at_level(logging.WARNING, logger="bnexp"):
         d = load_cifar10(data_root, download=False, verify_checksums=False)
+    said = [r.getMessage() for r in caplog.records if "verify_checksums=false" in r.getMessage()]
+    assert len(said) == 1 and "WITHOUT checking" in said[0]  # once, in the log (terminal and train.log) ...
+    assert not [w for w in recwarn if "verify_checksums" in str(w.message)]  # ... not again as a Python warning
     assert d.train_x.shape == (50000, 3, 32, 32) and d.test_x.shape == (10000, 3, 32, 32)
     assert d.train_x.dtype == torch.float32 and 0 <= float(d.train_x.min()) and float(d.train_x.max()) <= 255
     assert torch.bincount(d.train_y, minlength=10).tolist() == [5000] * 10

@@ -162,9 +162,7 @@ def _train_few(tmp_path: Path, data_root: Path, *extra: str) -> dict:
                           "trainer.log_every=2", "trainer.probe_size=64", "scale.channels=[4,8,8]",
                           "scale.fc=16", *extra])
     validate(cfg)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*verify_checksums.*")
-        return train(cfg, tmp_path)
+    return train(cfg, tmp_path)
 
 
 @pytest.mark.slow
@@ -183,9 +181,7 @@ def test_bf16_path_trains_with_fp32_statistics_loss_and_optimizer_state(tmp_path
                           "trainer.max_steps=3", "trainer.eval_every=3", "trainer.hist_every=3",
                           "trainer.log_every=1", "trainer.probe_size=64", "scale.channels=[4,8,8]",
                           "scale.fc=16", "trainer.precision=bf16"])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*verify_checksums.*")
-        tr = Trainer(cfg, tmp_path)
+    tr = Trainer(cfg, tmp_path)
     assert tr.amp_dtype is torch.bfloat16
     # under autocast the convolutions compute in bf16 ...
     x = precision.channels_last_input(tr.data.train_x[:4])

@@ -389,22 +389,18 @@ def load_cifar10(root: Path, download: bool, verify_checksums: bool) -> TensorDa
             ) from None
     check_cifar10_files(root, verify_checksums)
     if not verify_checksums:
-        import warnings
-
-        warnings.warn(_unverified(folder), stacklevel=2)
+        _unverified(folder)
     parts = [_read_cifar_batch(root, n) for n in CIFAR_TRAIN]
     train_x, train_y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     test_x, test_y = _read_cifar_batch(root, "test_batch")
     return TensorData(train_x.float(), train_y.long(), test_x.float(), test_y.long(), 10, "cifar10")
 
 
-def _unverified(folder: Path) -> str:
-    """Logs (train.log) and returns the warning for a CIFAR-10 copy read with data.verify_checksums=false."""
-    msg = (f"data.verify_checksums=false: loading the CIFAR-10 copy in {folder} WITHOUT checking it "
-           "against the official md5s (a non-canonical copy of the standard layout); accuracies may "
-           "differ a little from published figures.")
-    log.warning(msg)
-    return msg
+def _unverified(folder: Path) -> None:
+    """Logs the one warning (terminal and train.log) for a CIFAR-10 copy read with data.verify_checksums=false."""
+    log.warning("data.verify_checksums=false: loading the CIFAR-10 copy in %s WITHOUT checking it against the "
+                "official md5s (a non-canonical copy of the standard layout); accuracies may differ a little "
+                "from published figures.", folder)
 
 
 def scale(data: TensorData, scaling: str) -> TensorData:
