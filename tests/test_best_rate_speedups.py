@@ -286,5 +286,11 @@ def test_the_accuracy_figure_of_a_held_out_sweep_shows_each_network_at_its_rate_
     from bnexp.report.rules import normalizer_label
     assert sorted((normalizer_label(g.config), g.lr) for g in shown) == [("BN", 4.0), ("no BN", 2.0)]
     assert "95%" in note and len(rep.groups) == 4
+    # the tuning seeds also ran at the chosen rates; the figure shows the evaluation seeds only, as the claims score
+    whole = {g.key: g for g in rep.groups}
+    assert all({r.seed for r in whole[g.key].completed} == {0, 1, 2, 3, 4, 100, 101, 102} for g in shown)
+    assert all(sorted(r.seed for r in g.completed) == [0, 1, 2, 3, 4] for g in shown)
+    assert "evaluation seeds 0, 1, 2, 3, 4" in note
     fig = accuracy_figure(rep)
-    assert len(fig.axes[0].get_legend_handles_labels()[1]) == 2
+    legend = fig.axes[0].get_legend_handles_labels()[1]
+    assert len(legend) == 2 and all(text.endswith("(n=5)") for text in legend)

@@ -17,7 +17,7 @@ from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplo
                                    wrap_title)
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
-from bnexp.report.stats import band_keys, numeric
+from bnexp.report.stats import band_keys, config_stability, numeric
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
 
@@ -67,27 +67,44 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
     seeds, i.e. each at its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``,
     docs/mnist/PLAN.md) each network at the rate it chose for ``target`` on the tuning seeds
     (``best_rate_speedups``), so that the figure compares the configurations as the claims do rather than
-    every rate of every grid; otherwise every configuration and no note."""
+    every rate of every grid; otherwise every configuration and no note. In a held-out sweep each returned
+    group keeps only its runs on the evaluation seeds (the seeds the claims score; a tuning seed that ran at
+    the chosen rate is left out), and the note says so."""
     from bnexp.report.best_rate import init_of
     from bnexp.report.rules import normalizer_label
 
     study = report.data.get("study") or {}
     if study.get("tuning_seeds"):  # a held-out study: the configurations its evaluation seeds ran
         scored = set(study.get("evaluation_seeds") or [])
-        shown = [g for g in report.groups if any(r.seed in scored for r in g.completed)]
+        shown = _on_seeds([g for g in report.groups if any(r.seed in scored for r in g.completed)], scored)
         if shown:
             return shown, ("\nthe configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning "
-                           "seeds; every seed at that rate)")
+                           f"seeds); evaluation seeds {_listed(scored)}")
     rows = [r for r in report.data.get("best_rate_speedups") or [] if abs(r["target"] - target) < 1e-9]
     if not report.data.get("tuning_seeds") or not rows:
         return list(report.groups), ""
     chosen = {(r["init"], side, r[f"{key}_lr"]) for r in rows for side, key in ((r["variant"], "bn"), ("no BN", "no_bn"))}
-    shown = [g for g in report.groups if g.lr is not None
-             and any(abs(g.lr - lr) < 1e-12 for i, side, lr in chosen
-                     if lr is not None and i == init_of(g.config) and side == normalizer_label(g.config))]
+    scored = set(report.data.get("evaluation_seeds") or [])
+    shown = _on_seeds([g for g in report.groups if g.lr is not None
+                       and any(abs(g.lr - lr) < 1e-12 for i, side, lr in chosen
+                               if lr is not None and i == init_of(g.config) and side == normalizer_label(g.config))],
+                      scored)
     if not shown:
         return list(report.groups), ""
-    return shown, f"\neach network at the rate it chose for {target:.0%} on the tuning seeds (every seed at that rate)"
+    return shown, (f"\neach network at the rate it chose for {target:.0%} on the tuning seeds; evaluation seeds "
+                   f"{_listed(scored)}")
+
+
+def _on_seeds(groups: list[ConfigGroup], seeds: set[int]) -> list[ConfigGroup]:
+    """Each group with only its runs on ``seeds`` (groups left with none are dropped)."""
+    from dataclasses import replace
+
+    out = [replace(g, runs=[r for r in g.runs if r.seed in seeds]) for g in groups]
+    return [g for g in out if g.completed]
+
+
+def _listed(seeds: set[int]) -> str:
+    return ", ".join(map(str, sorted(seeds)))
 
 
 #: run-length keys a study sets from another swept key (e.g. max_steps = 240,000 / m): a legend that shows the
@@ -303,13 +320,13 @@ def percentiles_figure(report: Report):
 def stability_figure(report: Report):
     """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
     hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
-    finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`)."""
+    finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
+    evaluation seeds)."""
     plt = pyplot()
     st = styles(report.groups)
-    shown, note = chosen_groups(report)  # a held-out sweep: the configurations its claims compare
-    keys = {g.key for g in shown}
+    shown, note = chosen_groups(report)  # a held-out sweep: the configurations its claims compare, evaluation seeds
     named = shown_labels(shown) if note else {}
-    confs = [(g, s) for g, s in zip(report.groups, report.data["configurations"]) if s["stability"] and g.key in keys]
+    confs = [(g, {"stability": stab}) for g in shown if (stab := config_stability(g, report.sweep))]
     layers = ordered_keys(s["stability"] for _, s in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
