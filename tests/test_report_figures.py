@@ -197,6 +197,15 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
     assert typed_labels([a, c]) == {"a": "bn=false lr=0.5 trainer.max_steps=3000",
                                     "c": "experiment=bn_x5 scale.base_lr=0.05"}
     assert typed_labels([a, group("d", "bn='false'", "lr=0.5", "seed=2", "trainer.max_steps=3000")]) == {}
+    # a budget ladder (the CIFAR-10 frontier): the run-length keys set from the budget are left out, the budget
+    # stays; a run-length key that does not follow the budget stays too
+    ladder = [group(f"{p}{b}", f"+experiment={p}", f"trainer.max_steps={b}", f"optim.decay_steps={b // 5}",
+                    f"trainer.eval_every={b // 4}", "seed=0") for p in ("baseline", "bn_baseline") for b in (3000, 6000)]
+    assert typed_labels(ladder) == {f"{p}{b}": f"experiment={p} trainer.max_steps={b}"
+                                    for p in ("baseline", "bn_baseline") for b in (3000, 6000)}
+    odd = group("odd", "+experiment=baseline", "trainer.max_steps=6000", "optim.decay_steps=600",
+                "trainer.eval_every=1500", "seed=0")
+    assert typed_labels(ladder + [odd])["odd"] == "experiment=baseline trainer.max_steps=6000 optim.decay_steps=600"
 
 
 def test_stability_figure_units_hatches_and_legend_outside(mnist):

@@ -111,10 +111,31 @@ def _family(group: ConfigGroup) -> str | None:
     return NORMALIZERS[norm] if norm in ("layer", "group") else v
 
 
+#: run-length keys a design sets from another key: a study from m (max_steps = 240,000 / m), the CIFAR-10 ladder
+#: from the budget (decay_steps = budget / 5, eval_every = budget / 4, ...)
+SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
+                 "trainer.ckpt_every", "optim.decay_steps")
+BUDGET = "trainer.max_steps"
+
+
+def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) -> set[str]:
+    """The :data:`SCHEDULE_KEYS` a legend leaves out, given each varying key's values over the configurations
+    shown (one list per key, in one order): those whose values determine and are determined by (one to one)
+    those of the budget (:data:`BUDGET`, which stays) or, unless ``budget_only``, of a shown key outside
+    :data:`SCHEDULE_KEYS`. The ladder's decay_steps follows the budget; the batch-size study's max_steps
+    follows m."""
+    def follows(k: str, j: str) -> bool:
+        return len(set(values[k])) == len(set(values[j])) == len(set(zip(values[k], values[j])))
+
+    anchors = [j for j in values if j == BUDGET or (not budget_only and j not in SCHEDULE_KEYS)]
+    return {k for k in values if k in SCHEDULE_KEYS and any(follows(k, j) for j in anchors if j != k)}
+
+
 def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and bnexp's
-    quotes dropped; seeds and result-neutral keys left out). {} when a configuration has no readable overrides
+    quotes dropped; seeds, result-neutral keys and the run-length keys of :func:`schedule_keys_to_drop` left
+    out). {} when a configuration has no readable overrides
     or two configurations would read alike."""
     from bnexp.runfolders.rundir import run_overrides
 
@@ -131,6 +152,8 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
         per[g.key] = kv
     keys = list(dict.fromkeys(k for kv in per.values() for k in kv))
     varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]
+    drop = schedule_keys_to_drop({k: [kv.get(k) for kv in per.values()] for k in varying}, budget_only=True)
+    varying = [k for k in varying if k not in drop]
     labels = {gk: " ".join(f"{k}={kv[k]}" for k in varying if k in kv) for gk, kv in per.items()}
     if not varying or len(set(labels.values())) < len(labels):
         return {}

@@ -13,8 +13,8 @@ import re
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplot, refs, style_note, styles,
-                                   wrap_title)
+from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplot, refs, schedule_keys_to_drop,
+                                   style_note, styles, wrap_title)
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
 from bnexp.report.stats import band_keys, config_stability, numeric
@@ -107,15 +107,9 @@ def _listed(seeds: set[int]) -> str:
     return ", ".join(map(str, sorted(seeds)))
 
 
-#: run-length keys a study sets from another swept key (e.g. max_steps = 240,000 / m): a legend that shows the
-#: key they follow leaves them out
-SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
-                 "trainer.ckpt_every")
-
-
 def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """Legend labels of the configurations a figure shows: the keys that vary among them (not across the whole
-    sweep), without a :data:`SCHEDULE_KEYS` key whose values follow another shown key one to one; e.g. the
+    sweep), without the run-length keys :func:`~bnexp.report.figstyle.schedule_keys_to_drop` leaves out; e.g. the
     inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys; an option left unset
     (null, e.g. no ghost batches) is not named. Maps group key -> label (the configuration's own label where no
     key varies)."""
@@ -123,12 +117,8 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     from bnexp.report.groups import KEY_ALIASES, format_value, varying_keys
 
     keys = varying_keys(groups)
-    value = {k: [format_value(g.config.get(k)) for g in groups] for k in keys}
-
-    def follows(k: str, j: str) -> bool:  # k's values and j's determine each other across the shown groups
-        return len(set(value[k])) == len(set(value[j])) == len(set(zip(value[k], value[j])))
-
-    keep = [k for k in keys if not (k in SCHEDULE_KEYS and any(follows(k, j) for j in keys if j not in SCHEDULE_KEYS))]
+    drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
+    keep = [k for k in keys if k not in drop]
     out = {}
     for g in groups:
         label = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep
