@@ -177,6 +177,28 @@ def test_percentile_figure_rows_fit_a_screen():
     assert shown_rows(["no BN", "BN"], [{"BN": "a"}, {"no BN": "b"}]) == [{"BN": "a"}, {"no BN": "b"}]
 
 
+def test_percentile_figure_pairs_no_bn_with_plain_bn_and_across_rates_when_asked():
+    """In a setting with ghost-batch BN, LayerNorm and plain BN, plain BN shares the row with no BN whatever the
+    order, LayerNorm has a column of its own; with ignore=("lr",) (a held-out sweep: each at its own rate) BN
+    and no BN of one m pair up."""
+    from bnexp.report.figures import figure_rows
+    from bnexp.report.groups import ConfigGroup
+
+    def g(key, bn, lr, **kw):
+        return ConfigGroup(key, {"bn.enabled": bn, "lr": lr, "trainer.batch_size": 60, **kw})
+
+    ghost, layer = g("ghost", True, 0.9, **{"bn.ghost_batch_size": 2}), g("layer", True, 0.9, **{"bn.norm": "layer"})
+    plain, plain_b = g("plain", True, 0.9), g("plain_b", True, 5.4)
+    no_bn = g("no_bn", False, 0.9)
+    columns, rows = figure_rows([ghost, layer, no_bn, plain])
+    assert columns == ["no BN", "BN", "LayerNorm"]
+    assert [{c: x.key for c, x in r.items()} for r in rows] == [{"LayerNorm": "layer", "no BN": "no_bn",
+                                                                  "BN": "plain"}, {"BN": "ghost"}]
+    assert len(figure_rows([no_bn, plain_b])[1]) == 2  # other rates: two settings
+    assert [{c: x.key for c, x in r.items()} for r in figure_rows([no_bn, plain_b], ("lr",))[1]] == \
+        [{"no BN": "no_bn", "BN": "plain_b"}]
+
+
 def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
     """Labels from each configuration's .hydra/overrides.yaml: only the keys whose values differ, as typed
     (bn=false, experiment=bn_x5: bnexp's quotes and Hydra's + dropped), seeds and result-neutral keys left out."""

@@ -72,7 +72,7 @@ def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     variants."""
     present = {bn_variant(g) for g in groups}
     words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
-    families = {_family(g) for g in groups}
+    families = {family(g) for g in groups}
     words += [f"{name} {colour}" for name, colour in FAMILY_WORDS.items() if name in families]
     several = len({pair_key(g) for g in groups}) > 1
     return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
@@ -102,7 +102,7 @@ def pyplot():
     return plt
 
 
-def _family(group: ConfigGroup) -> str | None:
+def family(group: ConfigGroup) -> str | None:
     """The colour family's key of a configuration: its BN variant, LayerNorm/GroupNorm by name."""
     from bnexp.report.rules import NORMALIZERS, normalizer
 
@@ -179,7 +179,7 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     typed = typed_labels(groups)
     settings: dict = {}
     for g in groups:  # a shade per setting; configurations of one setting that differ only in bn.* keys
-        keys = settings.setdefault(_family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
+        keys = settings.setdefault(family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
         if _shade_key(g) not in keys:
             keys.append(_shade_key(g))
     for keys in settings.values():  # settings in their order of appearance; within one, by bn.* values
@@ -187,7 +187,7 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
         keys.sort(key=lambda k: (pairs.index(k[0]), k[1]))
     out = {}
     for g in groups:
-        fam = _family(g)
+        fam = family(g)
         order = settings[fam]
         n, i = len(order), order.index(_shade_key(g))
         color = family_color(fam, 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1))  # darkest (0.95) to light (0.45)

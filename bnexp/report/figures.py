@@ -19,7 +19,8 @@ from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
 from bnexp.report.stats import band_keys, config_stability, numeric
 
-MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "configuration": "of unknown BN"}
+MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
+           "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
 
 
 def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -199,17 +200,25 @@ def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
     return min(runs, key=seed_order) if runs else None
 
 
-def figure_rows(groups: list[ConfigGroup]) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
+def figure_rows(groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
     """(column names, rows as {column: configuration}) of the percentile figure: one row per
-    setting (:func:`pair_key`), one column per BN variant present (no BN, BN, noisy BN, then unknown
-    ones). Two configurations of one setting and variant (two BN presets) go to separate rows."""
-    order = ["no BN", "BN", "noisy BN", "configuration"]
-    present = {bn_variant(g) or "configuration" for g in groups}
+    setting (:func:`pair_key` without the keys ``ignore``, e.g. ("lr",) where each ran at its own rate), one
+    column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
+    configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
+    batches) takes the row with no BN."""
+    from bnexp.report.figstyle import family
+    from bnexp.report.rules import normalizer
+
+    def plain_first(g: ConfigGroup) -> bool:
+        return normalizer(g.config) == "ghost"
+
+    order = ["no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration"]
+    present = {family(g) or "configuration" for g in groups}
     columns = [c for c in order if c in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
-    for g in groups:
-        col, pk = bn_variant(g) or "configuration", pair_key(g)
+    for g in sorted(groups, key=plain_first):
+        col, pk = family(g) or "configuration", pair_key(g, ignore)
         idx = next((i for i in row_of.get(pk, []) if col not in rows[i]), None)
         if idx is None:
             rows.append({})
@@ -259,10 +268,13 @@ def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
     training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
     shared within a row; at most :data:`MAX_PERCENTILE_ROWS` settings, those with every variant
-    (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen."""
+    (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen. In a held-out
+    sweep, the configurations of :func:`chosen_groups` on their evaluation seeds, paired across rates."""
     plt = pyplot()
     st = styles(report.groups)
-    columns, rows = figure_rows(report.groups)
+    groups, note = chosen_groups(report)
+    named = shown_labels(groups) if note else {}
+    columns, rows = figure_rows(groups, ("lr",) if note else ())
     total = len(rows)
     rows = shown_rows(columns, rows)
     if not rows:
@@ -271,7 +283,7 @@ def percentiles_figure(report: Report):
         ax.set_axis_off()
         return fig
     ncol = len(columns)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(max(4.6 * ncol, 6.5), 2.9 * len(rows) + 1.3),
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(max((4.6 if ncol < 4 else 3.6) * ncol, 6.5), 2.9 * len(rows) + 1.3),
                              squeeze=False)
     handles: list = []
     labels: list[str] = []
@@ -282,7 +294,7 @@ def percentiles_figure(report: Report):
             if g is None:
                 ax.set_visible(False)
                 continue
-            label = st[g.key].label + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
+            label = named.get(g.key, st[g.key].label) + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
                                        "settings)" if missing else "")
             if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
                 ax.set_axis_off()
@@ -301,6 +313,7 @@ def percentiles_figure(report: Report):
     width, height = fig.get_size_inches()
     title = wrap_title(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
                        f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
+    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
     bottom = legend_below(fig, handles, labels)
     fig.tight_layout(rect=(0, bottom, 1, 1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height))
