@@ -103,7 +103,7 @@ def _mean_stds(act: str, init: str, x: torch.Tensor, draws: int = 8) -> list[flo
 def test_he_init_keeps_preactivation_std_within_a_factor_2_across_depth(cifar_images):
     """The preset network (10 hidden layers, ReLU) on real standardized CIFAR-10 images: with He init the
     expected pre-activation std (mean over weight draws) stays within a factor 2 from layer 1 to 10;
-    torch's default init shrinks it more than 4-fold (the issue measured 0.57 -> 0.135 over 4 layers).
+    torch's default init shrinks it more than 4-fold (measured when the init was chosen: 0.57 -> 0.135 over 4 layers).
     One draw of this narrow net (8 channels in stage 1) fluctuates more: max / min 2.2-4.2 over
     draws 0-3, the max-pools raising the second moment (docs/cifar/PLAN.md)."""
     he = _mean_stds("relu", "kaiming", cifar_images)

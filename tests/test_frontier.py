@@ -200,7 +200,7 @@ def test_baseline_converged_iff_the_last_doubling_gains_less_than_half_a_point(g
     assert one["frontier_analysis"]["baseline_converged"] is None
 
 
-def test_report_schema_of_issue_19_item_7():
+def test_frontier_section_schema_in_report_json():
     sec = analyze(table({"baseline": (BASE, f_lin), "bn_x5": (doubling(375, 8), lambda b: f_lin(8 * np.asarray(b))),
                          "bn_baseline": (doubling(1500, 6), lambda b: f_lin(2 * np.asarray(b)))}, seeds=(0, 1)))
     data = json.loads(json.dumps(sec))  # JSON-serializable as it is

@@ -28,7 +28,7 @@ def test_full_default_runs_bn_beats_no_bn(run_bnexp, tmp_path):
     plain, plain_metrics = runs[False]
     for s in (bn, plain):
         assert s["status"] == "finished" and s["step"] == 50_000
-    # The acceptance numbers: BN >= 97.5%, plain >= 94%, and BN reaches 95% first.
+    # The acceptance numbers of the Fig. 1 reproduction: BN >= 97.5%, plain >= 94%, and BN reaches 95% first.
     assert bn["final_test_accuracy"] >= 0.975, bn
     assert plain["final_test_accuracy"] >= 0.94, plain
     assert bn["steps_to_target"]["0.95"] is not None

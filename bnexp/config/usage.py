@@ -24,12 +24,13 @@ Config groups:
 Top-level switches: {bn}  act=sigmoid|relu  lr=FLOAT  seed=INT
 Examples:
   bnexp train
-  bnexp train model=cnn bn=true act=relu lr=0.05     (50,000 CNN steps: ~20 min on 2 CPU cores)
+  bnexp train model=cnn bn=true act=relu lr=0.05     (50,000 CNN steps: ~22 min on 2 CPU cores)
   bnexp train model=cnn trainer.max_steps=5000       (~2 min on 2 CPU cores)
   {sweep}
   bnexp train experiment=bn_x5 scale=cpu data.verify_checksums=false    (CIFAR-10, paper Sec. 4.2)
   bnexp train logger=[tensorboard,csv,mlflow]        (TensorBoard, scalars.csv and a local MLflow store)
-Sweep scripts: scripts/reproduce_mnist.sh, scripts/reproduce_cifar.sh, scripts/ics_study.sh
+Sweep scripts: scripts/reproduce_all.sh (the paper, in order), reproduce_mnist.sh, reproduce_cifar.sh,
+  ics_study.sh, study.sh NAME (DRY_RUN=1 prints the plan and the estimated wall time)
 Data: data.root=PATH or BNEXP_DATA_ROOT=PATH (default ~/.cache/bnexp/data); data.download=true fetches.
 Outputs: outputs/runs/... and outputs/sweeps/...; view with: tensorboard --logdir outputs
 """

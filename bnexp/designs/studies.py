@@ -50,7 +50,7 @@ EXAMPLES = 240_000            # 4 epochs of MNIST's 60,000 training images
 EVAL_EXAMPLES = 6_000         # an evaluation every 6,000 examples: 40 per run
 BATCH_RATES = {2: (0.15, 0.3, 0.6, 1.2, 2.4), 4: (0.225, 0.45, 0.9, 1.8, 3.6), 16: (0.45, 0.9, 1.8, 3.6, 7.2),
                60: (0.9, 1.8, 3.6, 5.4, 7.2, 14.4), 256: (1.8, 3.6, 7.2, 14.4, 28.8)}
-BATCH_SIZES = tuple(BATCH_RATES)   # of the 2, 4, 8, 16, 32, 60, 128, 256
+BATCH_SIZES = tuple(BATCH_RATES)   # the mini-batch sizes m of docs/studies/PLAN.md
 GHOST_SIZES = (2, 4)          # ghost BN at m = 60 (on the m = 60 grid): statistics of 2 or 4 examples, gradient of 60
 MOMENTA = (0.1, 0.01)         # bn.momentum of the running averages (torch's convention: new = 0.9 old + 0.1 batch)
 TUNING_MOMENTUM = 0.1         # inference_statistics tunes at 0.1; training does not depend on the momentum
