@@ -210,7 +210,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     from bnexp.config.schema import validate
     from bnexp.errors import Interrupted
     from bnexp.runfolders import start
-    from bnexp.runfolders.resumecmd import resume_hint
+    from bnexp.runfolders.resumecmd import resume_hint, sweep_resume_command
     from bnexp.runfolders.sweepjobs import FailedRun
     from bnexp.train import replica_endings
 
@@ -262,7 +262,9 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             print_summary(summary)
         return summary
     except Interrupted as exc:
-        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {resume_hint(run_dir, overrides)}")
+        sweep = sweep_resume_command(run_dir) if multirun else None
+        hint = f"Resume the sweep with: {sweep}" if sweep else resume_hint(run_dir, overrides)
+        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
         lock = _interrupted_before_training(run_dir, cfg, fresh, lock, overrides)

@@ -263,3 +263,38 @@ def test_ctrl_c_prints_the_command_that_resumes_the_same_run(run_bnexp, tmp_path
     assert whole.returncode == 0, whole.stderr
     expected = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert resumed["final_test_accuracy"] == expected["final_test_accuracy"]
+    # every evaluation and the final weights, not only the last accuracy (this plain net is still near chance)
+    assert _strip_wall(read_jsonl(run_dir / "metrics.jsonl")) == _strip_wall(read_jsonl(tmp_path / "whole" / "metrics.jsonl"))
+    a, b = _final_state(run_dir)["model"], _final_state(tmp_path / "whole")["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_sweep_prints_the_command_that_resumes_the_whole_sweep(run_bnexp, tmp_path, data_root):
+    """Ctrl-C of a sweep: the printed command is the sweep's (its overrides, ``-m`` and hydra.sweep.dir), not one
+    job's; run from another folder it finishes every job, the interrupted one from its checkpoint."""
+    import re
+    import shlex
+
+    sweep = tmp_path / "my sweep"
+    args = ["train", "-m", "bn=true,false", "seed=3", *FAST, "trainer.max_steps=4000", "trainer.eval_every=500",
+            "trainer.ckpt_every=100000", f"hydra.sweep.dir={sweep}"]
+    p = spawn_bnexp(data_root, tmp_path, *args)
+    wait_for(lambda: any(len(read_jsonl(m)) >= 2 for m in sweep.glob("*/metrics.jsonl")))
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    m = re.search(r"Resume the sweep with: (.+)$", err, re.MULTILINE)
+    assert m, err
+    command = shlex.split(m.group(1))
+    assert command[:3] == ["bnexp", "train", "-m"] and "bn=true,false" in command
+    assert f'hydra.sweep.dir="{sweep.absolute()}"' in command and not any("hydra.mode" in c for c in command)
+    stopped = {d.name: json.loads((d / "summary.json").read_text()) for d in sweep.iterdir() if d.is_dir()}
+    assert any(s["status"] == "interrupted" for s in stopped.values()), stopped
+    (tmp_path / "elsewhere").mkdir()
+    r = run_bnexp(*command[1:], cwd=tmp_path / "elsewhere")
+    assert r.returncode == 0, r.stderr
+    done = {d.name: json.loads((d / "summary.json").read_text()) for d in sweep.iterdir() if d.is_dir()}
+    assert sorted(done) == ["bn=false", "bn=true"] and all(s["status"] == "finished" for s in done.values())
+    assert any(s.get("resumed_from_step") for s in done.values())
+    assert not list((tmp_path / "elsewhere").rglob("summary.json"))  # nothing started outside the sweep

@@ -1,9 +1,12 @@
-"""The command that resumes one run folder, printed when a run stops early (Ctrl-C, SIGTERM, a full disk).
+"""The command that resumes one run folder, or a whole sweep, printed when a run stops early (Ctrl-C,
+SIGTERM, a full disk).
 
 A plain re-run of ``bnexp train ...`` does not resume: Hydra names a new, timestamped run folder
 each time (``hydra.run.dir`` in ``conf/config.yaml``). The command that resumes a run is its own
 overrides plus ``hydra.run.dir=<its folder>``: ``trainer.resume=null`` (the default) continues an
-unfinished run found in the run folder (:func:`bnexp.cli.run_job`).
+unfinished run found in the run folder (:func:`bnexp.cli.run_job`). A sweep (``-m``) is resumed by its
+own command with ``hydra.sweep.dir=<its folder>``: every job then finds its folder again, skips it when
+complete and resumes it when interrupted (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -41,6 +44,32 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
     args = [_QUOTED_BN.sub(r"\1\2", o) for o in (overrides or [])]
     args.append(f"hydra.run.dir={_hydra_value(str(Path(run_dir).absolute()))}")
     return "bnexp train " + " ".join(shlex.quote(a) for a in args)
+
+
+def sweep_resume_command(run_dir: Path | str) -> str | None:
+    """The shell command that resumes the sweep ``run_dir`` belongs to: ``bnexp train -m`` with the sweep's
+    overrides and Hydra overrides as its ``multirun.yaml`` holds them (in the nearest folder above ``run_dir``
+    that has one), less those bnexp and ``-m`` add (``hydra.mode``, ``hydra.output_subdir``, the output subdir's
+    ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). None when no readable multirun.yaml is found.
+    """
+    from omegaconf import OmegaConf
+
+    from bnexp.runfolders.start import OUTPUT_SUBDIR_ENV
+
+    sweep = next((p for p in Path(run_dir).absolute().parents if (p / "multirun.yaml").is_file()), None)
+    if sweep is None:
+        return None
+    try:
+        cfg = OmegaConf.load(sweep / "multirun.yaml")
+        task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task") or []]
+        hydra = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.hydra") or []]
+    except Exception:  # unreadable yaml: the caller says how to resume the one run instead
+        return None
+    added = ("hydra.mode=", "hydra.sweep.dir=", "hydra.output_subdir=", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}=")
+    args = [re.sub(r"'(true|false)'", r"\1", o) if o.lstrip("+~").startswith("bn=") else o for o in task]
+    args += [o for o in hydra if not o.startswith(added)]
+    args.append(f"hydra.sweep.dir={_hydra_value(str(sweep))}")
+    return "bnexp train -m " + " ".join(shlex.quote(a) for a in args)
 
 
 def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with") -> str:
