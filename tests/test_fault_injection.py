@@ -264,7 +264,8 @@ def test_ctrl_c_prints_the_command_that_resumes_the_same_run(run_bnexp, tmp_path
     expected = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert resumed["final_test_accuracy"] == expected["final_test_accuracy"]
     # every evaluation and the final weights, not only the last accuracy (this plain net is still near chance)
-    assert _strip_wall(read_jsonl(run_dir / "metrics.jsonl")) == _strip_wall(read_jsonl(tmp_path / "whole" / "metrics.jsonl"))
+    records = [_strip_wall(read_jsonl(d / "metrics.jsonl")) for d in (run_dir, tmp_path / "whole")]
+    assert records[0] == records[1]
     a, b = _final_state(run_dir)["model"], _final_state(tmp_path / "whole")["model"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -135,8 +135,7 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and bnexp's
     quotes dropped; seeds, result-neutral keys and the run-length keys of :func:`schedule_keys_to_drop` left
-    out). {} when a configuration has no readable overrides
-    or two configurations would read alike."""
+    out). {} when a configuration has no readable overrides or two configurations would read alike."""
     from bnexp.runfolders.rundir import run_overrides
 
     per: dict[str, dict[str, str]] = {}
@@ -160,10 +159,10 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     return labels
 
 
-def family_color(family: str | None, shade: float = 0.75) -> tuple:
-    """The RGBA colour at ``shade`` (0..1, darker when higher) of a colour family (:data:`FAMILY`; greys for an
-    unknown one)."""
-    return tuple(pyplot().get_cmap(FAMILY.get(family, "Greys"))(shade))
+def family_color(name: str | None, shade: float = 0.75) -> tuple:
+    """The RGBA colour at ``shade`` (0..1, darker when higher) of the colour family ``name`` (:data:`FAMILY`;
+    greys for an unknown one)."""
+    return tuple(pyplot().get_cmap(FAMILY.get(name, "Greys"))(shade))
 
 
 def _shade_key(group: ConfigGroup) -> tuple:

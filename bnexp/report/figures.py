@@ -200,7 +200,8 @@ def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
     return min(runs, key=seed_order) if runs else None
 
 
-def figure_rows(groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
+def figure_rows(groups: list[ConfigGroup],
+                ignore: tuple[str, ...] = ()) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
     """(column names, rows as {column: configuration}) of the percentile figure: one row per
     setting (:func:`pair_key` without the keys ``ignore``, e.g. ("lr",) where each ran at its own rate), one
     column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
@@ -209,7 +210,7 @@ def figure_rows(groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> tupl
     from bnexp.report.figstyle import family
     from bnexp.report.rules import normalizer
 
-    def plain_first(g: ConfigGroup) -> bool:
+    def ghost_last(g: ConfigGroup) -> bool:
         return normalizer(g.config) == "ghost"
 
     order = ["no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration"]
@@ -217,7 +218,7 @@ def figure_rows(groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> tupl
     columns = [c for c in order if c in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
-    for g in sorted(groups, key=plain_first):
+    for g in sorted(groups, key=ghost_last):
         col, pk = family(g) or "configuration", pair_key(g, ignore)
         idx = next((i for i in row_of.get(pk, []) if col not in rows[i]), None)
         if idx is None:
@@ -283,8 +284,8 @@ def percentiles_figure(report: Report):
         ax.set_axis_off()
         return fig
     ncol = len(columns)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(max((4.6 if ncol < 4 else 3.6) * ncol, 6.5), 2.9 * len(rows) + 1.3),
-                             squeeze=False)
+    width_in = max((4.6 if ncol < 4 else 3.6) * ncol, 6.5)  # four families (the normalizer study) still fit
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(width_in, 2.9 * len(rows) + 1.3), squeeze=False)
     handles: list = []
     labels: list[str] = []
     for row, ax_row in zip(rows, axes):
@@ -294,8 +295,8 @@ def percentiles_figure(report: Report):
             if g is None:
                 ax.set_visible(False)
                 continue
-            label = named.get(g.key, st[g.key].label) + (f" (no run {' or '.join(MISSING[c] for c in missing)} with these "
-                                       "settings)" if missing else "")
+            label = named.get(g.key, st[g.key].label) + (
+                f" (no run {' or '.join(MISSING[c] for c in missing)} with these settings)" if missing else "")
             if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
                 ax.set_axis_off()
                 continue
