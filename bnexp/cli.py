@@ -432,8 +432,8 @@ def train_main(args: list[str]) -> int:
     from bnexp.runfolders.sweepjobs import sweep_failures
 
     if not CONF_DIR.is_dir():
-        raise UserError(f"the config folder {CONF_DIR} is missing: install bnexp from its source checkout "
-                        "with pip install -e .")
+        raise UserError(f"the config folder {CONF_DIR} is missing: reinstall bnexp from its source checkout "
+                        "(pip install . or pip install -e .)")
     flags, args = _parse_flags(hydra_overrides(args))
     parse_overrides(flags.overrides)  # Hydra's grammar, with hints; a key given twice is refused
     if flags.help:

@@ -358,7 +358,9 @@ def register_configs() -> None:
 register_configs()
 
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# the checkout's conf/ (an editable install, tests, scripts), else the copy a wheel ships as bnexp/conf (setup.py)
+_CHECKOUT_CONF, _SHIPPED_CONF = (Path(__file__).resolve().parents[i] / "conf" for i in (2, 1))
+CONF_DIR = _CHECKOUT_CONF if _CHECKOUT_CONF.is_dir() or not _SHIPPED_CONF.is_dir() else _SHIPPED_CONF
 
 
 def quote_bn_overrides(args: list[str]) -> list[str]:
