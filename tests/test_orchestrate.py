@@ -423,8 +423,10 @@ def test_one_ctrl_c_stops_reproduce_mnist(tmp_path, data_root, how):
     runs interrupted with their checkpoints, nothing left running, and no later block started (no run folder
     without BN)."""
     sweep = tmp_path / "sweep"
-    # the scripts' default launcher (hydra/launcher=stacked): two lone-run stacks in two loky workers
-    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    # the scripts' default launcher (hydra/launcher=stacked): two lone-run stacks in two loky workers; runs that
+    # cannot end before the signal, however slowly the second worker starts (this test resumes nothing)
+    endless = tuple("trainer.max_steps=10000000" if a.startswith("trainer.max_steps=") else a for a in MNIST_ARGS)
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *endless, SWEEP_DIR=str(sweep), JOBS="2")
     code, err = _stop(p, tag, sweep, how)
     assert code == (130 if how == "SIGINT-group" else 143) and "Traceback" not in err, err[-3000:]
     assert len(_interrupted_runs(sweep)) == 2
