@@ -173,13 +173,12 @@ def test_every_third_party_import_is_a_runtime_dependency():
 def test_a_wheel_ships_the_configs_and_trains_from_any_folder(tmp_path, data_root):
     """`pip install .` (a wheel, not an editable install) carries conf/ as bnexp/conf (setup.py), so bnexp runs
     with no checkout: a bad value is refused by name and a 10-step run finishes."""
+    import importlib.util
     import os
+    import shutil
     import subprocess
     import sys
     import zipfile
-
-    import importlib.util
-    import shutil
 
     setuptools = pytest.importorskip("setuptools")  # no download: the wheel is built with the installed setuptools
     version = tuple(int(x) for x in setuptools.__version__.split(".")[:2])

@@ -13,10 +13,11 @@ import re
 import numpy as np
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, legend_below, legend_title, pyplot, refs, schedule_keys_to_drop,
-                                   style_note, styles, wrap_title)
+from bnexp.report.figstyle import (STEP_LABEL, family, legend_below, legend_title, pyplot, refs,
+                                   schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
 from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
+from bnexp.report.rules import normalizer, normalizer_label
 from bnexp.report.stats import band_keys, config_stability, numeric
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
@@ -72,7 +73,6 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
     group keeps only its runs on the evaluation seeds (the seeds the claims score; a tuning seed that ran at
     the chosen rate is left out), and the note says so."""
     from bnexp.report.best_rate import init_of
-    from bnexp.report.rules import normalizer_label
 
     study = report.data.get("study") or {}
     if study.get("tuning_seeds"):  # a held-out study: the configurations its evaluation seeds ran
@@ -207,9 +207,6 @@ def figure_rows(groups: list[ConfigGroup],
     column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
     configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
     batches) takes the row with no BN."""
-    from bnexp.report.figstyle import family
-    from bnexp.report.rules import normalizer
-
     def ghost_last(g: ConfigGroup) -> bool:
         return normalizer(g.config) == "ghost"
 
