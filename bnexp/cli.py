@@ -32,6 +32,8 @@ from bnexp.errors import UserError
 from bnexp.runfolders.paths import check_output_location  # noqa: F401  (standard library only; was defined here)
 
 log = logging.getLogger("bnexp")
+#: the sweep resume commands this process has printed (a stack's interrupted runs print it once)
+_SWEEPS_TOLD: set[str | None] = set()
 
 def _hydra_train():
     import hydra
@@ -264,6 +266,9 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     except Interrupted as exc:
         sweep = sweep_resume_command(run_dir) if multirun else None
         hint = f"Resume the sweep with: {sweep}" if sweep else resume_hint(run_dir, overrides)
+        if sweep and sweep in _SWEEPS_TOLD:  # a stack's runs stop together: the sweep's command once, not per run
+            hint = "The sweep's resume command is above."
+        _SWEEPS_TOLD.add(sweep)
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:

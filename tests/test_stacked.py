@@ -252,10 +252,13 @@ def test_stacked_sweep_writes_ordinary_run_folders_and_resumes_after_a_kill(tmp_
     runs = lambda: [d for d in sweep.glob("lr=*") if d.is_dir()]  # noqa: E731
     wait_for(lambda: len(runs()) == 4 and all((d / "checkpoint.pt").exists() for d in runs()), timeout=600)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode != 0
-    statuses = {strict_json((d / "summary.json").read_text())["status"] for d in runs()}
-    assert statuses <= {"interrupted", "finished"}
+    statuses = {d.name: strict_json((d / "summary.json").read_text())["status"] for d in runs()}
+    assert set(statuses.values()) <= {"interrupted", "finished"}
+    stopped = [name for name, s in statuses.items() if s == "interrupted"]
+    assert all(f"checkpoint saved in {sweep / name}" in err for name in stopped), err[-3000:]
+    assert err.count("Resume the sweep with:") == 1, err[-3000:]  # once for the stack, not once per run
     r = run_bnexp(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     summaries = {d.name: strict_json((d / "summary.json").read_text()) for d in runs()}
