@@ -219,6 +219,9 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
     assert typed_labels([a, c]) == {"a": "bn=false lr=0.5 trainer.max_steps=3000",
                                     "c": "experiment=bn_x5 scale.base_lr=0.05"}
     assert typed_labels([a, group("d", "bn='false'", "lr=0.5", "seed=2", "trainer.max_steps=3000")]) == {}
+    # the user's own quotes stay as typed; only the ones bnexp puts around bn's true/false go
+    e, f = (group(k, "bn='false'", "seed=1", f"model.name={v}") for k, v in (("e", "'mlp'"), ("f", "cnn")))
+    assert typed_labels([e, f]) == {"e": "model.name='mlp'", "f": "model.name=cnn"}
     # a budget ladder (the CIFAR-10 frontier): the run-length keys set from the budget are left out, the budget
     # stays; a run-length key that does not follow the budget stays too
     ladder = [group(f"{p}{b}", f"+experiment={p}", f"trainer.max_steps={b}", f"optim.decay_steps={b // 5}",

@@ -133,9 +133,10 @@ def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) ->
 
 def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
-    values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and bnexp's
-    quotes dropped; seeds, result-neutral keys and the run-length keys of :func:`schedule_keys_to_drop` left
-    out). {} when a configuration has no readable overrides or two configurations would read alike."""
+    values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and the
+    quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, result-neutral keys and the
+    run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable overrides or two configurations would read alike."""
+    from bnexp.runfolders.resumecmd import as_typed
     from bnexp.runfolders.rundir import run_overrides
 
     per: dict[str, dict[str, str]] = {}
@@ -145,9 +146,9 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
             return {}
         kv = {}
         for o in found:
-            key, _, value = o.lstrip("+~").partition("=")
+            key, _, value = as_typed(o).lstrip("+~").partition("=")
             if key and not key.startswith(UNTOLD):
-                kv[key] = value.replace("'", "").replace('"', "")
+                kv[key] = value
         per[g.key] = kv
     keys = list(dict.fromkeys(k for kv in per.values() for k in kv))
     varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]

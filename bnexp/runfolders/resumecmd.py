@@ -19,7 +19,7 @@ _BN = re.compile(r"^([+~]{0,2}bn=)(.*)$")
 _PLAIN = re.compile(r"^[A-Za-z0-9_./+-]+$")  # a value Hydra's override grammar reads as it is
 
 
-def _as_typed(override: str) -> str:
+def as_typed(override: str) -> str:
     """An override as the user types it: without the quotes bnexp puts around ``bn``'s true/false values for
     Hydra (:func:`bnexp.config.schema.quote_bn_overrides`); ``bn='true','false'`` -> ``bn=true,false``."""
     m = _BN.match(override)
@@ -47,7 +47,7 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
         each argument quoted for a POSIX shell only where it needs it, the folder also for Hydra's
         grammar when its name holds ``=``, ``,`` or other special characters.
     """
-    args = [_as_typed(o) for o in (overrides or [])]
+    args = [as_typed(o) for o in (overrides or [])]
     args.append(f"hydra.run.dir={_hydra_value(str(Path(run_dir).absolute()))}")
     return "bnexp train " + " ".join(shlex.quote(a) for a in args)
 
@@ -72,7 +72,7 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     except Exception:  # unreadable yaml: the caller says how to resume the one run instead
         return None
     added = ("hydra.mode=", "hydra.sweep.dir=", "hydra.output_subdir=", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}=")
-    args = [_as_typed(o) for o in task]
+    args = [as_typed(o) for o in task]
     args += [o for o in hydra if not o.startswith(added)]
     args.append(f"hydra.sweep.dir={_hydra_value(str(sweep))}")
     return "bnexp train -m " + " ".join(shlex.quote(a) for a in args)
