@@ -35,6 +35,7 @@ log = logging.getLogger("bnexp")
 #: the sweep resume commands this process has printed (a stack's interrupted runs print it once)
 _SWEEPS_TOLD: set[str | None] = set()
 
+
 def _hydra_train():
     import hydra
     from hydra.core.hydra_config import HydraConfig

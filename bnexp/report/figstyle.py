@@ -135,7 +135,8 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and the
     quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, result-neutral keys and the
-    run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable overrides or two configurations would read alike."""
+    run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable
+    overrides or two configurations would read alike."""
     from bnexp.runfolders.resumecmd import as_typed
     from bnexp.runfolders.rundir import run_overrides
 
