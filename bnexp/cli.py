@@ -33,7 +33,7 @@ from bnexp.runfolders.paths import check_output_location  # noqa: F401  (standar
 
 log = logging.getLogger("bnexp")
 #: the sweep resume commands this process has printed (a stack's interrupted runs print it once)
-_SWEEPS_TOLD: set[str | None] = set()
+_SWEEPS_TOLD: set[str] = set()
 
 
 def _hydra_train():
@@ -266,10 +266,13 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
         return summary
     except Interrupted as exc:
         sweep = sweep_resume_command(run_dir) if multirun else None
-        hint = f"Resume the sweep with: {sweep}" if sweep else resume_hint(run_dir, overrides)
-        if sweep and sweep in _SWEEPS_TOLD:  # a stack's runs stop together: the sweep's command once, not per run
+        if sweep in _SWEEPS_TOLD:  # a stack's runs stop together: the sweep's command once, not per run
             hint = "The sweep's resume command is above."
-        _SWEEPS_TOLD.add(sweep)
+        elif sweep:
+            _SWEEPS_TOLD.add(sweep)
+            hint = f"Resume the sweep with: {sweep}"
+        else:
+            hint = resume_hint(run_dir, overrides)
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
+from bnexp.runfolders.resumecmd import as_typed
+from bnexp.runfolders.rundir import run_overrides
 
 STEP_LABEL = "training step (SGD updates)"
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
@@ -137,9 +139,6 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, result-neutral keys and the
     run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable
     overrides or two configurations would read alike."""
-    from bnexp.runfolders.resumecmd import as_typed
-    from bnexp.runfolders.rundir import run_overrides
-
     per: dict[str, dict[str, str]] = {}
     for g in groups:
         found = next((o for o in (run_overrides(r.path) for r in g.runs) if o is not None), None)
