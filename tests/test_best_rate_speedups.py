@@ -276,6 +276,20 @@ def test_held_out_tuning_chooses_on_tuning_seeds_and_scores_only_evaluation_seed
     assert "Held-out tuning" in md and "Tuning grid (seeds 100, 101, 102" in md and "**4: 0/3 failed, 1,000**" in md
 
 
+def test_the_claims_table_of_a_held_out_sweep_scores_only_the_evaluation_seeds(held_out):
+    """BN and no BN both ran at lr 1 on the tuning seeds (95% at 1,500 and 4,000 steps) and on the evaluation
+    seeds (250 and 4,000): the equal-rate claim "BN trains in fewer steps" pairs the evaluation seeds alone,
+    4,000 / 250 = 16 on each, never a tuning seed's 4,000 / 1,500 (docs/mnist/PLAN.md: only these runs are
+    scored); lr 2 and lr 4 ran one network each, so they make no claim."""
+    rep, md = held_out
+    steps = [c for c in rep.data["claims"] if c["name"] == "BN trains in fewer steps"]
+    assert [c["setting"] for c in steps] == ["lr=1"] and steps[0]["target"] == 0.95
+    assert {int(k): v for k, v in steps[0]["per_seed"].items()} == pytest.approx({s: 16.0 for s in range(5)})
+    assert steps[0]["n"] == 5 and steps[0]["verdict"] == SUPPORTED
+    assert {int(k) for c in rep.data["claims"] for k in c["per_seed"]} == {0, 1, 2, 3, 4}
+    assert "**Held-out sweep:** only the runs on the evaluation seeds 0, 1, 2, 3, 4 are scored here" in md
+
+
 def test_the_accuracy_figure_of_a_held_out_sweep_shows_each_network_at_its_rate_for_95(held_out):
     """The figure compares BN and no BN as the claims do: BN at lr 4 and no BN at lr 2 (their 95% choices),
     not every rate of the grids (BN lr 1 also ran on the evaluation seeds)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,19 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
     }
 
 
+def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
+                tuning_seeds: Collection[int]) -> tuple[list[ConfigGroup], pd.DataFrame]:
+    """The configurations and per-run rows (:attr:`Report.table`) that the claims table may score. In a held-out
+    sweep (docs/mnist/PLAN.md: the rates chosen on ``tuning_seeds``, fresh runs on the evaluation seeds), only
+    the evaluation seeds' runs are scored: a tuning seed picked the rate, so scoring it again would bias the
+    claim, and pairing it with evaluation seeds would mix the two; a configuration run on tuning seeds alone has
+    no claim. Without tuning seeds (the one-stage design), every run."""
+    if not tuning_seeds:
+        return groups, table
+    scored = [g for g in groups if any(r.seed not in tuning_seeds for r in g.runs)]
+    return scored, table[~table["seed"].isin(list(tuning_seeds))]
+
+
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
     and claim: the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`), the
@@ -139,6 +153,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         ics["noise_strength"] = noise_strength_section(groups, stats, table, targets, ignore)
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
+    held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "duplicate_runs": duplicates, "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
@@ -147,8 +162,9 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         # a held-out study's claims are its study section's: its configurations run at different rates, and a
         # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
         "claims": [] if study and study.get("tuning_seeds") else ics_claims(
-            groups, table, targets, progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore), "ics": ics,
-        "best_rate_speedups": speedups, **held_out_seeds(speedups),
+            *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
+            progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore), "ics": ics,
+        "best_rate_speedups": speedups, **held,
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
