@@ -23,6 +23,17 @@ def claims_cells(rows: list[dict]) -> list[dict]:
     return [dict(zip(cells(head), cells(line))) for line in body]
 
 
+@pytest.mark.parametrize("value, bound, strict, expected", [
+    (6.0, "exact", False, True), (4.0, "exact", False, False), (5.0, "exact", False, True), (5.0, "exact", True, False),
+    (6.0, "lower", False, True), (4.0, "lower", False, None),   # true >= 4: may be below 5 or above
+    (4.0, "upper", False, False), (6.0, "upper", False, None),  # true <= 6: may be above 5 or below
+    (5.0, "upper", True, False), (5.0, "lower", True, None),    # true <= 5 is never > 5; true >= 5 may equal it
+    (6.0, "unknown", False, None), (None, "exact", False, None)])
+def test_a_bound_decides_a_threshold_only_on_its_own_side(value, bound, strict, expected):
+    """Censored.above(5): what the true value's bound says about "above 5" (>= 5, or > 5 when strict)."""
+    assert Censored(value, bound).above(5.0, strict=strict) is expected
+
+
 def test_seed_interval_mean_std_and_t_interval_match_hand_and_scipy_values():
     x = [1.0, 2.0, 4.0]
     out = seed_interval(x)

@@ -225,12 +225,45 @@ def test_other_claims_use_the_same_machinery():
     sec = analyze(table({"baseline": (BASE, f_lin), "bn_x5": (doubling(375, 5), lambda b: f_lin(8 * np.asarray(b))),
                          "bn_x30": (doubling(375, 5), lambda b: f_lin(8 * np.asarray(b)) + 0.01),
                          "bn_x5_sigmoid": (doubling(375, 3), lambda b: f_lin(4 * np.asarray(b))),
-                         "baseline_sigmoid": (BASE[:2], chance)}))
+                         "baseline_sigmoid": (BASE[:3], chance)}))
     ma = sec["matched_accuracy"]
     assert ma["bn_x30"]["pass"] is True  # 1 point above bn_x5 at their largest common budget (6000)
     assert sec["frontier_analysis"]["speedup"]["bn_x30"]["x5_vs_x30"]["budget_steps"] == 6000
     assert ma["bn_x5_sigmoid"]["pass"] is True and ma["baseline_sigmoid"]["pass"] is True
     assert ma["baseline_sigmoid"]["speedup"] is None
+
+
+def test_does_not_train_is_decided_only_through_the_early_budget():
+    """PLAN.md: "does not train" is chance through 12k steps. A sigmoid ladder stopped at 6k (at chance so far)
+    decides nothing, for baseline_sigmoid nor for bn_x5_sigmoid's "trains where baseline_sigmoid does not";
+    at 12k it does; one rung above chance + 5 points refutes it at any budget."""
+    chance = lambda b: 0.1 + 0 * np.log2(b)  # noqa: E731
+    spec = {"baseline": (BASE, f_lin), "bn_x5_sigmoid": (doubling(375, 3), lambda b: f_lin(4 * np.asarray(b)))}
+    for ladder, expected in ((BASE[:2], None), (BASE[:3], True)):
+        for control in ("baseline_sigmoid", "baseline_x5"):
+            ma = analyze(table({**spec, control: (ladder, chance)}))["matched_accuracy"]
+            assert ma[control]["pass"] is expected
+        ma = analyze(table({**spec, "baseline_sigmoid": (ladder, chance)}))["matched_accuracy"]
+        assert ma["bn_x5_sigmoid"]["pass"] is expected
+    ma = analyze(table({**spec, "baseline_sigmoid": (BASE[:1], lambda b: 0.2 + 0 * np.log2(b))}))["matched_accuracy"]
+    assert ma["baseline_sigmoid"]["pass"] is False and ma["bn_x5_sigmoid"]["pass"] is False
+
+
+def test_an_upper_bound_passes_no_rule_and_a_lower_bound_fails_none():
+    """The baseline's best at its smallest budget makes B_baseline(a*) at most 1,000, so S(a*) <= 5.52 decides
+    nothing about S >= 5 (it may be far below); a lower bound S >= 0.5 decides nothing about S > 1."""
+    base = (np.array([1000, 2000]), np.array([0.80, 0.79]))
+    x5 = (np.array([100, 200]), np.array([0.50, 0.85]))
+    rows = [{"preset": p, "budget_steps": int(b), "seed": 0, "final_test_accuracy": float(a),
+             "final_train_accuracy": float(a)} for p, (bs, accs) in (("baseline", base), ("bn_x5", x5))
+            for b, a in zip(bs, accs)]
+    m = analyze(pd.DataFrame(rows))["matched_accuracy"]["bn_x5"]
+    assert m["speedup"] == pytest.approx(5.52, abs=0.01) and m["pass"] is None
+    rows = [{"preset": p, "budget_steps": b, "seed": 0, "final_test_accuracy": a, "final_train_accuracy": a}
+            for p, pts in (("baseline", ((1000, 0.5), (2000, 0.8))), ("bn_baseline", ((4000, 0.85), (8000, 0.86))))
+            for b, a in pts]
+    m = analyze(pd.DataFrame(rows))["matched_accuracy"]["bn_baseline"]
+    assert m["speedup"] == pytest.approx(0.5) and m["speedup_is_lower_bound"] and m["pass"] is None
 
 
 # ----------------------------------------------------------------------------- loading a sweep folder

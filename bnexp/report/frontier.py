@@ -59,6 +59,7 @@ GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "con
 # "decided" and bnexp.report.sec42.control_verdict both read it)
 RATE_ALONE = 1.25
 BASELINE_CAP = {"cpu": 192000, "gpu": 160000}  # the baseline ladder's largest budget per scale (plan version 2)
+EARLY = 12000  # the CPU ladder's early budget: a net at chance through it does not train (PLAN.md, rule "chance")
 TOL = 1e-9  # accuracy >= a - TOL counts as reached
 BASELINE = "baseline"
 PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # the pass rule's verdict from bn_x5's "pass"
@@ -213,20 +214,40 @@ def last_gain(accs) -> float | None:
 # ----------------------------------------------------------------------------- the section
 
 
+def speedup_pass(preset: str, speedup: float | None, bound: str | None) -> bool | None:
+    """The pass rule of ``bn_x5`` (S(a*) >= :data:`PASS_FACTOR`) or ``bn_baseline`` (S(a*) > 1) on one S(a*), a
+    seed mean's or a seed's: False where the preset never reaches a* (no speedup); a bound decides only on its
+    side (:meth:`bnexp.report.rules.Censored.above`: a lower bound below the threshold, an upper bound above it
+    or bounds on both sides are None, undecided)."""
+    if speedup is None:
+        return False
+    s = Censored(speedup, bound or "exact")
+    return s.above(PASS_FACTOR - TOL) if preset == "bn_x5" else s.above(1.0, strict=True)
+
+
+def trains(best: float, last_budget: int) -> bool | None:
+    """Whether a preset trains (PLAN.md, ladder rules "trains" and "chance"): True once its best accuracy is above
+    chance + 5 points (:data:`bnexp.report.rules.CHANCE`); False when it stays at or below that through
+    :data:`EARLY` steps (``last_budget``: its ladder's largest budget); None while the ladder is short of it."""
+    return True if best > CHANCE else (False if last_budget >= EARLY else None)
+
+
 def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | None) -> bool | None:
-    best = presets[preset]["best"]
-    if preset == "bn_x5":  # S(a*) >= 5; a lower bound below 5 decides nothing
-        ok = s is not None and s["speedup"] is not None and s["speedup"] >= PASS_FACTOR - TOL
-        return True if ok else (None if s and s["bound"] == "lower" else False)
-    if preset == "bn_baseline":
-        return bool(s and s["speedup"] is not None and s["speedup"] > 1)
+    def no(p):  # "does not train", None while undecided
+        t = trains(presets[p]["best"], presets[p]["budgets"][-1])
+        return None if t is None else not t
+
+    if preset in ("bn_x5", "bn_baseline"):
+        return speedup_pass(preset, s and s["speedup"], s and s["bound"])
     if preset == "bn_x30":
         return None if x5_vs_x30 is None else bool(x5_vs_x30[1] > x5_vs_x30[0])
-    if preset == "bn_x5_sigmoid":
-        ref = presets.get("baseline_sigmoid")
-        return None if ref is None else bool(best > CHANCE and ref["best"] <= CHANCE)
+    if preset == "bn_x5_sigmoid":  # trains where baseline_sigmoid does not: False if either side is False
+        if "baseline_sigmoid" not in presets:
+            return None
+        both = (trains(presets[preset]["best"], presets[preset]["budgets"][-1]), no("baseline_sigmoid"))
+        return False if False in both else (None if None in both else True)
     if preset in ("baseline_sigmoid", "baseline_x5"):
-        return bool(best <= CHANCE)
+        return no(preset)
     return None
 
 

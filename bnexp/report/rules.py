@@ -90,6 +90,17 @@ class Censored:
         bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
         return Censored(self.value / other.value, bound, self.why or other.why)
 
+    def above(self, threshold: float, strict: bool = False) -> bool | None:
+        """Whether the true value lies above ``threshold`` (``>`` if ``strict``, else ``>=``), as far as the bound
+        says: an exact value decides both ways; a lower bound decides only where it already lies above (True),
+        an upper bound only where it already lies below (False); None otherwise, and without a value."""
+        if self.value is None or self.bound == "unknown":
+            return None
+        hit = self.value > threshold if strict else self.value >= threshold
+        if self.bound == "exact":
+            return hit
+        return (True if hit else None) if self.bound == "lower" else (None if hit else False)
+
     def text(self, digits: int = 2, unit: str = "x", missing: str = "not reached") -> str:
         """">= 3.00x" (a lower bound), "<= 0.50x" (upper), "~3.00x (both bounds)" (unknown), "2.50x" or
         ``missing`` without a value."""

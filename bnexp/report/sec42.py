@@ -26,12 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bnexp.report.frontier import (BASELINE, BASELINE_CAP, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach, pct,
-                                   speedup_text)
+from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach,
+                                   pct, seed_bounds, speedup_pass, speedup_text, trains)
 from bnexp.report.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
-EARLY = 12000  # the CPU ladder's early budget: a net at chance by then stops (PLAN.md, rule "chance")
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
 LADDERS_HEAD = "ladders ("  # the line above the stop rules in ladders.txt
 # paper Sec. 4.2.2 (Inception on ImageNet; Table 2 and Figure 3): steps to Inception's 72.2% and max accuracy
@@ -201,8 +200,9 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
         elif p in ("bn_x5", "bn_baseline"):
             bound = ((fa["speedup"].get(p) or {}).get("headline") or {}).get("bound")
             value = f"S(a*) = {speedup_text(m.get('speedup'), bound)}"
-            need = (lambda v: v >= 5 - TOL) if p == "bn_x5" else (lambda v: v > 1)  # noqa: E731
-            per = [{"seed": int(s), "value": speedup_text(v), "pass": None if v is None else bool(need(v))}
+            bounds = seed_bounds(section, p)
+            per = [{"seed": int(s), "value": speedup_text(v, bounds.get(s)),
+                    "pass": None if v is None else speedup_pass(p, v, bounds.get(s))}
                    for s, v in (m.get("speedup_per_seed") or {}).items()]
         elif p == "bn_x30":
             x = (fa["speedup"].get(p) or {}).get("x5_vs_x30")
@@ -214,9 +214,10 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
                             "pass": None if None in (a30, a5) else bool(a30 > a5)})
         elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
             value = f"best {pct(best)}% (through {fa['presets'][p]['budgets'][-1]:,} steps)"
-            trains = p != "baseline_sigmoid"
-            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": bool((v > CHANCE) is trains)}
-                   for s, v in bests.items()]
+            last = fa["presets"][p]["budgets"][-1]
+            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": trains(v, last)} for s, v in bests.items()]
+            if p == "baseline_sigmoid":  # its claim: does not train
+                per = [dict(d, **{"pass": None if d["pass"] is None else not d["pass"]}) for d in per]
             if p == CONTROL:
                 per = [dict(d, **{"pass": None}) for d in per]
                 verdict = OUTCOME_WORDS[control["outcome"]] if control else "undecided"
