@@ -257,8 +257,12 @@ def test_an_upper_bound_passes_no_rule_and_a_lower_bound_fails_none():
     rows = [{"preset": p, "budget_steps": int(b), "seed": 0, "final_test_accuracy": float(a),
              "final_train_accuracy": float(a)} for p, (bs, accs) in (("baseline", base), ("bn_x5", x5))
             for b, a in zip(bs, accs)]
-    m = analyze(pd.DataFrame(rows))["matched_accuracy"]["bn_x5"]
+    sec = analyze(pd.DataFrame(rows))
+    m = sec["matched_accuracy"]["bn_x5"]
     assert m["speedup"] == pytest.approx(5.52, abs=0.01) and m["pass"] is None
+    from bnexp.report.sec42 import paper_claims
+    (seed,) = next(r for r in paper_claims(sec) if r["preset"] == "bn_x5")["per_seed"]
+    assert seed["value"] == "<= 5.52x" and seed["pass"] is None
     rows = [{"preset": p, "budget_steps": b, "seed": 0, "final_test_accuracy": a, "final_train_accuracy": a}
             for p, pts in (("baseline", ((1000, 0.5), (2000, 0.8))), ("bn_baseline", ((4000, 0.85), (8000, 0.86))))
             for b, a in pts]
