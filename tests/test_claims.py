@@ -69,6 +69,17 @@ def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     unknown = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "unknown")}
     row = evaluate(RATIO, unknown, scale="log")
     assert row["ci_low"] is None and row["ci_high"] is None and row["verdict"] == INCONCLUSIVE
+    assert row["std"] == pytest.approx(statistics.stdev([2.0, 2.5]))  # the unknown seed says nothing of the spread
+
+
+def test_seeds_where_neither_run_reached_the_target_show_no_mean_and_no_std():
+    """Both runs of every seed stopped at the same budget short of the target: each ratio is budget / budget = 1
+    bounded on both sides ("~1"), which says nothing; the row shows no mean and no std (not a std of 0 that reads
+    as "equally fast in every seed")."""
+    row = evaluate(RATIO, {s: Censored(1.0, "unknown") for s in range(3)}, scale="log")
+    assert row["mean"] is None and row["std"] is None and row["verdict"] == INCONCLUSIVE
+    cells = claims_cells([row])[0]
+    assert cells["per seed"] == "0: ~1, 1: ~1, 2: ~1" and cells["mean"] == "-" and cells["std (ddof=1)"] == "-"
 
 
 def test_seed_interval_degenerate_inputs():

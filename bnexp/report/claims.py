@@ -89,6 +89,15 @@ def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, Seed
     return vals, bounds, iv
 
 
+def claim_std(values: Mapping, bounds: Mapping) -> float | None:
+    """The sample std (:data:`bnexp.report.rules.DDOF`) of a claims row's per-seed values, on the row's raw scale
+    (ratios as ratios), over the seeds with a value whose side is known: a seed bounded on both sides
+    ("unknown", e.g. a ratio of two budgets where neither run reached the target) says nothing about the spread;
+    None with fewer than two such seeds. ``values`` and ``bounds`` are keyed alike (seeds as ints, or as
+    strings after a JSON round trip)."""
+    return stat([v for s, v in values.items() if v is not None and bounds.get(s) != "unknown"])["std"]
+
+
 def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
              premise: str | None = None, missing: str | None = None, scale: str = "raw") -> dict:
     """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict, reason.
@@ -105,14 +114,14 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
 
     Returns:
         dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper" | "unknown"}),
-        "n", "mean" (the estimate: the geometric mean for ratios), "std" (sample std of the per-seed values),
+        "n", "mean" (the estimate: the geometric mean for ratios), "std" (:func:`claim_std`),
         "ci_low", "ci_high" (None where open or n < 2), "interval"
         (:meth:`bnexp.report.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
         :data:`VERDICTS`), "reason" (one sentence).
     """
     vals, bounds, iv = seed_values(per_seed, scale)
     row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "n": iv.n if iv else 0,
-                           "mean": iv.estimate if iv else None, "std": stat(list(vals.values()))["std"],
+                           "mean": iv.estimate if iv else None, "std": claim_std(vals, bounds),
                            "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
                            "interval": iv.as_dict() if iv else None}
     bad, t, up = sorted(never_learned or []), claim.threshold, claim.direction == ">"
