@@ -75,7 +75,7 @@ def train_help(overrides: list[str]) -> str:
         lines.append(f"  {kv:<36} {text}" if len(kv) <= 36 else f"  {kv}\n  {'':<36} {text}")
     return (f"bnexp train: one training run (or a Hydra multirun with -m) of the Batch Normalization experiments.\n"
             f"Usage: bnexp train [-m] [key=value ...]     e.g.  bnexp train model=cnn bn=true act=relu lr=0.05\n"
-            f"(50,000 CNN steps: about 20 min on 2 CPU cores; add trainer.max_steps=5000 for about 2 min)\n\n"
+            f"(50,000 CNN steps: about 22 min on 2 CPU cores; add trainer.max_steps=5000 for about 2 min)\n\n"
             f"== Config groups ==  (choose one with group=option; experiment=NAME adds a CIFAR-10 preset; "
             f"logger=[tensorboard,csv,mlflow] combines loggers)\n{groups}\n\n"
             f"== Keys ==  (override any with key=value; shown with the values of the groups chosen: "
