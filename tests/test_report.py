@@ -764,3 +764,29 @@ def test_the_per_run_table_holds_every_number_under_one_rule(sweep):
     assert failed["status"] == "failed" and not failed["censored_0.95"] and not failed["left_chance"]
     first = s.reach(0.9).iloc[list(t.index).index("bn=true,lr=0.5,seed=0")]  # a target added on demand
     assert (first["steps"], first["censored"]) == (1000, False)  # 86.5% at step 900, 95% at 1,000
+
+
+def test_a_run_that_diverged_after_learning_ends_at_chance_for_every_section(tmp_path):
+    """A run at 90% that diverges at step 1,500: its best accuracy stays 90%, but the network it ended with has
+    non-finite weights, so its final test and train accuracy count as chance (1 / NUM_CLASSES) in the per-run
+    table, the configuration's statistics and the frontier alike, not its last evaluation before the divergence."""
+    from bnexp.report.frontier import runs_table
+    from bnexp.report.load import find_run_dirs, load_sweep
+    from bnexp.report.rules import NUM_CLASSES
+
+    make_run(tmp_path, "bn=true,lr=9,seed=0", bn=True, lr=9.0, seed=0, knots=[(0, 0.1), (500, 0.9)],
+             status="diverged", diverged_step=1500, experiment="bn_x5")
+    make_run(tmp_path, "bn=true,lr=9,seed=1", bn=True, lr=9.0, seed=1, knots=[(0, 0.1), (500, 0.9)],
+             experiment="bn_x5")
+    s = load_sweep(find_run_dirs(tmp_path))
+    t = s.table.set_index(s.table["path"].map(lambda p: Path(p).name))
+    gone, kept = t.loc["bn=true,lr=9,seed=0"], t.loc["bn=true,lr=9,seed=1"]
+    assert json.loads((tmp_path / "bn=true,lr=9,seed=0" / "summary.json").read_text())["final_test_accuracy"] == 0.9
+    assert gone["max_test_accuracy"] == pytest.approx(0.9) and gone["final_test_accuracy"] == 1 / NUM_CLASSES
+    assert kept["final_test_accuracy"] == pytest.approx(0.9)
+    rep = build_report(tmp_path)
+    (conf,) = rep.data["configurations"]
+    assert conf["final_test_accuracy"]["mean"] == pytest.approx((0.9 + 1 / NUM_CLASSES) / 2)
+    assert [r["final_test_accuracy"] for r in conf["seeds"]] == pytest.approx([1 / NUM_CLASSES, 0.9])
+    front = runs_table(s)
+    assert front.set_index("seed").loc[0, "final_test_accuracy"] == 1 / NUM_CLASSES

@@ -50,7 +50,7 @@ import pandas as pd
 
 from bnexp.report.fmt import render_template
 from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
-from bnexp.report.rules import CHANCE, CHANCE_TEXT, NUM_CLASSES, Censored
+from bnexp.report.rules import CHANCE, CHANCE_TEXT, Censored
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -96,12 +96,11 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
         warnings.warn(f"{r['path']}: status {st if isinstance(st, str) else None!r}, left out of the frontier "
                       "(re-run the sweep to complete it)")
     t = t[t["status"].isin(COMPLETE_STATUSES)]
-    diverged = (t["status"] == "diverged").to_numpy()
     col = lambda k: pd.to_numeric(t[k], errors="coerce") if k in t else pd.Series(math.nan, index=t.index)  # noqa: E731
-    return pd.DataFrame({
+    return pd.DataFrame({  # a diverged run is at chance in the per-run table already
         "preset": preset[t.index], "budget_steps": t["budget"].astype(int), "seed": t["seed"].fillna(0).astype(int),
-        "final_test_accuracy": col("final_test_accuracy").mask(diverged, 1 / NUM_CLASSES),
-        "final_train_accuracy": col("final_train_accuracy").mask(diverged, 1 / NUM_CLASSES), "status": t["status"],
+        "final_test_accuracy": col("final_test_accuracy"),
+        "final_train_accuracy": col("final_train_accuracy"), "status": t["status"],
         "lr": col("lr").fillna(col("summary.lr")), "base_lr": col("scale.base_lr"), "dropout": col("model.dropout"),
         "weight_decay": col("optim.weight_decay"), "run_dir": t["path"]}).reset_index(drop=True)
 
