@@ -108,3 +108,11 @@ def test_an_interrupted_single_run_gets_its_own_resume_command(tmp_path):
     assert build_report(run).data["seed_advice"] == (
         f"The sweep is unfinished: 1 run incomplete (run). Resume it with: bnexp train bn=true "
         f"trainer.max_steps=20000 hydra.run.dir={run}, then bnexp report {run}.")
+
+
+def test_a_complete_sweep_run_again_with_a_result_neutral_key_is_not_unfinished(tmp_path):
+    """Its resume command run once more with trainer.num_threads=1 skips every complete run, whose folders keep
+    the first call's overrides: no job is missing, so the advice is still the seeds'."""
+    root = _sweep(tmp_path, [(True, 0), (True, 1), (False, 0), (False, 1)])
+    (root / "multirun.yaml").write_text(MULTIRUN.format(root=root) + "    - trainer.num_threads=1\n")
+    assert " Add seed=2: " in build_report(root).data["seed_advice"]

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 from bnexp.runfolders.resumecmd import resume_command, sweep_resume_command
-from bnexp.runfolders.rundir import run_overrides
+from bnexp.runfolders.rundir import IGNORED_FOR_RESUME, run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
 
 MULTIRUN = "multirun.yaml"
@@ -18,14 +18,16 @@ NAMED = 3  # incomplete runs named in the advice; the rest are counted
 
 
 def job_key(overrides: list[str]) -> frozenset | None:
-    """One job's overrides as a comparable set of (key, value): ``hydra.*`` overrides left out, quotes and case
+    """One job's overrides as a comparable set of (key, value): ``hydra.*`` overrides and result-neutral keys
+    left out (:data:`bnexp.runfolders.rundir.IGNORED_FOR_RESUME`: a complete sweep run again with
+    ``trainer.num_threads=1`` skips its runs, whose folders keep the first call's overrides), quotes and case
     dropped (a job's ``bn='true'`` is ``bn=true``), a deletion's value None. None when Hydra's override
     grammar refuses them."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
         parsed = OverridesParser.create().parse_overrides(
-            [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))])
+            [o for o in overrides if not o.lstrip("+~").startswith((*IGNORED_FOR_RESUME, "hydra/"))])
         return frozenset((o.get_key_element(), None if o.is_delete() else
                           str(o.get_value_element_as_str()).strip("'\"").lower()) for o in parsed)
     except Exception:  # a grammar error: this run cannot be matched to a job
