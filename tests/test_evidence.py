@@ -124,7 +124,9 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
         d = make_ics_run(root, variant, 0.5, 0)
         (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     multirun = "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n    task: [{}]\n"
-    (root / "multirun.yaml").write_text(multirun.format("bn=noisy, 'bn.noise_scale=1,3', trainer.max_steps=20000"))
+    # the last call as its one run was started (a job of multirun.yaml that no folder holds is an unfinished
+    # sweep, which gets the command that resumes it instead: tests/test_report_unfinished.py)
+    (root / "multirun.yaml").write_text(multirun.format("bn=noisy, bn.noise_scale=3, seed=0, trainer.max_steps=20000"))
     advice = build_report(root).data["seed_advice"]
     # one command per call, as the script made them: BN and no BN form the grid bn=true,false
     assert advice.endswith(
@@ -137,7 +139,7 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
             job = yaml.safe_load((d / ".hydra" / "overrides.yaml").read_text())
             job = [o for o in job if not o.startswith("bn.noise_scale")] + ["bn.noise_scale=3"]
             (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(job))
-    one_call = "'bn=true,false,noisy', bn.noise_scale=3, trainer.max_steps=20000"
+    one_call = "'bn=true,false,noisy', bn.noise_scale=3, seed=0, trainer.max_steps=20000"
     (root / "multirun.yaml").write_text(multirun.format(one_call))
     advice = build_report(root).data["seed_advice"]
     assert f"Add seed=1,2: bnexp train -m bn=true,false,noisy bn.noise_scale=3 trainer.max_steps=20000 seed=1,2 " \
@@ -189,7 +191,7 @@ def test_a_ladder_sweep_is_completed_by_its_script(tmp_path):
     from bnexp.report.evidence import seed_advice
 
     groups = [NS(label=f"bn_x5 trainer.max_steps={b}", config={"experiment": "bn_x5"},
-                 completed=[NS(seed=0), NS(seed=1)]) for b in (375, 750)]
+                 completed=[NS(seed=0), NS(seed=1)], runs=[]) for b in (375, 750)]
     advice = seed_advice(groups, tmp_path / "sweep", ladder=True)
     # docs/cifar/PLAN.md's way to add seed 2: EXTRA_SEEDS (SEEDS=0,1,2 would change the seeds that decide the ladders)
     assert advice.endswith(f"Add seed=2: `EXTRA_SEEDS=2 SWEEP_DIR={tmp_path / 'sweep'} scripts/reproduce_cifar.sh` "

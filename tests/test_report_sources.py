@@ -173,10 +173,12 @@ def test_of_two_finished_copies_the_newer_is_kept(tmp_path, capsys):
 
 
 def test_configurations_lacking_different_seeds_get_commands_that_retrain_none(tmp_path):
-    """bn=true has seed 0 and bn=false seed 1: one command with seed=0,1,2 would retrain a seed each has."""
+    """bn=true has seed 0 and bn=false seed 1 (the sweep's other two jobs failed): one command with seed=0,1,2
+    would retrain a seed each has."""
     root = tmp_path / "sweep"
-    for bn, seed in ((True, 0), (False, 1)):
-        d = make_run(root, f"bn={str(bn).lower()},seed={seed}", bn=bn, lr=0.5, seed=seed, knots=BN_05[seed])
+    for bn, seed in ((True, 0), (False, 1), (True, 1), (False, 0)):
+        d = make_run(root, f"bn={str(bn).lower()},seed={seed}", bn=bn, lr=0.5, seed=seed, knots=BN_05[seed],
+                     status="finished" if bn == (seed == 0) else "failed")
         (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"bn={str(bn).lower()}", f"seed={seed}"]))
     (root / "multirun.yaml").write_text("hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n"
                                         "    task: ['bn=true,false', 'seed=0,1']\n")
@@ -219,7 +221,7 @@ def test_the_printed_seed_advice_runs_and_completes_the_sweep(tmp_path, data_roo
     assert r.returncode == 0, r.stderr[-3000:]
     advice = json.loads((sweep / "report.json").read_text())["seed_advice"]
     cmd = advice.split(": ", 2)[2].rsplit(", then bnexp report ", 1)[0]
-    assert cmd.startswith("bnexp train -m ") and "seed=1,2" in cmd, advice
+    assert cmd.startswith("bnexp train -m bn=true,false ") and "seed=1,2" in cmd, advice  # as typed
     env["PATH"] = f"{exe.parent}{os.pathsep}{env['PATH']}"
     r = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -13,19 +13,26 @@ from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
 from bnexp.report.ics_design import design_fields, ignored_keys, read_design
-from bnexp.report.ics_verdicts import ics_claims, ics_section, noise_strength_section
+from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicates import drop_duplicate_seeds
 from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
                                target_key)
 from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
+from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE  # the Sec. 4.2 frontier figure
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
 from bnexp.report.sec42 import plan_v2  # its plan version 2: convergence, the control, the claims, the cost
-from bnexp.report.study_claims import CNN_TARGET, TARGET, study_section  # a scripts/study.sh sweep (study.json)
+from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section  # a scripts/study.sh sweep (study.json)
 from bnexp.runfolders.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")
+# The figures a report writes only for some sweeps: the ICS views that some run has data for, the Sec. 4.2
+# frontier, a study's figure. ALL_REPORT_FILES is every file a report can write: a new report replaces the
+# whole set, so a figure the new report does not draw is removed, never left beside the new ones
+# (docs/reliability.md; bnexp.report.cli.write_report).
+FIGURE_FILES = (*ICS_FILES, FRONTIER_FILE, *STUDY_FIGURES.values())
+ALL_REPORT_FILES = (*REPORT_FILES, *FIGURE_FILES)
 # The subfolder of a single run directory that receives that run's report: the report never
 # writes among a run's own files (the trainer's percentiles.png has the name of a report figure).
 RUN_REPORT_SUBDIR = "report"
@@ -107,7 +114,8 @@ def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
     and claim: the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`), the
-    configurations with too few seeds for it (``data["seed_advice"]``), the speedups at each network's best
+    configurations with too few seeds for it or the command that resumes an unfinished sweep
+    (``data["seed_advice"]``), the speedups at each network's best
     rate (``data["best_rate_speedups"]``) and the ICS section (``data["ics"]`` with its
     ``noise_strength`` table) at ``targets`` (None: the summaries').
     The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
@@ -168,7 +176,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
-        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + (["frontier.png"] if frontier else [])
+        "files": list(REPORT_FILES) + (ics["figures"] if ics else []) + ([FRONTIER_FILE] if frontier else [])
         + ([study["figure"]] if study else []),
     })
     return report

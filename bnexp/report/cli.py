@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from bnexp.report.build import REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
+from bnexp.report.build import ALL_REPORT_FILES, FIGURE_FILES, REPORT_FILES, RUN_REPORT_SUBDIR, Report, build_report
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
@@ -52,11 +52,13 @@ def report_files(report: Report) -> dict[Path, bytes]:
 
 def write_report(report: Report) -> list[Path]:
     """Write :func:`report_files` into ``report.out_dir`` (created; ``RUN_DIR/report/`` for a single run,
-    never among the run's own files) all at once (:func:`bnexp.runfolders.rundir.replace_files`) and return their
-    paths. Raises OSError (unwritable folder, full disk) with every file already there unchanged."""
+    never among the run's own files) all at once (:func:`bnexp.runfolders.rundir.replace_files`), removing in the
+    same step the files of :data:`bnexp.report.build.ALL_REPORT_FILES` this report does not write (an earlier
+    report's figure), and return their paths. Raises OSError (unwritable folder, full disk) with every file
+    already there unchanged."""
     report.out_dir.mkdir(exist_ok=True)
     files = report_files(report)
-    replace_files(files)
+    replace_files(files, [p for p in (report.out_dir / n for n in ALL_REPORT_FILES) if p not in files])
     return list(files)
 
 
@@ -78,8 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bnexp report",
         description="Tables, claims and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
-                    f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR; given a single run "
-                    f"directory, into RUN_DIR/{RUN_REPORT_SUBDIR}/ (never over the run's own files).")
+                    f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR, and the figures the sweep has "
+                    f"data for among {', '.join(FIGURE_FILES)} (an earlier report's figure that this one does not "
+                    f"draw is removed). Given a single run directory, into RUN_DIR/{RUN_REPORT_SUBDIR}/ (never "
+                    "over the run's own files).")
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", nargs="?",
                    help="folder holding the run directories (searched recursively), or one run directory")
     p.add_argument("--targets", nargs="+", metavar="ACC",

@@ -3,7 +3,8 @@
 Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), which needs
 :data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
 Configurations with fewer completed seeds are named at
-the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`).
+the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`); an
+unfinished sweep gets the command that resumes it instead (:mod:`bnexp.report.unfinished`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import shlex
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
+from bnexp.report.unfinished import unfinished_advice
+from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
 
@@ -50,12 +53,13 @@ def _sweep_dir(folder: Path) -> str:
 def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None = None, folder: str = "") -> str:
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``, as a shell command line that runs as
     printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runfolders.runnames.read_sweep_overrides`)
-    without seed and hydra.*, each quoted for the shell where needed, the seeds and a new sweep folder inside it
+    without seed and hydra.*, each as the user types it (:func:`bnexp.runfolders.resumecmd.as_typed`:
+    ``bn=true,false``, not multirun.yaml's ``bn='true','false'``) and quoted for the shell where needed, the seeds and a new sweep folder inside it
     (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which Hydra's grammar refuses; no run folder
     is reused)."""
     keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
     seed = f"seed={','.join(map(str, seeds))}"
-    return " ".join(["bnexp train -m", *([shlex.quote(o) for o in keep] or ["<the sweep's overrides>"]), seed,
+    return " ".join(["bnexp train -m", *([shlex.quote(as_typed(o)) for o in keep] or ["<the sweep's overrides>"]), seed,
                      _sweep_dir(Path(sweep_dir) / (folder or f"more_seeds/seed_{'_'.join(map(str, seeds))}"))])
 
 
@@ -141,7 +145,13 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`), as they are
     when the configurations lack different seeds (one command for all would retrain a seed some configuration has,
     which the report would then count once, :mod:`bnexp.report.duplicates`). A ``ladder`` sweep (the Sec. 4.2
-    frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script."""
+    frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script.
+
+    An unfinished sweep (runs incomplete or jobs not started, :func:`bnexp.report.unfinished.unfinished_advice`)
+    gets the command that resumes it instead: seeds are advised only once every run of the sweep completed."""
+    unfinished = unfinished_advice([r for g in groups for r in g.runs], sweep_dir)
+    if unfinished is not None:
+        return unfinished
     short = [g for g in groups if g.config and len(g.completed) < min_seeds]
     if not short:
         return None

@@ -305,6 +305,7 @@ def analyze_depth(sweep) -> dict:
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
 CLAIMS = {**{k: tuple(c.values()) for k, c in STUDY_CLAIMS.items()}, "placement": tuple(PLACEMENT_CLAIMS.values())}
+STUDY_FIGURES = {name: f"study_{name}.png" for name in ANALYSES}  # the figure of each study's report
 
 
 log = logging.getLogger("bnexp")
@@ -328,7 +329,7 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
     sec = {"title": sec.pop("title"), "question": marker.get("question") or "", **sec}
-    sec.update(name=name, page=f"docs/studies/{name}.md", figure=f"study_{name}.png", runs=int(len(frame)),
+    sec.update(name=name, page=f"docs/studies/{name}.md", figure=STUDY_FIGURES[name], runs=int(len(frame)),
                run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"),
                jobs=marker.get("jobs"), calls=marker.get("calls"))
     return sec

@@ -39,7 +39,7 @@ import os
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from bnexp.runfolders.runlock import RunLock  # noqa: F401  (the run-folder lock, re-exported)
 
@@ -210,10 +210,11 @@ def save_figure(fig, path: Path, dpi: int = 100, close: bool = False) -> bytes:
     return buf.getvalue()
 
 
-def replace_files(files: dict[Path, bytes]) -> None:
+def replace_files(files: dict[Path, bytes], remove: Collection[Path] = ()) -> None:
     """Write several files so that they change together: each is first written in full to a
-    temporary file beside it (fsync), then all replace their targets (``os.replace``) with
-    SIGINT held back until the last one is in place. A failure (full disk, permission) or a
+    temporary file beside it (fsync), then all replace their targets (``os.replace``) and the files
+    of the set that the new one lacks (``remove``, where they exist) are deleted, with SIGINT held back
+    until the last one is done. A failure (full disk, permission) or a
     Ctrl-C while the temporary files are written removes them and leaves every target as it was.
 
     Raises:
@@ -246,6 +247,9 @@ def replace_files(files: dict[Path, bytes]) -> None:
     try:
         for tmp, path in staged:
             os.replace(tmp, path)
+        for path in remove:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
