@@ -125,7 +125,7 @@ def test_a_folder_of_two_calls_gets_one_command_per_configuration(tmp_path):
         (d / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     multirun = "hydra:\n  overrides:\n    hydra: [hydra.mode=MULTIRUN]\n    task: [{}]\n"
     # the last call as its one run was started (a job of multirun.yaml that no folder holds is an unfinished
-    # sweep, which gets the command that resumes it instead: tests/test_report_unfinished.py)
+    # sweep, which gets the command that resumes it instead: tests/test_unfinished_sweep.py)
     (root / "multirun.yaml").write_text(multirun.format("bn=noisy, bn.noise_scale=3, seed=0, trainer.max_steps=20000"))
     advice = build_report(root).data["seed_advice"]
     # one command per call, as the script made them: BN and no BN form the grid bn=true,false

@@ -22,7 +22,8 @@ from bnexp.report.stats import config_stability, layer_stability, reach_stat, va
 from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE  # the Sec. 4.2 frontier figure
 from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
 from bnexp.report.sec42 import plan_v2  # its plan version 2: convergence, the control, the claims, the cost
-from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section  # a scripts/study.sh sweep (study.json)
+from bnexp.report.study_claims import (CNN_TARGET, STUDY_FIGURES, TARGET,  # a scripts/study.sh sweep (study.json)
+                                       study_section)
 from bnexp.runfolders.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",

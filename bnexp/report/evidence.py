@@ -4,7 +4,7 @@ Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), 
 :data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
 Configurations with fewer completed seeds are named at
 the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`); an
-unfinished sweep gets the command that resumes it instead (:mod:`bnexp.report.unfinished`).
+unfinished sweep gets the command that resumes it instead (:mod:`bnexp.runfolders.unfinished`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
-from bnexp.report.unfinished import unfinished_advice
+from bnexp.runfolders.unfinished import unfinished_advice
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
@@ -54,7 +54,8 @@ def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None
     """The command that adds ``seeds`` to the sweep in ``sweep_dir``, as a shell command line that runs as
     printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runfolders.runnames.read_sweep_overrides`)
     without seed and hydra.*, each as the user types it (:func:`bnexp.runfolders.resumecmd.as_typed`:
-    ``bn=true,false``, not multirun.yaml's ``bn='true','false'``) and quoted for the shell where needed, the seeds and a new sweep folder inside it
+    ``bn=true,false``, not multirun.yaml's ``bn='true','false'``) and quoted for the shell where needed, the
+    seeds and a new sweep folder inside it
     (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which Hydra's grammar refuses; no run folder
     is reused)."""
     keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
@@ -147,7 +148,7 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     which the report would then count once, :mod:`bnexp.report.duplicates`). A ``ladder`` sweep (the Sec. 4.2
     frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script.
 
-    An unfinished sweep (runs incomplete or jobs not started, :func:`bnexp.report.unfinished.unfinished_advice`)
+    An unfinished sweep (runs incomplete or jobs not started, :func:`bnexp.runfolders.unfinished.unfinished_advice`)
     gets the command that resumes it instead: seeds are advised only once every run of the sweep completed."""
     unfinished = unfinished_advice([r for g in groups for r in g.runs], sweep_dir)
     if unfinished is not None:

@@ -55,7 +55,8 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
 def sweep_resume_command(run_dir: Path | str) -> str | None:
     """The shell command that resumes the sweep ``run_dir`` belongs to (``run_dir``: one of its run folders, or
     the sweep folder itself): ``bnexp train -m`` with the sweep's overrides and Hydra overrides as its
-    ``multirun.yaml`` holds them (in ``run_dir`` or the nearest folder above it that has one), less those bnexp and ``-m`` add (``hydra.mode``, ``hydra.output_subdir``, the output subdir's
+    ``multirun.yaml`` holds them (in ``run_dir`` or the nearest folder above it that has one), less those bnexp
+    and ``-m`` add (``hydra.mode``, ``hydra.output_subdir``, the output subdir's
     ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). None when no readable multirun.yaml is found.
     """
     from omegaconf import OmegaConf

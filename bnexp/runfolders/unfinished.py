@@ -1,7 +1,8 @@
 """An unfinished sweep: some of its runs are incomplete (interrupted, or still running) or some jobs of its
-``bnexp train -m`` call never started (Ctrl-C before they began). Its report advises the command that
-resumes it, the one Ctrl-C printed (:func:`bnexp.runfolders.resumecmd.sweep_resume_command`), not more seeds:
-a seed added in a new folder would leave the sweep's own runs undone (docs/reliability.md, resuming a sweep).
+``bnexp train -m`` call never started (Ctrl-C before they began), read from its run folders and its
+``multirun.yaml``. ``bnexp report`` then advises the command that resumes it, the one Ctrl-C printed
+(:func:`bnexp.runfolders.resumecmd.sweep_resume_command`), not more seeds: a seed added in a new folder would
+leave the sweep's own runs undone (docs/reliability.md, resuming a sweep).
 """
 
 from __future__ import annotations
