@@ -66,9 +66,25 @@ def _note(text: str) -> None:
     Console(stderr=True).print(f"bnexp: note: {text}", highlight=False, soft_wrap=True, markup=False)
 
 
+#: the keys whose value bnexp itself expands ``~`` in (:func:`bnexp.nets.data.resolve_root`); Hydra's run and sweep
+#: folders are not among them (a quoted ``"~/x"`` there makes a folder named ``~``)
+TILDE_EXPANDED = ("data.root",)
+
+
 def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
-    reason = next((x for x in str(exc).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))),
-                  str(exc)).strip()
+    """One line for an override Hydra's grammar cannot read: what is wrong and how to write it; never the name of
+    Hydra's (ANTLR's) exception class."""
+    lines = [x for x in str(exc).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))]
+    reason = (lines[0] if lines else str(exc)).strip()
+    if m := re.match(r"(\w+(?:Exception|Error)): ?(.*)$", reason):  # e.g. ANTLR's LexerNoViableAltException
+        reason = m.group(2).strip()
+        caret = lines[1].find("^") - len(m.group(1)) - 2 if len(lines) > 1 and "^" in lines[1] else -1
+        if reason == line.strip() or not reason:  # the lexer met a character no token starts with
+            reason = f"{line[caret]!r} cannot stand unquoted in a value" if 0 <= caret < len(line) else ""
+    key, eq, value = line.partition("=")
+    key = key.lstrip("+")
+    if eq and any(v.strip().lstrip("[").startswith("~") for v in value.split(",")):
+        return _tilde_message(line, key, value)
     if "=" not in line and previous is not None and "=" in previous:
         return (f"cannot read the override {line!r}: it is not key=value. If it belongs to the previous value "
                 f"({previous}), the shell split that value at a space: {QUOTE_HINT}.")
@@ -76,7 +92,20 @@ def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
         return f"cannot read the override {line!r}: it is not key=value (e.g. lr=0.1, model=cnn)."
     if line.count("'") % 2 or line.count('"') % 2:
         return f"cannot read the override {line!r}: a quote is not closed ({QUOTE_HINT})."
-    return f"cannot read the override {line!r} ({reason}): {QUOTE_HINT}."
+    return f"cannot read the override {line!r}{f' ({reason})' if reason else ''}: {QUOTE_HINT}."
+
+
+def _tilde_message(line: str, key: str, value: str) -> str:
+    """``data.root=~/data``: bash expands ``~`` only at the start of a word, not after ``=``, and Hydra's grammar
+    reads no unquoted ``~`` in a value; ``$HOME`` is expanded by the shell (and, for the keys of
+    :data:`TILDE_EXPANDED`, a quoted ``"~/..."`` by bnexp)."""
+    home = f"{key}=" + ",".join("$HOME" + v[1:] if v in ("~", "~/") or v.startswith("~/") else v
+                                for v in value.split(","))
+    fix = f"write {home}, which the shell expands" if "$HOME" in home else "write the full path"
+    if key in TILDE_EXPANDED and "," not in value and "$HOME" in home:
+        fix += f", or quote it, '{key}=\"{value}\"' (bnexp expands ~ in {key})"
+    return (f"cannot read the override {line!r}: the shell does not expand ~ after = (only at the start of a "
+            f"word), and an unquoted ~ is not allowed in a value: {fix}.")
 
 
 def type_words(tp: Any) -> str:
