@@ -51,6 +51,10 @@ def _one_error_line(text: str) -> str:
     (["bn=yes"], ["bn=yes", "use one of false, group, layer, noisy, true"]),
     (["model=resnet"], ["model=resnet", "use one of cnn, mlp"]),
     (["+experiment=nope"], ["+experiment=nope", "bn_x5"]),
+    # named as typed: bnexp gives experiment=NAME the + Hydra needs, the user did not type it
+    (["experiment=nope"], ["bnexp: error: experiment=nope: the config group experiment has no option nope", "bn_x5"]),
+    (["-m", "experiment=bn_x5,nope"], ["bnexp: error: experiment=bn_x5,nope: the config group experiment has no "
+                                       "option nope"]),
     (["bn.population_stats=foo"], ["bn.population_stats=foo", "one of ema, recompute"]),
     # unknown keys: the closest key of that node, or the model the key belongs to
     (["trainer.max_step=10"], ["unknown config key trainer.max_step", "Did you mean trainer.max_steps?"]),

@@ -165,9 +165,16 @@ def _value_error(exc, override: str | None) -> str:
     return f"invalid value in {given}: {key} takes {words}{extra}{hint}."
 
 
-def explain(exc: BaseException) -> str | None:
+def explain(exc: BaseException, typed: list[str] | None = None) -> str | None:
     """One line for an error of Hydra's composition or of OmegaConf, or None when ``exc`` is none
-    of these (an internal error, which keeps its traceback)."""
+    of these (an internal error, which keeps its traceback).
+
+    Args:
+        exc: the error.
+        typed: the command line as the user typed it (before :func:`bnexp.config.schema.hydra_overrides`
+            added a ``+`` to ``experiment=NAME`` and quoted ``bn`` values), to name an override as typed;
+            None: an override is named as Hydra saw it.
+    """
     from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
                               OverrideParseException)
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -183,7 +190,8 @@ def explain(exc: BaseException) -> str | None:
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         plus = "+" if group == "experiment" else ""
-        return (f"{plus}{group}={option}: the config group {group} has no option {option}; use one of "
+        line = _as_typed(typed, group, option) or f"{plus}{group}={option}"
+        return (f"{line}: the config group {group} has no option {option}; use one of "
                 f"{', '.join(exc.options)}.")
     err = cause if cause is not None else exc
     if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and getattr(err, "full_key", None):
@@ -214,6 +222,17 @@ def explain(exc: BaseException) -> str | None:
         if cause is not None:
             lines.append(str(getattr(cause, "msg", cause)).splitlines()[0])
         return " ".join(lines).rstrip(".") + "."
+    return None
+
+
+def _as_typed(typed: list[str] | None, group: str, option: str) -> str | None:
+    """The override of ``typed`` that chose ``option`` of the config group ``group`` (``experiment=bn_x6``, with or
+    without a ``+``; a sweep ``experiment=bn_x5,bn_x6``), or None."""
+    for a in typed or []:
+        key, eq, value = a.partition("=")
+        if eq and not a.startswith("-") and key.lstrip("+").split("@")[0] == group and option in (
+                v.strip().strip("'\"") for v in value.strip("[]").split(",")):
+            return a
     return None
 
 
