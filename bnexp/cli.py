@@ -519,9 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     (:func:`bnexp.config.explain.explain`) -> ``bnexp: error: ...`` and exit code 2; Ctrl-C at any phase
     -> one line and exit code 130; any other exception is internal and keeps its traceback.
     """
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
         with interrupts.caught():  # a Ctrl-C that lands in a finalizer is not lost
-            return _main(list(sys.argv[1:] if argv is None else argv))
+            return _main(args)
     except KeyboardInterrupt:
         _print_error("interrupted (Ctrl-C).")
         return 130
@@ -531,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         from bnexp.config.explain import explain
 
-        message = None if _raised_in_a_job(exc) else explain(exc)
+        message = None if _raised_in_a_job(exc) else explain(exc, args)  # overrides named as typed
         if message is None:  # an internal error: its traceback
             raise
         from bnexp.runfolders.sweepconfig import restore_refused_sweep  # a refused sweep ran no job:

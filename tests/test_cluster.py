@@ -205,6 +205,46 @@ def test_stacked_slurm_submits_each_stack_with_the_configs_sbatch_resources(tmp_
         assert line in script, line
 
 
+def test_slurm_launcher_without_slurm_is_one_line_exit_2_and_leaves_no_sweep_folder(run_bnexp, tmp_path):
+    """``hydra/launcher=slurm`` (docs/cluster.md's command) on a machine without SLURM (no srun on the PATH) is
+    refused as ``stacked_slurm`` is: one line naming the launcher and hydra/launcher=local, exit 2, no
+    traceback, and no sweep folder (the multirun.yaml Hydra saved is taken back)."""
+    sweep, bare = tmp_path / "x", tmp_path / "bin"
+    bare.mkdir()
+    r = run_bnexp("train", "-m", "hydra/launcher=slurm", "bn=true,false", "trainer.max_steps=10",
+                  f"hydra.sweep.dir={sweep}", env_extra={"PATH": str(bare)})
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bnexp: error: hydra/launcher=slurm needs SLURM"), lines
+    assert "no srun" in lines[0] and "hydra/launcher=local runs the same jobs here" in lines[0]
+    assert not sweep.exists()
+
+
+def test_slurm_launcher_is_the_plugins_with_its_keys_and_goes_on_where_srun_exists(tmp_path, monkeypatch):
+    """conf/hydra/launcher/slurm.yaml names bnexp's SlurmLauncher, a subclass of hydra-submitit-launcher's (the
+    same keys and submission); its SLURM check refuses only where srun is missing."""
+    import yaml
+    from hydra.utils import get_class
+    from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+
+    from bnexp.errors import UserError
+    from hydra_plugins.bnexp_stacked_launcher.slurm import require_srun
+
+    own = yaml.safe_load((Path(__file__).parents[1] / "conf/hydra/launcher/slurm.yaml").read_text())
+    assert own["defaults"][0] == "submitit_slurm"
+    plugins = submitit_launcher.SlurmLauncher  # by name: Hydra's plugin scan may load the module a second time
+    assert f"{plugins.__module__}.{plugins.__qualname__}" in [f"{c.__module__}.{c.__qualname__}"
+                                                              for c in get_class(own["_target_"]).__mro__[1:]]
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    with pytest.raises(UserError, match="^L needs SLURM, and this machine has no srun; I$"):
+        require_srun("L", "I")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    require_srun("L", "I")
+
+
 def _requeued_and_bit_identical(run_dir: Path, reference_dir: Path, steps: int, optimizer_too: bool = False) -> dict:
     """Assert that the run in ``run_dir`` was signalled mid-run (SIGUSR2), requeued and resumed from the
     signal-time checkpoint (the only one: trainer.ckpt_every is beyond the run), and ends bit-identical to the

@@ -201,6 +201,21 @@ def test_unwritable_output_location(run_bnexp, tmp_path):
     assert r.returncode == 2 and "cannot create the output folder" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("args", [["hydra.run.dir="], ["hydra.run.dir= "], ['hydra.run.dir=""'],
+                                  ["-m", "seed=0,1", "hydra.sweep.dir="]])
+def test_an_empty_output_folder_is_refused_naming_the_key(run_bnexp, tmp_path, args):
+    """An empty hydra.run.dir / hydra.sweep.dir (an unset shell variable: hydra.run.dir=$RUN) would make the current
+    folder the run folder: one line naming the key, exit 2, and the current folder stays empty."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    r = run_bnexp("train", *FAST, "trainer.max_steps=2", *args, cwd=cwd)
+    key = args[-1].split("=")[0]
+    lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(f"bnexp: error: {key} is empty ({args[-1]!r}"), lines
+    assert list(cwd.iterdir()) == []
+
+
 @pytest.mark.slow  # loads MNIST and builds a trainer in this process
 def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatch):
     from bnexp.config.schema import compose_config

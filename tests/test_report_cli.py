@@ -158,6 +158,20 @@ def test_targets_and_missing_folder_errors_are_one_line(sweep, tmp_path, capsys)
         assert err.count("bnexp report: error:") == 1 and expected in err.replace("\n", "") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["SWEEP", "--bogus"], "unrecognized arguments: --bogus"),
+    (["SWEEP", "--targets"], "argument --targets: expected at least one argument"),
+    (["SWEEP", "OTHER"], "unrecognized arguments: OTHER")])
+def test_a_bad_option_is_one_error_line_without_the_usage(tmp_path, capsys, args, expected):
+    """argparse's errors are one ``bnexp report: error:`` line (exit 2), as ``bnexp train --foo`` is: no usage
+    lines before it."""
+    assert report_main([str(tmp_path) if a == "SWEEP" else a for a in args]) == 2
+    out = capsys.readouterr()
+    lines = [line for line in (out.err + out.out).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bnexp report: error: " + expected), lines
+    assert "bnexp report --help" in lines[0]
+
+
 def test_ctrl_c_while_the_report_modules_load_exits_130(monkeypatch, capsys):
     import builtins
     import sys

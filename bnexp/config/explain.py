@@ -66,9 +66,25 @@ def _note(text: str) -> None:
     Console(stderr=True).print(f"bnexp: note: {text}", highlight=False, soft_wrap=True, markup=False)
 
 
+#: the keys whose value bnexp itself expands ``~`` in (:func:`bnexp.nets.data.resolve_root`); Hydra's run and sweep
+#: folders are not among them (a quoted ``"~/x"`` there makes a folder named ``~``)
+TILDE_EXPANDED = ("data.root",)
+
+
 def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
-    reason = next((x for x in str(exc).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))),
-                  str(exc)).strip()
+    """One line for an override Hydra's grammar cannot read: what is wrong and how to write it; never the name of
+    Hydra's (ANTLR's) exception class."""
+    lines = [x for x in str(exc).splitlines() if x.strip() and not x.startswith(("See https", "Error parsing"))]
+    reason = (lines[0] if lines else str(exc)).strip()
+    if m := re.match(r"(\w+(?:Exception|Error)): ?(.*)$", reason):  # e.g. ANTLR's LexerNoViableAltException
+        reason = m.group(2).strip()
+        caret = lines[1].find("^") - len(m.group(1)) - 2 if len(lines) > 1 and "^" in lines[1] else -1
+        if reason == line.strip() or not reason:  # the lexer met a character no token starts with
+            reason = f"{line[caret]!r} cannot stand unquoted in a value" if 0 <= caret < len(line) else ""
+    key, eq, value = line.partition("=")
+    key = key.lstrip("+")
+    if eq and any(v.strip().lstrip("[").startswith("~") for v in value.split(",")):
+        return _tilde_message(line, key, value)
     if "=" not in line and previous is not None and "=" in previous:
         return (f"cannot read the override {line!r}: it is not key=value. If it belongs to the previous value "
                 f"({previous}), the shell split that value at a space: {QUOTE_HINT}.")
@@ -76,7 +92,20 @@ def _parse_message(line: str, previous: str | None, exc: Exception) -> str:
         return f"cannot read the override {line!r}: it is not key=value (e.g. lr=0.1, model=cnn)."
     if line.count("'") % 2 or line.count('"') % 2:
         return f"cannot read the override {line!r}: a quote is not closed ({QUOTE_HINT})."
-    return f"cannot read the override {line!r} ({reason}): {QUOTE_HINT}."
+    return f"cannot read the override {line!r}{f' ({reason})' if reason else ''}: {QUOTE_HINT}."
+
+
+def _tilde_message(line: str, key: str, value: str) -> str:
+    """``data.root=~/data``: bash expands ``~`` only at the start of a word, not after ``=``, and Hydra's grammar
+    reads no unquoted ``~`` in a value; ``$HOME`` is expanded by the shell (and, for the keys of
+    :data:`TILDE_EXPANDED`, a quoted ``"~/..."`` by bnexp)."""
+    home = f"{key}=" + ",".join("$HOME" + v[1:] if v in ("~", "~/") or v.startswith("~/") else v
+                                for v in value.split(","))
+    fix = f"write {home}, which the shell expands" if "$HOME" in home else "write the full path"
+    if key in TILDE_EXPANDED and "," not in value and "$HOME" in home:
+        fix += f", or quote it, '{key}=\"{value}\"' (bnexp expands ~ in {key})"
+    return (f"cannot read the override {line!r}: the shell does not expand ~ after = (only at the start of a "
+            f"word), and an unquoted ~ is not allowed in a value: {fix}.")
 
 
 def type_words(tp: Any) -> str:
@@ -136,9 +165,16 @@ def _value_error(exc, override: str | None) -> str:
     return f"invalid value in {given}: {key} takes {words}{extra}{hint}."
 
 
-def explain(exc: BaseException) -> str | None:
+def explain(exc: BaseException, typed: list[str] | None = None) -> str | None:
     """One line for an error of Hydra's composition or of OmegaConf, or None when ``exc`` is none
-    of these (an internal error, which keeps its traceback)."""
+    of these (an internal error, which keeps its traceback).
+
+    Args:
+        exc: the error.
+        typed: the command line as the user typed it (before :func:`bnexp.config.schema.hydra_overrides`
+            added a ``+`` to ``experiment=NAME`` and quoted ``bn`` values), to name an override as typed;
+            None: an override is named as Hydra saw it.
+    """
     from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
                               OverrideParseException)
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -154,7 +190,8 @@ def explain(exc: BaseException) -> str | None:
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         plus = "+" if group == "experiment" else ""
-        return (f"{plus}{group}={option}: the config group {group} has no option {option}; use one of "
+        line = _as_typed(typed, group, option) or f"{plus}{group}={option}"
+        return (f"{line}: the config group {group} has no option {option}; use one of "
                 f"{', '.join(exc.options)}.")
     err = cause if cause is not None else exc
     if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and getattr(err, "full_key", None):
@@ -185,6 +222,17 @@ def explain(exc: BaseException) -> str | None:
         if cause is not None:
             lines.append(str(getattr(cause, "msg", cause)).splitlines()[0])
         return " ".join(lines).rstrip(".") + "."
+    return None
+
+
+def _as_typed(typed: list[str] | None, group: str, option: str) -> str | None:
+    """The override of ``typed`` that chose ``option`` of the config group ``group`` (``experiment=bn_x6``, with or
+    without a ``+``; a sweep ``experiment=bn_x5,bn_x6``), or None."""
+    for a in typed or []:
+        key, eq, value = a.partition("=")
+        if eq and not a.startswith("-") and key.lstrip("+").split("@")[0] == group and option in (
+                v.strip().strip("'\"") for v in value.strip("[]").split(",")):
+            return a
     return None
 
 

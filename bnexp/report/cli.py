@@ -76,8 +76,17 @@ def _parse_targets(values: list[str] | None) -> list[float] | None:
     return sorted(out) or None
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose errors (an unknown option, a missing value) are one ``bnexp report: error:`` line
+    and exit code 2 (:func:`report_main`), as ``bnexp train --foo`` is, instead of the usage and the error."""
+
+    def error(self, message: str):
+        """Raises: ReportError naming the problem (argparse's own wording) and where the options are listed."""
+        raise ReportError(f"{message} (bnexp report --help lists the options)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="bnexp report",
         description="Tables, claims and figures (paper Fig. 1, Sec. 4.1 and Sec. 4.2) from a sweep's run "
                     f"directories. Writes {', '.join(REPORT_FILES)} into SWEEP_DIR, and the figures the sweep has "
@@ -134,14 +143,17 @@ def report_main(args: list[str]) -> int:
     """``bnexp report SWEEP_DIR [--targets ACC ...]``.
 
     Returns:
-        0 when the report was written; 2 for a user error (missing folder, a symlink leading
+        0 when the report was written; 2 for a user error (an unknown option, missing folder, a symlink leading
         nowhere, no runs, bad --targets, unwritable folder or full disk), printed as one line
         without a traceback; 130 after Ctrl-C (the report's files are then as before, or all new).
     """
     try:
         ns = _parser().parse_args(list(args))
-    except SystemExit as exc:
+    except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 2
+    except ReportError as exc:  # a bad option: one line (_OneLineParser)
+        _say("error", str(exc))
+        return 2
     log = logging.getLogger("bnexp")
     handler = _WarningLine(logging.WARNING)
     log.addHandler(handler)

@@ -49,10 +49,13 @@ def check_output_location(args: list[str]) -> str | None:
     """Check, before Hydra creates it, that the run (or sweep) folder can be created.
 
     Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder): a symlink loop or dangling symlink in it (:mod:`bnexp.runfolders.paths`), a name too
-    long, a file in the way, no write permission. Returns an error message, or None when the
-    location is usable.
+    current folder): an empty value (:func:`empty_output_folder`), a symlink loop or dangling symlink in it
+    (:mod:`bnexp.runfolders.paths`), a name too long, a file in the way, no write permission. Returns an
+    error message, or None when the location is usable.
     """
+    empty = empty_output_folder(args)
+    if empty:
+        return empty
     multirun = "-m" in args or "--multirun" in args
     key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
     target = Path("outputs")
@@ -83,4 +86,23 @@ def check_output_location(args: list[str]) -> str | None:
     if not os.access(p, os.W_OK):
         return (f"cannot create the output folder {target}: {p} is not writable (permissions or a "
                 f"read-only disk). Choose another place with {key}PATH.")
+    return None
+
+
+def empty_output_folder(args: list[str]) -> str | None:
+    """Refuse an empty ``hydra.run.dir=`` or ``hydra.sweep.dir=`` (also ``''``, ``""`` or only spaces), as an unset
+    shell variable gives (``hydra.run.dir=$RUN``): Hydra would take the current folder as the run (or sweep)
+    folder and write checkpoint.pt, summary.json and .hydra/ among the user's files. Either key is refused in
+    either mode (with or without ``-m``): an empty value is never what was meant.
+
+    Returns:
+        One line naming the key and what to give it, or None when no such override is empty.
+    """
+    for a in args:
+        key, eq, value = a.lstrip("+").partition("=")
+        if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip().strip("'\"").strip():
+            what, example = ("run", "outputs/my_run") if key == "hydra.run.dir" else ("sweep", "outputs/my_sweep")
+            return (f"{key} is empty ({a!r}; an unset shell variable?): give it a folder, e.g. {key}={example}, "
+                    f"or leave it out for the default under outputs/ (an empty one would put the {what}'s files "
+                    "into the current folder).")
     return None

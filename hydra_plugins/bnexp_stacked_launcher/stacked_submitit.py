@@ -18,7 +18,6 @@ checkpoint (bnexp's ordinary per-run path, :func:`bnexp.cli.run_job`).
 """
 
 import logging
-import shutil
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -29,6 +28,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf
 
+from hydra_plugins.bnexp_stacked_launcher.slurm import require_srun
 from hydra_plugins.bnexp_stacked_launcher.stacked_launcher import in_sweep_order, plan_stacks, run_stack
 
 log = logging.getLogger(__name__)
@@ -106,11 +106,8 @@ class StackedSubmititLauncher(BaseSubmititLauncher):
             executor = submitit.LocalExecutor(folder=folder, max_num_timeout=max_num_timeout)
             executor.update_parameters(**params)
             return executor
-        if shutil.which("srun") is None:
-            from bnexp.errors import UserError
-
-            raise UserError("hydra/launcher=stacked_slurm (hydra.launcher.executor=slurm) needs SLURM, and this machine "
-                            "has no srun; hydra/launcher=stacked_local runs the same stacks here")
+        require_srun("hydra/launcher=stacked_slurm (hydra.launcher.executor=slurm)",
+                     "hydra/launcher=stacked_local runs the same stacks here")
         executor = submitit.AutoExecutor(cluster="slurm", folder=folder, slurm_max_num_timeout=max_num_timeout)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
