@@ -216,6 +216,21 @@ def test_an_empty_output_folder_is_refused_naming_the_key(run_bnexp, tmp_path, a
     assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize("args", [['hydra.run.dir="~/bnexp_run"'], ["-m", "seed=0,1", "hydra.sweep.dir='~'"]])
+def test_an_output_folder_starting_with_a_tilde_is_refused(run_bnexp, tmp_path, args):
+    """A quoted ~ in hydra.run.dir / hydra.sweep.dir is expanded by nobody (not the shell after =, not Hydra): the
+    run would write into a folder named ~ in the current folder. One line naming the key and the $HOME form, exit
+    2, and the current folder stays empty."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    r = run_bnexp("train", *FAST, "trainer.max_steps=2", *args, cwd=cwd)
+    key = args[-1].split("=")[0]
+    lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert len(lines) == 1 and f"~ is not expanded in {key}" in lines[0] and f"{key}=$HOME" in lines[0], lines
+    assert list(cwd.iterdir()) == []
+
+
 @pytest.mark.slow  # loads MNIST and builds a trainer in this process
 def test_full_disk_keeps_the_previous_checkpoint(tmp_path, data_root, monkeypatch):
     from bnexp.config.schema import compose_config

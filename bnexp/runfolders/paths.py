@@ -49,11 +49,12 @@ def check_output_location(args: list[str]) -> str | None:
     """Check, before Hydra creates it, that the run (or sweep) folder can be created.
 
     Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder): an empty value (:func:`empty_output_folder`), a symlink loop or dangling symlink in it
+    current folder): an empty value (:func:`empty_output_folder`), a leading ``~`` (:func:`tilde_output_folder`),
+    a symlink loop or dangling symlink in it
     (:mod:`bnexp.runfolders.paths`), a name too long, a file in the way, no write permission. Returns an
     error message, or None when the location is usable.
     """
-    empty = empty_output_folder(args)
+    empty = empty_output_folder(args) or tilde_output_folder(args)
     if empty:
         return empty
     multirun = "-m" in args or "--multirun" in args
@@ -105,4 +106,22 @@ def empty_output_folder(args: list[str]) -> str | None:
             return (f"{key} is empty ({a!r}; an unset shell variable?): give it a folder, e.g. {key}={example}, "
                     f"or leave it out for the default under outputs/ (an empty one would put the {what}'s files "
                     "into the current folder).")
+    return None
+
+
+def tilde_output_folder(args: list[str]) -> str | None:
+    """Refuse a ``hydra.run.dir`` or ``hydra.sweep.dir`` that starts with ``~`` (quoted, ``'hydra.run.dir="~/x"'``,
+    or not): neither the shell (after ``=``) nor Hydra expands it, so the run would go into a folder literally
+    named ``~`` in the current folder.
+
+    Returns:
+        One line naming the key and the ``$HOME`` form the shell expands, or None when no such override has one.
+    """
+    for a in args:
+        key, eq, value = a.lstrip("+").partition("=")
+        folder = value.strip().strip("'\"")
+        if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and folder.startswith("~"):
+            home = "$HOME" + folder[1:] if folder == "~" or folder.startswith("~/") else "the full path"
+            return (f"{a!r}: ~ is not expanded in {key} (neither by the shell after = nor by Hydra: the files would go "
+                    f"into a folder named ~ in the current folder); write {key}={home}.")
     return None
