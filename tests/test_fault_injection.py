@@ -201,33 +201,30 @@ def test_unwritable_output_location(run_bnexp, tmp_path):
     assert r.returncode == 2 and "cannot create the output folder" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("args", [["hydra.run.dir="], ["hydra.run.dir= "], ['hydra.run.dir=""'],
-                                  ["-m", "seed=0,1", "hydra.sweep.dir="]])
-def test_an_empty_output_folder_is_refused_naming_the_key(run_bnexp, tmp_path, args):
+EMPTY = "{key} is empty ({arg!r}"  # the start of the refusal, after "bnexp: error: "
+TILDE = "~ is not expanded in {key}"  # and "{key}=$HOME" in it
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["hydra.run.dir="], EMPTY), (["hydra.run.dir= "], EMPTY), (['hydra.run.dir=""'], EMPTY),
+    (["-m", "seed=0,1", "hydra.sweep.dir="], EMPTY),
+    (['hydra.run.dir="~/bnexp_run"'], TILDE), (["-m", "seed=0,1", "hydra.sweep.dir='~'"], TILDE)])
+def test_an_output_folder_override_that_names_no_usable_folder_is_refused(run_bnexp, tmp_path, args, expected):
     """An empty hydra.run.dir / hydra.sweep.dir (an unset shell variable: hydra.run.dir=$RUN) would make the current
-    folder the run folder: one line naming the key, exit 2, and the current folder stays empty."""
+    folder the run folder; a quoted ~ in them is expanded by nobody (not the shell after =, not Hydra), so the run
+    would write into a folder named ~ in the current folder. One line naming the key (for ~, with the $HOME form),
+    exit 2, and the current folder stays empty."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     r = run_bnexp("train", *FAST, "trainer.max_steps=2", *args, cwd=cwd)
     key = args[-1].split("=")[0]
     lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
     assert r.returncode == 2, r.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith(f"bnexp: error: {key} is empty ({args[-1]!r}"), lines
-    assert list(cwd.iterdir()) == []
-
-
-@pytest.mark.parametrize("args", [['hydra.run.dir="~/bnexp_run"'], ["-m", "seed=0,1", "hydra.sweep.dir='~'"]])
-def test_an_output_folder_starting_with_a_tilde_is_refused(run_bnexp, tmp_path, args):
-    """A quoted ~ in hydra.run.dir / hydra.sweep.dir is expanded by nobody (not the shell after =, not Hydra): the
-    run would write into a folder named ~ in the current folder. One line naming the key and the $HOME form, exit
-    2, and the current folder stays empty."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    r = run_bnexp("train", *FAST, "trainer.max_steps=2", *args, cwd=cwd)
-    key = args[-1].split("=")[0]
-    lines = [line for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert len(lines) == 1 and f"~ is not expanded in {key}" in lines[0] and f"{key}=$HOME" in lines[0], lines
+    assert len(lines) == 1, lines
+    if expected == EMPTY:
+        assert lines[0].startswith("bnexp: error: " + EMPTY.format(key=key, arg=args[-1])), lines
+    else:
+        assert TILDE.format(key=key) in lines[0] and f"{key}=$HOME" in lines[0], lines
     assert list(cwd.iterdir()) == []
 
 

@@ -190,7 +190,7 @@ def explain(exc: BaseException, typed: list[str] | None = None) -> str | None:
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         plus = "+" if group == "experiment" else ""
-        line = _as_typed(typed, group, option) or f"{plus}{group}={option}"
+        line = _typed_override(typed, group, option) or f"{plus}{group}={option}"
         return (f"{line}: the config group {group} has no option {option}; use one of "
                 f"{', '.join(exc.options)}.")
     err = cause if cause is not None else exc
@@ -225,7 +225,7 @@ def explain(exc: BaseException, typed: list[str] | None = None) -> str | None:
     return None
 
 
-def _as_typed(typed: list[str] | None, group: str, option: str) -> str | None:
+def _typed_override(typed: list[str] | None, group: str, option: str) -> str | None:
     """The override of ``typed`` that chose ``option`` of the config group ``group`` (``experiment=bn_x6``, with or
     without a ``+``; a sweep ``experiment=bn_x5,bn_x6``), or None."""
     for a in typed or []:

@@ -55,13 +55,13 @@ def sweep_command(sweep_dir: Path, seeds: list[int], overrides: list[str] | None
     printed: ``overrides`` (default: its multirun.yaml's, :func:`bnexp.runfolders.runnames.read_sweep_overrides`)
     without seed and hydra.*, each as the user types it (:func:`bnexp.runfolders.resumecmd.as_typed`:
     ``bn=true,false``, not multirun.yaml's ``bn='true','false'``) and quoted for the shell where needed, the
-    seeds and a new sweep folder inside it
-    (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which Hydra's grammar refuses; no run folder
-    is reused)."""
+    seeds and a new sweep folder inside it (``folder``, default ``more_seeds/seed_1_2``: no ``=`` or ``,``, which
+    Hydra's grammar refuses; no run folder is reused)."""
     keep = _kept(read_sweep_overrides(sweep_dir) or [] if overrides is None else overrides)
     seed = f"seed={','.join(map(str, seeds))}"
-    return " ".join(["bnexp train -m", *([shlex.quote(as_typed(o)) for o in keep] or ["<the sweep's overrides>"]), seed,
-                     _sweep_dir(Path(sweep_dir) / (folder or f"more_seeds/seed_{'_'.join(map(str, seeds))}"))])
+    typed = [shlex.quote(as_typed(o)) for o in keep] or ["<the sweep's overrides>"]
+    folder = folder or f"more_seeds/seed_{'_'.join(map(str, seeds))}"
+    return " ".join(["bnexp train -m", *typed, seed, _sweep_dir(Path(sweep_dir) / folder)])
 
 
 def _values(overrides: list[str]) -> dict[str, set[str]] | None:

@@ -231,10 +231,15 @@ def trains(best: float, last_budget: int) -> bool | None:
     return True if best > CHANCE else (False if last_budget >= EARLY else None)
 
 
+def does_not_train(best: float, last_budget: int) -> bool | None:
+    """The claim "does not train" (baseline_sigmoid, baseline_x5): the negation of :func:`trains`, None alike."""
+    t = trains(best, last_budget)
+    return None if t is None else not t
+
+
 def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | None) -> bool | None:
-    def no(p):  # "does not train", None while undecided
-        t = trains(presets[p]["best"], presets[p]["budgets"][-1])
-        return None if t is None else not t
+    def no(p):
+        return does_not_train(presets[p]["best"], presets[p]["budgets"][-1])
 
     if preset in ("bn_x5", "bn_baseline"):
         return speedup_pass(preset, s and s["speedup"], s and s["bound"])

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach,
-                                   pct, seed_bounds, speedup_pass, speedup_text, trains)
+                                   does_not_train, pct, seed_bounds, speedup_pass, speedup_text, trains)
 from bnexp.report.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
@@ -215,9 +215,8 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
         elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
             value = f"best {pct(best)}% (through {fa['presets'][p]['budgets'][-1]:,} steps)"
             last = fa["presets"][p]["budgets"][-1]
-            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": trains(v, last)} for s, v in bests.items()]
-            if p == "baseline_sigmoid":  # its claim: does not train
-                per = [dict(d, **{"pass": None if d["pass"] is None else not d["pass"]}) for d in per]
+            rule = does_not_train if p == "baseline_sigmoid" else trains  # the claim of each preset
+            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": rule(v, last)} for s, v in bests.items()]
             if p == CONTROL:
                 per = [dict(d, **{"pass": None}) for d in per]
                 verdict = OUTCOME_WORDS[control["outcome"]] if control else "undecided"

@@ -49,22 +49,19 @@ def check_output_location(args: list[str]) -> str | None:
     """Check, before Hydra creates it, that the run (or sweep) folder can be created.
 
     Looks at ``hydra.run.dir=``/``hydra.sweep.dir=`` overrides (default: ``outputs`` in the
-    current folder): an empty value (:func:`empty_output_folder`), a leading ``~`` (:func:`tilde_output_folder`),
-    a symlink loop or dangling symlink in it
-    (:mod:`bnexp.runfolders.paths`), a name too long, a file in the way, no write permission. Returns an
-    error message, or None when the location is usable.
+    current folder): an empty value or a leading ``~`` (:func:`output_folder_override`), a symlink loop or
+    dangling symlink in it (:mod:`bnexp.runfolders.paths`), a name too long, a file in the way, no write
+    permission. Returns an error message, or None when the location is usable.
     """
-    empty = empty_output_folder(args) or tilde_output_folder(args)
-    if empty:
-        return empty
+    refused = output_folder_override(args)
+    if refused:
+        return refused
     multirun = "-m" in args or "--multirun" in args
     key = "hydra.sweep.dir=" if multirun else "hydra.run.dir="
     target = Path("outputs")
     for a in args:
         if a.startswith(key):
             target = Path(a[len(key):].strip("'\""))
-    from bnexp.runfolders.paths import link_problem_message
-
     static = Path(str(target).split("${")[0] or ".")  # the part Hydra does not compute
     problem = link_problem_message(static, "the output folder" if static == target else "the output path",
                                    f"Remove or fix the link, or choose another place with {key}PATH.")
@@ -90,37 +87,30 @@ def check_output_location(args: list[str]) -> str | None:
     return None
 
 
-def empty_output_folder(args: list[str]) -> str | None:
-    """Refuse an empty ``hydra.run.dir=`` or ``hydra.sweep.dir=`` (also ``''``, ``""`` or only spaces), as an unset
-    shell variable gives (``hydra.run.dir=$RUN``): Hydra would take the current folder as the run (or sweep)
-    folder and write checkpoint.pt, summary.json and .hydra/ among the user's files. Either key is refused in
-    either mode (with or without ``-m``): an empty value is never what was meant.
+def output_folder_override(args: list[str]) -> str | None:
+    """Refuse a ``hydra.run.dir=`` or ``hydra.sweep.dir=`` override that names no usable folder, in either mode
+    (with or without ``-m``):
+
+    * an empty value (also ``''``, ``""`` or only spaces), as an unset shell variable gives
+      (``hydra.run.dir=$RUN``): Hydra would take the current folder as the run (or sweep) folder and write
+      checkpoint.pt, summary.json and .hydra/ among the user's files;
+    * a value starting with ``~`` (quoted, ``'hydra.run.dir="~/x"'``, or not): neither the shell (after ``=``)
+      nor Hydra expands it, so the run would go into a folder literally named ``~`` in the current folder.
 
     Returns:
-        One line naming the key and what to give it, or None when no such override is empty.
+        One line naming the key and what to give it, or None when no such override has either problem.
     """
     for a in args:
         key, eq, value = a.lstrip("+").partition("=")
-        if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip().strip("'\"").strip():
+        if not eq or key not in ("hydra.run.dir", "hydra.sweep.dir"):
+            continue
+        folder = value.strip().strip("'\"").strip()
+        if not folder:
             what, example = ("run", "outputs/my_run") if key == "hydra.run.dir" else ("sweep", "outputs/my_sweep")
             return (f"{key} is empty ({a!r}; an unset shell variable?): give it a folder, e.g. {key}={example}, "
                     f"or leave it out for the default under outputs/ (an empty one would put the {what}'s files "
                     "into the current folder).")
-    return None
-
-
-def tilde_output_folder(args: list[str]) -> str | None:
-    """Refuse a ``hydra.run.dir`` or ``hydra.sweep.dir`` that starts with ``~`` (quoted, ``'hydra.run.dir="~/x"'``,
-    or not): neither the shell (after ``=``) nor Hydra expands it, so the run would go into a folder literally
-    named ``~`` in the current folder.
-
-    Returns:
-        One line naming the key and the ``$HOME`` form the shell expands, or None when no such override has one.
-    """
-    for a in args:
-        key, eq, value = a.lstrip("+").partition("=")
-        folder = value.strip().strip("'\"")
-        if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and folder.startswith("~"):
+        if folder.startswith("~"):
             home = "$HOME" + folder[1:] if folder == "~" or folder.startswith("~/") else "the full path"
             return (f"{a!r}: ~ is not expanded in {key} (neither by the shell after = nor by Hydra: the files would go "
                     f"into a folder named ~ in the current folder); write {key}={home}.")
