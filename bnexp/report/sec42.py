@@ -26,8 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, RATE_ALONE, TOL, budget_to_reach,
-                                   does_not_train, pct, seed_bounds, speedup_pass, speedup_text, trains)
+import pandas as pd
+
+from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
+                                   budget_to_reach, does_not_train, headline_bound, last_gain, mean_frontier, pct,
+                                   seed_bounds, speedup_pass, speedup_text, trains)
 from bnexp.report.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
@@ -53,7 +56,6 @@ RULES = {  # the pass rule of each row (PLAN.md, plan version 2, stated before t
 }
 OUTCOME_WORDS = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
                  "bn_adds_speed": "the rate alone is not BN-x5's speedup", "undecided": "undecided"}
-VERDICT = {True: "PASS", False: "FAIL", None: "UNDECIDED"}
 
 
 def _k(b: float) -> str:
@@ -73,7 +75,7 @@ def convergence(budgets, accs, stop_line: str | None = None) -> dict:
         "last_gain" (fraction or None), "sentence"}.
     """
     b, y = [int(v) for v in budgets], [float(v) for v in accs]
-    gain = y[-1] - y[-2] if len(y) >= 2 else None
+    gain = last_gain(y)
     at_cap = (stop_line or "").split(": ", 1)[-1].startswith("stopped by cap") if stop_line else \
         b[-1] in BASELINE_CAP.values()
     best = pct(max(y))
@@ -123,7 +125,7 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
            "speedup_bn_x5": s(b_x), "factor": None, "factor_is_lower_bound": False, "decided_at": None,
            "best": float(cy.max())}
     name, last, astar = "Baseline-x5 (the tuned baseline at 5x its rate)", int(cb[-1]), pct(a_star)
-    gain = cy[-1] - cy[-2] if len(cy) >= 2 else None
+    gain = last_gain(cy)
     if cy.max() <= CHANCE + TOL:
         if last >= early:
             return {**out, "outcome": "needs_bn", "sentence": (
@@ -159,20 +161,6 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
         "ladder goes on: **undecided**.")}
 
 
-def _frontier(rows: list[dict], preset: str, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(budgets, mean accuracies) of ``preset`` (one ``seed``, or the seed mean) from report.json's frontier rows."""
-    acc: dict[int, list[float]] = {}
-    for r in rows:
-        if r["preset"] == preset and (seed is None or r["seed"] == seed):
-            acc.setdefault(int(r["budget_steps"]), []).append(float(r["final_test_accuracy"]))
-    b = sorted(acc)
-    return np.asarray(b, float), np.asarray([np.mean(acc[k]) for k in b], float)
-
-
-def _seeds(rows: list[dict], preset: str) -> list[int]:
-    return sorted({int(r["seed"]) for r in rows if r["preset"] == preset})
-
-
 def paper_claims(section: dict, control: dict | None = None, conv: dict | None = None) -> list[dict]:
     """Sec. 4.2's claims beside this net's values: one row per preset of the frontier (:data:`ORDER`).
 
@@ -184,22 +172,21 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
         "per_seed": [{"seed", "value" (text), "pass": bool | None}], "pass": bool | None (``matched_accuracy``'s;
         None for the baseline), "verdict": PASS / FAIL / UNDECIDED, or the control's outcome in words}].
     """
-    rows, ma = section["frontier"], section["matched_accuracy"]
+    runs, ma = pd.DataFrame(section["frontier"]), section["matched_accuracy"]
     fa = section["frontier_analysis"]
     out = []
     for p in [x for x in ORDER if x in fa["presets"]]:
         m, best = ma.get(p) or {}, fa["presets"][p]["best"]
-        seeds = _seeds(rows, p)
-        bests = {s: float(_frontier(rows, p, s)[1].max()) for s in seeds}
-        per, value, verdict = [], "", VERDICT[m.get("pass")]
+        seeds = sorted(int(s) for s in runs[runs.preset == p].seed.unique())
+        bests = {s: float(mean_frontier(runs, p, s)[1].max()) for s in seeds}
+        per, value, verdict = [], "", PASS_WORDS[m.get("pass")]
         if p == BASELINE:
             value = f"a* = {pct(fa['target_accuracy'])}% at {fa['target_budget']:,.0f} steps"
             value += f" ({conv['state'].replace('_', ' ')})" if conv else ""
             per = [{"seed": s, "value": f"best {pct(v)}%", "pass": None} for s, v in bests.items()]
             verdict = "-"
         elif p in ("bn_x5", "bn_baseline"):
-            bound = ((fa["speedup"].get(p) or {}).get("headline") or {}).get("bound")
-            value = f"S(a*) = {speedup_text(m.get('speedup'), bound)}"
+            value = f"S(a*) = {speedup_text(m.get('speedup'), headline_bound(section, p))}"
             bounds = seed_bounds(section, p)
             per = [{"seed": int(s), "value": speedup_text(v, bounds.get(s)),
                     "pass": None if v is None else speedup_pass(p, v, bounds.get(s))}
@@ -208,8 +195,9 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
             x = (fa["speedup"].get(p) or {}).get("x5_vs_x30")
             value = (f"{pct(x['bn_x30'])}% vs bn_x5 {pct(x['bn_x5'])}% at {x['budget_steps']:,} steps; max "
                      f"{pct(best)}%; S(a*) = {speedup_text(m.get('speedup'))}") if x else f"max {pct(best)}%"
+            acc = runs.groupby(["preset", "budget_steps", "seed"]).final_test_accuracy.first()
             for s in seeds if x else []:
-                a30, a5 = (_at(rows, q, x["budget_steps"], s) for q in ("bn_x30", "bn_x5"))
+                a30, a5 = (acc.get((q, x["budget_steps"], s)) for q in ("bn_x30", "bn_x5"))
                 per.append({"seed": s, "value": "-" if None in (a30, a5) else f"{100 * (a30 - a5):+.2f} points",
                             "pass": None if None in (a30, a5) else bool(a30 > a5)})
         elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
@@ -223,12 +211,6 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
         out.append({"preset": p, "paper": PAPER.get(p, "-"), "rule": RULES.get(p, "-"), "value": value,
                     "per_seed": per, "pass": None if p in (BASELINE, CONTROL) else m.get("pass"), "verdict": verdict})
     return out
-
-
-def _at(rows: list[dict], preset: str, budget: int, seed: int) -> float | None:
-    v = [r["final_test_accuracy"] for r in rows if r["preset"] == preset and r["budget_steps"] == budget
-         and r["seed"] == seed]
-    return float(v[0]) if v else None
 
 
 def sweep_cost(summaries: list[dict]) -> dict:
@@ -263,14 +245,15 @@ def plan_v2(section: dict, summaries: list[dict], sweep_dir: str | Path | None =
         {"convergence": :func:`convergence`, "control": :func:`control_verdict` (None without baseline_x5),
         "paper_claims": :func:`paper_claims`, "cost": :func:`sweep_cost`, "ladder_stops": :func:`ladder_stops`}.
     """
-    fa, rows = section["frontier_analysis"], section["frontier"]
+    fa, runs = section["frontier_analysis"], pd.DataFrame(section["frontier"])
     stops = ladder_stops(sweep_dir) if sweep_dir is not None else None
     base_line = next((s for s in stops or [] if s.startswith(f"{BASELINE}:")), None)
     b = fa["presets"][BASELINE]
     conv = convergence(b["budgets"], b["mean_test_accuracy"], base_line)
     control = None
     if CONTROL in fa["presets"]:
-        x5 = _frontier(rows, HEADLINE) if HEADLINE in fa["presets"] else None
-        control = control_verdict(_frontier(rows, BASELINE), x5, _frontier(rows, CONTROL), fa["target_accuracy"])
+        x5 = mean_frontier(runs, HEADLINE) if HEADLINE in fa["presets"] else None
+        control = control_verdict(mean_frontier(runs, BASELINE), x5, mean_frontier(runs, CONTROL),
+                                  fa["target_accuracy"])
     return {"convergence": conv, "control": control, "paper_claims": paper_claims(section, control, conv),
             "cost": sweep_cost(summaries), "ladder_stops": stops}
