@@ -35,13 +35,12 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict;
 ``bnexp report`` adds plan version 2's convergence, control, claims table, cost and ladder stops:
 :func:`bnexp.report.sec42.plan_v2`),
-:func:`frontier_markdown`, ``python -m bnexp.report.frontier SWEEP_DIR`` (prints the markdown section).
+:func:`frontier_markdown` (the section's markdown; ``bnexp report`` writes it into report.md).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from pathlib import Path
 
@@ -426,19 +425,3 @@ def frontier_markdown(section: dict) -> list[str]:
     templates/frontier.md.j2."""
     return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bnexp.report.frontier SWEEP_DIR``: print the frontier section's markdown; exit 2 with one
-    message when the folder has no frontier (no baseline, or no preset at two or more budgets)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    sec = frontier_section(args[0]) if len(args) == 1 and Path(args[0]).is_dir() else None
-    if sec is None:
-        print("error: usage: python -m bnexp.report.frontier SWEEP_DIR, a folder with baseline runs and a preset "
-              "at two or more budgets", file=sys.stderr)
-        return 2
-    print("\n".join(frontier_markdown(sec)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
