@@ -420,20 +420,17 @@ def test_plan_totals_and_cli(tmp_path, capsys):
     assert L.main(["next", str(tmp_path), "--scale", "tpu"]) == 2
 
 
-def test_frontier_cli(tmp_path, capsys):
-    from bnexp.report.frontier import main
-
+def test_frontier_section_of_a_sweep_folder(tmp_path):
     sweep = tmp_path / "sweep"
     for seed in (0, 1):
         for b, acc in ((3000, 0.45), (6000, 0.55)):
             _run_dir(sweep, "baseline", b, seed, acc, 0.6)
         _run_dir(sweep, "bn_x5", 375, seed, 0.50, 0.55, lr=0.125, dropout=0.0)
         _run_dir(sweep, "bn_x5", 750, seed, 0.58, 0.6, lr=0.125, dropout=0.0)
-    assert main([str(sweep)]) == 0
-    out = capsys.readouterr().out
+    out = "\n".join(frontier_markdown(frontier_section(sweep)))
     # a* = 0.55 at 6000; bn_x5 crosses it between 375 (0.50) and 750 (0.58): log2 B = log2 375 + 5/8
     assert "budget-accuracy frontier" in out and f"{6000 / 2 ** (math.log2(375) + 5 / 8):.2f}x" in out
-    assert main([str(tmp_path / "nothing")]) == 2 and main([]) == 2
+    assert frontier_section(tmp_path / "nothing") is None
 
 
 def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
