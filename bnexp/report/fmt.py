@@ -81,7 +81,8 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
-    env.filters.update(format_target=format_target, table=table)
+    env.filters.update(format_target=format_target, table=table,
+                       md=lambda frame: "\n".join(md_table(list(frame.columns), frame.values.tolist())))
     env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
                        per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
                        ACCURACY_RULE=ACCURACY_RULE, STEPS_RULE=STEPS_RULE, grid_text=grid_text)
