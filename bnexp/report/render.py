@@ -21,9 +21,6 @@ from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
 from bnexp.runfolders.rundir import dumps
 
-ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
-               "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
-               "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
 # The ICS tables: (column of the configurations' ics measures, header)
 DIST_COLUMNS = (("shift.ks_first", "KS from start"), ("shift.ks_first.last", "KS from start, last layer"),
                 ("shift.ks_floor", "KS floor"), ("shift.w1_rel_first", "W1 / spread from start"),
@@ -83,7 +80,7 @@ def render_markdown(d: dict) -> str:
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
         "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "STD_NOTE": STD_NOTE, "DDOF": DDOF,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none",
-        "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
+        "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
         "stability_table": stability_table, "noise_table": noise_table, "table_md": table_md})
 
