@@ -37,16 +37,14 @@ def print_table(report: Report, console=None) -> None:
 def report_files(report: Report) -> dict[Path, bytes]:
     """Every file of the report by its path in ``report.out_dir``: report.md/.csv/.json, the figures, the
     ICS figures the ICS section draws and the Sec. 4.2 frontier figure."""
-    d = report.out_dir
-    files = {d / name: data for name, data in render_files(report).items()}
-    files.update({d / name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()})
-    files.update({d / name: figure_png(ICS_PLOTS[name](report), 100)
-                  for name in (report.data.get("ics") or {}).get("figures", [])})
+    ics = (report.data.get("ics") or {}).get("figures", [])
+    files = {**render_files(report), **{name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()},
+             **{name: figure_png(ICS_PLOTS[name](report), 100) for name in ics}}
     if report.data.get("matched_accuracy") is not None:
         from bnexp.report.figures_studies import FIGURE, frontier_figure
 
-        files[d / FIGURE] = figure_png(frontier_figure(report.data), 110)
-    return files
+        files[FIGURE] = figure_png(frontier_figure(report.data), 110)
+    return {report.out_dir / name: data for name, data in files.items()}
 
 
 def write_report(report: Report) -> list[Path]:

@@ -87,14 +87,11 @@ def parse_blocks(text: str, path: Path, root: Path | None = None) -> list[Block]
     lines = text.split("\n")
     blocks, fence, open_ = [], None, None
     for i, line in enumerate(lines):
-        f = FENCE.match(line)
-        if f and open_ is None:
+        if (f := FENCE.match(line)) and open_ is None:
             mark = f.group(1)
-            if fence is None:
-                fence = mark
-                continue
-            if mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark):].strip():
-                fence = None
+            if fence is None or (mark[0] == fence[0] and len(mark) >= len(fence)
+                                 and not line.strip()[len(mark):].strip()):  # a fence opens, or the open one closes
+                fence = mark if fence is None else None
                 continue
         if fence is not None:
             continue
