@@ -19,23 +19,19 @@ from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_di
                                target_key)
 from bnexp.report.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
-from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE  # the Sec. 4.2 frontier figure
-from bnexp.report.frontier import frontier_section  # Sec. 4.2 budget-accuracy frontier (docs/cifar/PLAN.md)
-from bnexp.report.sec42 import plan_v2  # its plan version 2: convergence, the control, the claims, the cost
-from bnexp.report.study_claims import (CNN_TARGET, STUDY_FIGURES, TARGET,  # a scripts/study.sh sweep (study.json)
-                                       study_section)
+from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE
+from bnexp.report.frontier import frontier_section
+from bnexp.report.sec42 import plan_v2
+from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section
 from bnexp.runfolders.rundir import symlink_problem
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "accuracy_vs_steps.png", "percentiles.png",
                 "stability.png")
-# The figures a report writes only for some sweeps: the ICS views that some run has data for, the Sec. 4.2
-# frontier, a study's figure. ALL_REPORT_FILES is every file a report can write: a new report replaces the
-# whole set, so a figure the new report does not draw is removed, never left beside the new ones
-# (docs/reliability.md; bnexp.report.cli.write_report).
+# The figures a report writes only for some sweeps (the ICS views, the Sec. 4.2 frontier, a study's figure), and
+# every file a report can write: a new report replaces the whole set (docs/reliability.md; cli.write_report).
 FIGURE_FILES = (*ICS_FILES, FRONTIER_FILE, *STUDY_FIGURES.values())
 ALL_REPORT_FILES = (*REPORT_FILES, *FIGURE_FILES)
-# The subfolder of a single run directory that receives that run's report: the report never
-# writes among a run's own files (the trainer's percentiles.png has the name of a report figure).
+# A single run directory's report goes here, never among the run's own files (the trainer's percentiles.png).
 RUN_REPORT_SUBDIR = "report"
 DEFAULT_TARGETS = (0.9, 0.95, 0.97, 0.98)
 
@@ -101,11 +97,10 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
 
 def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
                 tuning_seeds: Collection[int]) -> tuple[list[ConfigGroup], pd.DataFrame]:
-    """The configurations and per-run rows (:attr:`Report.table`) that the claims table may score. In a held-out
-    sweep (docs/mnist/PLAN.md: the rates chosen on ``tuning_seeds``, fresh runs on the evaluation seeds), only
-    the evaluation seeds' runs are scored: a tuning seed picked the rate, so scoring it again would bias the
-    claim, and pairing it with evaluation seeds would mix the two; a configuration run on tuning seeds alone has
-    no claim. Without tuning seeds (the one-stage design), every run."""
+    """The configurations and per-run rows (:attr:`Report.table`) that the claims table may score: in a held-out
+    sweep (docs/mnist/PLAN.md: rates chosen on ``tuning_seeds``) only the evaluation seeds' runs (a tuning seed
+    picked the rate, so scoring it would bias the claim), and no configuration run on tuning seeds alone; without
+    tuning seeds (the one-stage design), every run."""
     if not tuning_seeds:
         return groups, table
     scored = [g for g in groups if any(r.seed not in tuning_seeds for r in g.runs)]
@@ -113,23 +108,21 @@ def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
 
 
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
-    """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic,
-    and claim: the claims table (``data["claims"]``, :func:`bnexp.report.ics_verdicts.ics_claims`), the
-    configurations with too few seeds for it or the command that resumes an unfinished sweep
-    (``data["seed_advice"]``), the speedups at each network's best
-    rate (``data["best_rate_speedups"]``) and the ICS section (``data["ics"]`` with its
-    ``noise_strength`` table) at ``targets`` (None: the summaries').
-    The Sec. 4.2 frontier (``data["frontier"]``, ``["matched_accuracy"]``, ``["frontier_analysis"]``:
-    :func:`bnexp.report.frontier.frontier_section`, with plan version 2's convergence, control, claims, cost and
-    ladder stops: :func:`bnexp.report.sec42.plan_v2`) is there only when presets ran at several budgets.
+    """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
+    claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
+    :func:`bnexp.report.ics_verdicts.ics_claims`), the seeds it lacks or the command that resumes an unfinished
+    sweep (``data["seed_advice"]``, :func:`bnexp.report.evidence.seed_advice`), the speedups at each network's
+    best rate (``data["best_rate_speedups"]``), the ICS section (``data["ics"]``), a study's section
+    (``data["study"]``) and, when presets ran at several budgets, the Sec. 4.2 frontier (``data["frontier"]``,
+    ``["matched_accuracy"]``, ``["frontier_analysis"]``: :func:`bnexp.report.frontier.frontier_section` and
+    :func:`bnexp.report.sec42.plan_v2`).
 
     Raises:
         ReportError: ``sweep_dir`` does not exist, is not a folder (or a symlink leading nowhere) or holds
             no run directory.
     """
     sweep_dir = Path(sweep_dir)
-    problem = symlink_problem(sweep_dir) or ("not a folder" if sweep_dir.exists() and not sweep_dir.is_dir() else None)
-    if problem:
+    if problem := symlink_problem(sweep_dir) or (sweep_dir.exists() and not sweep_dir.is_dir() and "not a folder"):
         raise ReportError(f"{sweep_dir} is {problem}; give the sweep folder that holds the run directories.")
     if not sweep_dir.exists():
         raise ReportError(f"the sweep folder {sweep_dir} does not exist.")
@@ -165,7 +158,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
-        "runs": len(sweep.runs), "duplicate_runs": duplicates, "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
+        "runs": len(sweep.runs), "duplicate_runs": duplicates,
+        "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
         "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
         # a held-out study's claims are its study section's: its configurations run at different rates, and a

@@ -23,9 +23,8 @@ from bnexp.runfolders.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the terminal summary (templates/summary.md.j2, rich's Markdown): the main table, the seeds a verdict
-    lacks, the Sec. 4.2 headline, the ICS measures, the claims table and the runs that diverged, failed or are
-    incomplete."""
+    """Print the terminal summary (:func:`bnexp.report.render.render_summary`) with rich's Markdown, at least 200
+    columns wide when the output is not a terminal."""
     from rich.console import Console
     from rich.markdown import Markdown
 
@@ -38,16 +37,14 @@ def print_table(report: Report, console=None) -> None:
 def report_files(report: Report) -> dict[Path, bytes]:
     """Every file of the report by its path in ``report.out_dir``: report.md/.csv/.json, the figures, the
     ICS figures the ICS section draws and the Sec. 4.2 frontier figure."""
-    d = report.out_dir
-    files = {d / name: data for name, data in render_files(report).items()}
-    files.update({d / name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()})
-    files.update({d / name: figure_png(ICS_PLOTS[name](report), 100)
-                  for name in (report.data.get("ics") or {}).get("figures", [])})
+    ics = (report.data.get("ics") or {}).get("figures", [])
+    files = {**render_files(report), **{name: figure_png(make(report), dpi) for name, (make, dpi) in FIGURES.items()},
+             **{name: figure_png(ICS_PLOTS[name](report), 100) for name in ics}}
     if report.data.get("matched_accuracy") is not None:
         from bnexp.report.figures_studies import FIGURE, frontier_figure
 
-        files[d / FIGURE] = figure_png(frontier_figure(report.data), 110)
-    return files
+        files[FIGURE] = figure_png(frontier_figure(report.data), 110)
+    return {report.out_dir / name: data for name, data in files.items()}
 
 
 def write_report(report: Report) -> list[Path]:
@@ -77,11 +74,10 @@ def _parse_targets(values: list[str] | None) -> list[float] | None:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse's parser whose errors (an unknown option, a missing value) are one ``bnexp report: error:`` line
-    and exit code 2 (:func:`report_main`), as ``bnexp train --foo`` is, instead of the usage and the error."""
+    """argparse's parser whose errors (an unknown option, a missing value) raise ReportError, printed as one
+    ``bnexp report: error:`` line (:func:`report_main`) as ``bnexp train --foo`` is, instead of the usage."""
 
     def error(self, message: str):
-        """Raises: ReportError naming the problem (argparse's own wording) and where the options are listed."""
         raise ReportError(f"{message} (bnexp report --help lists the options)")
 
 
@@ -113,7 +109,7 @@ def _say(kind: str, msg: str) -> None:
 
 
 class _WarningLine(logging.Handler):
-    """Prints the warnings of reading the runs (:mod:`bnexp.runfolders.rundir`) as ``bnexp report: warning:`` lines."""
+    """Prints the warnings of reading the runs as ``bnexp report: warning:`` lines."""
 
     def emit(self, record: logging.LogRecord) -> None:
         _say("warning", record.getMessage())

@@ -1,9 +1,7 @@
-"""One source of truth for the run numbers in the docs (docs/README pages, bnexp:numbers blocks): marker blocks that
-``bnexp report --update-docs`` writes from a sweep's report.json, and ``tests/test_docs_numbers.py``
-checks against it.
+"""One source of truth for the run numbers in the docs: marker blocks in README.md and docs/**/*.md that
+``bnexp report --update-docs`` writes from a sweep's report.json and ``tests/test_docs_numbers.py`` checks.
 
-**Marker syntax.** A run-derived table or sentence in README.md or docs/**/*.md sits between two
-marker comments, each on a line of its own::
+**Marker syntax.** A run-derived table or sentence sits between two marker comments, each on a line of its own::
 
     <!-- bnexp:numbers source=docs/cifar/report.json view=cifar_headline -->
 
@@ -11,35 +9,21 @@ marker comments, each on a line of its own::
 
     <!-- /bnexp:numbers -->
 
-``source`` is a report.json path relative to the repository root (the nearest folder at or above
-the markdown file that holds ``pyproject.toml`` or ``.git``); ``view`` names a renderer of
-:data:`VIEWS`. The generated text sits between one blank line after the opening marker and one
-before the closing marker (so that a table or paragraph never runs into the comments). Markers
-inside fenced code blocks are text, not blocks.
+``source`` is a report.json path relative to the repository root (:func:`repo_root`); ``view`` names a renderer
+of :data:`VIEWS`. The generated text sits between one blank line after the opening marker and one before the
+closing marker. Markers inside fenced code blocks are text, not blocks.
 
-**Pending sources.** While a block's source does not exist yet (a sweep still running), the block
-holds exactly :func:`pending_text` -- one sentence saying that the file does not exist yet and which
-command fills the block -- so the page says so. ``--update-docs`` writes that sentence into an
-empty block, and leaves it in place (reporting it as pending) while the source is absent. Once the
-file exists the block must match the view's text. A missing source with any other text in the block
-(numbers that nothing can check) is an error, as are an unknown view, a malformed marker and a
-report.json that lacks what the view needs: one ``bnexp report: error:`` line naming the markdown
-file and the marker's line, exit code 2, nothing written.
+**Pending sources.** While a block's source does not exist yet (a sweep still running), the block holds exactly
+:func:`pending_text`; ``--update-docs`` writes it into an empty block and leaves it (reporting it as pending)
+while the source is absent. Once the file exists the block must match the view's text. A missing source with
+any other text in the block, an unknown view, a malformed marker and a report.json that lacks what the view
+needs are errors: one ``bnexp report: error:`` line naming the markdown file and the marker's line, exit code 2,
+nothing written.
 
-**Adding a view** (about 10 lines, in :mod:`bnexp.report.docs_views`): write a function of report.json's
-dict that returns markdown text and register it with :func:`view`::
-
-    @view("my_view")
-    def my_view(report: dict) -> str:
-        \"\"\"What it shows, and which report.json keys it reads.\"\"\"
-        br = need(report, "best_rate")              # a missing key -> a clear error naming it
-        return "\\n".join(md_table(["target", "speedup"], [[k, v] for k, v in br["speedups"].items()]))
-
-then put a marker with ``view=my_view`` in the page, run ``bnexp report --update-docs`` and
-add a unit test of the view on a synthetic report.json to tests/test_docs_numbers.py.
-
-Entry points: :func:`update_docs` (the ``--update-docs`` command), :func:`check_docs` (the test),
-:func:`parse_blocks`, :func:`rewrite`, :func:`markdown_files`.
+**Adding a view** (in :mod:`bnexp.report.docs_views`): a function of report.json's dict that returns markdown
+text, registered with ``@view("my_view")``, reading keys through ``need(report, "key", ...)`` (a missing key is
+an error naming it); then a marker with ``view=my_view`` in the page, ``bnexp report --update-docs``, and a unit
+test of the view on a synthetic report.json in tests/test_docs_numbers.py.
 """
 
 from __future__ import annotations
@@ -49,7 +33,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bnexp.report.docs_views import VIEWS, ViewDataError, need, view  # noqa: F401 (the views' registry)
+from bnexp.report.docs_views import VIEWS, ViewDataError
 from bnexp.report.load import ReportError
 
 OPEN = re.compile(r"^\s{0,3}<!--\s*bnexp:numbers\b(?P<attrs>.*?)-->\s*$")
@@ -65,17 +49,9 @@ class DocsError(ReportError):
 
 @dataclass(frozen=True)
 class Block:
-    """One marker block of a markdown file.
-
-    Attributes:
-        path: the markdown file.
-        line: 1-based line number of the opening marker.
-        source: the report.json path as written (relative to the repository root).
-        view: the renderer's name in :data:`VIEWS`.
-        start, end: 0-based indices of the first line after the opening marker and of the closing marker
-            line, in ``text.split("\\n")``.
-        body: the lines between the markers, joined with "\\n".
-    """
+    """One marker block of the markdown file ``path``: ``line`` (1-based) of its opening marker, its ``source``
+    and ``view`` as written, ``start`` and ``end`` (0-based indices in ``text.split("\\n")`` of the first line
+    after the opening marker and of the closing marker) and ``body``, the lines between, joined with "\\n"."""
 
     path: Path
     line: int
@@ -84,9 +60,6 @@ class Block:
     start: int
     end: int
     body: str
-
-
-# ----------------------------------------------------------------------------- blocks
 
 
 def pending_text(source: str) -> str:
@@ -114,14 +87,11 @@ def parse_blocks(text: str, path: Path, root: Path | None = None) -> list[Block]
     lines = text.split("\n")
     blocks, fence, open_ = [], None, None
     for i, line in enumerate(lines):
-        f = FENCE.match(line)
-        if f and open_ is None:
+        if (f := FENCE.match(line)) and open_ is None:
             mark = f.group(1)
-            if fence is None:
-                fence = mark
-                continue
-            if mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip()[len(mark):].strip():
-                fence = None
+            if fence is None or (mark[0] == fence[0] and len(mark) >= len(fence)
+                                 and not line.strip()[len(mark):].strip()):  # a fence opens, or the open one closes
+                fence = mark if fence is None else None
                 continue
         if fence is not None:
             continue
@@ -175,9 +145,9 @@ def expected_body(block: Block, root: Path) -> tuple[str, bool]:
     """The text ``block`` should hold (the lines between its markers) and whether it is pending.
 
     Raises:
-        DocsError: naming the file and the marker's line: an unknown view; a ``source`` that is absolute,
-            does not end in .json, does not exist while the block holds other text than the pending
-            sentence (or nothing), is not readable JSON, or lacks what the view needs.
+        DocsError: naming the file and the marker's line: an unknown view; a ``source`` that is absolute, does
+            not end in .json, does not exist while the block holds other text than the pending sentence (or
+            nothing), is not readable JSON, or lacks what the view needs.
     """
     where = f"{_rel(block.path, root)}:{block.line}"
     if block.view not in VIEWS:
@@ -188,9 +158,9 @@ def expected_body(block: Block, root: Path) -> tuple[str, bool]:
                         f"root ({root}), e.g. source=docs/cifar/report.json.")
     src = root / block.source
     if not src.is_file():
-        pending = _wrap(pending_text(block.source))
-        if block.body.strip() in ("", pending.strip()):
-            return pending, True
+        pending = pending_text(block.source)
+        if block.body.strip() in ("", pending):
+            return f"\n{pending}\n", True
         raise DocsError(f"{where}: the source {block.source} of this bnexp:numbers block (view {block.view}) does "
                         f"not exist, and the block holds text that nothing can check. Put the sweep's report.json "
                         f"there (its script copies it into docs/), or empty the block to mark it pending.")
@@ -202,24 +172,12 @@ def expected_body(block: Block, root: Path) -> tuple[str, bool]:
         text = VIEWS[block.view](data)
     except ViewDataError as exc:
         raise DocsError(f"{where}: view {block.view} cannot render {block.source}: {exc}.") from None
-    return _wrap(text), False
-
-
-def _wrap(text: str) -> str:
-    """A view's text as a block body: one blank line before and after it."""
-    return "\n" + text.strip("\n") + "\n"
+    return "\n" + text.strip("\n") + "\n", False  # one blank line before and after the text
 
 
 def rewrite(text: str, path: Path, root: Path) -> tuple[str, list[tuple[Block, bool, bool]]]:
-    """``text`` with every block's body replaced by :func:`expected_body`; everything outside the blocks is
-    kept byte for byte.
-
-    Returns:
-        (new text, [(block, changed, pending)]).
-
-    Raises:
-        DocsError: see :func:`parse_blocks` and :func:`expected_body`.
-    """
+    """(``text`` with every block's body replaced by :func:`expected_body`, everything outside the blocks kept
+    byte for byte; [(block, changed, pending)]). Raises DocsError (:func:`parse_blocks`, :func:`expected_body`)."""
     lines = text.split("\n")
     result = []
     for b in reversed(parse_blocks(text, path, root)):
@@ -242,11 +200,9 @@ def check_docs(root: Path, files: list[Path] | None = None) -> list[str]:
     problems = []
     for f in files if files is not None else markdown_files(root):
         _, result = rewrite(f.read_text(), f, root)
-        for b, changed, pending in result:
-            if changed:
-                state = "pending text expected (source absent)" if pending else f"differs from {b.source}"
-                problems.append(f"{_rel(f, root)}:{b.line} view {b.view}: the committed text {state}; "
-                                f"run `{UPDATE_HINT} {_rel(f, root)}`")
+        problems += [f"{_rel(f, root)}:{b.line} view {b.view}: the committed text "
+                     + ("pending text expected (source absent)" if pending else f"differs from {b.source}")
+                     + f"; run `{UPDATE_HINT} {_rel(f, root)}`" for b, changed, pending in result if changed]
     return problems
 
 
@@ -267,9 +223,8 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
     cwd = Path(cwd or Path.cwd())
     if files:
         paths = [cwd / f for f in files]
-        for p in paths:
-            if not p.is_file():
-                raise DocsError(f"{p}: no such markdown file.")
+        if missing := next((p for p in paths if not p.is_file()), None):
+            raise DocsError(f"{missing}: no such markdown file.")
     else:
         root = repo_root(cwd)
         paths = markdown_files(root)
@@ -297,10 +252,8 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
 
 
 def update_docs_command(files: list[str], sweep_dir: str | None, targets: list[str] | None) -> int:
-    """The ``--update-docs`` branch of ``bnexp report``: :func:`update_docs` on ``files``, exit code 0.
-
-    A markdown file given before the option lands in ``sweep_dir`` (``bnexp report README.md --update-docs``)
-    and is taken as a FILE.
+    """The ``--update-docs`` branch of ``bnexp report``: :func:`update_docs` on ``files``, exit code 0. A markdown
+    file given before the option lands in ``sweep_dir`` (``bnexp report README.md --update-docs``): a FILE.
 
     Raises:
         DocsError: ``--targets`` or a SWEEP_DIR given with ``--update-docs``; see :func:`update_docs`.

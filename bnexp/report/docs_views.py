@@ -1,12 +1,7 @@
-"""The renderers of the docs' run numbers : each view turns a report.json dict into the
-markdown text of one ``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` finds, writes and checks the
-blocks). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the
-key it lacks; adding one is a function and the :func:`view` decorator (see docs_numbers' docstring).
-
-Views: ``cifar_headline``, ``cifar_matched``, ``cifar_frontier``, ``cifar_run``, ``cifar_plan_v2`` (docs/cifar),
-``claims`` (any claims table), ``mnist_best_rate``, ``mnist_headline`` (docs/mnist) and ``mnist_rates`` (the study designs),
-``ics_overview``
-(docs/ics), ``study`` and ``study_verdicts`` (docs/studies and the README).
+"""The renderers of the docs' run numbers: each view turns a report.json dict into the markdown text of one
+``bnexp:numbers`` block (:mod:`bnexp.report.docs_numbers` finds, writes and checks the blocks, and says how to add
+a view). A view reads only report.json and raises :class:`ViewDataError` (through :func:`need`) naming the key it
+lacks; its sentences are in templates/docs_views.md.j2.
 """
 
 from __future__ import annotations
@@ -14,11 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bnexp.report.best_rate import per_seed_ratios
 from bnexp.report.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table, render_template
 from bnexp.report.rules import CHANCE
-from bnexp.report.frontier import MATCHED_HELPERS, NAMES, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
+from bnexp.report.frontier import (MATCHED_HELPERS, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds,
+                                   speedup_text)
 from bnexp.report.studies import table_md
 
 
@@ -31,10 +26,7 @@ VIEWS: dict[str, Callable[[dict], str]] = {}
 
 def view(name: str):
     """Register a renderer ``function(report_json_dict) -> markdown text`` under ``name`` in :data:`VIEWS`.
-
-    Raises:
-        ValueError: ``name`` is already registered.
-    """
+    Raises ValueError when ``name`` is already registered."""
     def register(fn: Callable[[dict], str]) -> Callable[[dict], str]:
         if name in VIEWS:
             raise ValueError(f"the docs view {name!r} is registered twice")
@@ -57,7 +49,7 @@ def need(d: dict, *keys: str):
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
     helpers = {"table_md": table_md, "row_interval": row_interval, **MATCHED_HELPERS,
-               "format_interval": format_interval, "interval": _interval, "pct": pct, "PASS_WORDS": PASS_WORDS}
+               "format_interval": format_interval, "pct": pct, "PASS_WORDS": PASS_WORDS}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
@@ -66,27 +58,15 @@ def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
     :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
-    bounds = bounds or {}
-    vals = [v for v in per.values() if v is not None]
-    missing = sorted((k for k, v in per.items() if v is None), key=lambda k: (len(k), k))
-    if len(vals) >= 2:
-        text = f"per seed {min(vals):.2f}x-{max(vals):.2f}x"
-    elif len(vals) == 1:
-        text = next(f"seed {k}: {speedup_text(v, bounds.get(k))}" for k, v in per.items() if v is not None)
-        bounds = {}
+    vals, bounds = {k: v for k, v in per.items() if v is not None}, bounds or {}
+    in_order = lambda keys: sorted(keys, key=lambda k: (len(k), k))  # noqa: E731 (seed 2 before seed 10)
+    if len(vals) == 1:
+        parts = [f"seed {k}: {speedup_text(v, bounds.get(k))}" for k, v in vals.items()]
     else:
-        text = ""
-    for k in sorted(bounds, key=lambda k: (len(k), k)):
-        if per.get(k) is not None:
-            text += f"; seed {k}: {speedup_text(per[k], bounds[k])}"
-    if missing:
-        text += ("; " if text else "") + f"not reached in seed {', '.join(missing)}"
-    return text
-
-
-def _seeds(report: dict) -> int | None:
-    rows = report.get("frontier") or []
-    return len({r.get("seed") for r in rows}) or None
+        parts = [f"per seed {min(vals.values()):.2f}x-{max(vals.values()):.2f}x"] if vals else []
+        parts += [f"seed {k}: {speedup_text(vals[k], bounds[k])}" for k in in_order(bounds) if k in vals]
+    missing = in_order(k for k, v in per.items() if v is None)
+    return "; ".join(parts + ([f"not reached in seed {', '.join(missing)}"] if missing else []))
 
 
 @view("cifar_headline")
@@ -97,13 +77,14 @@ def cifar_headline(report: dict) -> str:
     ma, x5 = need(report, "matched_accuracy"), need(report, "matched_accuracy", "bn_x5")
     presets = [(p, ma[p], speedup_text(ma[p]["speedup"], headline_bound(report, p)),
                 speedup_range_text(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
-    return _text("cifar_headline", x5=x5, n=_seeds(report), presets=presets)
+    n = len({r.get("seed") for r in report.get("frontier") or []}) or None
+    return _text("cifar_headline", x5=x5, n=n, presets=presets)
 
 
 @view("cifar_matched")
 def cifar_matched(report: dict) -> str:
-    """docs/cifar's matched-accuracy table (templates/tables.md.j2, as in report.md) after a sentence giving a* and
-    whether the baseline converged."""
+    """docs/cifar's matched-accuracy table (as in report.md) after a sentence giving a* and whether the baseline
+    converged."""
     ma = need(report, "matched_accuracy")
     if not ma:
         raise ViewDataError("report.json's matched_accuracy is empty")
@@ -141,12 +122,10 @@ def cifar_plan_v2(report: dict) -> str:
 
 @view("claims")
 def claims(report: dict) -> str:
-    """The claims table (templates/tables.md.j2) of report.json's ``claims`` rows (rows of
-    :func:`bnexp.report.claims.evaluate`), or of ``ics.claims`` when there is no top-level list."""
+    """The claims table of report.json's ``claims`` rows (:func:`bnexp.report.claims.evaluate`'s), or of
+    ``ics.claims`` when there is no top-level list."""
     rows = report.get("claims")
-    if rows is None:
-        rows = (report.get("ics") or {}).get("claims")
-    if rows is None:
+    if rows is None and (rows := (report.get("ics") or {}).get("claims")) is None:
         raise ViewDataError("report.json has no claims (neither claims nor ics.claims)")
     if not rows:
         raise ViewDataError("report.json's claims list is empty")
@@ -163,18 +142,11 @@ def _speedup_rows(report: dict) -> list[dict]:
     return rows
 
 
-def _interval(r: dict) -> str:
-    """ "1.98x, 95% t interval [0.76x, 5.16x]; per seed 1.5x to 3.08x (n = 3); seeds 1: 1.50x, 2: 3.08x, ..."
-    (:func:`bnexp.report.interval.format_interval`); "no value" without one."""
-    iv = row_interval(r)
-    return "no value" if iv is None else f"{format_interval(iv, 'x')}; seeds {per_seed_ratios(r, 'x')}"
-
-
 @view("mnist_headline")
 def mnist_headline(report: dict) -> str:
-    """The README's MNIST paragraph (templates/docs_views.md.j2): per init (the paper's normal init first) and
-    target of ``best_rate_speedups``, BN's speedup at each network's own best rate (chosen on the tuning seeds
-    when report.json has ``tuning_seeds``, docs/mnist/PLAN.md) (:func:`_interval`), verdict."""
+    """The README's MNIST paragraph: per init (the paper's normal init first) and target of
+    ``best_rate_speedups``, BN's speedup at each network's own best rate (chosen on the tuning seeds when
+    report.json has ``tuning_seeds``, docs/mnist/PLAN.md) with its interval and per-seed ratios, and the verdict."""
     rows = [r for r in _speedup_rows(report) if r["variant"] == "BN"]
     return _text("mnist_headline", rows=rows, inits=list(dict.fromkeys(r["init"] for r in rows)),
                  tuning_seeds=report.get("tuning_seeds"), evaluation_seeds=report.get("evaluation_seeds"))
@@ -182,8 +154,8 @@ def mnist_headline(report: dict) -> str:
 
 @view("mnist_best_rate")
 def mnist_best_rate(report: dict) -> str:
-    """docs/mnist's claims table of ``best_rate_speedups`` and the chosen rates with every seed's steps
-    (templates/tables.md.j2, as in report.md)."""
+    """docs/mnist's claims table of ``best_rate_speedups`` and the chosen rates with every seed's steps (as in
+    report.md)."""
     return _text("mnist_best_rate", rows=_speedup_rows(report))
 
 
@@ -213,17 +185,10 @@ def _ics_columns(report: dict) -> list[tuple[dict, dict | None]]:
     if not confs:
         raise ViewDataError("report.json's configurations have no ics measures")
 
-    def order(c: dict):
-        v = c["ics"].get("variant", "")
-        return ({"BN": 0, "noisy BN": 1, "no BN": 2}.get(v, 3), (strength.get(c["label"]) or {}).get("noise_scale") or 0)
-
-    return [(c, strength.get(c["label"])) for c in sorted(confs, key=order)]
-
-
-def _steps_cell(conf: dict, target: float) -> str:
-    """A configuration's steps to ``target`` as the report wrote them ("2,726 ± 94"), or "not reached"."""
-    st = (conf.get("steps_to_target") or {}).get(str(target)) or {}
-    return st.get("text", "-") if st.get("reached") else "not reached"
+    rank = {"BN": 0, "noisy BN": 1, "no BN": 2}
+    confs.sort(key=lambda c: (rank.get(c["ics"].get("variant", ""), 3),
+                              (strength.get(c["label"]) or {}).get("noise_scale") or 0))
+    return [(c, strength.get(c["label"])) for c in confs]
 
 
 def _stat_cell(st: dict | None) -> str:
@@ -237,14 +202,15 @@ def ics_overview(report: dict) -> str:
     target, the shift, gradient-ICS and landscape measures; means over seeds (3 significant digits)."""
     cols = _ics_columns(report)
     target = need(report, "ics", "main_target")
+    steps = [(c.get("steps_to_target") or {}).get(str(target)) or {} for c, _ in cols]  # as the report wrote them
     header = [""] + [re.sub(r" \([^()]* preset\)$", "", c["label"]) for c, _ in cols]  # "BN (bn_x5 preset)" -> "BN"
     rows = [["seeds"] + [str(c["completed"]) for c, _ in cols],
             ["final test accuracy (%)"] + [pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
             ["final train accuracy (%, noise on)"] + [pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
                                                     for _, s in cols],
-            [f"steps to {format_target(target)}"] + [_steps_cell(c, target) for c, _ in cols]]
-    for key, label in ICS_ROWS:
-        rows.append([label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols])
+            [f"steps to {format_target(target)}"] + [st.get("text", "-") if st.get("reached") else "not reached"
+                                                     for st in steps]]
+    rows += [[label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols] for key, label in ICS_ROWS]
     return "\n".join(md_table(header, rows))
 
 
@@ -260,16 +226,15 @@ def _study(report: dict) -> dict:
 
 @view("study")
 def study(report: dict) -> str:
-    """A docs/studies page's results (templates/docs_views.md.j2): the runs and measured wall time, the claims
-    table (templates/tables.md.j2), the per-configuration table
-    (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
+    """A docs/studies page's results: the runs and measured wall time, the claims table, the per-configuration
+    table (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
     return _text("study", sec=_study(report))
 
 
 @view("study_verdicts")
 def study_verdicts(report: dict) -> str:
-    """The README's short result of a study (templates/docs_views.md.j2): one bullet per claim with its
-    verdict and interval, then the runs and measured wall time, from report.json's ``study`` section."""
+    """The README's short result of a study: one bullet per claim with its verdict and interval, then the runs
+    and measured wall time, from report.json's ``study`` section."""
     return _text("study_verdicts", sec=_study(report))
 
 

@@ -1,10 +1,7 @@
-"""Evidence thresholds: when a run has learned, and which seeds a sweep lacks for a verdict.
+"""Which seeds a sweep lacks for a verdict, and the command that adds them (:func:`seed_advice`).
 
 Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), which needs
 :data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
-Configurations with fewer completed seeds are named at
-the top of the claims, with the seeds to add and the command that adds them (:func:`seed_advice`); an
-unfinished sweep gets the command that resumes it instead (:mod:`bnexp.runfolders.unfinished`).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from bnexp.runfolders.unfinished import unfinished_advice
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
-
 
 
 def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:
@@ -117,21 +113,20 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
     return cmds
 
 
-DEFAULT_LADDER_PRESETS = {"baseline", "bn_x5", "bn_baseline"}  # scripts/reproduce_cifar.sh's PRESETS=default
-ALL_LADDER_PRESETS = ("bn_x5", "bn_baseline", "baseline_x5", "baseline_sigmoid", "bn_x5_sigmoid", "bn_x30")  # =all
-
-
 def ladder_seed_command(groups, add, sweep_dir: Path) -> str:
     """The command that adds the seeds ``add`` to the CIFAR-10 ladder sweep in ``sweep_dir`` the way
     docs/cifar/PLAN.md does (stage 5, extra seeds): ``EXTRA_SEEDS=2 [PRESETS=...] SWEEP_DIR=...
-    scripts/reproduce_cifar.sh``. PRESETS is left out when the configurations (:class:`bnexp.report.groups.ConfigGroup`)
-    ran only the default presets, ``all`` when they ran all of them, else their names: a wider PRESETS would
-    first climb ladders the sweep never ran."""
+    scripts/reproduce_cifar.sh``. PRESETS (:data:`bnexp.designs.ladder.PRESET_SETS`) is left out when the
+    configurations (:class:`bnexp.report.groups.ConfigGroup`) ran only the baseline and the default presets,
+    ``all`` when they ran all of them, else their names: a wider PRESETS would first climb ladders the sweep never
+    ran."""
+    from bnexp.designs.ladder import PRESET_SETS
+
     ran = {str(g.config.get("experiment")) for g in groups if g.config.get("experiment")}
-    presets = [p for p in ALL_LADDER_PRESETS if p in ran]
+    presets = [p for p in PRESET_SETS["all"] if p in ran]
     env = [f"EXTRA_SEEDS={','.join(map(str, add))}"]
-    if not ran <= DEFAULT_LADDER_PRESETS:
-        env.append("PRESETS=" + ("all" if set(presets) == set(ALL_LADDER_PRESETS) else ",".join(presets)))
+    if not ran <= {"baseline", *PRESET_SETS["default"]}:
+        env.append("PRESETS=" + ("all" if set(presets) == set(PRESET_SETS["all"]) else ",".join(presets)))
     return shlex.join([*env, f"SWEEP_DIR={sweep_dir}", "scripts/reproduce_cifar.sh"])
 
 
@@ -143,13 +138,11 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
 
     The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
     configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
-    the calls are rebuilt from the configurations' own overrides instead (:func:`grid_commands`), as they are
-    when the configurations lack different seeds (one command for all would retrain a seed some configuration has,
-    which the report would then count once, :mod:`bnexp.report.duplicates`). A ``ladder`` sweep (the Sec. 4.2
-    frontier of scripts/reproduce_cifar.sh, many calls in one folder) is completed by that script.
-
-    An unfinished sweep (runs incomplete or jobs not started, :func:`bnexp.runfolders.unfinished.unfinished_advice`)
-    gets the command that resumes it instead: seeds are advised only once every run of the sweep completed."""
+    or the configurations lack different seeds (one command for all would retrain a seed some have, which the
+    report counts once, :mod:`bnexp.report.duplicates`), the commands come from the configurations' own overrides
+    (:func:`grid_commands`). A ``ladder`` sweep (scripts/reproduce_cifar.sh's Sec. 4.2 frontier) is completed by
+    that script. An unfinished sweep gets the command that resumes it instead
+    (:func:`bnexp.runfolders.unfinished.unfinished_advice`): seeds are advised only once every run completed."""
     unfinished = unfinished_advice([r for g in groups for r in g.runs], sweep_dir)
     if unfinished is not None:
         return unfinished
@@ -162,24 +155,25 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     names = "; ".join(f"{g.label} has {len(g.completed)} seed{'' if len(g.completed) == 1 else 's'}"
                       + (f" ({', '.join(map(str, have))})" if have else "") for g, have in zip(short[:3], seeds))
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
-    task = None if ladder else read_sweep_overrides(sweep_dir)
-    sweep = None if task is None else _values(task)
-    jobs = [] if ladder else [own_overrides(g) for g in short]
     if ladder:
         how = "`" + ladder_seed_command(groups, add, sweep_dir) + "`" + (
             " (with the Hydra overrides the sweep ran with, if any; it skips the finished runs, reruns the rungs "
             "the ladders ran for each extra seed, and the ladders' decisions keep their seeds)")
-    elif all(from_last_call(job, sweep) for job in jobs) and (one_set or None in jobs):
-        how = sweep_command(sweep_dir, add, task)
-    else:  # several multirun calls in one folder, or configurations lacking different seeds (one command for all
-        # would retrain a seed some configuration has): commands from the configurations' own overrides
-        cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds)
-        why = ("this folder holds several bnexp train -m calls and multirun.yaml has only the last one's"
-               if not all(from_last_call(job, sweep) for job in jobs) else
-               "the configurations lack different seeds (one command for all would retrain seeds some have)")
-        how = (why + ", so run " + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
-               + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
-                  if len(cmds) > MAX_COMMANDS else ""))
+    else:
+        task = read_sweep_overrides(sweep_dir)
+        sweep = None if task is None else _values(task)
+        jobs = [own_overrides(g) for g in short]
+        last_call = all(from_last_call(job, sweep) for job in jobs)
+        if last_call and (one_set or None in jobs):
+            how = sweep_command(sweep_dir, add, task)
+        else:
+            cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds)
+            why = ("the configurations lack different seeds (one command for all would retrain seeds some have)"
+                   if last_call else
+                   "this folder holds several bnexp train -m calls and multirun.yaml has only the last one's")
+            how = (why + ", so run " + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
+                   + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
+                      if len(cmds) > MAX_COMMANDS else ""))
     return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
             + (f"seed={','.join(map(str, add))}" if one_set or ladder else "the seeds each lacks")
             + f": {how}, then bnexp report {shlex.quote(str(sweep_dir))}.")

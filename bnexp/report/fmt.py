@@ -1,15 +1,16 @@
-"""How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and
-its text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph.
+"""How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and its
+text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph.
 
-A statistic over seeds is written "mean ± std"; from a single run it is written as the value
-and "(1 seed)", never "± 0.00" (a spread of one value is not a measured spread). A unit goes
-with the column header ("max test acc (%)"), never after "(1 seed)".
+A statistic over seeds is written "mean ± std"; from a single run it is written as the value and "(1 seed)", never
+"± 0.00" (a spread of one value is not a measured spread). A unit goes with the column header ("max test acc
+(%)"), never after "(1 seed)".
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 from bnexp.report.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
 
@@ -53,11 +54,9 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def table(text: str) -> str:
-    """The ``table`` filter of the templates: lines "| cell | cell |" (the header first, blank lines ignored)
-    as a padded markdown table (:func:`md_table`). Cells are split at " | " and stripped.
-
-    Raises:
-        ValueError: a row whose number of cells differs from the header's (e.g. a cell holding " | ")."""
+    """The ``table`` filter of the templates: lines "| cell | cell |" (the header first, blank lines ignored) as a
+    padded markdown table (:func:`md_table`), cells split at " | " and stripped. Raises ValueError for a row whose
+    number of cells differs from the header's (e.g. a cell holding " | ")."""
     rows = [[c.strip() for c in line.strip()[1:-1].split(" | ")] for line in text.splitlines() if line.strip()]
     bad = [r for r in rows[1:] if len(r) != len(rows[0])]
     if bad:
@@ -67,9 +66,9 @@ def table(text: str) -> str:
 
 @lru_cache(maxsize=1)
 def _templates():
-    """The Jinja2 environment of bnexp/report/templates/ (report.md and its sections): a block tag's line
-    leaves no trace, the text is markdown (no escaping), ``format_target`` and :func:`table` are filters,
-    ``{% do %}`` is on; the numbers helpers the macros of tables.md.j2 call are globals."""
+    """The Jinja2 environment of bnexp/report/templates/: a block tag's line leaves no trace, no escaping
+    (markdown), ``{% do %}`` on; filters ``format_target``, :func:`table` and ``md`` (a DataFrame as a markdown
+    table); globals: the helpers the macros of tables.md.j2 call."""
     import jinja2
 
     from bnexp.report.best_rate import HIGHEST_FINAL, per_seed_ratios
@@ -81,7 +80,8 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
-    env.filters.update(format_target=format_target, table=table)
+    env.filters.update(format_target=format_target, table=table,
+                       md=lambda frame: "\n".join(md_table(list(frame.columns), frame.values.tolist())))
     env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
                        per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
                        ACCURACY_RULE=ACCURACY_RULE, STEPS_RULE=STEPS_RULE, grid_text=grid_text)
@@ -91,8 +91,6 @@ def _templates():
 def render_template(name: str, d: dict, helpers: dict) -> str:
     """The text of the template ``name`` (bnexp/report/templates/) for report.json's dict ``d``, the tables and
     rules it names given as ``helpers`` (the template's ``f``), ending in exactly one newline."""
-    from types import SimpleNamespace
-
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
 
 

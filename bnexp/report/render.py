@@ -1,7 +1,6 @@
-"""The report's tables as DataFrames, and its files: report.md (tables by :meth:`DataFrame.to_markdown`),
-report.csv (:meth:`DataFrame.to_csv`, one row per configuration) and report.json. report.md and report.csv
-are functions of report.json's dict alone (``data``), so a committed report.json regenerates its report.md and
-report.csv (tests/test_docs_numbers.py checks the docs' reports)."""
+"""The report's tables as DataFrames, and its files: report.md (templates/report.md.j2), report.csv (one row per
+configuration) and report.json. report.md and report.csv are functions of report.json's dict alone, so a committed
+report.json regenerates them (tests/test_docs_numbers.py checks the docs' reports)."""
 
 from __future__ import annotations
 
@@ -22,9 +21,6 @@ from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
 from bnexp.runfolders.rundir import dumps
 
-ICS_FIGURES = {"ics_distribution.png": "Distribution view: shift of the layers' inputs from step 0",
-               "ics_gradient.png": "Gradient-based ICS (Santurkar Def. 2.1), layers 2..K",
-               "ics_landscape.png": "Loss landscape along the gradient (Santurkar Sec. 3.1)"}
 # The ICS tables: (column of the configurations' ics measures, header)
 DIST_COLUMNS = (("shift.ks_first", "KS from start"), ("shift.ks_first.last", "KS from start, last layer"),
                 ("shift.ks_floor", "KS floor"), ("shift.w1_rel_first", "W1 / spread from start"),
@@ -55,11 +51,6 @@ def main_table(d: dict) -> pd.DataFrame:
                   + [f"steps to {format_target(t)}" for t in targets] + ["diverged", "failed"], rows)
 
 
-def md(frame: pd.DataFrame) -> list[str]:
-    """A table's markdown lines (:func:`bnexp.report.fmt.md_table`)."""
-    return md_table(list(frame.columns), frame.values.tolist())
-
-
 def stability_table(d: dict) -> str:
     """The per-layer stability numbers (Fig. 1b,c) of every configuration as a markdown table ("" without)."""
     rows = [[s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
@@ -84,29 +75,25 @@ def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
 
 
 def render_markdown(d: dict) -> str:
-    """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): templates/report.md.j2 (the Sec.
-    4.2 frontier if any, the study if any, claims, main table, speedups at each network's best rate, figures,
-    stability, the ICS section if any, the runs that diverged, failed or are incomplete)."""
+    """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): templates/report.md.j2."""
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
         "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "STD_NOTE": STD_NOTE, "DDOF": DDOF,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none",
-        "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "ICS_FIGURES": ICS_FIGURES, "refs": refs,
+        "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
-        "md": lambda t: "\n".join(md(t)), "stability_table": stability_table, "noise_table": noise_table,
-        "study_table": lambda sec: "\n".join(table_md(sec))})
+        "stability_table": stability_table, "noise_table": noise_table, "table_md": table_md})
 
 
 def render_summary(d: dict, sweep_dir) -> str:
     """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
-    for the sweep folder ``sweep_dir``: the main table, the Sec. 4.2 headline, the ICS table's shift and gradient
-    columns (:func:`ics_frames`), the claims and the runs that diverged, failed or are incomplete."""
+    for the sweep folder ``sweep_dir``; its ICS table is the shift and gradient columns of :func:`ics_frames`."""
     def ics_summary(d: dict) -> pd.DataFrame:
         t = ics_frames(d)
         return pd.concat([t["distribution"].iloc[:, [0, 2, 5]], t["gradient"].iloc[:, [2, 6]]], axis=1)
 
     return render_template("summary.md.j2", d, {
-        "sweep_dir": sweep_dir, "md": lambda t: "\n".join(md(t)), "main_table": main_table, "ICS_TITLE": ICS_TITLE,
+        "sweep_dir": sweep_dir, "main_table": main_table, "ICS_TITLE": ICS_TITLE,
         "ics_summary": ics_summary, "speedup_text": speedup_text, "headline_bound": headline_bound})
 
 
@@ -114,23 +101,16 @@ def render_csv(d: dict) -> str:
     """report.csv from report.json's dict ``d``: one row per configuration; numeric columns, empty cell for not
     reached / n/a."""
     layers = ordered_keys(s["stability"] for s in d["configurations"])
-    header = (["label"] + d["varying_keys"] + ["bn", "experiment", "runs", "completed", "diverged", "failed",
-                                               "incomplete"]
-              + [f"{k}_{x}" for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")])
-    for tk in map(target_key, d["targets"]):
-        header += [f"steps_to_{tk}_{x}" for x in ("mean", "std", "reached", "n")]
-    header += [f"{layer}_{k}" for layer in layers for k in ("median_shift", "spread_ratio")]
-    rows = []
-    for s in d["configurations"]:
-        row = [s["label"]] + [format_value(s["config"][k]) if k in s["config"] else "" for k in d["varying_keys"]]
-        row += [None if s["bn"] is None else int(s["bn"]), s["experiment"] or ""]
-        row += [s[k] for k in ("runs", "completed", "diverged", "failed", "incomplete")]
-        row += [s[k][x] for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")]
-        for tk in map(target_key, d["targets"]):
-            st = s["steps_to_target"][tk]
-            row += [st["mean"], st["std"], st["reached"], st["n"]]
-        row += [s["stability"].get(layer, {}).get(k) for layer in layers for k in ("median_shift", "spread_ratio")]
-        rows.append(row)
+    counts = ("runs", "completed", "diverged", "failed", "incomplete")
+    accs = [(k, x) for k in ("max_test_accuracy", "final_test_accuracy") for x in ("mean", "std")]
+    steps = [(tk, x) for tk in map(target_key, d["targets"]) for x in ("mean", "std", "reached", "n")]
+    shifts = [(layer, k) for layer in layers for k in ("median_shift", "spread_ratio")]
+    header = (["label", *d["varying_keys"], "bn", "experiment", *counts] + [f"{k}_{x}" for k, x in accs]
+              + [f"steps_to_{tk}_{x}" for tk, x in steps] + [f"{layer}_{k}" for layer, k in shifts])
+    rows = [[s["label"]] + [format_value(s["config"][k]) if k in s["config"] else "" for k in d["varying_keys"]]
+            + [None if s["bn"] is None else int(s["bn"]), s["experiment"] or ""] + [s[k] for k in counts]
+            + [s[k][x] for k, x in accs] + [s["steps_to_target"][tk][x] for tk, x in steps]
+            + [s["stability"].get(layer, {}).get(k) for layer, k in shifts] for s in d["configurations"]]
     return _frame(header, rows).to_csv(index=False, lineterminator="\r\n")
 
 
