@@ -143,36 +143,23 @@ def bn_variant(group: ConfigGroup) -> str | None:
 
 
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """A label naming the BN variant plus the other keys that vary across the sweep: "noisy BN lr=0.12";
-    a preset "BN (bn_x5 preset)", "no BN (bn_baseline preset)" (the variant first) or, when several
-    configurations share the preset, "noisy BN lr=0.1 (bn_baseline preset)"; noisy BN at several
-    strengths "noisy BN noise_scale=3"; "[no config]" for summary-only ones; the label when bn.enabled
-    is unknown."""
+    """A label naming the BN variant (LayerNorm, GroupNorm, "BN after g" by their normalizer label) plus the
+    other keys that vary across the sweep: "noisy BN lr=0.12"; "noisy BN noise_scale=3" at several noise
+    strengths; a preset "BN (bn_x5 preset)" or, when several configurations share it, "noisy BN lr=0.1
+    (bn_baseline preset)"; "[no config]" appended for summary-only ones; the label when bn.enabled is unknown."""
     v = bn_variant(group)
     if v is None:
         return group.label
-    norm = normalizer_label(group.config)  # the label names LayerNorm, GroupNorm, "BN after g"
+    norm = normalizer_label(group.config)
     if v == "BN" and norm and norm != "BN":
         v = norm
-    if v == "noisy BN" and len({noise_scale(g) for g in groups
-                                if bn_variant(g) == "noisy BN"}) > 1:  # several strengths (scripts/ics_study.sh)
+    if v == "noisy BN" and len({noise_scale(g) for g in groups if bn_variant(g) == "noisy BN"}) > 1:
         v += f" noise_scale={noise_scale(group):g}"
-    exp = group.experiment
-    if exp:  # the keys that vary among this preset's configurations only (e.g. a rate grid)
-        same = [g for g in groups if g.experiment == exp]
-        kv = pair_label(group, same) if len(same) > 1 else ""
-        label = f"{v}" + (f" {kv}" if kv else "") + f" ({exp} preset)"
-    else:
-        label = f"{v} {pair_label(group, groups)}".strip()
+    exp = group.experiment  # a preset's label names the keys that vary among its own configurations only
+    same = [g for g in groups if g.experiment == exp] if exp else groups
+    kv = pair_label(group, same) if not exp or len(same) > 1 else ""
+    label = f"{v} {kv}".strip() + (f" ({exp} preset)" if exp else "")
     return label + (" [no config]" if group.key.startswith("summary:") else "")
-
-
-def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
-    """True when the report's labels name the BN variants ("BN", "noisy BN", "no BN"): the
-    configurations differ in bn.enabled / bn.noise and the configs know bn.noise (a noisy BN
-    configuration exists, or some config has the key). Older sweeps keep "bn=true" labels."""
-    variants = {bn_variant(g) for g in groups} - {None}
-    return len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
 
 
 def _dedupe(labels: list[str]) -> list[str]:
@@ -182,25 +169,27 @@ def _dedupe(labels: list[str]) -> list[str]:
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
-    """Set each group's label (its experiment name, plus the other varying keys when several share it;
-    else the keys that vary across the sweep; "[no config]" for summary-only ones; with
-    :func:`variant_labels_apply`, the :func:`variant_label` except for uniquely named presets) and
-    its ``variant_label``."""
+    """Set each group's ``label`` and ``variant_label`` (:func:`variant_label`). The label is the experiment
+    name, plus the other varying keys when several configurations share it; else the keys that vary across the
+    sweep; "[no config]" appended for summary-only ones. When the configurations differ in their BN variant
+    and the configs know bn.noise (a noisy-BN configuration, or the key), the label is the variant label,
+    except for uniquely named presets; older sweeps keep "bn=true" labels."""
     vary = varying_keys(groups)
     names = [g.experiment for g in groups]
-    use_variants = variant_labels_apply(groups)
+    variants = {bn_variant(g) for g in groups} - {None}
+    use_variants = len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
     for g in groups:
         if use_variants and g.config and bn_variant(g) and not (g.experiment and names.count(g.experiment) == 1):
             g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
             continue
-        if g.experiment:
+        if not g.config:
+            label = "unknown configuration"
+        elif g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
             within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
             label = f"{g.experiment} {_kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
             label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
-        if not g.config:
-            label = "unknown configuration"
         g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label

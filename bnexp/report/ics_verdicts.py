@@ -13,7 +13,7 @@ the records lack (runs written before it existed) makes the claim inconclusive.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Mapping
 
 import pandas as pd
@@ -139,9 +139,9 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
 def matched_rows(a: pd.DataFrame, b: pd.DataFrame, progress: Mapping[str, list]) -> dict[int, dict | None]:
     """Per seed, :func:`bnexp.report.ics_stats.matched_progress` of side ``a``'s run with side ``b``'s
     (seed frames of :func:`seed_frame`; ``progress``: run id -> progress records): the
-    :meth:`~bnexp.report.ics_stats.Matched.as_dict` of each seed, None where a run has no records."""
+    :class:`~bnexp.report.ics_stats.Matched` of each seed as a dict, None where a run has no records."""
     runs = [{int(s): progress[r] for s, r in side["run_id"].items() if r in progress} for side in (a, b)]
-    return {s: m.as_dict() if m else None for s, m in matched_by_seed(*runs).items()}
+    return {s: asdict(m) if m else None for s, m in matched_by_seed(*runs).items()}
 
 
 def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float],
