@@ -167,17 +167,13 @@ def progress_records(metrics: pd.DataFrame, grad: pd.DataFrame, key: str = "l2_r
     if grad.empty or metrics.empty or "train_loss" not in metrics:
         return out
     probes = grad[grad["key"] == key].groupby(["run", "step"])["value"].mean()
-    loss = metrics[["run", "step", "train_loss"]].copy()
-    loss["train_loss"] = pd.to_numeric(loss["train_loss"], errors="coerce")
+    loss = metrics[["run", "step"]].assign(train_loss=pd.to_numeric(metrics["train_loss"], errors="coerce"))
     loss = loss.dropna(subset=["train_loss"]).sort_values("step")
     for run, series in probes.groupby(level="run"):
         own = loss[loss["run"] == run]
-        steps, losses = own["step"].to_numpy(), own["train_loss"].to_numpy()
-        recs = []
-        for (_, step), value in series.items():
-            at = steps <= step
-            if at.any():
-                recs.append((int(step), float(losses[at][-1]), float(value)))
+        ends = own["step"].searchsorted(series.index.get_level_values("step"), side="right")  # loss at or before
+        recs = [(int(step), float(own["train_loss"].iloc[i - 1]), float(value))
+                for ((_, step), value), i in zip(series.items(), ends) if i]
         if recs:
             out[str(run)] = recs
     return out
