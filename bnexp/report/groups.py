@@ -87,31 +87,23 @@ def group_runs(runs: list[Run]) -> list[ConfigGroup]:
     :func:`_group_order`. A run without a config file joins the one config-backed configuration whose
     keys agree with all its summary fields, else it forms its own configuration."""
     groups: dict[str, ConfigGroup] = {}
-    for run in (r for r in runs if r.has_config):
-        key = config_key(run.config)
-        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
-    backed = list(groups.values())
-    for run in (r for r in runs if not r.has_config):
-        matches = [g for g in backed if run.config and all(
-            k in g.config and canon(g.config[k]) == canon(v) for k, v in run.config.items())]
-        if len(matches) == 1:
-            matches[0].runs.append(run)
-            continue
-        key = "summary:" + config_key(run.config)
-        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    for run in sorted(runs, key=lambda r: not r.has_config):  # the config-backed runs first
+        key = ("" if run.has_config else "summary:") + config_key(run.config)
+        matches = [] if run.has_config else [
+            g for g in groups.values() if not g.key.startswith("summary:") and run.config
+            and all(k in g.config and canon(g.config[k]) == canon(v) for k, v in run.config.items())]
+        group = matches[0] if len(matches) == 1 else groups.setdefault(key, ConfigGroup(key, dict(run.config)))
+        group.runs.append(run)
     out = list(groups.values())
     for g in out:
         g.runs.sort(key=seed_order)
     label_groups(out)
-    out.sort(key=_group_order)
-    return out
+    return sorted(out, key=_group_order)
 
 
 def varying_keys(groups: list[ConfigGroup]) -> list[str]:
-    """Config keys with more than one value across the configurations (missing keys ignored).
-
-    Order: ``experiment`` and ``bn.enabled`` first, then as first seen in the configs.
-    """
+    """Config keys with more than one value across the configurations (missing keys ignored): ``experiment``
+    and ``bn.enabled`` first, then as first seen in the configs."""
     values = pd.DataFrame([{k: json.dumps(canon(v), sort_keys=True) for k, v in g.config.items()} for g in groups])
     out = [k for k in values.columns if values[k].nunique() > 1]
     front = [k for k in ("experiment", "bn.enabled") if k in out]
@@ -200,8 +192,8 @@ def label_groups(groups: list[ConfigGroup]) -> None:
 def pair_key(group: ConfigGroup, ignore: tuple[str, ...] = ()) -> str:
     """The configuration without its ``bn.*`` keys, experiment name and the top-level keys ``ignore`` (e.g.
     ("lr",) when each network ran at its own rate): BN and no BN of one setting share it."""
-    return ("summary:" if group.key.startswith("summary:") else "") + config_key(group.config,
-                                                                                ("bn", "experiment", *ignore))
+    prefix = "summary:" if group.key.startswith("summary:") else ""
+    return prefix + config_key(group.config, ("bn", "experiment", *ignore))
 
 
 def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> str:

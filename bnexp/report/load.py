@@ -287,11 +287,9 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
     ``norm`` (the normalizer code, :func:`bnexp.report.rules.normalizer`); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
-    (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both at
-    chance (1 / :data:`bnexp.report.rules.NUM_CLASSES`) for a diverged run: its weights are no longer finite, so
-    the network it ended with predicts nothing, whatever its last evaluation before the divergence scored;
-    ``left_chance`` (completed and best test accuracy above :data:`bnexp.report.rules.CHANCE`); per target
-    T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
+    (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
+    1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
+    :mod:`bnexp.report.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
     within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
     reached: the budget is a lower bound on its steps). Accuracies are fractions, steps SGD steps."""
     t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
@@ -308,7 +306,7 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
     by_run = acc.groupby(metrics["run"])
     t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
-    diverged = t["status"] == "diverged"  # its network predicts nothing: chance, whatever it scored before
+    diverged = t["status"] == "diverged"
     t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(
         by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)).mask(diverged, 1 / NUM_CLASSES)
     train = numeric(metrics.get("train_accuracy", pd.Series(index=metrics.index, dtype=float))).set_axis(metrics.index)
