@@ -289,9 +289,10 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
     1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
-    :mod:`bnexp.report.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
-    within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
-    reached: the budget is a lower bound on its steps). Accuracies are fractions, steps SGD steps."""
+    :mod:`bnexp.report.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
+    the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
+    and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
+    fractions, steps SGD steps."""
     t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
                        **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
                       for r in runs], index=pd.RangeIndex(len(runs), name="run"),
