@@ -1,11 +1,7 @@
-"""One count per seed: a sweep folder can hold two runs of the same configuration and seed (a seed retrained
-by a second ``bnexp train -m`` call into the same folder, a copied run folder). Their results are one sample,
-not two, so the report keeps one of them (:func:`drop_duplicate_seeds`) and says which it dropped.
-
-The rule: among the runs of one configuration (:class:`bnexp.report.groups.ConfigGroup`) with one seed (and one
-step budget), keep
-the completed run (finished or diverged) with the most SGD steps, then the newest summary.json; the others
-are dropped, each with one warning naming both folders, and listed in report.json's ``duplicate_runs``.
+"""One count per seed: two runs of one configuration, seed and step budget (a seed retrained into the same
+sweep folder, a copied run folder) are one sample, not two. The report keeps the best by :func:`keep_order`
+(completed, most SGD steps, newest summary.json) and drops the others, each with one warning naming both folders,
+listed in report.json's ``duplicate_runs`` (:func:`drop_duplicate_seeds`).
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ def _mtime(run: Run) -> float:
 
 
 def _budget(run: Run):
-    """The run's step budget (``trainer.max_steps``, else the summary's ``max_steps``): runs of one group that
-    differ in it (a budget ladder whose config files lack the key) are not duplicates."""
+    """``trainer.max_steps``, else the summary's ``max_steps`` (a budget ladder whose configs lack the key)."""
     v = run.config.get("trainer.max_steps", run.summary.get("max_steps"))
     return None if v is None else float(v) if isinstance(v, (int, float)) else str(v)
 
@@ -50,16 +45,10 @@ def keep_order(run: Run) -> tuple:
 
 
 def drop_duplicate_seeds(groups) -> list[dict]:
-    """Remove from each group's ``runs`` every run whose seed and step budget another run of the group has
-    (runs without a known seed are left alone), keeping the best by :func:`keep_order`.
-
-    Args:
-        groups: :class:`bnexp.report.groups.ConfigGroup` list; changed in place.
-
-    Returns:
-        One ``{"configuration", "seed", "kept", "dropped"}`` record per dropped run (folders as strings),
-        each also logged as one warning on the ``bnexp`` logger.
-    """
+    """Remove from each group's ``runs`` (:class:`bnexp.report.groups.ConfigGroup`, changed in place) every run
+    whose seed and step budget another run of the group has, keeping the best by :func:`keep_order` (runs
+    without a known seed are left alone). Returns one ``{"configuration", "seed", "kept", "dropped"}`` record
+    per dropped run (folders as strings), each also logged as one warning."""
     dropped = []
     for g in groups:
         by_seed: dict[tuple, list[Run]] = {}
@@ -67,8 +56,6 @@ def drop_duplicate_seeds(groups) -> list[dict]:
             if r.seed is not None:
                 by_seed.setdefault((r.seed, _budget(r)), []).append(r)
         for (seed, _), runs in by_seed.items():
-            if len(runs) < 2:
-                continue
             keep, *rest = sorted(runs, key=keep_order)
             for r in rest:
                 log.warning("%s and %s are both seed %d of %s: counted once, kept %s (%s, %d steps), dropped %s "

@@ -87,31 +87,23 @@ def group_runs(runs: list[Run]) -> list[ConfigGroup]:
     :func:`_group_order`. A run without a config file joins the one config-backed configuration whose
     keys agree with all its summary fields, else it forms its own configuration."""
     groups: dict[str, ConfigGroup] = {}
-    for run in (r for r in runs if r.has_config):
-        key = config_key(run.config)
-        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
-    backed = list(groups.values())
-    for run in (r for r in runs if not r.has_config):
-        matches = [g for g in backed if run.config and all(
-            k in g.config and canon(g.config[k]) == canon(v) for k, v in run.config.items())]
-        if len(matches) == 1:
-            matches[0].runs.append(run)
-            continue
-        key = "summary:" + config_key(run.config)
-        groups.setdefault(key, ConfigGroup(key, dict(run.config))).runs.append(run)
+    for run in sorted(runs, key=lambda r: not r.has_config):  # the config-backed runs first
+        key = ("" if run.has_config else "summary:") + config_key(run.config)
+        matches = [] if run.has_config else [
+            g for g in groups.values() if not g.key.startswith("summary:") and run.config
+            and all(k in g.config and canon(g.config[k]) == canon(v) for k, v in run.config.items())]
+        group = matches[0] if len(matches) == 1 else groups.setdefault(key, ConfigGroup(key, dict(run.config)))
+        group.runs.append(run)
     out = list(groups.values())
     for g in out:
         g.runs.sort(key=seed_order)
     label_groups(out)
-    out.sort(key=_group_order)
-    return out
+    return sorted(out, key=_group_order)
 
 
 def varying_keys(groups: list[ConfigGroup]) -> list[str]:
-    """Config keys with more than one value across the configurations (missing keys ignored).
-
-    Order: ``experiment`` and ``bn.enabled`` first, then as first seen in the configs.
-    """
+    """Config keys with more than one value across the configurations (missing keys ignored): ``experiment``
+    and ``bn.enabled`` first, then as first seen in the configs."""
     values = pd.DataFrame([{k: json.dumps(canon(v), sort_keys=True) for k, v in g.config.items()} for g in groups])
     out = [k for k in values.columns if values[k].nunique() > 1]
     front = [k for k in ("experiment", "bn.enabled") if k in out]
@@ -143,36 +135,23 @@ def bn_variant(group: ConfigGroup) -> str | None:
 
 
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
-    """A label naming the BN variant plus the other keys that vary across the sweep: "noisy BN lr=0.12";
-    a preset "BN (bn_x5 preset)", "no BN (bn_baseline preset)" (the variant first) or, when several
-    configurations share the preset, "noisy BN lr=0.1 (bn_baseline preset)"; noisy BN at several
-    strengths "noisy BN noise_scale=3"; "[no config]" for summary-only ones; the label when bn.enabled
-    is unknown."""
+    """A label naming the BN variant (LayerNorm, GroupNorm, "BN after g" by their normalizer label) plus the
+    other keys that vary across the sweep: "noisy BN lr=0.12"; "noisy BN noise_scale=3" at several noise
+    strengths; a preset "BN (bn_x5 preset)" or, when several configurations share it, "noisy BN lr=0.1
+    (bn_baseline preset)"; "[no config]" appended for summary-only ones; the label when bn.enabled is unknown."""
     v = bn_variant(group)
     if v is None:
         return group.label
-    norm = normalizer_label(group.config)  # the label names LayerNorm, GroupNorm, "BN after g"
+    norm = normalizer_label(group.config)
     if v == "BN" and norm and norm != "BN":
         v = norm
-    if v == "noisy BN" and len({noise_scale(g) for g in groups
-                                if bn_variant(g) == "noisy BN"}) > 1:  # several strengths (scripts/ics_study.sh)
+    if v == "noisy BN" and len({noise_scale(g) for g in groups if bn_variant(g) == "noisy BN"}) > 1:
         v += f" noise_scale={noise_scale(group):g}"
-    exp = group.experiment
-    if exp:  # the keys that vary among this preset's configurations only (e.g. a rate grid)
-        same = [g for g in groups if g.experiment == exp]
-        kv = pair_label(group, same) if len(same) > 1 else ""
-        label = f"{v}" + (f" {kv}" if kv else "") + f" ({exp} preset)"
-    else:
-        label = f"{v} {pair_label(group, groups)}".strip()
+    exp = group.experiment  # a preset's label names the keys that vary among its own configurations only
+    same = [g for g in groups if g.experiment == exp] if exp else groups
+    kv = pair_label(group, same) if not exp or len(same) > 1 else ""
+    label = f"{v} {kv}".strip() + (f" ({exp} preset)" if exp else "")
     return label + (" [no config]" if group.key.startswith("summary:") else "")
-
-
-def variant_labels_apply(groups: list[ConfigGroup]) -> bool:
-    """True when the report's labels name the BN variants ("BN", "noisy BN", "no BN"): the
-    configurations differ in bn.enabled / bn.noise and the configs know bn.noise (a noisy BN
-    configuration exists, or some config has the key). Older sweeps keep "bn=true" labels."""
-    variants = {bn_variant(g) for g in groups} - {None}
-    return len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
 
 
 def _dedupe(labels: list[str]) -> list[str]:
@@ -182,25 +161,27 @@ def _dedupe(labels: list[str]) -> list[str]:
 
 
 def label_groups(groups: list[ConfigGroup]) -> None:
-    """Set each group's label (its experiment name, plus the other varying keys when several share it;
-    else the keys that vary across the sweep; "[no config]" for summary-only ones; with
-    :func:`variant_labels_apply`, the :func:`variant_label` except for uniquely named presets) and
-    its ``variant_label``."""
+    """Set each group's ``label`` and ``variant_label`` (:func:`variant_label`). The label is the experiment
+    name, plus the other varying keys when several configurations share it; else the keys that vary across the
+    sweep; "[no config]" appended for summary-only ones. When the configurations differ in their BN variant
+    and the configs know bn.noise (a noisy-BN configuration, or the key), the label is the variant label,
+    except for uniquely named presets; older sweeps keep "bn=true" labels."""
     vary = varying_keys(groups)
     names = [g.experiment for g in groups]
-    use_variants = variant_labels_apply(groups)
+    variants = {bn_variant(g) for g in groups} - {None}
+    use_variants = len(variants) > 1 and ("noisy BN" in variants or any("bn.noise" in g.config for g in groups))
     for g in groups:
         if use_variants and g.config and bn_variant(g) and not (g.experiment and names.count(g.experiment) == 1):
             g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
             continue
-        if g.experiment:
+        if not g.config:
+            label = "unknown configuration"
+        elif g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
             within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
             label = f"{g.experiment} {_kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
             label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
-        if not g.config:
-            label = "unknown configuration"
         g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label
@@ -211,8 +192,8 @@ def label_groups(groups: list[ConfigGroup]) -> None:
 def pair_key(group: ConfigGroup, ignore: tuple[str, ...] = ()) -> str:
     """The configuration without its ``bn.*`` keys, experiment name and the top-level keys ``ignore`` (e.g.
     ("lr",) when each network ran at its own rate): BN and no BN of one setting share it."""
-    return ("summary:" if group.key.startswith("summary:") else "") + config_key(group.config,
-                                                                                ("bn", "experiment", *ignore))
+    prefix = "summary:" if group.key.startswith("summary:") else ""
+    return prefix + config_key(group.config, ("bn", "experiment", *ignore))
 
 
 def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str, ...] = ()) -> str:

@@ -17,11 +17,8 @@ DESIGN_FILE = "ics_design.json"
 
 
 def write_design(sweep_dir: Path, design: dict) -> Path:
-    """Write ``design`` (the module docstring's keys) as ``sweep_dir/ics_design.json``; the folder is made.
-
-    Raises:
-        OSError: the folder or the file cannot be written.
-    """
+    """Write ``design`` (the module docstring's keys) as ``sweep_dir/ics_design.json``, making the folder, and
+    return its path. Raises OSError when the folder or the file cannot be written."""
     path = Path(sweep_dir) / DESIGN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(design, indent=1, sort_keys=True) + "\n")

@@ -11,19 +11,17 @@ from the sweep's record frames (:class:`bnexp.report.load.Sweep`); docs/ics/meas
   ``fn_*`` (Li et al. 2018), scale-invariant ``rel_*``, raw.
 * ``time.<kind>``: summary.json ``probe_time_s`` (seconds per run).
 
-Gradient ICS at matched training progress (docs/ics/PLAN.md, "Matched training progress, exactly"): at the same
-step a fast net and a slow one are at different stages of training, so :func:`matched_progress` compares the
-``l2_rel_per_move`` of two runs where both first reach the same training loss. A *progress record* is
-``(step, train_loss, value)``: a gradient-ICS probe's step, the training loss at that step (the last metrics.jsonl
-``train_loss`` at or before it; cross-entropy, nats) and the probe's value (``l2_rel_per_move`` averaged over
-layers 2..K, unitless); :func:`progress_records` reads them from a loaded sweep.
+Gradient ICS at matched training progress (:func:`matched_progress`; docs/ics/PLAN.md, "Matched training progress,
+exactly") works on *progress records* ``(step, train_loss, value)``: a gradient-ICS probe's step, the training
+loss there (cross-entropy, nats) and the probe's ``l2_rel_per_move`` over layers 2..K (unitless), read by
+:func:`progress_records`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -138,10 +136,6 @@ class Matched:
     value_b: float
     ratio: float | None
 
-    def as_dict(self) -> dict:
-        """The fields as a JSON-ready dict (report.json's ``matched``)."""
-        return asdict(self)
-
 
 def matched_progress(a: Iterable[Sequence[float]], b: Iterable[Sequence[float]]) -> Matched | None:
     """Compare two runs' values where both first reach the same training loss: the level is
@@ -173,17 +167,13 @@ def progress_records(metrics: pd.DataFrame, grad: pd.DataFrame, key: str = "l2_r
     if grad.empty or metrics.empty or "train_loss" not in metrics:
         return out
     probes = grad[grad["key"] == key].groupby(["run", "step"])["value"].mean()
-    loss = metrics[["run", "step", "train_loss"]].copy()
-    loss["train_loss"] = pd.to_numeric(loss["train_loss"], errors="coerce")
+    loss = metrics[["run", "step"]].assign(train_loss=pd.to_numeric(metrics["train_loss"], errors="coerce"))
     loss = loss.dropna(subset=["train_loss"]).sort_values("step")
     for run, series in probes.groupby(level="run"):
         own = loss[loss["run"] == run]
-        steps, losses = own["step"].to_numpy(), own["train_loss"].to_numpy()
-        recs = []
-        for (_, step), value in series.items():
-            at = steps <= step
-            if at.any():
-                recs.append((int(step), float(losses[at][-1]), float(value)))
+        ends = own["step"].searchsorted(series.index.get_level_values("step"), side="right")  # loss at or before
+        recs = [(int(step), float(own["train_loss"].iloc[i - 1]), float(value))
+                for ((_, step), value), i in zip(series.items(), ends) if i]
         if recs:
             out[str(run)] = recs
     return out

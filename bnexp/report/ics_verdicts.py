@@ -1,38 +1,19 @@
-"""The claims table (docs/ics/README.md): each statement the report makes about BN, internal covariate shift and
-speed is one row of :mod:`bnexp.report.claims`, its quantity, direction and threshold fixed here
-(:data:`CLAIMS`) before any run. There is no tally: no row counts for or against an account.
+"""The ICS study's claims table (docs/ics/PLAN.md, "Claims, views and pass rules"): each statement the report
+makes about BN, internal covariate shift and speed is one row of :mod:`bnexp.report.claims`, its quantity,
+direction, threshold and views fixed in :data:`SPECS` before any run. There is no tally: no row counts for or
+against an account. Every quantity is a per-seed ratio, seed s of one configuration over seed s of the other.
 
-Every quantity is a per-seed ratio, seed s of one configuration over seed s of the other:
-
-* "BN reduces shift": no-BN / BN shift of the inputs to the nonlinearity from step 0 to the last
-  record, > 1. Primary: the Kolmogorov-Smirnov distance ``ks_first`` (rank-based, unitless); secondary:
-  ``w1_rel_first``, W1 over the unit's initial p15-p85 spread. Neither changes when the pre-activations
-  are rescaled, so a net whose pre-activations merely grow cannot manufacture the verdict; the raw
-  ``w1_first`` is in the tables, never in a verdict. BN within :data:`AT_FLOOR` x its sampling-noise
-  floor (``ks_floor``, ``w1_rel_floor``) is named in the reason.
-* "BN trains in fewer steps": no-BN / BN steps to the main target (:func:`main_target`), > 1.
-* "BN reduces gradient ICS": BN / no-BN ``l2_rel_per_move``, ||G - G'|| / ||G|| (Santurkar et al. 2018,
-  Def. 2.1) per unit of the earlier layers' relative movement, < 1 (``l2_rel`` is in the tables), in two
-  views: at matched training progress (pre-registered: where both nets first reach the same training loss,
-  :mod:`bnexp.report.ics_stats`) and at the same steps (the mean over the probes both nets take).
-* "BN smooths the landscape": BN / no-BN effective beta-smoothness along the gradient (Sec. 3.1), < 1, in two
-  views: raw ``beta_smoothness`` (pre-registered: Santurkar et al.'s quantity) and ``fn_beta_smoothness``
-  along filter-normalized directions (Li et al. 2018).
-
-Every row names its ``view`` and whether it is the pre-registered one (:class:`Spec`, docs/ics/PLAN.md): for
-the shift, the KS distance averaged over the hidden layers; claims measured one way have one view.
-* "Noisy BN keeps BN's speed" (Santurkar et al. 2018, Sec. 2.1): BN / noisy-BN steps, > 0.8 (noisy BN
-  needs at most 1.25x BN's steps); "Noisy BN still faster than no BN": no-BN / noisy-BN steps, > 1. Both
-  at the weakest ``bn.noise_scale`` whose KS shift (mean over layers) exceeds no BN's in every paired
-  seed; without one, "premise not met": the experiment injected no more shift than the plain net has.
-
-Bounds (a target not reached within the budget) and chance follow :mod:`bnexp.report.rules`; a measure the
-records lack (runs written before it existed) makes the claim inconclusive.
+The shift claim uses scale-free measures only (``ks_first``, ``w1_rel_first``): a net whose pre-activations
+merely grow cannot manufacture it (the raw ``w1_first`` is in the tables, never in a verdict); BN within
+:data:`AT_FLOOR` x its sampling-noise floor is named in the reason. The noisy-BN claims (Santurkar et al. 2018,
+Sec. 2.1) are evaluated at the weakest ``bn.noise_scale`` whose KS shift exceeds no BN's in every paired seed
+(:func:`exceeds`); without one, "premise not met". Bounds and chance follow :mod:`bnexp.report.rules`; a measure
+the records lack (runs written before it existed) makes the claim inconclusive.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Mapping
 
 import pandas as pd
@@ -40,6 +21,7 @@ import pandas as pd
 from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
+from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_by_seed
 from bnexp.report.load import target_key
 from bnexp.report.rules import Censored
 from bnexp.report.stats import value_stat
@@ -54,7 +36,6 @@ SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spr
 MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_stats)
 GRAD_QUANTITY = ("BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier layers (l2_rel_per_move), "
                  "layers 2..K")
-ONE_VIEW = "one view"
 
 
 @dataclass(frozen=True)
@@ -68,7 +49,7 @@ class Spec:
     num: str
     den: str
     col: str
-    view: str = ONE_VIEW
+    view: str = "one view"
     preregistered: bool = True
 
 
@@ -121,16 +102,9 @@ def exceeds(noisy: pd.DataFrame, plain: pd.DataFrame, col: str = PREMISE_KEY) ->
 
 
 def _turn_on(measure: str) -> str:
-    """How to record a measure that is off by default (gradient ICS, landscape), naming its config key; ""
-    for the others (they are on by default: only runs written before the measure existed lack them)."""
-    from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS
-
+    """How to record a measure that is off by default (gradient ICS, landscape); "" for the others."""
     key = "monitor.grad_ics" if measure in GRAD_KEYS else "monitor.landscape" if measure in LANDSCAPE_KEYS else None
     return f" (it is recorded with {key}=true, off by default: add it to the sweep's command)" if key else ""
-
-
-def _seeds(mask: pd.Series) -> str:
-    return ", ".join(str(int(s)) for s in mask.index[mask])
 
 
 def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], col: str,
@@ -156,19 +130,18 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing, "log")
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
+        seeds = ", ".join(str(int(s)) for s in at.index[at])
         row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "
-                          f"in seed(s) {_seeds(at)}: not resolved from sampling noise")
+                          f"in seed(s) {seeds}: not resolved from sampling noise")
     return row
 
 
 def matched_rows(a: pd.DataFrame, b: pd.DataFrame, progress: Mapping[str, list]) -> dict[int, dict | None]:
     """Per seed, :func:`bnexp.report.ics_stats.matched_progress` of side ``a``'s run with side ``b``'s
     (seed frames of :func:`seed_frame`; ``progress``: run id -> progress records): the
-    :meth:`~bnexp.report.ics_stats.Matched.as_dict` of each seed, None where a run has no records."""
-    from bnexp.report.ics_stats import matched_by_seed
-
+    :class:`~bnexp.report.ics_stats.Matched` of each seed as a dict, None where a run has no records."""
     runs = [{int(s): progress[r] for s, r in side["run_id"].items() if r in progress} for side in (a, b)]
-    return {s: m.as_dict() if m else None for s, m in matched_by_seed(*runs).items()}
+    return {s: asdict(m) if m else None for s, m in matched_by_seed(*runs).items()}
 
 
 def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float],
@@ -194,17 +167,13 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
                            ") has a KS shift from the start above no BN's in every seed")
             side["noisy BN"] = seed_frame(table, chosen or s["noisy"][0], t)
         for spec in (spec for spec in SPECS if spec.num in side and spec.den in side):
-            num, den, col, extra = spec.num, spec.den, spec.col, {}
+            num, den, col, extra, ratios = spec.num, spec.den, spec.col, {}, None
             noisy = "noisy BN" in (num, den)
-            args = (premise, missing) if noisy else (None, None)
             if col == MATCHED:
-                col = "grad.l2_rel_per_move"
-                matched = matched_rows(side[num], side[den], progress or {})
-                extra["matched"] = matched
-                ratios = {s_: (m or {}).get("ratio") for s_, m in matched.items()}
-                row = claim_row(spec.claim, side[num], side[den], (num, den), col, *args, ratios=ratios)
-            else:
-                row = claim_row(spec.claim, side[num], side[den], (num, den), col, *args)
+                col, extra["matched"] = "grad.l2_rel_per_move", matched_rows(side[num], side[den], progress or {})
+                ratios = {s_: (m or {}).get("ratio") for s_, m in extra["matched"].items()}
+            row = claim_row(spec.claim, side[num], side[den], (num, den), col, *((premise, missing) if noisy else ()),
+                            ratios=ratios)
             at = (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the start exceeds no "
                   "BN's in every seed") if noisy and chosen else ""
             rows.append({**row, "reason": row["reason"] + at, "setting": pair_label(s["no BN"], groups, ignore),
@@ -238,11 +207,11 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
     "targets", "rows": [{"label", "variant", "noise_scale", "seeds", a stat per :data:`SHIFT_KEYS`,
     "exceeds_no_bn" (True / False / None: not measured), "final_test_accuracy", "final_train_accuracy",
     "at_chance": [seeds], "steps_to_target": {target: reach_stat}}]}."""
-    rows = []
+    rows, main = [], main_target(targets)
     for s in (s for s in comparison_sets(groups, ignore) if s["noisy"]):
-        plain = seed_frame(table, s["no BN"], main_target(targets))
+        plain = seed_frame(table, s["no BN"], main)
         for g in ([s["BN"]] if s["BN"] else []) + s["noisy"] + [s["no BN"]]:
-            st, sf, v = stats[g.key], seed_frame(table, g, main_target(targets)), bn_variant(g)
+            st, sf, v = stats[g.key], seed_frame(table, g, main), bn_variant(g)
             measures = (st["ics"] or {}).get("measures", {})
             rows.append({"label": g.variant_label or g.label, "variant": v,
                          "noise_scale": noise_scale(g) if v == "noisy BN" else None, "seeds": st["completed"],

@@ -1,11 +1,12 @@
 """Loading a sweep: every run directory read once (:mod:`bnexp.runfolders.rundir` reads the files) into
 :class:`Run` objects, and their records into DataFrames (:class:`Sweep`).
 
-A run's ``config`` is the flattened config (``config.yaml``, else ``.hydra/config.yaml``) minus
-``seed`` and :data:`IGNORED_KEYS` (keys that do not change what is trained), or, when no config
-is readable, the summary's fields (:data:`SUMMARY_FIELDS`). A run is *completed* when its status
-is ``finished`` or ``diverged`` and it has metrics; missing or corrupt files make it failed, never
-an exception (a corrupt JSON-lines line is skipped with a warning, the later records kept).
+A run's ``config`` is the flattened config (``config.yaml``, else ``.hydra/config.yaml``) minus ``seed`` and
+:data:`IGNORED_KEYS` (keys that do not change what is trained), plus the summary's ``experiment`` when it has
+none; or, when no config is readable, the summary's fields (:data:`SUMMARY_FIELDS`). A run is *completed* when
+its status is ``finished`` or ``diverged`` and it has metrics or summary.json's final test accuracy; missing or
+corrupt files make it failed, never an exception (a corrupt JSON-lines line is skipped with a warning, the later
+records kept).
 """
 
 from __future__ import annotations
@@ -123,12 +124,11 @@ def clean_summary(summary: dict, path: Path) -> dict:
         log.warning("%s: key %s is %s, not %s; ignored (the report uses the run's other files for it)",
                     path, key, json.dumps(value, default=str)[:40], want)
 
-    for key in NUMBER_KEYS:
-        if out.get(key) is not None and not _is_number(out[key]):
-            drop(key, out.pop(key), "a number")
-    for key in TEXT_KEYS:
-        if out.get(key) is not None and not isinstance(out[key], str):
-            drop(key, out.pop(key), "a string")
+    checks = ((NUMBER_KEYS, _is_number, "a number"), (TEXT_KEYS, lambda v: isinstance(v, str), "a string"))
+    for keys, ok, want in checks:
+        for key in keys:
+            if out.get(key) is not None and not ok(out[key]):
+                drop(key, out.pop(key), want)
     steps = out.get("steps_to_target")
     if steps is not None and not isinstance(steps, dict):
         drop("steps_to_target", out.pop("steps_to_target"), "an object {target: steps}")
@@ -149,9 +149,7 @@ def clean_summary(summary: dict, path: Path) -> dict:
 
 
 def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | None]:
-    """(status, error) of a run: finished | diverged | failed | incomplete. A finished or diverged run with an
-    empty metrics.jsonl stays completed when its summary.json holds its final test accuracy (the report then
-    takes its numbers from summary.json, :func:`_check_sources`)."""
+    """(status, error) of a run: finished | diverged | failed | incomplete."""
     if summary is None:
         return "failed", "summary.json missing or unreadable"
     st = summary.get("status")
@@ -166,12 +164,9 @@ def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | N
 
 
 def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: str) -> None:
-    """Warn where the run's two records of its result differ: summary.json (written last, by the trainer's
-    finish) and metrics.jsonl (every evaluation). An empty metrics.jsonl: the numbers are summary.json's. Both
-    readable: its final test accuracy (``final_test_accuracy_ema`` when Alg. 2's recomputed statistics replaced
-    it) against the last evaluation, and every ``steps_to_target`` it lists against the first evaluation at or
-    above that target (:func:`bnexp.runfolders.rundir.first_reached`); a difference is one warning naming the run and
-    both files, and summary.json's value is used (:func:`run_table`)."""
+    """Warn (once per run, naming both files) where summary.json, written last, and metrics.jsonl disagree on
+    the final test accuracy (``final_test_accuracy_ema`` when Alg. 2 replaced it) or a ``steps_to_target``;
+    :func:`run_table` uses summary.json's values."""
     if status not in COMPLETE_STATUSES:
         return
     if not metrics:
@@ -194,9 +189,8 @@ def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: st
 
 
 def load_run(run_dir: Path) -> Run:
-    """Read one run directory; never raises for missing or corrupt files (the run is then failed). The
-    grouping config is the reduced config file (plus the summary's ``experiment`` when the config has
-    none), else the summary's :data:`SUMMARY_FIELDS`."""
+    """Read one run directory into a :class:`Run` (its config as the module docstring says); never raises for
+    missing or corrupt files (the run is then failed)."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
     if summary is not None:
@@ -262,16 +256,12 @@ class Sweep:
         return self.table[[f"steps_to_{k}", f"censored_{k}"]].set_axis(["steps", "censored"], axis=1)
 
 
-def _recorded_steps(summary: dict, target: float) -> tuple[bool, float]:
-    """(listed, steps) of ``target`` in summary.json's ``steps_to_target`` (steps NaN: not reached)."""
-    recorded = summary.get("steps_to_target")
-    for k, v in (recorded.items() if isinstance(recorded, dict) else ()):
-        try:
-            if abs(float(k) - target) < 1e-12:
-                return True, math.nan if v is None else int(v)
-        except (TypeError, ValueError):
-            continue
-    return False, math.nan
+def _recorded_steps(summary: dict, target: float, default: float) -> float:
+    """The steps of ``target`` in a cleaned summary's ``steps_to_target`` (NaN: not reached), else ``default``."""
+    for k, v in (summary.get("steps_to_target") or {}).items():
+        if abs(float(k) - target) < 1e-12:
+            return math.nan if v is None else int(v)
+    return default
 
 
 def target_key(target: float) -> str:
@@ -297,13 +287,12 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
     ``norm`` (the normalizer code, :func:`bnexp.report.rules.normalizer`); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
-    (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both at
-    chance (1 / :data:`bnexp.report.rules.NUM_CLASSES`) for a diverged run: its weights are no longer finite, so
-    the network it ended with predicts nothing, whatever its last evaluation before the divergence scored;
-    ``left_chance`` (completed and best test accuracy above :data:`bnexp.report.rules.CHANCE`); per target
-    T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else the first evaluation at or above T
-    within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached) and ``censored_T`` (completed and not
-    reached: the budget is a lower bound on its steps). Accuracies are fractions, steps SGD steps."""
+    (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
+    1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
+    :mod:`bnexp.report.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
+    the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
+    and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
+    fractions, steps SGD steps."""
     t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
                        **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
                       for r in runs], index=pd.RangeIndex(len(runs), name="run"),
@@ -318,7 +307,7 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)
     by_run = acc.groupby(metrics["run"])
     t["max_test_accuracy"] = by_run.max().reindex(t.index).fillna(summ["best_test_accuracy"])
-    diverged = t["status"] == "diverged"  # its network predicts nothing: chance, whatever it scored before
+    diverged = t["status"] == "diverged"
     t["final_test_accuracy"] = summ["final_test_accuracy"].fillna(
         by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)).mask(diverged, 1 / NUM_CLASSES)
     train = numeric(metrics.get("train_accuracy", pd.Series(index=metrics.index, dtype=float))).set_axis(metrics.index)
@@ -327,8 +316,8 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     t["left_chance"] = done & (t["max_test_accuracy"] > CHANCE)
     for target in targets:
         first = metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min().reindex(t.index)
-        recorded = [_recorded_steps(r.summary, target) for r in runs]
-        steps = pd.Series([v if listed else c for (listed, v), c in zip(recorded, first)], index=t.index, dtype=float)
+        steps = pd.Series([_recorded_steps(r.summary, target, c) for r, c in zip(runs, first)], index=t.index,
+                          dtype=float)
         t[f"steps_to_{target_key(target)}"] = steps
         t[f"censored_{target_key(target)}"] = done & steps.isna()
     return t

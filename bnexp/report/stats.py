@@ -1,8 +1,6 @@
-"""Statistics with pandas over seeds of the per-run table (:func:`bnexp.report.load.run_table`):
-(:func:`value_stat`, :func:`reach_stat`) mean and the sample std (:data:`bnexp.report.rules.DDOF`: one
-seed has none, written "(1 seed)"); per layer, the stability of Fig. 1(b, c)
-(:func:`layer_stability`). Steps to a target are averaged over the seeds that reached it, the others
-counted "not reached (k/n)". Missing values are None, never made up."""
+"""Statistics over seeds (mean and sample std, :func:`bnexp.report.rules.stat`) of the per-run table's values
+(:func:`value_stat`) and steps to a target (:func:`reach_stat`), and per layer the stability of Fig. 1(b, c)
+(:func:`layer_stability`). Missing values are None, never made up."""
 
 from __future__ import annotations
 
@@ -19,18 +17,17 @@ from bnexp.report.rules import optional, stat
 
 
 def value_stat(values) -> dict:
-    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (:func:`bnexp.report.rules.stat`: the
-    sample std, None for one value); missing and non-finite values are left out of mean and std (None when
-    no value is left) and are None in ``per_seed``."""
+    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (:func:`bnexp.report.rules.stat`);
+    missing values are None in ``per_seed``."""
     per_seed = [optional(v, lambda x: x) for v in values]
     st = stat(per_seed)
     return {"mean": st["mean"], "std": st["std"], "n": st["n"], "per_seed": per_seed}
 
 
 def reach_stat(steps) -> dict:
-    """Steps-to-target statistics over seeds from, per seed, the step it reached the target at (None or
-    NaN: not reached): {"n", "reached", "not_reached", "mean", "std", "per_seed", "text"}, mean and std
-    over the seeds that reached it (None when none did)."""
+    """Steps-to-target statistics from, per seed, the step it reached the target at (None or NaN: not reached):
+    {"n", "reached", "not_reached", "mean", "std", "per_seed", "text" (:func:`bnexp.report.fmt.format_steps`)},
+    mean and std in SGD steps over the seeds that reached it (None when none did)."""
     per_seed = [optional(s, int) for s in steps]
     st = value_stat([s for s in per_seed if s is not None])
     out = {"n": len(per_seed), "reached": st["n"], "not_reached": len(per_seed) - st["n"], "mean": st["mean"],
