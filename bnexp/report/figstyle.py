@@ -1,18 +1,11 @@
-"""How the report's figures draw and name a configuration, and which part of the paper they cite.
+"""How the report's figures draw and name a configuration, and which part of the paper they cite (:func:`refs`).
 
-One rule for every figure: **one colour family per BN variant** (:data:`FAMILY`: BN oranges, no BN blues,
-noisy BN (Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm magentas, unknown greys), so BN and no BN
-are told apart by colour alone; within a family **one shade per setting** (:func:`bnexp.report.groups.pair_key`)
-and per ``bn.*`` values where several share a setting (noisy BN at three noise scales), darkest first; the line
-style and hatch repeat the variant (BN solid / plain, no BN dashed / hatched, noisy BN dash-dot / dotted). Seeds
-are light thin lines of their configuration's colour, the mean over seeds a bold line. The **label** names the
-keys the sweep varies as the user typed them (:func:`typed_labels`), else the configuration's label with its
-variant (:func:`legend_label`). Legends go below the panels (:func:`legend_below`), never over the data, and
-describe only the variants present (:func:`style_note`).
-
-Paper references (:func:`refs`): Sec. 4.1 (MNIST, Fig. 1(a) accuracy, Fig. 1(b, c) percentiles) for MNIST and
-anything else compared with and without BN; Sec. 4.2 (Fig. 2 form) on CIFAR-10, where the percentile view is
-Sec. 4.1's method applied to the Sec. 4.2 networks.
+One rule for every figure: one colour family per BN variant (:data:`FAMILY`), so BN and no BN are told apart by
+colour alone; within a family one shade per setting, darkest first (:func:`styles`); the line style and hatch
+repeat the variant. Seeds are light thin lines of their configuration's colour, the mean over seeds a bold line.
+Labels name the keys the sweep varies as the user typed them (:func:`typed_labels`, else :func:`legend_label`).
+Legends go below the panels (:func:`legend_below`), never over the data, and describe only the variants present
+(:func:`style_note`).
 """
 
 from __future__ import annotations
@@ -33,7 +26,8 @@ LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
 LINE_WORDS = {"no BN": "no BN blue dashed", "BN": "BN orange solid", "noisy BN": "noisy BN green dash-dot"}
 BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN": "noisy BN green dotted"}
-# matplotlib colour maps: one family per BN variant (rules.NORMALIZERS names LayerNorm and GroupNorm)
+# matplotlib colour maps: one family per BN variant (noisy BN: Santurkar et al. 2018; rules.NORMALIZERS names
+# LayerNorm and GroupNorm), greys for an unknown one
 FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "RdPu",
           None: "Greys"}
 # the style note's word for the families drawn like BN (a normalizer in BN's place) in a colour of their own
@@ -61,9 +55,10 @@ class Style:
 
 
 def refs(data: dict) -> dict[str, str]:
-    """The paper references of the report's parts ("accuracy", "percentiles", "stability"),
-    from report.json's ``data``: Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline
-    preset, else Sec. 4.1."""
+    """The paper references of the report's parts ("accuracy", "percentiles", "stability"), from report.json's
+    ``data``: for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, Sec. 4.2 (Fig. 2 form) and, for the
+    percentile views, Sec. 4.1's method applied to the Sec. 4.2 networks; else Sec. 4.1 (MNIST, Fig. 1(a)
+    accuracy, Fig. 1(b, c) percentiles)."""
     if any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
            for c in data["configurations"]):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
@@ -152,9 +147,11 @@ def family_color(name: str | None, shade: float = 0.75) -> tuple:
 
 
 def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
-    """{group.key: Style}: a colour family per BN variant (:data:`FAMILY`), within it one shade per setting
-    in the order settings first appear and then by ``bn.*`` values (darkest first), the variant's line style
-    and hatch, and the label of :func:`typed_labels` (else :func:`legend_label`)."""
+    """{group.key: Style}: the colour family of :func:`family`, within it one shade per setting
+    (:func:`bnexp.report.groups.pair_key`, in the order settings first appear) and per ``bn.*`` values where
+    several share a setting (noisy BN at three noise scales), darkest first; the variant's line style and hatch
+    (BN solid / plain, no BN dashed / hatched, noisy BN dash-dot / dotted); the label of :func:`typed_labels`
+    (else :func:`legend_label`)."""
     typed = typed_labels(groups)
     shade_key = {g.key: (pair_key(g), tuple((k, sort_value(v)) for k, v in sorted(g.config.items())
                                             if k.startswith("bn."))) for g in groups}
@@ -174,28 +171,27 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     return out
 
 
-def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3) -> float:
+def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3,
+                 top: float = 1.0) -> None:
     """Put one legend for the whole figure under its panels, outside every axes, in as many columns
     (at most ``max_cols``) as fit the width at font size 8; the title is wrapped to the width. The
-    figure grows by the legend's height, so the panels keep their size however many entries there are.
-
-    Returns:
-        the fraction of the (grown) figure height the legend takes from the bottom; pass
-        ``rect=(0, that, 1, top)`` to ``fig.tight_layout`` so the panels stay above it.
-    """
-    if not handles:
-        return 0.0
-    width_in, height_in = fig.get_size_inches()
-    entry_in = 0.065 * max(len(x) for x in labels) + 0.8  # inches per entry: characters plus the line sample
-    ncol = max(1, min(max_cols, len(handles), int(0.95 * width_in // entry_in)))
-    title_lines = textwrap.wrap(title, int(width_in / 0.065 * 0.9)) if title else []
-    rows = -(-len(handles) // ncol) + len(title_lines)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
-               title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    legend_in = 0.12 + 0.19 * rows
-    extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
-    fig.set_size_inches(width_in, height_in + extra_in)
-    return legend_in / (height_in + extra_in)
+    figure grows by the legend's height, so the panels keep their size however many entries there are;
+    ``fig.tight_layout`` then fits the panels between the legend and ``top`` (a fraction of the figure's
+    height; what is above is left to the suptitle)."""
+    bottom = 0.0
+    if handles:
+        width_in, height_in = fig.get_size_inches()
+        entry_in = 0.065 * max(len(x) for x in labels) + 0.8  # inches per entry: characters plus the line sample
+        ncol = max(1, min(max_cols, len(handles), int(0.95 * width_in // entry_in)))
+        title_lines = textwrap.wrap(title, int(width_in / 0.065 * 0.9)) if title else []
+        rows = -(-len(handles) // ncol) + len(title_lines)
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
+                   title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
+        legend_in = 0.12 + 0.19 * rows
+        extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
+        fig.set_size_inches(width_in, height_in + extra_in)
+        bottom = legend_in / (height_in + extra_in)
+    fig.tight_layout(rect=(0, bottom, 1, top))
 
 
 def figure_png(fig, dpi: int) -> bytes:

@@ -141,9 +141,8 @@ def accuracy_figure(report: Report):
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}){note}", fontsize=10)
-    bottom = legend_below(fig, *ax.get_legend_handles_labels(),
-                          title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)))
-    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    legend_below(fig, *ax.get_legend_handles_labels(),
+                 title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)), top=0.97)
     return fig
 
 
@@ -257,8 +256,7 @@ def percentiles_figure(report: Report):
                        f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
-    bottom = legend_below(fig, handles, labels)
-    fig.tight_layout(rect=(0, bottom, 1, 1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height))
+    legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
     return fig
 
 
@@ -296,9 +294,9 @@ def stability_figure(report: Report):
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
                  f"({refs(report.data)['stability']}){note}", fontsize=10)
-    bottom = legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                          title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)))
-    fig.tight_layout(rect=(0, bottom, 1, 0.91 if note else 0.96))
+    legend_below(fig, *axes[0][0].get_legend_handles_labels(),
+                 title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
+                 top=0.91 if note else 0.96)
     return fig
 
 

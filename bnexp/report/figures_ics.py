@@ -17,16 +17,13 @@ from bnexp.report.load import Run, Sweep, numeric
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).
 AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS from step 0", "unitless"),
-        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"),
-        "l2": ("||G - G'||_2", "nats per weight unit"), "l2_rel": ("||G - G'|| / ||G||", "unitless"),
-        "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
-        "fn_loss_variation": ("loss variation", "nats"),
+        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"), "l2": ("||G - G'||_2", "nats per weight unit"),
+        "l2_rel": ("||G - G'|| / ||G||", "unitless"), "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
+        "cos": ("cos(G, G')", "unitless"), "fn_loss_variation": ("loss variation", "nats"),
         "fn_beta_smoothness": ("effective beta-smoothness", "nats per step squared"),
-        "cos": ("cos(G, G')", "unitless"),
-        "loss_variation": ("loss variation", "nats"),
+        "loss_variation": ("loss variation", "nats"), "rel_loss_variation": ("loss variation", "nats"),
         "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
         "beta_smoothness": ("effective beta-smoothness", "nats per weight unit squared"),
-        "rel_loss_variation": ("loss variation", "nats"),
         "rel_grad_predictiveness": ("max ||grad change||_2", "nats per relative step"),
         "rel_beta_smoothness": ("effective beta-smoothness", "nats per relative step squared")}
 
@@ -93,10 +90,9 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         ax.set_ylabel(axis_label(key), fontsize=8)
         ax.set_xlabel(STEP_LABEL, fontsize=8)
         ax.grid(alpha=0.3)
-    bottom = legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                          title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])))
     fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    legend_below(fig, *axes[0][0].get_legend_handles_labels(),
+                 title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])), top=0.95)
     return fig
 
 

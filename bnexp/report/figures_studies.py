@@ -1,12 +1,8 @@
 """The figures drawn from report.json alone, so that each can be redrawn from the JSON: one per study
-(docs/studies/, the study section: :func:`bnexp.report.study_claims.study_section`) and the Sec. 4.2 frontier
-(:func:`frontier_figure`, docs/cifar/PLAN.md: each preset's frontier, final test accuracy vs training budget on
-a log2 axis with the target a*, beside the matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every
-preset with parity (1x) and the pass rule's 5x).
-
-Every figure follows :mod:`bnexp.report.figstyle`: the legend below the panels, seed means as lines or
-bars with each seed's value as a point, log axes where the quantity spans orders of magnitude, and a
-target that a configuration never reached drawn as an open marker at its budget.
+(docs/studies/, :func:`bnexp.report.study_claims.study_section`; :data:`FIGURES`) and the Sec. 4.2 frontier
+(:func:`frontier_figure`). Styles follow :mod:`bnexp.report.figstyle`; seed means are lines or bars with each
+seed's value as a point, log axes where a quantity spans orders of magnitude, and a target never reached is an
+open marker at the budget.
 """
 
 from __future__ import annotations
@@ -52,9 +48,8 @@ def _finish(fig, axes, title: str):
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(lab, h)
-    bottom = legend_below(fig, list(entries.values()), list(entries), max_cols=4)
     fig.suptitle(wrap_title(title, 100), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 0.93))
+    legend_below(fig, list(entries.values()), list(entries), max_cols=4, top=0.93)
     return fig
 
 
@@ -154,17 +149,19 @@ def placement_figure(sec: dict):
     return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
 
 
-def _tuning_lines(ax, sec: dict, families: dict) -> bool:
-    """Held-out tuning (docs/studies/PLAN.md): per configuration its tuning grid's mean steps to the target
-    vs rate (a failed tuning seed at the budget: open marker), the chosen rate marked with a star; False
-    when the section has no tuning grids."""
-    done = False
+def normalizer_figure(sec: dict):
+    """Steps to 95% vs rate per normalizer (log-log), best rates circled. In a held-out sweep: each tuning
+    grid (dashed, tuning-seed means; open markers: a tuning seed failed, counted at the budget; star: the
+    chosen rate) and the evaluation seeds at the chosen rate (solid points, circle: their mean)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    # held-out tuning (docs/studies/PLAN.md): each grid's tuning-seed mean steps vs rate
+    held, norms = False, {NAMES[k]: k for k in ("batch", "layer", "group", "none")}
     for t in sec.get("tuning") or []:
-        norm = families.get(t["family"])
+        norm = norms.get(t["family"])
         if norm is None or t["choice"]["objective"] != "steps":
             continue
-        grid = t["choice"]["grid"]
-        color = _color(norm)
+        grid, color = t["choice"]["grid"], _color(norm)
         ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
                 linewidth=1.0)
         for g in grid:
@@ -172,17 +169,7 @@ def _tuning_lines(ax, sec: dict, families: dict) -> bool:
                        edgecolors=color, zorder=3)
         best = next(g for g in grid if g["chosen"])
         ax.scatter([best["rate"]], [best["mean_steps"]], s=150, marker="*", color=color, zorder=4)
-        done = True
-    return done
-
-
-def normalizer_figure(sec: dict):
-    """Steps to 95% vs rate per normalizer (log-log), best rates circled. In a held-out sweep: each tuning
-    grid (dashed, tuning-seed means; open markers: a tuning seed failed, counted at the budget; star: the
-    chosen rate) and the evaluation seeds at the chosen rate (solid points, circle: their mean)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    held = _tuning_lines(ax, sec, {NAMES[k]: k for k in ("batch", "layer", "group", "none")})
+        held = True
     for norm in ("batch", "layer", "group", "none"):
         mine = sorted((r for r in sec["table"] if r["norm"] == norm), key=lambda r: r["lr"])
         if not mine:
@@ -250,9 +237,12 @@ FIGURE = "frontier.png"
 
 
 def frontier_figure(section: dict):
-    """The frontiers (left) and the speedup curves S(a) (right) of ``section`` (:func:`bnexp.report.frontier.analyze`'s
-    dict or report.json's data) as a matplotlib figure. S(a) points that are bounds (a reached at a ladder's smallest
-    budget) are open triangles (up: the preset's bound, S >= value; down: the baseline's, S <= value)."""
+    """The Sec. 4.2 frontier figure (docs/cifar/PLAN.md) of ``section`` (:func:`bnexp.report.frontier.analyze`'s
+    dict or report.json's data): left, each preset's final test accuracy (%) vs training budget (steps, log2 axis)
+    with the target a*; right, the matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every preset
+    with parity (1x) and the pass rule's :data:`~bnexp.report.frontier.PASS_FACTOR`. S(a) points that are bounds
+    (a reached at a ladder's smallest budget) are open triangles (up: the preset's bound, S >= value; down: the
+    baseline's, S <= value)."""
     fa = section["frontier_analysis"]
     plt = pyplot()
     from matplotlib.ticker import FuncFormatter
@@ -300,6 +290,5 @@ def frontier_figure(section: dict):
     bx.set_ylabel("S(a) = B_baseline(a) / B_preset(a)")
     bx.set_title(f"Speedup S(a); * = S(a*), dashed = pass rule {PASS_FACTOR:g}x, triangles = bounds", fontsize=10)
     bx.grid(True, which="both", alpha=0.3)
-    frac = legend_below(fig, handles, names, max_cols=len(handles))
-    fig.tight_layout(rect=(0, frac, 1, 1))
+    legend_below(fig, handles, names, max_cols=len(handles))
     return fig
