@@ -15,7 +15,7 @@ import numpy as np
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, family, legend_below, legend_label, legend_title, pyplot, refs,
+from bnexp.report.figstyle import (STEP_LABEL, Style, family, legend_below, legend_label, legend_title, pyplot, refs,
                                    schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
 from bnexp.report.load import Run, Sweep, numeric, ordered_keys, seed_order
@@ -43,14 +43,11 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
 
 
 def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGroup], str]:
-    """The configurations the accuracy figure shows, and a note for its title: in a held-out study
-    (docs/studies/PLAN.md: report.json ``study.tuning_seeds``) the configurations that ran on its evaluation
-    seeds, i.e. each at its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``,
-    docs/mnist/PLAN.md) each network at the rate it chose for ``target`` on the tuning seeds
-    (``best_rate_speedups``), so that the figure compares the configurations as the claims do rather than
-    every rate of every grid; otherwise every configuration and no note. In a held-out sweep each returned
-    group keeps only its runs on the evaluation seeds (the seeds the claims score; a tuning seed that ran at
-    the chosen rate is left out), and the note says so."""
+    """The configurations the figures show, as the claims compare them, and a note for the titles: in a held-out
+    study (docs/studies/PLAN.md: report.json ``study.tuning_seeds``) those that ran on its evaluation seeds, each at
+    its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``, docs/mnist/PLAN.md) each network at
+    the rate it chose for ``target`` on the tuning seeds (``best_rate_speedups``); in both, each group keeps only
+    its runs on the evaluation seeds (those the claims score). Otherwise every configuration and no note."""
     study, data = report.data.get("study") or {}, report.data
     candidates = []  # (configurations, evaluation seeds, note), the first that ran on its seeds is shown
     if study.get("tuning_seeds"):
@@ -85,6 +82,15 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
                             if g.config.get(k) is not None) or legend_label(g) for g in groups}
 
 
+def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
+    """The configurations of :func:`chosen_groups`, its note and their styles (:func:`~.figstyle.styles` over
+    the whole sweep; in a held-out sweep labelled by :func:`shown_labels`)."""
+    st = styles(report.groups)
+    shown, note = chosen_groups(report)
+    named = shown_labels(shown) if note else {}
+    return shown, note, {g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}
+
+
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. One bold line per
     configuration (the mean over its completed seeds; at each step over the seeds evaluated there, so a diverged
@@ -92,9 +98,7 @@ def accuracy_figure(report: Report):
     second panel zooms on the top of the range (:func:`zoom_range`) only when at least two configurations end
     inside it (else it would show one curve); one legend below."""
     plt = pyplot()
-    st = styles(report.groups)
-    shown, note = chosen_groups(report)
-    labels = shown_labels(shown) if note else {}
+    shown, note, st = _shown(report)
     metrics = report.sweep.metrics
     data = []  # (group, steps, mean %, max %, [(steps, accuracy) of each seed])
     for g in shown:
@@ -115,7 +119,7 @@ def accuracy_figure(report: Report):
             for seed_steps, acc in seeds:
                 a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.7, alpha=0.35)
             a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
-                   label=f"{labels.get(g.key, s.label)} (n={len(g.completed)})" if a is ax else None)
+                   label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
     ax.set_title("whole range" if zoom else "", fontsize=9)
     if zr is None:
         ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
@@ -214,9 +218,7 @@ def percentiles_figure(report: Report):
     (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen. In a held-out
     sweep, the configurations of :func:`chosen_groups` on their evaluation seeds, paired across rates."""
     plt = pyplot()
-    st = styles(report.groups)
-    groups, note = chosen_groups(report)
-    named = shown_labels(groups) if note else {}
+    groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
     total, rows = len(rows), shown_rows(columns, rows)
     if not rows:
@@ -236,7 +238,7 @@ def percentiles_figure(report: Report):
             if g is None:
                 ax.set_visible(False)
                 continue
-            label = named.get(g.key, st[g.key].label) + (f" (no run {missing} with these settings)" if missing else "")
+            label = st[g.key].label + (f" (no run {missing} with these settings)" if missing else "")
             if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
                 ax.set_axis_off()
                 continue
@@ -266,9 +268,7 @@ def stability_figure(report: Report):
     finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
     evaluation seeds)."""
     plt = pyplot()
-    st = styles(report.groups)
-    shown, note = chosen_groups(report)
-    named = shown_labels(shown) if note else {}
+    shown, note, st = _shown(report)
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
@@ -287,7 +287,7 @@ def stability_figure(report: Report):
             vals = [stab.get(layer, {}).get(key) for layer in layers]
             xs, sty = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))], st[g.key]
             ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
-                   edgecolor="black", linewidth=0.4, label=named.get(g.key, sty.label))
+                   edgecolor="black", linewidth=0.4, label=sty.label)
         many = len(layers) > 6 and all(re.fullmatch(r"layer\d+", name) for name in layers)  # "1".."10": fit the axis
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":

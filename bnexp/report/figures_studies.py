@@ -16,8 +16,7 @@ from bnexp.report.rules import NORMALIZERS as NAMES
 
 
 def _color(norm: str):
-    """The colour of a normalizer in the report's families (:func:`bnexp.report.figstyle.family_color`: BN
-    orange, no BN blue, LayerNorm purple, GroupNorm magenta), ghost BN a light orange; black if unknown."""
+    """The colour of a normalizer in its :data:`~.figstyle.FAMILY`, ghost BN a light orange; black if unknown."""
     if norm == "ghost":
         return family_color("BN", 0.45)
     return family_color(NAMES[norm]) if NAMES.get(norm) in FAMILY else "black"
