@@ -1,20 +1,11 @@
-"""How the report's figures draw and name a configuration, and which part of the paper they cite.
+"""How the report's figures draw and name a configuration, and which part of the paper they cite (:func:`refs`).
 
-One rule for every figure: **one colour family per BN variant** -- no BN blues, BN oranges, noisy BN
-(Santurkar et al. 2018) greens, LayerNorm purples, GroupNorm magentas, unknown greys -- so BN and no BN are
-told apart by colour alone; within a family **one shade per setting** (the configuration without its
-``bn.*`` keys and experiment name, :func:`bnexp.report.groups.pair_key`), and per configuration where
-several of one family share a setting (noisy BN at three noise scales), darkest first; the line style
-repeats the variant (BN solid / plain bar, no BN dashed / hatched, noisy BN dash-dot / dotted). Seeds are
-drawn as light thin lines of their configuration's colour, the mean over seeds as a bold line. The
-**label** names the keys the sweep varies as the user typed them (``bn=false lr=0.5``,
-``experiment=bn_x5 scale.base_lr=0.05``: :func:`typed_labels`, from the runs' ``.hydra/overrides.yaml``),
-else the configuration's label with its variant. Legends go below the panels (:func:`legend_below`),
-never over the data, and describe only the variants present.
-
-Paper references (:func:`refs`): Sec. 4.1 (MNIST, Fig. 1(a) accuracy, Fig. 1(b, c) percentiles)
-for MNIST and anything else compared with and without BN; Sec. 4.2 (Fig. 2 form) on CIFAR-10,
-where the percentile view is Sec. 4.1's method applied to the Sec. 4.2 networks.
+One rule for every figure: one colour family per BN variant (:data:`FAMILY`), so BN and no BN are told apart by
+colour alone; within a family one shade per setting, darkest first (:func:`styles`); the line style and hatch
+repeat the variant. Seeds are light thin lines of their configuration's colour, the mean over seeds a bold line.
+Labels name the keys the sweep varies as the user typed them (:func:`typed_labels`, else :func:`legend_label`).
+Legends go below the panels (:func:`legend_below`), never over the data, and describe only the variants present
+(:func:`style_note`).
 """
 
 from __future__ import annotations
@@ -26,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
+from bnexp.report.rules import NORMALIZERS, normalizer
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 
@@ -34,7 +26,8 @@ LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
 LINE_WORDS = {"no BN": "no BN blue dashed", "BN": "BN orange solid", "noisy BN": "noisy BN green dash-dot"}
 BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN": "noisy BN green dotted"}
-# matplotlib colour maps: one family per BN variant (rules.NORMALIZERS names LayerNorm and GroupNorm)
+# matplotlib colour maps: one family per BN variant (noisy BN: Santurkar et al. 2018; rules.NORMALIZERS names
+# LayerNorm and GroupNorm), greys for an unknown one
 FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "RdPu",
           None: "Greys"}
 # the style note's word for the families drawn like BN (a normalizer in BN's place) in a colour of their own
@@ -43,6 +36,11 @@ FAMILY_WORDS = {"LayerNorm": "purple", "GroupNorm": "magenta"}
 UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",
           "trainer.device", "trainer.ckpt_every", "trainer.save_checkpoint", "data.root", "data.download",
           "data.verify_checksums", "logger", "monitor.histograms")
+#: run-length keys a design sets from another key: a study from m (max_steps = 240,000 / m), the CIFAR-10 ladder
+#: from the budget (decay_steps = budget / 5, eval_every = budget / 4, ...)
+SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
+                 "trainer.ckpt_every", "optim.decay_steps")
+BUDGET = "trainer.max_steps"
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,10 @@ class Style:
 
 
 def refs(data: dict) -> dict[str, str]:
-    """The paper references of the report's parts ("accuracy", "percentiles", "stability"),
-    from report.json's ``data``: Sec. 4.2 for a CIFAR-10 sweep or one with the Sec. 4.2 baseline
-    preset, else Sec. 4.1."""
+    """The paper references of the report's parts ("accuracy", "percentiles", "stability"), from report.json's
+    ``data``: for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, Sec. 4.2 (Fig. 2 form) and, for the
+    percentile views, Sec. 4.1's method applied to the Sec. 4.2 networks; else Sec. 4.1 (MNIST, Fig. 1(a)
+    accuracy, Fig. 1(b, c) percentiles)."""
     if any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
            for c in data["configurations"]):
         view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
@@ -80,19 +79,15 @@ def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
 
 
-def _named_variant(label: str) -> str | None:
-    """The BN variant a label names ("noisy BN", "no BN", "BN", or from bn=true/false/noisy), else None."""
-    words = label.replace(":", " ").replace(",", " ").split()
-    named = [v for w, v in (("bn=noisy", "noisy BN"), ("bn=false", "no BN"), ("bn=true", "BN")) if w in words]
-    named += [v for v in ("noisy BN", "no BN") if v in label]
-    return named[0] if named else "BN" if re.search(r"\bBN\b", label) else None
-
-
 def legend_label(group: ConfigGroup) -> str:
     """The configuration's label, with its BN variant appended when the label does not name it:
     "baseline" (a no-BN preset) -> "baseline (no BN)"; "bn=true lr=0.5" and "noisy BN lr=0.5" stay."""
     v, label = bn_variant(group), group.label or group.variant_label or "configuration"
-    return label if v is None or _named_variant(label) == v else f"{label} ({v})"
+    words = label.replace(":", " ").replace(",", " ").split()
+    named = [v for w, v in (("bn=noisy", "noisy BN"), ("bn=false", "no BN"), ("bn=true", "BN")) if w in words]
+    named += [v for v in ("noisy BN", "no BN") if v in label]
+    named_variant = named[0] if named else "BN" if re.search(r"\bBN\b", label) else None
+    return label if v is None or named_variant == v else f"{label} ({v})"
 
 
 def pyplot():
@@ -106,18 +101,9 @@ def pyplot():
 
 def family(group: ConfigGroup) -> str | None:
     """The colour family's key of a configuration: its BN variant, LayerNorm/GroupNorm by name."""
-    from bnexp.report.rules import NORMALIZERS, normalizer
-
     v = bn_variant(group)
     norm = normalizer(group.config) if v == "BN" else None
     return NORMALIZERS[norm] if norm in ("layer", "group") else v
-
-
-#: run-length keys a design sets from another key: a study from m (max_steps = 240,000 / m), the CIFAR-10 ladder
-#: from the budget (decay_steps = budget / 5, eval_every = budget / 4, ...)
-SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
-                 "trainer.ckpt_every", "optim.decay_steps")
-BUDGET = "trainer.max_steps"
 
 
 def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) -> set[str]:
@@ -136,7 +122,7 @@ def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) ->
 def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and the
-    quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, result-neutral keys and the
+    quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, :data:`UNTOLD` keys and the
     run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable
     overrides or two configurations would read alike."""
     per: dict[str, dict[str, str]] = {}
@@ -144,20 +130,14 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
         found = next((o for o in (run_overrides(r.path) for r in g.runs) if o is not None), None)
         if found is None:
             return {}
-        kv = {}
-        for o in found:
-            key, _, value = as_typed(o).lstrip("+~").partition("=")
-            if key and not key.startswith(UNTOLD):
-                kv[key] = value
-        per[g.key] = kv
-    keys = list(dict.fromkeys(k for kv in per.values() for k in kv))
+        pairs = (as_typed(o).lstrip("+~").partition("=") for o in found)
+        per[g.key] = {key: value for key, _, value in pairs if key and not key.startswith(UNTOLD)}
+    keys = dict.fromkeys(k for kv in per.values() for k in kv)
     varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]
     drop = schedule_keys_to_drop({k: [kv.get(k) for kv in per.values()] for k in varying}, budget_only=True)
     varying = [k for k in varying if k not in drop]
     labels = {gk: " ".join(f"{k}={kv[k]}" for k in varying if k in kv) for gk, kv in per.items()}
-    if not varying or len(set(labels.values())) < len(labels):
-        return {}
-    return labels
+    return labels if varying and len(set(labels.values())) == len(labels) else {}
 
 
 def family_color(name: str | None, shade: float = 0.75) -> tuple:
@@ -166,59 +146,52 @@ def family_color(name: str | None, shade: float = 0.75) -> tuple:
     return tuple(pyplot().get_cmap(FAMILY.get(name, "Greys"))(shade))
 
 
-def _shade_key(group: ConfigGroup) -> tuple:
-    """What gets its own shade within a colour family: the setting (:func:`~bnexp.report.groups.pair_key`,
-    shared by BN and no BN), then the configuration's ``bn.*`` values (numbers by value)."""
-    return pair_key(group), tuple((k, sort_value(v)) for k, v in sorted(group.config.items()) if k.startswith("bn."))
-
-
 def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
-    """{group.key: Style}: a colour family per BN variant (:data:`FAMILY`), within it one shade per setting
-    in the order settings first appear (darkest first), the variant's line style and hatch, and the label of
-    :func:`typed_labels` (else :func:`legend_label`)."""
+    """{group.key: Style}: the colour family of :func:`family`, within it one shade per setting
+    (:func:`bnexp.report.groups.pair_key`, in the order settings first appear) and per ``bn.*`` values where
+    several share a setting (noisy BN at three noise scales), darkest first; the variant's line style and hatch
+    (BN solid / plain, no BN dashed / hatched, noisy BN dash-dot / dotted); the label of :func:`typed_labels`
+    (else :func:`legend_label`)."""
     typed = typed_labels(groups)
-    settings: dict = {}
-    for g in groups:  # a shade per setting; configurations of one setting that differ only in bn.* keys
-        keys = settings.setdefault(family(g), [])  # (noisy BN's noise scales, BN's momentum) get a shade each
-        if _shade_key(g) not in keys:
-            keys.append(_shade_key(g))
-    for keys in settings.values():  # settings in their order of appearance; within one, by bn.* values
-        pairs = list(dict.fromkeys(k[0] for k in keys))
-        keys.sort(key=lambda k: (pairs.index(k[0]), k[1]))
+    shade_key = {g.key: (pair_key(g), tuple((k, sort_value(v)) for k, v in sorted(g.config.items())
+                                            if k.startswith("bn."))) for g in groups}
+    per_family: dict[str | None, dict] = {}
+    for g in groups:
+        per_family.setdefault(family(g), {})[shade_key[g.key]] = None
+    shades = {}
+    for fam, keys in per_family.items():
+        settings = list(dict.fromkeys(k[0] for k in keys))
+        shades[fam] = sorted(keys, key=lambda k: (settings.index(k[0]), k[1]))
     out = {}
     for g in groups:
-        fam = family(g)
-        order = settings[fam]
-        n, i = len(order), order.index(_shade_key(g))
-        color = family_color(fam, 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1))  # darkest (0.95) to light (0.45)
-        v = bn_variant(g)
+        order, v = shades[family(g)], bn_variant(g)
+        n, i = len(order), order.index(shade_key[g.key])
+        color = family_color(family(g), 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1))  # darkest 0.95 to light 0.45
         out[g.key] = Style(color, LINESTYLE[v], HATCH[v], typed.get(g.key) or legend_label(g))
     return out
 
 
-def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3) -> float:
+def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3,
+                 top: float = 1.0) -> None:
     """Put one legend for the whole figure under its panels, outside every axes, in as many columns
     (at most ``max_cols``) as fit the width at font size 8; the title is wrapped to the width. The
-    figure grows by the legend's height, so the panels keep their size however many entries there are
-    (a sweep of 20 configurations gets a tall figure, not a legend over the panels).
-
-    Returns:
-        the fraction of the (grown) figure height the legend takes from the bottom; pass
-        ``rect=(0, that, 1, top)`` to ``fig.tight_layout`` so the panels stay above it.
-    """
-    if not handles:
-        return 0.0
-    width_in, height_in = fig.get_size_inches()
-    entry_in = 0.065 * max(len(x) for x in labels) + 0.8  # inches per entry: characters plus the line sample
-    ncol = max(1, min(max_cols, len(handles), int(0.95 * width_in // entry_in)))
-    title_lines = textwrap.wrap(title, int(width_in / 0.065 * 0.9)) if title else []
-    rows = -(-len(handles) // ncol) + len(title_lines)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
-               title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
-    legend_in = 0.12 + 0.19 * rows
-    extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
-    fig.set_size_inches(width_in, height_in + extra_in)
-    return legend_in / (height_in + extra_in)
+    figure grows by the legend's height, so the panels keep their size however many entries there are;
+    ``fig.tight_layout`` then fits the panels between the legend and ``top`` (a fraction of the figure's
+    height; what is above is left to the suptitle)."""
+    bottom = 0.0
+    if handles:
+        width_in, height_in = fig.get_size_inches()
+        entry_in = 0.065 * max(len(x) for x in labels) + 0.8  # inches per entry: characters plus the line sample
+        ncol = max(1, min(max_cols, len(handles), int(0.95 * width_in // entry_in)))
+        title_lines = textwrap.wrap(title, int(width_in / 0.065 * 0.9)) if title else []
+        rows = -(-len(handles) // ncol) + len(title_lines)
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
+                   title="\n".join(title_lines) or None, title_fontsize=8, bbox_to_anchor=(0.5, 0.0))
+        legend_in = 0.12 + 0.19 * rows
+        extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
+        fig.set_size_inches(width_in, height_in + extra_in)
+        bottom = legend_in / (height_in + extra_in)
+    fig.tight_layout(rect=(0, bottom, 1, top))
 
 
 def figure_png(fig, dpi: int) -> bytes:

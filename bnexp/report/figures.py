@@ -9,31 +9,22 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
+from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, family, legend_below, legend_title, pyplot, refs,
+from bnexp.report.figstyle import (STEP_LABEL, Style, family, legend_below, legend_label, legend_title, pyplot, refs,
                                    schedule_keys_to_drop, style_note, styles, wrap_title)
-from bnexp.report.groups import ConfigGroup, bn_variant, pair_key
-from bnexp.report.load import Run, Sweep, ordered_keys, seed_order
+from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
+from bnexp.report.load import Run, Sweep, numeric, ordered_keys, seed_order
 from bnexp.report.rules import normalizer, normalizer_label
-from bnexp.report.stats import band_keys, config_stability, numeric
+from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
            "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
-
-
-def accuracy_curve(sweep: Sweep, group: ConfigGroup) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Test accuracy vs step over the completed seeds: (steps, mean, min, max).
-
-    At each evaluated step the mean/min/max are over the seeds evaluated at that step
-    (a diverged seed stops contributing where its metrics end).
-    """
-    m = sweep.metrics[sweep.metrics["run"].isin([r.id for r in group.completed])]
-    acc = numeric(m.get("test_accuracy", [])).set_axis(m.index)
-    curve = acc.groupby(m["step"].astype(int)).agg(["mean", "min", "max"]).dropna()
-    return curve.index.tolist(), curve["mean"].tolist(), curve["min"].tolist(), curve["max"].tolist()
+MAX_PERCENTILE_ROWS = 3  # settings the percentile figure shows: it fits a screen (report.md lists every one)
 
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
@@ -46,66 +37,36 @@ def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0
     if not finals:
         return None
     top = max(max(h) for _, h in curves if h)
-    best = max(finals)
-    low = min(f for f in finals if f >= best - near)
+    low = min(f for f in finals if f >= max(finals) - near)
     span = max(min_span, top - low)
     return low - 0.35 * span, min(100.0, top + 0.15 * span)
 
 
-def seed_curves(sweep: Sweep, group: ConfigGroup) -> list[tuple[list[int], list[float]]]:
-    """Test accuracy vs step of each completed seed of a configuration: [(steps, accuracies)], seed order."""
-    out = []
-    for run in sorted(group.completed, key=seed_order):
-        m = sweep.metrics[sweep.metrics["run"] == run.id]
-        acc = numeric(m.get("test_accuracy", [])).set_axis(m.index)
-        keep = acc.notna()
-        out.append((m["step"][keep].astype(int).tolist(), acc[keep].tolist()))
-    return out
-
-
 def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGroup], str]:
-    """The configurations the accuracy figure shows, and a note for its title: in a held-out study
-    (docs/studies/PLAN.md: report.json ``study.tuning_seeds``) the configurations that ran on its evaluation
-    seeds, i.e. each at its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``,
-    docs/mnist/PLAN.md) each network at the rate it chose for ``target`` on the tuning seeds
-    (``best_rate_speedups``), so that the figure compares the configurations as the claims do rather than
-    every rate of every grid; otherwise every configuration and no note. In a held-out sweep each returned
-    group keeps only its runs on the evaluation seeds (the seeds the claims score; a tuning seed that ran at
-    the chosen rate is left out), and the note says so."""
-    from bnexp.report.best_rate import init_of
-
-    study = report.data.get("study") or {}
-    if study.get("tuning_seeds"):  # a held-out study: the configurations its evaluation seeds ran
-        scored = set(study.get("evaluation_seeds") or [])
-        shown = _on_seeds([g for g in report.groups if any(r.seed in scored for r in g.completed)], scored)
+    """The configurations the figures show, as the claims compare them, and a note for the titles: in a held-out
+    study (docs/studies/PLAN.md: report.json ``study.tuning_seeds``) those that ran on its evaluation seeds, each at
+    its chosen rate; in a held-out MNIST sweep (report.json ``tuning_seeds``, docs/mnist/PLAN.md) each network at
+    the rate it chose for ``target`` on the tuning seeds (``best_rate_speedups``); in both, each group keeps only
+    its runs on the evaluation seeds (those the claims score). Otherwise every configuration and no note."""
+    study, data = report.data.get("study") or {}, report.data
+    candidates = []  # (configurations, evaluation seeds, note), the first that ran on its seeds is shown
+    if study.get("tuning_seeds"):
+        candidates.append((report.groups, study.get("evaluation_seeds"), "the configurations the evaluation seeds "
+                           "ran (stage 2: each at its rate chosen on the tuning seeds)"))
+    rows = [r for r in data.get("best_rate_speedups") or [] if abs(r["target"] - target) < 1e-9]
+    if data.get("tuning_seeds") and rows:
+        chosen = {(r["init"], side, r[f"{key}_lr"]) for r in rows
+                  for side, key in ((r["variant"], "bn"), ("no BN", "no_bn"))}
+        candidates.append(([g for g in report.groups if g.lr is not None and any(
+            abs(g.lr - lr) < 1e-12 for i, side, lr in chosen
+            if lr is not None and i == init_of(g.config) and side == normalizer_label(g.config))],
+            data.get("evaluation_seeds"), f"each network at the rate it chose for {target:.0%} on the tuning seeds"))
+    for groups, seeds, note in candidates:
+        scored = set(seeds or [])
+        shown = [g for g in (replace(g, runs=[r for r in g.runs if r.seed in scored]) for g in groups) if g.completed]
         if shown:
-            return shown, ("\nthe configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning "
-                           f"seeds); evaluation seeds {_listed(scored)}")
-    rows = [r for r in report.data.get("best_rate_speedups") or [] if abs(r["target"] - target) < 1e-9]
-    if not report.data.get("tuning_seeds") or not rows:
-        return list(report.groups), ""
-    chosen = {(r["init"], side, r[f"{key}_lr"]) for r in rows for side, key in ((r["variant"], "bn"), ("no BN", "no_bn"))}
-    scored = set(report.data.get("evaluation_seeds") or [])
-    shown = _on_seeds([g for g in report.groups if g.lr is not None
-                       and any(abs(g.lr - lr) < 1e-12 for i, side, lr in chosen
-                               if lr is not None and i == init_of(g.config) and side == normalizer_label(g.config))],
-                      scored)
-    if not shown:
-        return list(report.groups), ""
-    return shown, (f"\neach network at the rate it chose for {target:.0%} on the tuning seeds; evaluation seeds "
-                   f"{_listed(scored)}")
-
-
-def _on_seeds(groups: list[ConfigGroup], seeds: set[int]) -> list[ConfigGroup]:
-    """Each group with only its runs on ``seeds`` (groups left with none are dropped)."""
-    from dataclasses import replace
-
-    out = [replace(g, runs=[r for r in g.runs if r.seed in seeds]) for g in groups]
-    return [g for g in out if g.completed]
-
-
-def _listed(seeds: set[int]) -> str:
-    return ", ".join(map(str, sorted(seeds)))
+            return shown, f"\n{note}; evaluation seeds {', '.join(map(str, sorted(scored)))}"
+    return list(report.groups), ""
 
 
 def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
@@ -114,64 +75,63 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys; an option left unset
     (null, e.g. no ghost batches) is not named. Maps group key -> label (the configuration's own label where no
     key varies)."""
-    from bnexp.report.figstyle import legend_label
-    from bnexp.report.groups import KEY_ALIASES, format_value, varying_keys
-
     keys = varying_keys(groups)
     drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
     keep = [k for k in keys if k not in drop]
-    out = {}
-    for g in groups:
-        label = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep
-                         if g.config.get(k) is not None)  # an unset option (null) is left out, as the user left it
-        out[g.key] = label or legend_label(g)
-    return out
+    return {g.key: " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep
+                            if g.config.get(k) is not None) or legend_label(g) for g in groups}
+
+
+def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
+    """The configurations of :func:`chosen_groups`, its note and their styles (:func:`~.figstyle.styles` over
+    the whole sweep; in a held-out sweep labelled by :func:`shown_labels`)."""
+    st = styles(report.groups)
+    shown, note = chosen_groups(report)
+    named = shown_labels(shown) if note else {}
+    return shown, note, {g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}
 
 
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. One bold line per
-    configuration (the mean over its completed seeds) and each seed as a light thin line of the same colour
-    (:mod:`.figstyle`: a colour family per BN variant). A second panel zooms on the top of the range
-    (:func:`zoom_range`) only when at least two configurations end inside it (else it would show one curve);
-    one legend below."""
+    configuration (the mean over its completed seeds; at each step over the seeds evaluated there, so a diverged
+    seed stops contributing where its metrics end) and each seed as a light thin line of the same colour. A
+    second panel zooms on the top of the range (:func:`zoom_range`) only when at least two configurations end
+    inside it (else it would show one curve); one legend below."""
     plt = pyplot()
-    st = styles(report.groups)
-    data = []
-    shown, note = chosen_groups(report)
-    labels = shown_labels(shown) if note else {}
+    shown, note, st = _shown(report)
+    metrics = report.sweep.metrics
+    data = []  # (group, steps, mean %, max %, [(steps, accuracy) of each seed])
     for g in shown:
-        steps, mean, lo, hi = accuracy_curve(report.sweep, g)
-        if steps:
-            data.append((g, steps, *(100 * np.asarray(v) for v in (mean, lo, hi))))
-    curves = [(list(mean), list(hi)) for _, _, mean, _, hi in data]
-    zr = zoom_range(curves)
-    inside = [d for d, (m, _) in zip(data, curves) if zr is not None and m and m[-1] >= zr[0]]
-    zoom = zr is not None and len(inside) >= 2
+        m = metrics[metrics["run"].isin([r.id for r in g.completed])]
+        m = m.assign(acc=numeric(m.get("test_accuracy", [])).set_axis(m.index))
+        curve = m["acc"].groupby(m["step"].astype(int)).agg(["mean", "min", "max"]).dropna()
+        if len(curve):
+            seeds = [m[(m["run"] == run.id) & m["acc"].notna()] for run in sorted(g.completed, key=seed_order)]
+            data.append((g, curve.index.tolist(), 100 * curve["mean"].to_numpy(), 100 * curve["max"].to_numpy(),
+                         [(s["step"].astype(int).tolist(), s["acc"].tolist()) for s in seeds]))
+    zr = zoom_range([(list(mean), list(hi)) for _, _, mean, hi, _ in data])
+    zoom = zr is not None and sum(1 for d in data if d[2][-1] >= zr[0]) >= 2
     fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7.5, 5.2), squeeze=False)
-    ax, zax = axes[0][0], (axes[0][1] if zoom else None)
-    zoom_curves = []
-    for g, steps, mean, lo, hi in data:
+    ax, panels = axes[0][0], list(axes[0])
+    for g, steps, mean, _, seeds in data:
         s = st[g.key]
-        for a in (ax, zax):
-            if a is None:
-                continue
-            for seed_steps, acc in seed_curves(report.sweep, g):
+        for a in panels:
+            for seed_steps, acc in seeds:
                 a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.7, alpha=0.35)
             a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
-                   label=f"{labels.get(g.key, s.label)} (n={len(g.completed)})" if a is ax else None)
-        zoom_curves.append((steps, mean))
+                   label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
     ax.set_title("whole range" if zoom else "", fontsize=9)
     if zr is None:
         ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
                 transform=ax.transAxes, fontsize=8)
     elif zoom:
+        zax = axes[0][1]
         zax.set_ylim(*zr)
         # x from the last evaluation before a curve enters the zoomed range
-        first = [next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)
-                 for steps, mean in zoom_curves]
-        first = [f for f in first if f is not None]
-        last = max(s[-1] for s, _ in zoom_curves)
-        x0 = min(first) if first and min(first) < last else min(s[0] for s, _ in zoom_curves)
+        first = [f for _, steps, mean, _, _ in data
+                 if (f := next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)) is not None]
+        last = max(d[1][-1] for d in data)
+        x0 = min(first) if first and min(first) < last else min(d[1][0] for d in data)
         if x0 < last:
             zax.set_xlim(x0 - 0.02 * (last - x0), last + 0.02 * (last - x0))
         zax.set_title(f"top of the range (zoom): {zr[0]:.1f}-{zr[1]:.1f}%", fontsize=9)
@@ -180,17 +140,13 @@ def accuracy_figure(report: Report):
         x_lo, x_hi = zax.get_xlim()
         ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                linewidth=0.8, linestyle="-", label=None))
-    for a in (ax, zax):
-        if a is None:
-            continue
+    for a in panels:
         a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}){note}", fontsize=10)
-    handles, labels = ax.get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels,
-                          title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)))
-    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    legend_below(fig, *ax.get_legend_handles_labels(),
+                 title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)), top=0.97)
     return fig
 
 
@@ -207,26 +163,32 @@ def figure_rows(groups: list[ConfigGroup],
     column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
     configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
     batches) takes the row with no BN."""
-    def ghost_last(g: ConfigGroup) -> bool:
-        return normalizer(g.config) == "ghost"
-
-    order = ["no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration"]
     present = {family(g) or "configuration" for g in groups}
-    columns = [c for c in order if c in present]
+    columns = [c for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration") if c in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
-    for g in sorted(groups, key=ghost_last):
-        col, pk = family(g) or "configuration", pair_key(g, ignore)
-        idx = next((i for i in row_of.get(pk, []) if col not in rows[i]), None)
+    for g in sorted(groups, key=lambda g: normalizer(g.config) == "ghost"):
+        col, own = family(g) or "configuration", row_of.setdefault(pair_key(g, ignore), [])
+        idx = next((i for i in own if col not in rows[i]), None)
         if idx is None:
             rows.append({})
             idx = len(rows) - 1
-            row_of.setdefault(pk, []).append(idx)
+            own.append(idx)
         rows[idx][col] = g
     return columns, rows
 
 
-def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color="C0") -> bool:
+def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[dict[str, ConfigGroup]]:
+    """The rows of the percentile figure: the settings with every BN variant of the sweep (no empty panel),
+    else all; at most :data:`MAX_PERCENTILE_ROWS`, spread over the settings in order (first, middle, last)."""
+    full = [r for r in rows if all(c in r for c in columns)] or rows
+    if len(full) <= MAX_PERCENTILE_ROWS:
+        return full
+    picks = sorted({round(i * (len(full) - 1) / (MAX_PERCENTILE_ROWS - 1)) for i in range(MAX_PERCENTILE_ROWS)})
+    return [full[i] for i in picks]
+
+
+def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color) -> bool:
     """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
     configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
     from matplotlib.ticker import MaxNLocator
@@ -249,19 +211,6 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color="C
     return True
 
 
-MAX_PERCENTILE_ROWS = 3  # settings the percentile figure shows: it fits a screen (report.md lists every one)
-
-
-def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[dict[str, ConfigGroup]]:
-    """The rows of the percentile figure: the settings with every BN variant of the sweep (no empty panel),
-    else all; at most :data:`MAX_PERCENTILE_ROWS`, spread over the settings in order (first, middle, last)."""
-    full = [r for r in rows if all(c in r for c in columns)] or rows
-    if len(full) <= MAX_PERCENTILE_ROWS:
-        return full
-    picks = sorted({round(i * (len(full) - 1) / (MAX_PERCENTILE_ROWS - 1)) for i in range(MAX_PERCENTILE_ROWS)})
-    return [full[i] for i in picks]
-
-
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
     training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
@@ -269,12 +218,9 @@ def percentiles_figure(report: Report):
     (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen. In a held-out
     sweep, the configurations of :func:`chosen_groups` on their evaluation seeds, paired across rates."""
     plt = pyplot()
-    st = styles(report.groups)
-    groups, note = chosen_groups(report)
-    named = shown_labels(groups) if note else {}
+    groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
-    total = len(rows)
-    rows = shown_rows(columns, rows)
+    total, rows = len(rows), shown_rows(columns, rows)
     if not rows:
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.text(0.5, 0.5, "no configurations", ha="center", va="center", transform=ax.transAxes)
@@ -286,14 +232,13 @@ def percentiles_figure(report: Report):
     handles: list = []
     labels: list[str] = []
     for row, ax_row in zip(rows, axes):
-        missing = [c for c in columns if c not in row]
+        missing = " or ".join(MISSING[c] for c in columns if c not in row)
         for col, ax in zip(columns, ax_row):
             g = row.get(col)
             if g is None:
                 ax.set_visible(False)
                 continue
-            label = named.get(g.key, st[g.key].label) + (
-                f" (no run {' or '.join(MISSING[c] for c in missing)} with these settings)" if missing else "")
+            label = st[g.key].label + (f" (no run {missing} with these settings)" if missing else "")
             if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
                 ax.set_axis_off()
                 continue
@@ -313,8 +258,7 @@ def percentiles_figure(report: Report):
                        f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
-    bottom = legend_below(fig, handles, labels)
-    fig.tight_layout(rect=(0, bottom, 1, 1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height))
+    legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
     return fig
 
 
@@ -324,11 +268,9 @@ def stability_figure(report: Report):
     finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
     evaluation seeds)."""
     plt = pyplot()
-    st = styles(report.groups)
-    shown, note = chosen_groups(report)  # a held-out sweep: the configurations its claims compare, evaluation seeds
-    named = shown_labels(shown) if note else {}
-    confs = [(g, {"stability": stab}) for g in shown if (stab := config_stability(g, report.sweep))]
-    layers = ordered_keys(s["stability"] for _, s in confs)
+    shown, note, st = _shown(report)
+    confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
+    layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
                ("spread_ratio", "how the 15-85 spread changed", "15-85 spread, end / first\n(ratio; 1 = unchanged)"))
@@ -341,22 +283,20 @@ def stability_figure(report: Report):
             ax.text(0.5, 0.5, "no shift.jsonl records", ha="center", va="center", transform=ax.transAxes)
             continue
         width = 0.8 / len(confs)
-        for i, (g, s) in enumerate(confs):
-            vals = [s["stability"].get(layer, {}).get(key) for layer in layers]
-            xs = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))]
-            sty = st[g.key]
+        for i, (g, stab) in enumerate(confs):
+            vals = [stab.get(layer, {}).get(key) for layer in layers]
+            xs, sty = [j - 0.4 + width * (i + 0.5) for j in range(len(layers))], st[g.key]
             ax.bar(xs, [np.nan if v is None else v for v in vals], width, color=sty.color, hatch=sty.hatch,
-                   edgecolor="black", linewidth=0.4, label=named.get(g.key, sty.label))
+                   edgecolor="black", linewidth=0.4, label=sty.label)
         many = len(layers) > 6 and all(re.fullmatch(r"layer\d+", name) for name in layers)  # "1".."10": fit the axis
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
                  f"({refs(report.data)['stability']}){note}", fontsize=10)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels,
-                          title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)))
-    fig.tight_layout(rect=(0, bottom, 1, 0.91 if note else 0.96))
+    legend_below(fig, *axes[0][0].get_legend_handles_labels(),
+                 title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
+                 top=0.91 if note else 0.96)
     return fig
 
 

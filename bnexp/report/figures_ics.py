@@ -4,6 +4,7 @@ of each (written at 100 dpi)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -11,22 +12,18 @@ import pandas as pd
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
 from bnexp.report.ics_stats import gradient_long, layer_long, records
-from bnexp.report.load import Run, Sweep
-from bnexp.report.stats import numeric
+from bnexp.report.load import Run, Sweep, numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).
 AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS from step 0", "unitless"),
-        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"),
-        "l2": ("||G - G'||_2", "nats per weight unit"), "l2_rel": ("||G - G'|| / ||G||", "unitless"),
-        "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
-        "fn_loss_variation": ("loss variation", "nats"),
+        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"), "l2": ("||G - G'||_2", "nats per weight unit"),
+        "l2_rel": ("||G - G'|| / ||G||", "unitless"), "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
+        "cos": ("cos(G, G')", "unitless"), "fn_loss_variation": ("loss variation", "nats"),
         "fn_beta_smoothness": ("effective beta-smoothness", "nats per step squared"),
-        "cos": ("cos(G, G')", "unitless"),
-        "loss_variation": ("loss variation", "nats"),
+        "loss_variation": ("loss variation", "nats"), "rel_loss_variation": ("loss variation", "nats"),
         "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
         "beta_smoothness": ("effective beta-smoothness", "nats per weight unit squared"),
-        "rel_loss_variation": ("loss variation", "nats"),
         "rel_grad_predictiveness": ("max ||grad change||_2", "nats per relative step"),
         "rel_beta_smoothness": ("effective beta-smoothness", "nats per relative step squared")}
 
@@ -55,19 +52,11 @@ def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list
     return [int(i) for i in s.dropna().index], s.dropna().tolist()
 
 
-def mean_by_step(series: list[tuple[list[int], list[float | None]]]) -> tuple[list[int], list[float]]:
-    """Mean over seeds at every step of per-seed (steps, values) series (finite values only)."""
-    steps = [int(st) for s, _ in series for st in s]
-    mean = (numeric([v for _, vals in series for v in vals]).groupby(steps).mean().dropna() if steps
-            else pd.Series(dtype=float))
-    return mean.index.tolist(), mean.tolist()
-
-
 def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], title: str, log: bool = False):
-    """One ICS figure: a panel per (key, y label, series of a run: ``fn(sweep, run) -> (steps, values)``)
-    that has data (one "not measured" panel when none has), one line per configuration (mean over
-    finished seeds), y labels of :func:`axis_label`, log y-scale with ``log`` where all values are
-    positive, one legend below the panels."""
+    """One ICS figure of the configurations that measured ``view``: a panel per (key, y label, series of a run:
+    ``fn(sweep, run) -> (steps, values)``) that has data (one "not measured" panel when none has), one line per
+    configuration (mean over its finished seeds at every step), y labels of :func:`axis_label`, log y-scale with
+    ``log`` where all values are positive, one legend below the panels."""
     plt = pyplot()
     st = styles(report.groups)
     confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
@@ -76,10 +65,13 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     for key, ylabel, fn in panels:
         lines = []
         for g, runs in confs:
-            series = [fn(report.sweep, r) for r in runs]
-            steps, vals = mean_by_step([s for s in series if s[0]])
-            if steps:
-                lines.append((g, steps, vals, sum(1 for s in series if s[0])))
+            series = [s for s in (fn(report.sweep, r) for r in runs) if s[0]]
+            if not series:
+                continue
+            steps = [int(x) for s, _ in series for x in s]
+            mean = numeric([v for _, vals in series for v in vals]).groupby(steps).mean().dropna()
+            if len(mean):
+                lines.append((g, mean.index.tolist(), mean.tolist(), len(series)))
         if lines:
             drawn_panels.append((key, ylabel, lines))
     width = max(8.0, 4.8 * len(drawn_panels) + 0.6)
@@ -98,47 +90,37 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         ax.set_ylabel(axis_label(key), fontsize=8)
         ax.set_xlabel(STEP_LABEL, fontsize=8)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    bottom = legend_below(fig, handles, labels,
-                          title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])))
     fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    legend_below(fig, *axes[0][0].get_legend_handles_labels(),
+                 title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])), top=0.95)
     return fig
 
 
-def _series(view: str, key: str):
-    return lambda sweep, run: layer_mean_series(sweep, run, view, key)
+def _view(view: str, panels: list[tuple[str, str]], title: str, log: bool = False):
+    """The figure of ``view`` with a panel per (key, title), as a function of the report."""
+    series = [(k, t, partial(layer_mean_series, view=view, key=k)) for k, t in panels]
+    return partial(ics_figure, view=view, panels=series, title=title, log=log)
 
 
-def ics_distribution_figure(report: Report):
-    """ics_distribution.png: the BN paper's view -- how far each layer's input distribution moved from its
-    first record (step 0), averaged over layers, vs step: KS distance and W1 / initial spread (scale-free),
-    raw W1 (pre-activation units)."""
-    return ics_figure(report, "shift", [(k, f"{t}, mean over layers", _series("shift", k)) for k, t in (
-        ("ks_first", "KS(now, step 0)"), ("w1_rel_first", "W1(now, step 0) / initial spread"),
-        ("w1_first", "W1(now, step 0), raw"))],
-                      "Distribution view (BN paper): how far the input distributions moved from their start")
-
-
-def ics_gradient_figure(report: Report):
-    """ics_gradient.png: Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged: the
-    relative ||G - G'|| / ||G|| per unit of the earlier layers' relative movement, the relative
-    ||G - G'|| / ||G|| and cos(G, G') vs step."""
-    return ics_figure(report, "grad", [(k, f"{t}, layers 2..K", _series("grad", k)) for k, t in (
-        ("l2_rel_per_move", "||G - G'|| / ||G|| per move"), ("l2_rel", "||G - G'|| / ||G||"),
-        ("cos", "cos(G, G')"))], "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)")
-
-
-def ics_landscape_figure(report: Report):
-    """ics_landscape.png: loss variation and effective beta-smoothness along the gradient (Santurkar et al.
-    2018, Sec. 3.1, Fig. 4) along filter-normalized directions (Li et al. 2018), and the raw beta-smoothness,
-    vs step; log y-scale where all positive."""
-    return ics_figure(report, "land", [(k, t, _series("land", k)) for k, t in (
+ICS_PLOTS = {  # file name -> figure of a report
+    # the BN paper's view: how far each layer's input distribution moved from its first record (step 0),
+    # averaged over layers: KS distance and W1 / initial spread (scale-free), raw W1 (pre-activation units)
+    "ics_distribution.png": _view("shift", [
+        ("ks_first", "KS(now, step 0), mean over layers"),
+        ("w1_rel_first", "W1(now, step 0) / initial spread, mean over layers"),
+        ("w1_first", "W1(now, step 0), raw, mean over layers")],
+        "Distribution view (BN paper): how far the input distributions moved from their start"),
+    # Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged: ||G - G'|| / ||G|| per unit of
+    # the earlier layers' relative movement, ||G - G'|| / ||G|| and cos(G, G')
+    "ics_gradient.png": _view("grad", [
+        ("l2_rel_per_move", "||G - G'|| / ||G|| per move, layers 2..K"),
+        ("l2_rel", "||G - G'|| / ||G||, layers 2..K"), ("cos", "cos(G, G'), layers 2..K")],
+        "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)"),
+    # loss variation and effective beta-smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4)
+    # along filter-normalized directions (Li et al. 2018), and the raw beta-smoothness; log y where all positive
+    "ics_landscape.png": _view("land", [
         ("fn_loss_variation", "loss variation (filter-normalized)"),
         ("fn_beta_smoothness", "effective beta-smoothness (filter-normalized)"),
-        ("beta_smoothness", "effective beta-smoothness (raw)"))],
-                      "Loss landscape along the gradient (Santurkar et al. 2018)", log=True)
-
-
-ICS_PLOTS = {"ics_distribution.png": ics_distribution_figure, "ics_gradient.png": ics_gradient_figure,
-             "ics_landscape.png": ics_landscape_figure}
+        ("beta_smoothness", "effective beta-smoothness (raw)")],
+        "Loss landscape along the gradient (Santurkar et al. 2018)", log=True),
+}

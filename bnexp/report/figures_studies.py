@@ -1,38 +1,34 @@
 """The figures drawn from report.json alone, so that each can be redrawn from the JSON: one per study
-(docs/studies/, the study section: :func:`bnexp.report.studies.study_section`) and the Sec. 4.2 frontier
-(:func:`frontier_figure`, docs/cifar/PLAN.md: each preset's frontier, final test accuracy vs training budget on
-a log2 axis with the target a*, beside the matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every
-preset with parity (1x) and the pass rule's 5x).
-
-Every figure follows :mod:`bnexp.report.figstyle`: the legend below the panels, seed means as lines or
-bars with each seed's value as a point, log axes where the quantity spans orders of magnitude, and a
-target that a configuration never reached drawn as an open marker at its budget.
+(docs/studies/, :func:`bnexp.report.study_claims.study_section`; :data:`FIGURES`) and the Sec. 4.2 frontier
+(:func:`frontier_figure`). Styles follow :mod:`bnexp.report.figstyle`; seed means are lines or bars with each
+seed's value as a point, log axes where a quantity spans orders of magnitude, and a target never reached is an
+open marker at the budget.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import product
 
-from bnexp.report.figstyle import FAMILY, family_color, legend_below, pyplot, wrap_title
+from bnexp.report.figstyle import FAMILY, family_color, figure_png, legend_below, pyplot, wrap_title
 from bnexp.report.frontier import BASELINE, ORDER, PASS_FACTOR
 from bnexp.report.rules import NORMALIZERS as NAMES
 
 
 def _color(norm: str):
-    """The colour of a normalizer in the report's families (:func:`bnexp.report.figstyle.family_color`: BN
-    orange, no BN blue, LayerNorm purple, GroupNorm magenta), ghost BN a light orange; black if unknown."""
+    """The colour of a normalizer in its :data:`~.figstyle.FAMILY`, ghost BN a light orange; black if unknown."""
     if norm == "ghost":
         return family_color("BN", 0.45)
     return family_color(NAMES[norm]) if NAMES.get(norm) in FAMILY else "black"
 
 
 def _mean(st: dict | None):
-    return None if not st or st.get("mean") is None else st["mean"]
+    return (st or {}).get("mean")
 
 
-def _points(ax, x, values, color, marker="o"):
-    """Each seed's value as a small point at ``x``."""
-    vs = [v for v in values if v is not None]
+def _points(ax, x, row: dict, key: str, color, marker="o", scale: float = 1):
+    """Each seed's ``key`` of the table ``row`` (times ``scale``) as a small point at ``x``."""
+    vs = [scale * p[key] for p in row["per_seed"].values() if p[key] is not None]
     if vs:
         ax.scatter([x] * len(vs), vs, s=10, color=color, alpha=0.6, marker=marker, zorder=3)
 
@@ -40,23 +36,19 @@ def _points(ax, x, values, color, marker="o"):
 def _log(ax, which: str, base: float = 10) -> None:
     """A log ``which`` ("x" or "y") axis when the axes hold positive data there (a study with no value yet
     keeps a linear, empty axis instead of failing)."""
-    lim = ax.dataLim
-    lo = lim.x0 if which == "x" else lim.y0
-    hi = lim.x1 if which == "x" else lim.y1
+    lo, hi = getattr(ax.dataLim, f"interval{which}")
     if ax.has_data() and math.isfinite(lo) and math.isfinite(hi) and lo > 0:
-        (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
+        getattr(ax, f"set_{which}scale")("log", base=base)
 
 
 def _finish(fig, axes, title: str):
-    handles, labels = [], []
+    """The legend (each label once) below the panels and the wrapped title."""
+    entries: dict = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    bottom = legend_below(fig, handles, labels, max_cols=4)
+            entries.setdefault(lab, h)
     fig.suptitle(wrap_title(title, 100), fontsize=10)
-    fig.tight_layout(rect=(0, bottom, 1, 0.93))
+    legend_below(fig, list(entries.values()), list(entries), max_cols=4, top=0.93)
     return fig
 
 
@@ -91,9 +83,7 @@ def batch_size_figure(sec: dict):
             color, marker = _color(norm), "x" if norm == "ghost" else "o"
             for r in mine:
                 x = r["m"] * (1.08 if norm == "ghost" and r.get("ghost") == 4 else 1.0)
-                values = [p[key] for p in r["per_seed"].values()]
-                _points(ax, x, values if key == "to_target" else [None if v is None else 100 * v for v in values],
-                        color, marker)
+                _points(ax, x, r, key, color, marker, 1 if key == "to_target" else 100)
                 if key == "to_target" and r["reached"] < r["seeds"]:
                     ax.scatter([x], [sec.get("budget_examples", 240_000)], facecolors="none", edgecolors=color, s=40)
             if norm != "ghost":
@@ -136,60 +126,26 @@ def inference_figure(sec: dict):
                                        "(seed mean, bars: 95% interval)")
 
 
-def _best_bars(ax, groups: list[tuple[str, list[dict]]], key_of, colors: dict):
-    """One bar per configuration at its best rate: mean steps to the target, seeds as points."""
-    xs, labels = [], []
-    for i, (name, rows) in enumerate(groups):
-        best = [r for r in rows if r.get("best")]
-        if not best:
-            continue
-        r = best[0]
-        k = key_of(r)
-        ax.bar(i, _mean(r["to_target"]) or 0, color=colors.get(k, "gray"), alpha=0.8, label=k)
-        _points(ax, i, [p["to_target"] for p in r["per_seed"].values()], "black")
-        xs.append(i)
-        labels.append(f"{name}\nlr {r['lr']:g}" + ("" if r["reached"] == r["seeds"] else
-                                                   f"\n{r['reached']}/{r['seeds']} reached"))
-    ax.set_xticks(xs, labels, fontsize=7)
-    ax.set_ylabel("steps to target at the best rate")
-
-
 def placement_figure(sec: dict):
-    """Steps to the target at each position's best rate, per (model, nonlinearity)."""
+    """Steps to the target (MLP 95%, CNN 97%) at each position's best rate, per (model, nonlinearity): a bar per
+    position (BN before and after g: two shades of BN's family), seeds as points."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4.2))
-    groups = []
-    for model in ("mlp", "cnn"):
-        for act in ("sigmoid", "relu"):
-            for pos in ("before", "after"):
-                groups.append((f"{model.upper()} {act}\n{pos}",
-                               [r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)]))
-    _best_bars(ax, groups, lambda r: f"BN {r['position']} g",  # both BN: one shade each of BN's family
-               {"BN before g": family_color("BN", 0.8), "BN after g": family_color("BN", 0.45)})
+    colors = {"before": family_color("BN", 0.8), "after": family_color("BN", 0.45)}
+    xs, labels = [], []
+    for i, (model, act, pos) in enumerate(product(("mlp", "cnn"), ("sigmoid", "relu"), ("before", "after"))):
+        r = next((r for r in sec["table"] if (r["model"], r["act"], r["position"]) == (model, act, pos)
+                  and r.get("best")), None)
+        if r is None:
+            continue
+        ax.bar(i, _mean(r["to_target"]) or 0, color=colors[pos], alpha=0.8, label=f"BN {pos} g")
+        _points(ax, i, r, "to_target", "black")
+        xs.append(i)
+        labels.append(f"{model.upper()} {act}\n{pos}\nlr {r['lr']:g}"
+                      + ("" if r["reached"] == r["seeds"] else f"\n{r['reached']}/{r['seeds']} reached"))
+    ax.set_xticks(xs, labels, fontsize=7)
     ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
     return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
-
-
-def _tuning_lines(ax, sec: dict, families: dict) -> bool:
-    """Held-out tuning (docs/studies/PLAN.md): per configuration its tuning grid's mean steps to the target
-    vs rate (a failed tuning seed at the budget: open marker), the chosen rate marked with a star; False
-    when the section has no tuning grids."""
-    done = False
-    for t in sec.get("tuning") or []:
-        norm = families.get(t["family"])
-        if norm is None or t["choice"]["objective"] != "steps":
-            continue
-        grid = t["choice"]["grid"]
-        color = _color(norm)
-        ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
-                linewidth=1.0)
-        for g in grid:
-            ax.scatter([g["rate"]], [g["mean_steps"]], s=14, color=color if not g["failed"] else "none",
-                       edgecolors=color, zorder=3)
-        best = next(g for g in grid if g["chosen"])
-        ax.scatter([best["rate"]], [best["mean_steps"]], s=150, marker="*", color=color, zorder=4)
-        done = True
-    return done
 
 
 def normalizer_figure(sec: dict):
@@ -198,7 +154,21 @@ def normalizer_figure(sec: dict):
     chosen rate) and the evaluation seeds at the chosen rate (solid points, circle: their mean)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    held = _tuning_lines(ax, sec, {NAMES[k]: k for k in ("batch", "layer", "group", "none")})
+    # held-out tuning (docs/studies/PLAN.md): each grid's tuning-seed mean steps vs rate
+    held, norms = False, {NAMES[k]: k for k in ("batch", "layer", "group", "none")}
+    for t in sec.get("tuning") or []:
+        norm = norms.get(t["family"])
+        if norm is None or t["choice"]["objective"] != "steps":
+            continue
+        grid, color = t["choice"]["grid"], _color(norm)
+        ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
+                linewidth=1.0)
+        for g in grid:
+            ax.scatter([g["rate"]], [g["mean_steps"]], s=14, color=color if not g["failed"] else "none",
+                       edgecolors=color, zorder=3)
+        best = next(g for g in grid if g["chosen"])
+        ax.scatter([best["rate"]], [best["mean_steps"]], s=150, marker="*", color=color, zorder=4)
+        held = True
     for norm in ("batch", "layer", "group", "none"):
         mine = sorted((r for r in sec["table"] if r["norm"] == norm), key=lambda r: r["lr"])
         if not mine:
@@ -208,7 +178,7 @@ def normalizer_figure(sec: dict):
         ax.plot([r["lr"] for r in reached], [_mean(r["to_target"]) for r in reached], "-o", color=color,
                 markersize=3, label=NAMES[norm])
         for r in mine:
-            _points(ax, r["lr"], [p["to_target"] for p in r["per_seed"].values()], color)
+            _points(ax, r["lr"], r, "to_target", color)
             if r.get("best") and _mean(r["to_target"]):
                 ax.scatter([r["lr"]], [_mean(r["to_target"])], s=120, facecolors="none", edgecolors=color)
     _log(ax, "x")
@@ -230,13 +200,11 @@ def depth_figure(sec: dict):
         if not best:
             continue
         color = _color(norm)
-        d = [r["depth"] for r in best]
-        a1.plot(d, [_mean(r["to_target"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
-        a2.plot(d, [_mean(r["final"]) for r in best], "-o", color=color, label=NAMES[norm], markersize=3)
-        for r in best:
-            _points(a1, r["depth"], [p["to_target"] for p in r["per_seed"].values()], color)
-            _points(a2, r["depth"], [None if p["final"] is None else 100 * p["final"] for p in r["per_seed"].values()],
-                    color)
+        for ax, key, scale in ((a1, "to_target", 1), (a2, "final", 100)):  # "final": seed mean in %, seeds fractions
+            ax.plot([r["depth"] for r in best], [_mean(r[key]) for r in best], "-o", color=color, label=NAMES[norm],
+                    markersize=3)
+            for r in best:
+                _points(ax, r["depth"], r, key, color, scale=scale)
     for ax in (a1, a2):
         ax.set_xlabel("hidden sigmoid layers")
         ax.set_xticks([3, 6, 12])
@@ -261,20 +229,19 @@ def study_figure(sec: dict):
 def study_files(data: dict) -> dict[str, bytes]:
     """{file name: PNG bytes} of the study's figure ({} without a study section)."""
     sec = data.get("study")
-    if not sec:
-        return {}
-    from bnexp.report.figstyle import figure_png
-
-    return {sec["figure"]: figure_png(study_figure(sec), 110)}
+    return {sec["figure"]: figure_png(study_figure(sec), 110)} if sec else {}
 
 
 FIGURE = "frontier.png"
 
 
 def frontier_figure(section: dict):
-    """The frontiers (left) and the speedup curves S(a) (right) of ``section`` (:func:`bnexp.report.frontier.analyze`'s
-    dict or report.json's data) as a matplotlib figure. S(a) points that are bounds (a reached at a ladder's smallest
-    budget) are open triangles (up: the preset's bound, S >= value; down: the baseline's, S <= value)."""
+    """The Sec. 4.2 frontier figure (docs/cifar/PLAN.md) of ``section`` (:func:`bnexp.report.frontier.analyze`'s
+    dict or report.json's data): left, each preset's final test accuracy (%) vs training budget (steps, log2 axis)
+    with the target a*; right, the matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every preset
+    with parity (1x) and the pass rule's :data:`~bnexp.report.frontier.PASS_FACTOR`. S(a) points that are bounds
+    (a reached at a ladder's smallest budget) are open triangles (up: the preset's bound, S >= value; down: the
+    baseline's, S <= value)."""
     fa = section["frontier_analysis"]
     plt = pyplot()
     from matplotlib.ticker import FuncFormatter
@@ -282,7 +249,7 @@ def frontier_figure(section: dict):
     names = sorted(fa["presets"], key=lambda p: ORDER.index(p) if p in ORDER else 99)
     cmap = plt.get_cmap("tab10")
     color = {p: cmap(i % 10) for i, p in enumerate(names)}
-    handles, labels = [], []
+    handles = []
     for p in names:
         f = fa["presets"][p]
         (line,) = ax.plot(f["budgets"], [100 * a for a in f["mean_test_accuracy"]], "-o", color=color[p], ms=5,
@@ -291,8 +258,8 @@ def frontier_figure(section: dict):
         ax.scatter([r["budget_steps"] for r in pts], [100 * r["final_test_accuracy"] for r in pts], s=14,
                    color=color[p], alpha=0.45, marker="x")
         handles.append(line)
-        labels.append(p)
-        curve = (fa["speedup"].get(p) or {}).get("curve") or []
+        speedup = fa["speedup"].get(p) or {}
+        curve = speedup.get("curve") or []
         exact = [(100 * c["accuracy"], c["speedup"]) for c in curve if c["bound"] == "exact"]
         if exact:
             bx.plot(*zip(*exact), "-", color=color[p], lw=1.5)
@@ -300,7 +267,7 @@ def frontier_figure(section: dict):
             pts_b = [(100 * c["accuracy"], c["speedup"]) for c in curve if c["bound"] == bound]
             if pts_b:
                 bx.scatter(*zip(*pts_b), marker=marker, s=16, facecolors="none", edgecolors=[color[p]])
-        head = (fa["speedup"].get(p) or {}).get("headline")
+        head = speedup.get("headline")
         if head and head["speedup"] is not None:
             bx.scatter([100 * head["accuracy"]], [head["speedup"]], marker="*", s=120, color=color[p], zorder=5)
     a_star = 100 * fa["target_accuracy"]
@@ -322,6 +289,5 @@ def frontier_figure(section: dict):
     bx.set_ylabel("S(a) = B_baseline(a) / B_preset(a)")
     bx.set_title(f"Speedup S(a); * = S(a*), dashed = pass rule {PASS_FACTOR:g}x, triangles = bounds", fontsize=10)
     bx.grid(True, which="both", alpha=0.3)
-    frac = legend_below(fig, handles, labels, max_cols=len(handles))
-    fig.tight_layout(rect=(0, frac, 1, 1))
+    legend_below(fig, handles, names, max_cols=len(handles))
     return fig
