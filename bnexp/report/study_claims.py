@@ -36,15 +36,6 @@ PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
     for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
 
 
-def _label(keys, combo) -> str:
-    """A configuration's name on the page (the tuning grid): "BN, m = 60", "ghost BN, g = 2, m = 60", "MLP,
-    sigmoid, BN after g", "6 layers, no BN"."""
-    words = {"norm": lambda v: NORMALIZERS.get(v, str(v)), "ghost": lambda v: f"g = {v}", "m": lambda v: f"m = {v}",
-             "depth": lambda v: f"{v} layers", "model": lambda v: str(v).upper(), "act": str,
-             "position": lambda v: f"BN {v} g"}
-    return ", ".join(words[k](v) for k, v in zip(keys, combo) if v is not None)
-
-
 # --- batch_size --------------------------------------------------------------------------------------------
 
 def analyze_batch_size(sweep) -> dict:
@@ -80,7 +71,7 @@ def analyze_batch_size(sweep) -> dict:
     table = config_rows(sel.scored, ["norm", "ghost", "m"] + [k for k, _ in lr], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
             "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
-            "cells": c, **sel.record(lambda k: _label(("norm", "ghost", "m"), k)),
+            "cells": c, **sel.record(),
             "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), *lr, ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
 
@@ -137,7 +128,7 @@ def analyze_inference_statistics(sweep) -> dict:
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
     return {"title": "Train-mode vs inference-mode statistics",
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
-            **sel.record(lambda k: _label(("m",), k)),
+            **sel.record(),
             "columns": [("m", "m"), ("momentum", "momentum"), *lr, ("seeds", "seeds"),
                         ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
                         ("acc_population", "Alg. 2 population (%)"), ("gap", "moving avg - batch (points)"),
@@ -188,7 +179,7 @@ def analyze_placement(sweep) -> dict:
              for row in config_rows(select(sel.scored, model=model), ["model", "act", "position", "lr"], target)]
     return {"title": "BN before or after the nonlinearity", "target": TARGET,
             "claims": claims, "table": _mark_best(table, best, ["model", "act", "position"]), "cells": c,
-            **sel.record(lambda k: _label(FAMILY_KEYS["placement"], k)),
+            **sel.record(),
             "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
@@ -212,7 +203,7 @@ def analyze_normalizer(sweep) -> dict:
                         f"{100 * share:.0f}% without batch statistics.")
     return {"title": "Batch vs layer vs group normalization vs none", "target": TARGET, "claims": claims,
             "table": _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"]),
-            "findings": findings, "cells": c, **sel.record(lambda k: _label(("norm",), k)),
+            "findings": findings, "cells": c, **sel.record(),
             "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
 
@@ -244,7 +235,7 @@ def analyze_depth(sweep) -> dict:
                         f"bound set by that budget (no BN's steps count as {budget:,}), not a measured speedup.")
     return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c, "findings": findings,
-            **sel.record(lambda k: _label(("depth", "norm"), k)),
+            **sel.record(),
             "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to 95% (reached)")]}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bnexp.report.best_rate import HELD_OUT, best_rate
+from bnexp.report.rules import NORMALIZERS
 from bnexp.report.studies import cells, native, select
 from bnexp.report.tuning import TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 
@@ -40,6 +41,15 @@ def study_cells(name: str, sweep) -> pd.DataFrame:
         return cells(sweep, TARGET)
     mlp, cnn = cells(sweep, TARGET), cells(sweep, CNN_TARGET)
     return pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
+
+
+def family_label(keys, combo) -> str:
+    """A family's name on the page (the tuning grid): "BN, m = 60", "ghost BN, g = 2, m = 60", "MLP, sigmoid,
+    BN after g", "6 layers, no BN"."""
+    words = {"norm": lambda v: NORMALIZERS.get(v, str(v)), "ghost": lambda v: f"g = {v}", "m": lambda v: f"m = {v}",
+             "depth": lambda v: f"{v} layers", "model": lambda v: str(v).upper(), "act": str,
+             "position": lambda v: f"BN {v} g"}
+    return ", ".join(words[k](v) for k, v in zip(keys, combo) if v is not None)
 
 
 def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | str]:
@@ -105,13 +115,14 @@ class Selection:
             return self.c.iloc[0:0], None, choice or "no tuning runs"
         return select(self.scored, **where, lr=float(choice.rate)), float(choice.rate), HELD_OUT
 
-    def record(self, label) -> dict:
+    def record(self) -> dict:
         """report.json's held-out fields of the study section: {} in the one-stage design, else
-        {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family" (label),
+        {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family"
+        (:func:`family_label`),
         "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
         if not self.held_out:
             return {}
-        rows = [{"family": label(combo), "objective": o,
+        rows = [{"family": family_label(self.keys, combo), "objective": o,
                  "choice": ch.as_dict() if isinstance(ch, RateChoice) else None,
                  "why": None if isinstance(ch, RateChoice) else ch}
                 for o, chosen in self.choices.items() for combo, ch in chosen.items()]
