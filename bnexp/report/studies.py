@@ -134,8 +134,6 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
     the seeds that reached it), "target", "unit", "to_target_text" ("1,200 ± 100 (3/3)", "not reached (0/3)")
     and "per_seed" {seed: {"final", "to_target"}}. A seed with several runs counts as their mean."""
     out = []
-    if frame.empty:
-        return out
     for vals, g in frame.groupby(keys, dropna=False, sort=True):
         reach = g[g["steps"].notna()]
         amount = (reach["steps"].astype(float) * (reach["m"] if unit == "examples" else 1)).groupby(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from bnexp.report.best_rate import HELD_OUT, edge_of
+from bnexp.report.best_rate import EVERY_SEED, HELD_OUT, edge_of
 from bnexp.report.claims import Claim, seed_interval, seed_values
 from bnexp.report.interval import short_text
 from bnexp.report.rules import CHANCE, NORMALIZERS
@@ -148,9 +148,10 @@ def _families(sel: Selection, combos, objective: str = "steps") -> dict:
 
 
 def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
+    """``table`` with each row's "best": "yes" (and the rule, unless :data:`EVERY_SEED`) at its family's rate."""
     for row in table:
         fam = best.get(tuple(row[k] for k in keys))
-        row["best"] = ("yes" + (f" ({fam[2]})" if fam[2] != "fewest steps" else "")
+        row["best"] = ("yes" + (f" ({fam[2]})" if fam[2] != EVERY_SEED else "")
                        if fam and fam[1] is not None and abs(float(row["lr"]) - fam[1]) < 1e-12 else "")
     return table
 

@@ -108,10 +108,10 @@ def grid_text(choice: dict) -> str:
 def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | None) -> tuple[tuple, dict]:
     """(sort key: the smallest is chosen, grid row) of one rate's tuning runs."""
     if objective == "steps":
-        failed = [r for r in runs if r.diverged or r.steps is None]
         steps = [budget if (r.diverged or r.steps is None) else r.steps for r in runs]
+        failed = sum(r.diverged or r.steps is None for r in runs)
         mean = sum(steps) / len(steps)
-        return (len(failed), mean, rate), {"rate": rate, "n": len(runs), "failed": len(failed), "mean_steps": mean}
+        return (failed, mean, rate), {"rate": rate, "n": len(runs), "failed": failed, "mean_steps": mean}
     diverged = sum(r.diverged for r in runs)
     accs = [r.accuracy for r in runs if not r.diverged and r.accuracy is not None]
     mean = sum(accs) / len(accs) if accs else None
@@ -180,11 +180,10 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
                                  f"missing (the tuning grid is not complete)")
             rows.append(_grid_row(rate, [rates[rate][s] for s in seeds], objective, budget))
         key, best = min(rows, key=lambda kr: kr[0])
-        grid = tuple({**row, "chosen": row is best} for _, row in rows)
-        censored = objective == "steps" and key[0] > 0
         choices.append(RateChoice(network=network, rate=best["rate"], objective=objective,
                                   rule=STEPS_RULE if objective == "steps" else ACCURACY_RULE, tuning_seeds=seeds,
-                                  censored=censored, grid=grid))
+                                  censored=objective == "steps" and key[0] > 0,  # every rate had a failed seed
+                                  grid=tuple({**row, "chosen": row is best} for _, row in rows)))
     return choices
 
 
