@@ -59,8 +59,8 @@ class Claim:
 
 def seed_interval(values, confidence: float = LEVEL) -> dict:
     """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
-    std and the Student-t interval of the mean (raw scale); std and interval None for n < 2, every entry
-    None for n = 0."""
+    std and the Student-t interval of the mean (:func:`bnexp.report.interval.seed_mean_interval`, raw scale);
+    std and interval None for n < 2, every entry None for n = 0."""
     x = finite(values)
     out = {**stat(x), "ci_low": None, "ci_high": None}
     if x.size >= 2:

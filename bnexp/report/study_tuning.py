@@ -118,8 +118,7 @@ class Selection:
     def record(self) -> dict:
         """report.json's held-out fields of the study section: {} in the one-stage design, else
         {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family"
-        (:func:`family_label`),
-        "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
+        (:func:`family_label`), "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
         if not self.held_out:
             return {}
         rows = [{"family": family_label(self.keys, combo), "objective": o,
