@@ -292,7 +292,8 @@ def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
         ValueError: a tuning run is missing or unfinished.
     """
     from bnexp.report.load import load_sweep
-    from bnexp.report.study_tuning import FAMILY_KEYS, OBJECTIVES, _key, choose, study_cells
+    from bnexp.report.studies import native
+    from bnexp.report.study_tuning import FAMILY_KEYS, OBJECTIVES, choose, study_cells
     from bnexp.report.tuning import RateChoice
 
     nets = networks(study, extra)
@@ -303,7 +304,7 @@ def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
     c = study_cells(study.name, load_sweep([Path(sweep_dir) / j.folder for j in jobs]))
     keys = FAMILY_KEYS[study.name]
     choices = {o: choose(c, keys, o) for o in OBJECTIVES[study.name]}
-    family = {Path(r["run"]).resolve(): tuple(_key(r[k]) for k in keys) for _, r in c.iterrows()}
+    family = {Path(r["run"]).resolve(): tuple(native(r[k]) for k in keys) for _, r in c.iterrows()}
     msgs, out = [], []
     for (index, net), js in nets.items():
         combo = family.get((Path(sweep_dir) / js[0].folder).resolve())

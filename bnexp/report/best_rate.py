@@ -1,17 +1,16 @@
 """The claims "BN trains in fewer steps", each network at its own best learning rate.
 
-Comparing BN and no BN at one shared rate measures the rate choice as much as BN: a rate that
-suits BN may cripple the plain network. Standard practice (Shallue et al. 2019, "Measuring the
-Effects of Data Parallelism on Neural Network Training", Sec. 3) compares each configuration at
-its own best rate as well. Here a *family* is the set of configurations that differ only in
-``lr``; its best rate is the grid rate with the fewest mean steps to the target over seeds,
-among the rates where every completed seed reached it and none diverged (a diverging rate is
-"too high"). The best rate is *at the grid's edge* when it is the lowest or the highest rate
-tried: then a better rate may lie outside the grid, and the report says so.
+Comparing BN and no BN at one shared rate measures the rate choice as much as BN: a rate that suits BN may
+cripple the plain network. Standard practice (Shallue et al. 2019, "Measuring the Effects of Data
+Parallelism on Neural Network Training", Sec. 3) compares each configuration at its own best rate as well.
+A *family* is the set of configurations that differ only in ``lr``; its best rate is :func:`best_rate`
+(one-stage design) or the rate chosen on the tuning seeds (:mod:`bnexp.report.tuning`). A best rate at
+the lowest or highest rate of the grid may be beaten by one outside it (:func:`edge_of`); the report says so.
 
 The claims (:func:`best_rate_speedups`, docs/mnist/README.md "Design") use the targets
 :data:`SPEEDUP_TARGETS` (90%, 95%, 97%, fixed before the run), each network at its own best rate *for
-that target*, per seed the ratio no-BN steps / BN steps, and the verdict of :mod:`bnexp.report.claims`.
+that target*, per seed the ratio no-BN steps / BN steps against :data:`SPEEDUP_THRESHOLD`, and the verdict
+of :mod:`bnexp.report.claims`.
 """
 
 from __future__ import annotations
@@ -27,26 +26,6 @@ from bnexp.report.rules import Censored, format_target, normalizer_label, option
 from bnexp.report.tuning import TUNING_SEEDS, choose_rates, runs_from_table
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
-
-def rate_families(groups: list[ConfigGroup]) -> list[list[ConfigGroup]]:
-    """The families of configurations that differ only in ``lr`` (two rates or more), each sorted by rate."""
-    fams: dict[str, list[ConfigGroup]] = {}
-    for g in groups:
-        if g.lr is not None and not g.key.startswith("summary:"):
-            fams.setdefault(config_key(g.config, ("lr",)), []).append(g)
-    return [sorted(f, key=lambda g: g.lr) for f in fams.values() if len(f) > 1]
-
-
-def _family_name(family: list[ConfigGroup], groups: list[ConfigGroup]) -> str:
-    g = family[0]
-    v = normalizer_label(g.config) or g.label
-    others = [p for p in pair_label(g, groups).split() if not p.startswith("lr=")]
-    return " ".join([v] + others) if others else v
-
-
-# Fixed before the MNIST re-run (docs/mnist/README.md "Design"): the targets of the claims
-# "BN trains in fewer steps", each network at its own best rate for that target, and the threshold of the
-# seed-mean ratio no-BN steps / BN steps that the 95% t interval (log ratios) must clear.
 SPEEDUP_TARGETS = (0.90, 0.95, 0.97)
 SPEEDUP_THRESHOLD = 1.0
 SPEEDUP_TITLE = "Speedup at each network's own best rate, per target (claims)"
@@ -68,9 +47,10 @@ def init_of(config: dict) -> str:
 def best_rate(rows: pd.DataFrame, steps: str = "steps") -> tuple[float | None, str]:
     """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (columns ``lr``,
     ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
-    the target among the rates where every completed seed reached it and none diverged (:data:`EVERY_SEED`);
-    when no rate qualifies, the highest mean final test accuracy (:data:`HIGHEST_FINAL`); (None, "no runs")
-    without rows. Shared by the MNIST speedups and the studies (docs/studies/README.md)."""
+    the target among the rates where every completed seed reached it and none diverged (a diverging rate is
+    too high; :data:`EVERY_SEED`); when no rate qualifies, the highest mean final test accuracy
+    (:data:`HIGHEST_FINAL`); (None, "no runs") without rows. Shared by the MNIST speedups and the studies
+    (docs/studies/README.md)."""
     if rows.empty:
         return None, "no runs"
     by_lr = list(rows.groupby("lr"))
@@ -91,33 +71,28 @@ def edge_of(lr: float | None, grid: list[float]) -> str | None:
 
 
 def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target: float) -> dict:
-    """The rate of ``family`` (sorted by rate) used for the speedup at ``target``, and the runs it scores.
-
-    Two designs (docs/mnist/PLAN.md):
-
-    * **held out**, when the family has runs on the tuning seeds :data:`bnexp.report.tuning.TUNING_SEEDS`:
-      the rate is chosen on those runs alone by :func:`bnexp.report.tuning.choose_rates` (objective
-      "steps", the family's budget), and only the runs on the other seeds (the evaluation seeds) at that
-      rate are scored;
-    * **one stage** otherwise: :func:`best_rate` on the family's completed runs, scored on the same seeds.
+    """The rate of ``family`` (sorted by rate) used for the speedup at ``target``, and the runs it scores
+    (docs/mnist/PLAN.md): **held out** when the family has runs on the tuning seeds
+    :data:`bnexp.report.tuning.TUNING_SEEDS`, chosen on those alone (:func:`bnexp.report.tuning.choose_rates`,
+    objective "steps", the family's budget) and scored on the other seeds; **one stage** otherwise,
+    :func:`best_rate` on the family's completed runs, scored on the same seeds.
 
     Returns:
         {"lr" (None: no choice), "selection" (:data:`EVERY_SEED`, :data:`HIGHEST_FINAL` or :data:`HELD_OUT`),
-        "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps), "steps": {seed:
-        steps to the target, None if not reached}, "runs": {seed: run id}, "choice" (held out:
+        "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps), "runs": {seed: run
+        id}, "steps": {seed: steps to the target, None if not reached}, "choice" (held out:
         :meth:`bnexp.report.tuning.RateChoice.as_dict`, else None), "why" (why there is no rate, else None)}.
     """
-    k = target_key(target)
+    col = f"steps_to_{target_key(target)}"
     rows = table[table["group"].isin([g.key for g in family]) & table["status"].isin(COMPLETE_STATUSES)]
     tuning = rows[rows["seed"].isin(TUNING_SEEDS)]
     choice, why = None, None
     if tuning.empty:
-        lr, selection = best_rate(rows.assign(steps=rows[f"steps_to_{k}"]))
+        lr, selection = best_rate(rows.assign(steps=rows[col]))
         scored = rows
-        why = None if lr is not None else "no rate of the grid has a completed run"
     else:
         budget = max(int(g.max_steps) for g in family if g.max_steps is not None)
-        runs = runs_from_table(tuning, ("family",), steps=f"steps_to_{k}")
+        runs = runs_from_table(tuning, ("family",), steps=col)
         try:
             choice = choose_rates(runs, "steps", budget, tuning_seeds=sorted({int(s) for s in tuning["seed"]}))[0]
             lr, selection = choice.rate, HELD_OUT
@@ -131,34 +106,30 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
     mine = scored[(scored["group"] == group.key)].dropna(subset=["seed"])
     return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, [g.lr for g in family]),
             "budget": group.max_steps, "runs": {int(r.seed): i for i, r in mine.iterrows()},
-            "steps": {int(r.seed): optional(r[f"steps_to_{k}"], int) for _, r in mine.iterrows()},
+            "steps": {int(r.seed): optional(r[col], int) for _, r in mine.iterrows()},
             "choice": choice.as_dict() if choice else None, "why": None}
 
 
 def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[ConfigGroup], table: pd.DataFrame,
                  target: float) -> dict:
-    """One claims row (:func:`bnexp.report.claims.evaluate`) of :func:`best_rate_speedups`: per seed the
-    :class:`bnexp.report.rules.Censored` ratio no-BN steps / BN steps (a run that missed the target counts
-    as its budget, a bound)."""
+    """One row of :func:`best_rate_speedups`."""
     variant, init, tgt = normalizer_label(bn[0].config), init_of(bn[0].config), format_target(target)
     b, n = best_rate_for_target(bn, table, target), best_rate_for_target(nb, table, target)
-    seeds = sorted(set(b["steps"]) | set(n["steps"]))
+    names = {}
+    for side, family in (("bn", bn), ("no_bn", nb)):  # the normalizer and the keys that set the family apart
+        others = [p for p in pair_label(family[0], groups).split() if not p.startswith("lr=")]
+        names[side] = " ".join([normalizer_label(family[0].config) or family[0].label] + others)
     per_seed = {s: Censored.steps(n["steps"][s], n["budget"]) / Censored.steps(b["steps"][s], b["budget"])
-                if s in b["steps"] and s in n["steps"] else None for s in seeds}
+                if s in b["steps"] and s in n["steps"] else None for s in sorted(set(b["steps"]) | set(n["steps"]))}
     never = sorted({s for side in (b, n) for s, rid in side["runs"].items() if not table["left_chance"].get(rid)})
-    missing = [f"{name}: {side['why']}" for name, side in ((_family_name(bn, groups), b), (_family_name(nb, groups), n))
-               if side["lr"] is None]
-    premise = "; ".join(missing) if missing else None
+    missing = [f"{names[k]}: {side['why']}" for k, side in (("bn", b), ("no_bn", n)) if side["lr"] is None]
     claim = Claim(f"{variant} trains in fewer steps to {tgt} ({init} init)",
                   f"no-BN steps / {variant} steps to {tgt}, seed by seed, each at its own best rate for {tgt}",
                   ">", SPEEDUP_THRESHOLD)
-    row = evaluate(claim, per_seed, never_learned=never, premise=premise, scale="log")
-    return row | {"target": target, "init": init, "variant": variant, "bn": _family_name(bn, groups),
-                  "no_bn": _family_name(nb, groups), "bn_lr": b["lr"], "no_bn_lr": n["lr"],
-                  "bn_selection": b["selection"], "no_bn_selection": n["selection"], "bn_edge": b["edge"],
-                  "no_bn_edge": n["edge"], "bn_steps": b["steps"], "no_bn_steps": n["steps"],
-                  "bn_budget": b["budget"], "no_bn_budget": n["budget"], "bn_choice": b["choice"],
-                  "no_bn_choice": n["choice"],
+    row = evaluate(claim, per_seed, never_learned=never, premise="; ".join(missing) or None, scale="log")
+    return row | {"target": target, "init": init, "variant": variant, "bn": names["bn"], "no_bn": names["no_bn"],
+                  **{f"{k}_{f}": side[f] for f in ("lr", "selection", "edge", "steps", "budget", "choice")
+                     for k, side in (("bn", b), ("no_bn", n))},  # bn_lr, no_bn_lr, bn_selection, ...
                   "lower_bound_seeds": sorted(s for s, k in row["bounds"].items() if k == "lower"),
                   "left_out": {s: "missing on one side" if v is None else v.why for s, v in per_seed.items()
                                if row["per_seed"].get(s) is None}}
@@ -166,9 +137,11 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
 
 def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=SPEEDUP_TARGETS) -> list[dict]:
     """The claims "BN trains in fewer steps to T" for every target T of ``targets`` and every setting (weight
-    init, ...) with a BN (or noisy BN) and a no-BN rate family: each network at its own best rate for T
-    (:func:`best_rate_for_target`), per seed s the :class:`bnexp.report.rules.Censored` ratio no-BN / BN
-    steps, judged by :func:`bnexp.report.claims.evaluate` on log ratios against :data:`SPEEDUP_THRESHOLD`.
+    init, ...) with a BN (or noisy BN) and a no-BN rate family (configurations that differ only in ``lr``, two
+    rates or more): each network at its own best rate for T (:func:`best_rate_for_target`), per seed s the
+    :class:`bnexp.report.rules.Censored` ratio no-BN / BN steps (a run that missed the target counts as its
+    budget, a bound), judged by :func:`bnexp.report.claims.evaluate` on log ratios against
+    :data:`SPEEDUP_THRESHOLD`.
 
     Returns:
         claims rows (report.json ``best_rate_speedups``), the paper's init first, then by init and target,
@@ -178,16 +151,19 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
         grid, :meth:`bnexp.report.tuning.RateChoice.as_dict`, or None in the one-stage design),
         "lower_bound_seeds", "left_out" ({seed: reason}).
     """
+    families: dict[str, list[ConfigGroup]] = {}
+    for g in groups:
+        if g.lr is not None and not g.key.startswith("summary:"):
+            families.setdefault(config_key(g.config, ("lr",)), []).append(g)
     settings: dict[str, dict[str, list[ConfigGroup]]] = {}
-    for fam in rate_families(groups):
+    for fam in (sorted(f, key=lambda g: g.lr) for f in families.values() if len(f) > 1):
         v = normalizer_label(fam[0].config)  # BN and noisy BN against no BN; other normalizers have no row
         if v in ("BN", "noisy BN", "no BN"):
             settings.setdefault(config_key(fam[0].config, ("lr", "bn", "experiment")), {})[v] = fam
     rows = [_speedup_row(setting[variant], setting["no BN"], groups, table, target) for target in targets
             for setting in settings.values() for variant in ("BN", "noisy BN")
             if variant in setting and "no BN" in setting]
-    order = {"normal": 0}
-    return sorted(rows, key=lambda r: (order.get(r["init"], 1), r["init"], r["variant"], r["target"]))
+    return sorted(rows, key=lambda r: (r["init"] != "normal", r["init"], r["variant"], r["target"]))
 
 
 def per_seed_ratios(row: dict, unit: str = "") -> str:
@@ -199,9 +175,10 @@ def per_seed_ratios(row: dict, unit: str = "") -> str:
 def held_out_seeds(rows: list[dict]) -> dict[str, list[int]]:
     """report.json's ``tuning_seeds`` and ``evaluation_seeds`` (sorted ints) of :func:`best_rate_speedups`
     rows chosen on tuning seeds (docs/mnist/PLAN.md); {} in the one-stage design."""
-    tuning = {s for r in rows for side in ("bn", "no_bn") for s in (r.get(f"{side}_choice") or {}).get("tuning_seeds", [])}
+    chosen = [(r[f"{side}_choice"], r[f"{side}_steps"]) for r in rows for side in ("bn", "no_bn")
+              if r.get(f"{side}_choice")]
+    tuning = {s for choice, _ in chosen for s in choice.get("tuning_seeds", [])}
     if not tuning:
         return {}
-    evaluation = {int(s) for r in rows for side in ("bn", "no_bn") if r.get(f"{side}_choice")
-                  for s in r[f"{side}_steps"]}
+    evaluation = {int(s) for _, steps in chosen for s in steps}
     return {"tuning_seeds": sorted(tuning), "evaluation_seeds": sorted(evaluation - tuning)}

@@ -1,7 +1,7 @@
 """Claims instead of a tally (every section of the report): each statement the report makes is one row with
 its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with
 its 95% Student-t interval over seeds (:mod:`bnexp.report.interval`; on log ratios for speedups), the
-per-seed range, the sample std (ddof=1), and a verdict (:func:`evaluate`):
+per-seed range, the sample std (:data:`bnexp.report.rules.DDOF`), and a verdict (:func:`evaluate`):
 
 * ``premise not met`` -- the comparison the claim needs does not exist, so the claim counts for no account;
 * ``inconclusive`` -- a measure the claim needs is not in the records, fewer than ``min_seeds`` seeds, a seed
@@ -17,15 +17,16 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from bnexp.report.interval import LOWER, UNKNOWN, UPPER, SeedInterval, interval_cell, seed_mean_interval
-from bnexp.report.rules import DDOF, PREFIX, Censored, finite, stat
+from bnexp.report.interval import LEVEL, LOWER, UNKNOWN, UPPER, SeedInterval, seed_mean_interval
+from bnexp.report.rules import PREFIX, Censored, finite, stat
+
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
 INCONCLUSIVE = "inconclusive"
 PREMISE_NOT_MET = "premise not met"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, PREMISE_NOT_MET)
 MIN_SEEDS = 3
-CONFIDENCE = 0.95
+_MARK = {"exact": "", "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}  # Censored.bound -> interval mark
 
 
 @dataclass(frozen=True)
@@ -56,19 +57,16 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: threshold must be finite, got {self.threshold!r}")
 
 
-def seed_interval(values, confidence: float = CONFIDENCE) -> dict:
+def seed_interval(values, confidence: float = LEVEL) -> dict:
     """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
-    std (ddof=1) and the Student-t interval of the mean (:func:`bnexp.report.interval.seed_mean_interval`,
-    raw scale); std and interval None for n < 2, every entry None for n = 0."""
+    std and the Student-t interval of the mean (:func:`bnexp.report.interval.seed_mean_interval`, raw scale);
+    std and interval None for n < 2, every entry None for n = 0."""
     x = finite(values)
     out = {**stat(x), "ci_low": None, "ci_high": None}
     if x.size >= 2:
         iv = seed_mean_interval(list(x), level=confidence)
         out["ci_low"], out["ci_high"] = iv.low, iv.high
     return out
-
-
-_MARK = {"exact": "", "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}
 
 
 def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, SeedInterval | None]:
@@ -89,18 +87,10 @@ def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, Seed
     return vals, bounds, iv
 
 
-def claim_std(values: Mapping, bounds: Mapping) -> float | None:
-    """The sample std (:data:`bnexp.report.rules.DDOF`) of a claims row's per-seed values, on the row's raw scale
-    (ratios as ratios), over the seeds with a value whose side is known: a seed bounded on both sides
-    ("unknown", e.g. a ratio of two budgets where neither run reached the target) says nothing about the spread;
-    None with fewer than two such seeds. ``values`` and ``bounds`` are keyed alike (seeds as ints, or as
-    strings after a JSON round trip)."""
-    return stat([v for s, v in values.items() if v is not None and bounds.get(s) != "unknown"])["std"]
-
-
 def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
              premise: str | None = None, missing: str | None = None, scale: str = "raw") -> dict:
-    """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict, reason.
+    """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict (module docstring),
+    reason.
 
     Args:
         claim: the claim, fixed before the run.
@@ -114,14 +104,16 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
 
     Returns:
         dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper" | "unknown"}),
-        "n", "mean" (the estimate: the geometric mean for ratios), "std" (:func:`claim_std`),
-        "ci_low", "ci_high" (None where open or n < 2), "interval"
+        "n", "mean" (the estimate: the geometric mean for ratios), "std" (the sample std on the raw scale,
+        ratios as ratios, over the seeds whose side is known: a seed bounded on both sides says nothing about
+        the spread; None under two such seeds), "ci_low", "ci_high" (None where open or n < 2), "interval"
         (:meth:`bnexp.report.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
         :data:`VERDICTS`), "reason" (one sentence).
     """
     vals, bounds, iv = seed_values(per_seed, scale)
+    std = stat([v for s, v in vals.items() if v is not None and bounds.get(s) != "unknown"])["std"]
     row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "n": iv.n if iv else 0,
-                           "mean": iv.estimate if iv else None, "std": claim_std(vals, bounds),
+                           "mean": iv.estimate if iv else None, "std": std,
                            "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
                            "interval": iv.as_dict() if iv else None}
     bad, t, up = sorted(never_learned or []), claim.threshold, claim.direction == ">"
@@ -146,8 +138,7 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
             verdict, reason = INCONCLUSIVE, f"the 95% interval straddles {t:g}"
         if iv.reason:
             reason += f"; {iv.reason}"
-    row.update(verdict=verdict, reason=reason)
-    return row
+    return row | {"verdict": verdict, "reason": reason}
 
 
 def by_seed(per_seed: Mapping) -> list[tuple]:

@@ -1,23 +1,19 @@
-"""The study section of ``bnexp report`` (docs/studies/README.md): a sweep of ``scripts/study.sh NAME`` -> the study's
-claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values, 95%
-Student-t interval (log ratios for ratios) and verdict (:func:`bnexp.report.claims.evaluate`), a table of the numbers per
-configuration and one figure (:mod:`bnexp.report.figures_studies`, which also writes it: ``study_files``).
+"""The study section of ``bnexp report`` (docs/studies/README.md): a sweep of ``scripts/study.sh NAME`` -> the
+study's claims, fixed in code before the run (:mod:`bnexp.report.study_claims`), each with its per-seed values,
+95% Student-t interval (log ratios for ratios) and verdict (:func:`bnexp.report.claims.evaluate`), a table of the
+numbers per configuration and one figure (:mod:`bnexp.report.figures_studies`, which also writes it).
 
 A sweep folder is a study's when it holds ``study.json`` (written by scripts/study.sh) with the study's
 name; report.json then has the key ``study``. The *cells* (:func:`cells`) are the completed runs of the
 report's per-run table (:func:`bnexp.report.load.run_table`) with the coordinates the studies vary
 (normalizer, m, rate, momentum, position, nonlinearity, model, depth, seed) and their numbers.
 
-Conventions shared by the studies (docs/studies/README.md states them for readers):
-
-* *steps to a target* is the first evaluated step whose test accuracy is >= the target; a run that never
-  reached it is *censored* at its budget (trainer.max_steps), a lower bound on its steps;
-* a ratio of censored steps is a bound (:class:`bnexp.report.rules.Censored`), which opens that
-  side of the claim's seed interval (:mod:`bnexp.report.interval`);
-* *best rate* (:func:`bnexp.report.best_rate.best_rate`): among the rates where every completed seed
-  reached the target and none diverged, the one with the fewest mean steps; when no rate qualifies, the
-  one with the highest mean final test accuracy. It is chosen on the same seeds the claim then uses (a
-  small optimistic bias that applies to every configuration alike).
+Conventions shared by the studies (docs/studies/README.md states them for readers): *steps to a target* is
+the first evaluated step whose test accuracy is >= the target; a run that never reached it counts as its
+budget, a bound (:class:`bnexp.report.rules.Censored`); each configuration runs at its *best rate*
+(:func:`bnexp.report.best_rate.best_rate`, chosen on the seeds the claim then uses: a small optimistic bias
+that applies to every configuration alike) or, held out, at the rate chosen on the tuning seeds
+(:mod:`bnexp.report.study_tuning`).
 """
 
 from __future__ import annotations
@@ -28,14 +24,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.best_rate import best_rate
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
 
-
-
 MARKER = "study.json"
+CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
+                "depth", "budget", "final", "steps", "wall_time_s"]
 
 
 def read_marker(sweep_dir: Path) -> dict | None:
@@ -51,13 +46,13 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
     """The completed runs (finished or diverged, with a seed) of the per-run table of ``sweep``
     (:class:`bnexp.report.load.Sweep`), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.report.rules.NORMALIZERS`), ghost, groups, m, lr, momentum, position, act, model, depth
-    (hidden layers of an MLP), budget, final (final test accuracy, fraction), final_test_accuracy, steps
-    (to ``target``, None: not reached), wall_time_s, and the columns ``extra(run)`` returns (a dict)."""
+    (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``, None:
+    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final)."""
     t, reach, rows = sweep.table, sweep.reach(target), []
     for r in sweep.runs:
         if not r.completed or r.seed is None:
             continue
-        c, row, steps = r.config, t.loc[r.id], reach.loc[r.id, "steps"]
+        c, row = r.config, t.loc[r.id]
         hidden = c.get("model.hidden")
         rows.append({
             "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
@@ -67,11 +62,9 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
             "act": option_text(c.get("act", r.summary.get("act"))),
             "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
             "depth": len(hidden) if isinstance(hidden, list) else None, "budget": row["budget"],
-            "final": optional(row["final_test_accuracy"]), "steps": optional(steps, int),
+            "final": optional(row["final_test_accuracy"]), "steps": optional(reach.loc[r.id, "steps"], int),
             "wall_time_s": r.summary.get("wall_time_s"), **(extra(r) if extra else {})})
-    cols = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
-            "depth", "budget", "final", "steps", "wall_time_s"]
-    out = pd.DataFrame(rows, columns=cols + [k for k in (rows[0] if rows else {}) if k not in cols])
+    out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CELL_COLUMNS])
     return out.assign(final_test_accuracy=out["final"])
 
 
@@ -92,11 +85,8 @@ def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
 
 def per_seed(frame: pd.DataFrame, column: str) -> dict[int, float | None]:
     """{seed: value of ``column``} (the mean when a seed has several rows; None when missing)."""
-    out = {}
-    for seed, g in frame.groupby("seed"):
-        v = pd.to_numeric(g[column], errors="coerce").dropna()
-        out[int(seed)] = float(v.mean()) if len(v) else None
-    return out
+    values = pd.to_numeric(frame[column], errors="coerce")
+    return {int(seed): optional(v.dropna().mean()) for seed, v in values.groupby(frame["seed"])}
 
 
 def censored(frame: pd.DataFrame, unit: str = "steps") -> dict[int, Censored]:
@@ -106,79 +96,78 @@ def censored(frame: pd.DataFrame, unit: str = "steps") -> dict[int, Censored]:
             for _, r in frame.iterrows()}
 
 
+def ratios(num: pd.DataFrame, den: pd.DataFrame, unit: str = "steps") -> dict[int, Censored]:
+    """{seed: the :func:`censored` ratio num / den}, seeds paired, in seed order."""
+    a, b = censored(num, unit), censored(den, unit)
+    return {s: a[s] / b[s] for s in sorted(set(a) & set(b))}
+
+
+def differences(a: dict, b: dict, scale: float = 1.0) -> dict:
+    """{seed: ``scale`` * (a - b)} (None where either is missing), seeds paired, in seed order."""
+    return {s: None if a[s] is None or b[s] is None else scale * (a[s] - b[s]) for s in sorted(set(a) & set(b))}
+
+
 def ratio_claim(claim: Claim, num: pd.DataFrame, den: pd.DataFrame, unit: str = "steps",
                 premise: str | None = None) -> dict:
-    """Evaluate ``claim`` on the per-seed censored ratio num / den of steps (or examples) to the target,
-    seeds paired; a configuration without runs makes the premise fail."""
+    """Evaluate ``claim`` on the per-seed :func:`ratios` num / den (log scale); a configuration without runs
+    makes the premise fail."""
     if premise is None and (num.empty or den.empty):
         premise = "no completed runs of one of the two configurations"
-    a, b = censored(num, unit), censored(den, unit)
-    return evaluate(claim, {s: a[s] / b[s] for s in sorted(set(a) & set(b))}, premise=premise, scale="log")
+    return evaluate(claim, ratios(num, den, unit), premise=premise, scale="log")
 
 
 def diff_claim(claim: Claim, a: dict, b: dict, premise: str | None = None, scale: float = 100.0) -> dict:
-    """Evaluate ``claim`` on the per-seed difference (a - b) * ``scale`` (accuracies -> points), seeds paired."""
+    """Evaluate ``claim`` on the per-seed :func:`differences` (a - b) * ``scale`` (accuracies -> points)."""
     if premise is None and (not a or not b):
         premise = "no completed runs of one of the two configurations"
-    vals = {s: None if a[s] is None or b[s] is None else scale * (a[s] - b[s]) for s in sorted(set(a) & set(b))}
-    return evaluate(claim, vals, premise=premise)
+    return evaluate(claim, differences(a, b, scale), premise=premise)
 
 
-def at_best_rate(family: pd.DataFrame) -> tuple[pd.DataFrame, float | None, str]:
-    """(rows at the family's :func:`best_rate`, the rate, its rule)."""
-    lr, rule = best_rate(family)
-    return (family.iloc[0:0] if lr is None else select(family, lr=lr)), lr, rule
+def single_claim(claim: Claim, values: dict, premise: str | None = None) -> dict:
+    """Evaluate ``claim`` on per-seed values of one configuration; none makes the premise fail."""
+    return evaluate(claim, values, premise=premise or (None if values else "no completed runs of this configuration"))
 
 
 def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str = "steps") -> list[dict]:
     """One record per configuration (``keys``): its key values, "seeds", "final" (stat of the final test
     accuracy in %), "reached" (seeds that reached the target), "to_target" (stat of steps or examples over
-    the seeds that reached it), "to_target_text" ("1,200 ± 100 (3/3)", "not reached (0/3)") and
-    "per_seed" {seed: {"final", "to_target"}}."""
+    the seeds that reached it), "target", "unit", "to_target_text" ("1,200 ± 100 (3/3)", "not reached (0/3)")
+    and "per_seed" {seed: {"final", "to_target"}}. A seed with several runs counts as their mean."""
     out = []
-    if frame.empty:
-        return out
     for vals, g in frame.groupby(keys, dropna=False, sort=True):
-        vals = vals if isinstance(vals, tuple) else (vals,)
         reach = g[g["steps"].notna()]
-        # one value per seed (several runs of a seed, e.g. a repeated configuration, are averaged)
         amount = (reach["steps"].astype(float) * (reach["m"] if unit == "examples" else 1)).groupby(
             reach["seed"]).mean()
+        to_target, n, reached = seed_interval(list(amount)), int(g["seed"].nunique()), int(reach["seed"].nunique())
         finals = pd.to_numeric(g["final"], errors="coerce").groupby(g["seed"]).mean()
-        out.append({**{k: _native(v) for k, v in zip(keys, vals)},
-                    "seeds": int(g["seed"].nunique()),
-                    "final": seed_interval(list(100 * finals)),
-                    "reached": int(reach["seed"].nunique()), "to_target": seed_interval(list(amount)), "target": target,
-                    "unit": unit,
-                    "to_target_text": (f"{format_stat(seed_interval(list(amount)), '{:,.0f}', '{:,.0f}')} "
-                                       f"({reach['seed'].nunique()}/"
-                                       f"{g['seed'].nunique()})" if len(reach) else
-                                       f"not reached (0/{g['seed'].nunique()})"),
-                    "per_seed": {int(r["seed"]): {"final": _native(r["final"]),
-                                                  "to_target": None if r["steps"] is None or pd.isna(r["steps"])
+        out.append({**{k: native(v) for k, v in zip(keys, vals if isinstance(vals, tuple) else (vals,))},
+                    "seeds": n, "final": seed_interval(list(100 * finals)), "reached": reached,
+                    "to_target": to_target, "target": target, "unit": unit,
+                    "to_target_text": (f"{format_stat(to_target, '{:,.0f}', '{:,.0f}')} ({reached}/{n})" if len(reach)
+                                       else f"not reached (0/{n})"),
+                    "per_seed": {int(r["seed"]): {"final": native(r["final"]), "to_target": None if pd.isna(r["steps"])
                                                   else float(r["steps"] * (r["m"] if unit == "examples" else 1))}
                                  for _, r in g.iterrows()}})
     return out
 
 
-def _native(v):
+def native(v):
     """A pandas / numpy value as a Python one (NaN -> None), for report.json and the figures."""
     v = v.item() if hasattr(v, "item") else v
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-
 def table_md(sec: dict) -> list[str]:
     """Markdown lines of the per-configuration table: one column per ``sec["columns"]`` entry (key, header);
     a statistic (a dict with "mean") is written "mean ± std", other values as they are."""
-    rows = [[format_stat(r[k], *(["{:,.0f}"] * 2 if k == "to_target" else ["{:.2f}"] * 2)) if isinstance(r.get(k), dict)
-             else _cell(r.get(k)) for k, _ in sec["columns"]] for r in sec["table"]]
-    return md_table([h for _, h in sec["columns"]], rows)
+    def cell(k, v) -> str:
+        if isinstance(v, dict):
+            return format_stat(v, *(["{:,.0f}"] * 2 if k == "to_target" else ["{:.2f}"] * 2))
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:g}"
+        return NORMALIZERS.get(v, str(v)) if isinstance(v, str) else str(v)
 
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return NORMALIZERS.get(v, str(v)) if isinstance(v, str) else str(v)
+    cols = sec["columns"]
+    return md_table([h for _, h in cols], [[cell(k, r.get(k)) for k, _ in cols] for r in sec["table"]])

@@ -1,16 +1,10 @@
-"""The claims of the five studies (docs/studies/), fixed in study_claims.yaml and docs/studies/NAME.md before
-any run, and how each study's sweep is turned into per-seed values, claim rows, a table and findings.
+"""The claims of the five studies (docs/studies/), fixed in study_claims.yaml (its header states the thresholds)
+and docs/studies/NAME.md before any run, and how each study's sweep is turned into per-seed values, claim
+rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`,
+:data:`PLACEMENT_CLAIMS`); seeds are paired: seed s of one configuration with seed s of the other.
 
-Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`, :data:`PLACEMENT_CLAIMS`): its
-quantity (what one seed contributes), direction and threshold. Thresholds: 1.0 for ratios of steps (or examples)
-to the target
-("faster" means the interval of the ratio lies above 1), 0 points for accuracy differences ("higher"),
-and stated tolerances where a claim says two numbers agree (0.5 and 0.2 points) or a net trains (95%) or
-does not (:data:`bnexp.report.rules.CHANCE`, 15%). Seeds are paired: seed s of one configuration with seed s of
-the other.
-
-Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns",
-"findings", "cells"} for :func:`bnexp.report.studies.study_section`.
+Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
+for :func:`study_section`.
 """
 
 from __future__ import annotations
@@ -21,23 +15,18 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from bnexp.report.best_rate import HELD_OUT, edge_of
-from bnexp.report.claims import Claim, evaluate, seed_interval, seed_values
+from bnexp.report.best_rate import EVERY_SEED, HELD_OUT, edge_of
+from bnexp.report.claims import Claim, seed_interval, seed_values
 from bnexp.report.interval import short_text
-from bnexp.report.studies import MARKER, read_marker
 from bnexp.report.rules import CHANCE, NORMALIZERS
-from bnexp.report.studies import cells, censored, config_rows, diff_claim, per_seed, ratio_claim, select
+from bnexp.report.studies import (MARKER, cells, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
+                                  read_marker, select, single_claim)
 from bnexp.report.study_tuning import CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, study_cells
 
-
-def _read_claims() -> dict[str, dict[str, Claim]]:
-    """The studies' claims of study_claims.yaml: {study: {NAME: Claim}} ("chance": 100 * CHANCE)."""
-    spec = yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text())
-    return {study: {k: Claim(n, q, d, 100 * CHANCE if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
-            for study, c in spec.items()}
-
-
-STUDY_CLAIMS = _read_claims()
+log = logging.getLogger("bnexp")
+# {study: {NAME: Claim}} of study_claims.yaml ("chance": 100 * CHANCE)
+STUDY_CLAIMS = {study: {k: Claim(n, q, d, 100 * CHANCE if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
+                for study, c in yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text()).items()}
 C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
 PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
@@ -45,24 +34,6 @@ PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
                         f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
                         ">", 1.0)
     for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
-
-
-def _interval_text(vals: dict, scale: str = "raw") -> str:
-    return short_text(seed_values(vals, scale)[2])
-
-
-def _label(keys, combo) -> str:
-    """A configuration's name on the page (the tuning grid): "BN, m = 60", "ghost BN, g = 2, m = 60", "MLP,
-    sigmoid, BN after g", "6 layers, no BN"."""
-    words = {"norm": lambda v: NORMALIZERS.get(v, str(v)), "ghost": lambda v: f"g = {v}", "m": lambda v: f"m = {v}",
-             "depth": lambda v: f"{v} layers", "model": lambda v: str(v).upper(), "act": str,
-             "position": lambda v: f"BN {v} g"}
-    return ", ".join(words[k](v) for k, v in zip(keys, combo) if v is not None)
-
-
-def _ratios(num: pd.DataFrame, den: pd.DataFrame, unit: str) -> dict:
-    a, b = censored(num, unit), censored(den, unit)
-    return {s: a[s] / b[s] for s in sorted(set(a) & set(b))}
 
 
 # --- batch_size --------------------------------------------------------------------------------------------
@@ -76,42 +47,31 @@ def analyze_batch_size(sweep) -> dict:
     def at(norm, m, objective="steps", ghost=None):  # the family's scored runs at its rate (study_tuning)
         return sel.rows((norm, ghost, m), objective)[0]
 
-    fin = {(n, m): per_seed(at(n, m, "accuracy"), "final") for n in ("batch", "layer", "none") for m in (2, 16, 60)}
-
-    def drop(n):
-        a, b = fin[(n, 16)], fin[(n, 2)]
-        return {s: None if a[s] is None or b[s] is None else a[s] - b[s] for s in set(a) & set(b)}
-
-    d_bn, d_ln = drop("batch"), drop("layer")
+    fin = {(n, m): per_seed(at(n, m, "accuracy"), "final") for n in ("batch", "layer") for m in (2, 16, 60)}
     claims = [
         ratio_claim(C["BS_ADV_60"], at("none", 60), at("batch", 60), "examples"),
         ratio_claim(C["BS_ADV_4"], at("none", 4), at("batch", 4), "examples"),
         diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)]),
-        diff_claim(C["BS_DROP"], d_bn, d_ln),
+        diff_claim(C["BS_DROP"], *(differences(fin[(n, 16)], fin[(n, 2)]) for n in ("batch", "layer"))),
         diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(at("ghost", 60, "accuracy", 2), "final")),
     ]
     findings = []
-    ms = sorted(int(m) for m in c["m"].unique()) if not c.empty else []
+    ms = sorted(int(m) for m in c["m"].unique())
     for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
-        parts, holds = [], []
-        for m in ms:
-            vals = _ratios(at(other, m), at("batch", m), "examples")
-            iv = seed_values(vals, "log")[2]
-            if iv is None:
-                continue
-            parts.append(f"m = {m}: {short_text(iv)}")
-            if iv.side_of(1.0) == "above":
-                holds.append(str(m))
-        if parts:
+        ivs = {m: seed_values(ratios(at(other, m), at("batch", m), "examples"), "log")[2] for m in ms}
+        ivs = {m: iv for m, iv in ivs.items() if iv is not None}
+        holds = [str(m) for m, iv in ivs.items() if iv.side_of(1.0) == "above"]
+        if ivs:
             findings.append(f"Examples to 95%, {label} / BN (geometric mean [95% t interval on log ratios]; a run "
                             f"that never reached 95% counts as its {examples:,} examples, a bound): "
-                            f"{'; '.join(parts)}. BN needs fewer examples than {label} (interval above 1) at "
+                            f"{'; '.join(f'm = {m}: {short_text(iv)}' for m, iv in ivs.items())}. BN needs fewer "
+                            f"examples than {label} (interval above 1) at "
                             f"m = {', '.join(holds) if holds else 'none of these'}.")
     lr = [("lr", "lr")] if sel.held_out else []  # held out: the evaluation runs at each chosen rate
     table = config_rows(sel.scored, ["norm", "ghost", "m"] + [k for k, _ in lr], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
             "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
-            "cells": c, **sel.record(lambda k: _label(("norm", "ghost", "m"), k)),
+            "cells": c, **sel.record(),
             "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), *lr, ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
 
@@ -121,15 +81,13 @@ def analyze_batch_size(sweep) -> dict:
 def _inference_extra(run) -> dict:
     from bnexp.train.inference_eval import read_result
 
-    r = read_result(run.path) or {}
-    acc = r.get("accuracy") or {}
+    acc = (read_result(run.path) or {}).get("accuracy") or {}
     return {f"acc_{k}": acc.get(k) for k in ("batch", "ema", "population")}
 
 
 def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
     """{seed: 100 * (acc_a - acc_b)} (points; |.| with ``absolute``)."""
-    x, y = per_seed(frame, f"acc_{a}"), per_seed(frame, f"acc_{b}")
-    out = {s: None if x[s] is None or y[s] is None else 100 * (x[s] - y[s]) for s in x}
+    out = differences(per_seed(frame, f"acc_{a}"), per_seed(frame, f"acc_{b}"), 100)
     return {s: (abs(v) if absolute and v is not None else v) for s, v in out.items()}
 
 
@@ -139,45 +97,38 @@ def analyze_inference_statistics(sweep) -> dict:
     c = cells(sweep, TARGET, _inference_extra)
     c = c[c["norm"] == "batch"]
     sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
-    missing = None
-    if not sel.scored.empty and sel.scored["acc_batch"].isna().all():
+    scored, missing = sel.scored, None
+    if not scored.empty and scored["acc_batch"].isna().all():
         missing = ("no run has inference_stats.json: run python -m bnexp.train.inference_eval SWEEP_DIR "
                    "(scripts/study.sh does)")
 
     def at(m, mom):  # m's scored runs at its rate (held out: chosen at momentum 0.1, both momenta trained)
         return select(sel.rows((m,), "accuracy")[0], momentum=mom)
 
-    def minus(a: dict, b: dict) -> dict:
-        return {s: None if a.get(s) is None or b.get(s) is None else a[s] - b[s] for s in set(a) & set(b)}
-
-    def ev(claim, vals):
-        return evaluate(claim, vals, premise=missing or (None if vals else "no completed runs of this configuration"))
-
-    claims = [
-        ev(C["IS_AGREE_60"], _gap(at(60, 0.1), "ema", "batch", True)),
-        ev(C["IS_GAP_GROWS"], minus(_gap(at(2, 0.1), "ema", "batch", True), _gap(at(60, 0.1), "ema", "batch", True))),
-        ev(C["IS_POP_60"], _gap(at(60, 0.1), "population", "ema", True)),
-        ev(C["IS_POP_2"], _gap(at(2, 0.1), "population", "ema")),
-        ev(C["IS_SLOW_EMA"], minus(_gap(at(2, 0.1), "population", "ema"), _gap(at(2, 0.01), "population", "ema"))),
-    ]
+    ema60, ema2 = _gap(at(60, 0.1), "ema", "batch", True), _gap(at(2, 0.1), "ema", "batch", True)
+    pop2 = _gap(at(2, 0.1), "population", "ema")
+    claims = [single_claim(C["IS_AGREE_60"], ema60, missing),
+              single_claim(C["IS_GAP_GROWS"], differences(ema2, ema60), missing),
+              single_claim(C["IS_POP_60"], _gap(at(60, 0.1), "population", "ema", True), missing),
+              single_claim(C["IS_POP_2"], pop2, missing),
+              single_claim(C["IS_SLOW_EMA"], differences(pop2, _gap(at(2, 0.01), "population", "ema")), missing)]
     lr = [("lr", "lr")] if sel.held_out else []
-    scored = sel.scored
     table = config_rows(scored, ["m", "momentum"] + [k for k, _ in lr], TARGET)
     for row in table:
         g = select(scored, m=row["m"], momentum=float(row["momentum"]), **{k: float(row[k]) for k, _ in lr})
         for k in ("batch", "ema", "population"):
             row[f"acc_{k}"] = seed_interval([100 * v for v in per_seed(g, f"acc_{k}").values() if v is not None])
-        row["gap"] = seed_interval([v for v in _gap(g, "ema", "batch").values() if v is not None])
-        row["pop_minus_ema"] = seed_interval([v for v in _gap(g, "population", "ema").values() if v is not None])
+        row["gap"] = seed_interval(list(_gap(g, "ema", "batch").values()))
+        row["pop_minus_ema"] = seed_interval(list(_gap(g, "population", "ema").values()))
     findings = []
-    for mom in sorted(scored["momentum"].dropna().unique(), reverse=True) if not scored.empty else []:
-        parts = [f"m = {int(m)}: {_interval_text(_gap(at(int(m), float(mom)), 'ema', 'batch'))}"
+    for mom in sorted(scored["momentum"].dropna().unique(), reverse=True):
+        parts = [f"m = {int(m)}: {short_text(seed_values(_gap(at(int(m), float(mom)), 'ema', 'batch'))[2])}"
                  for m in sorted(scored["m"].unique())]
         findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% t interval]), "
                         f"momentum {float(mom):g}: {'; '.join(parts)}.")
-    return {"title": "Train-mode vs inference-mode statistics", 
+    return {"title": "Train-mode vs inference-mode statistics",
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
-            **sel.record(lambda k: _label(("m",), k)),
+            **sel.record(),
             "columns": [("m", "m"), ("momentum", "momentum"), *lr, ("seeds", "seeds"),
                         ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
                         ("acc_population", "Alg. 2 population (%)"), ("gap", "moving avg - batch (points)"),
@@ -189,18 +140,18 @@ def analyze_inference_statistics(sweep) -> dict:
 def _families(sel: Selection, combos, objective: str = "steps") -> dict:
     """{combo: (its scored rows at its rate, the rate, how it was picked or why there is none, the sorted
     rates of its grid)} for each combo of ``sel.keys`` values (:meth:`Selection.rows`)."""
-    out = {}
-    for combo in combos:
-        fam = select(sel.c, **dict(zip(sel.keys, combo)))
-        grid = sorted({float(v) for v in pd.to_numeric(fam["lr"], errors="coerce").dropna()}) if not fam.empty else []
-        out[combo] = (*sel.rows(combo, objective), grid)
-    return out
+    def grid(combo):
+        return sorted({float(v) for v in pd.to_numeric(select(sel.c, **dict(zip(sel.keys, combo)))["lr"],
+                                                       errors="coerce").dropna()})
+
+    return {combo: (*sel.rows(combo, objective), grid(combo)) for combo in combos}
 
 
 def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
+    """``table`` with each row's "best": "yes" (and the rule, unless :data:`EVERY_SEED`) at its family's rate."""
     for row in table:
         fam = best.get(tuple(row[k] for k in keys))
-        row["best"] = ("yes" + (f" ({fam[2]})" if fam[2] != "fewest steps" else "")
+        row["best"] = ("yes" + (f" ({fam[2]})" if fam[2] != EVERY_SEED else "")
                        if fam and fam[1] is not None and abs(float(row["lr"]) - fam[1]) < 1e-12 else "")
     return table
 
@@ -222,17 +173,14 @@ def analyze_placement(sweep) -> dict:
     at its best rate; :data:`PLACEMENT_CLAIMS`. The MLP's target is 95%, the CNN's 97%."""
     c = study_cells("placement", sweep)
     sel = Selection(c, FAMILY_KEYS["placement"], OBJECTIVES["placement"])
-    combos = [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")]
-    best = _families(sel, combos)
+    best = _families(sel, [(m, a, p) for m, a in PLACEMENT_CASES for p in ("before", "after")])
     claims = [ratio_claim(PLACEMENT_CLAIMS[(m, a)], best[(m, a, "after")][0], best[(m, a, "before")][0])
               for m, a in PLACEMENT_CASES]
-    table = []
-    for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET)):
-        table += config_rows(select(sel.scored, model=model), ["model", "act", "position", "lr"], target)
-    _mark_best(table, best, ["model", "act", "position"])
+    table = [row for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET))
+             for row in config_rows(select(sel.scored, model=model), ["model", "act", "position", "lr"], target)]
     return {"title": "BN before or after the nonlinearity", "target": TARGET,
-            "claims": claims, "table": table, "cells": c,
-            **sel.record(lambda k: _label(FAMILY_KEYS["placement"], k)),
+            "claims": claims, "table": _mark_best(table, best, ["model", "act", "position"]), "cells": c,
+            **sel.record(),
             "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
@@ -247,7 +195,6 @@ def analyze_normalizer(sweep) -> dict:
     b = {k[0]: v[0] for k, v in best.items()}
     claims = [ratio_claim(C["NM_BN"], b["none"], b["batch"]), ratio_claim(C["NM_LN"], b["none"], b["layer"]),
               ratio_claim(C["NM_BN_LN"], b["layer"], b["batch"]), ratio_claim(C["NM_BN_GN"], b["group"], b["batch"])]
-    table = _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"])
     findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
              for k in b}
@@ -255,9 +202,9 @@ def analyze_normalizer(sweep) -> dict:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
         findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
                         f"{100 * share:.0f}% without batch statistics.")
-    return {"title": "Batch vs layer vs group normalization vs none",
-            "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
-            **sel.record(lambda k: _label(("norm",), k)),
+    return {"title": "Batch vs layer vs group normalization vs none", "target": TARGET, "claims": claims,
+            "table": _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"]),
+            "findings": findings, "cells": c, **sel.record(),
             "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
                         ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
 
@@ -269,34 +216,27 @@ def analyze_depth(sweep) -> dict:
     lower bound set by the budget, and a finding says so."""
     c = cells(sweep, TARGET)
     sel = Selection(c, FAMILY_KEYS["depth"], OBJECTIVES["depth"])
-    depths = sorted(int(d) for d in c["depth"].dropna().unique()) if not c.empty else []
+    depths = sorted(int(d) for d in c["depth"].dropna().unique())
     combos = [(d, n) for d in sorted(set(depths) | {3, 6, 12}) for n in ("batch", "none")]
     best, by_acc = _families(sel, combos), _families(sel, combos, "accuracy")
 
-    def rows(d, n):
-        return best[(d, n)][0]
+    def finals(d, n):  # final test accuracy (%) per seed
+        return {s: None if v is None else 100 * v for s, v in per_seed(by_acc[(d, n)][0], "final").items()}
 
-    def finals(d, n):
-        vals = per_seed(by_acc[(d, n)][0], "final")
-        return {s: None if v is None else 100 * v for s, v in vals.items()}
-
-    def ev(claim, vals):
-        return evaluate(claim, vals, premise=None if vals else "no completed runs of this configuration")
-
-    claims = [ev(C["DP_BN_12"], finals(12, "batch")), ev(C["DP_NOBN_12"], finals(12, "none")),
-              ratio_claim(C["DP_ADV_6"], rows(6, "none"), rows(6, "batch")),
-              ratio_claim(C["DP_BN_SLOWDOWN"], rows(12, "batch"), rows(3, "batch"))]
+    claims = [single_claim(C["DP_BN_12"], finals(12, "batch")), single_claim(C["DP_NOBN_12"], finals(12, "none")),
+              ratio_claim(C["DP_ADV_6"], best[(6, "none")][0], best[(6, "batch")][0]),
+              ratio_claim(C["DP_BN_SLOWDOWN"], best[(12, "batch")][0], best[(3, "batch")][0])]
     table = _mark_best(config_rows(sel.scored, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
     findings = _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
                                    lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}")
-    plain = rows(6, "none")
+    plain = best[(6, "none")][0]
     if len(plain) and plain["steps"].isna().all():
         budget = int(pd.to_numeric(plain["budget"]).max())
         findings.append(f"At 6 layers no BN never reached 95% within {budget:,} steps, so no BN / BN is a lower "
                         f"bound set by that budget (no BN's steps count as {budget:,}), not a measured speedup.")
     return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c, "findings": findings,
-            **sel.record(lambda k: _label(("depth", "norm"), k)),
+            **sel.record(),
             "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to 95% (reached)")]}
@@ -304,20 +244,17 @@ def analyze_depth(sweep) -> dict:
 
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
-CLAIMS = {**{k: tuple(c.values()) for k, c in STUDY_CLAIMS.items()}, "placement": tuple(PLACEMENT_CLAIMS.values())}
 STUDY_FIGURES = {name: f"study_{name}.png" for name in ANALYSES}  # the figure of each study's report
-
-
-log = logging.getLogger("bnexp")
 
 
 def study_section(sweep_dir: Path, sweep) -> dict | None:
     """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
     "title", "question" (study.json's, written by scripts/study.sh from :mod:`bnexp.designs.studies`), "page",
     "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
-    "table" (:func:`config_rows` records), "columns", "findings" (sentences), "figure", "runs", "run_time_s"
-    (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when not recorded), "jobs"
-    (its parallel jobs) and "calls" (how many calls of the script trained), from study.json (None when absent)}."""
+    "table" (:func:`bnexp.report.studies.config_rows` records), "columns", "findings" (sentences), "figure",
+    "runs", "run_time_s" (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when
+    not recorded), "jobs" (its parallel jobs) and "calls" (how many calls of the script trained), from
+    study.json (None when absent)}."""
     marker = read_marker(sweep_dir)
     if marker is None:
         return None
@@ -327,7 +264,7 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
         return None
     sec = ANALYSES[name](sweep)
     frame = sec.pop("cells")
-    times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna() if not frame.empty else pd.Series([])
+    times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna()
     sec = {"title": sec.pop("title"), "question": marker.get("question") or "", **sec}
     sec.update(name=name, page=f"docs/studies/{name}.md", figure=STUDY_FIGURES[name], runs=int(len(frame)),
                run_time_s=float(times.sum()) if len(times) else None, wall_time_s=marker.get("wall_time_s"),

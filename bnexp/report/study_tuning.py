@@ -3,10 +3,10 @@
 A study's sweep is *held out* when it holds completed runs on the tuning seeds
 :data:`bnexp.report.tuning.TUNING_SEEDS` (stage 1 of ``scripts/study.sh``). Then, per configuration (a
 *family*: the runs that share the study's :data:`FAMILY_KEYS` values and differ in ``lr``) and per
-objective, the rate is chosen on the tuning runs alone by :func:`bnexp.report.tuning.choose_rates`, and only
-the runs on the other seeds (the evaluation seeds, stage 2) at that rate are scored; a run on a tuning seed
-never enters a claim. A sweep without tuning-seed runs is the one-stage design of the pages' current results:
-each family at :func:`bnexp.report.best_rate.best_rate` on the scored seeds themselves.
+objective, the rate is chosen on the tuning runs alone (:func:`choose`), and only the runs on the other seeds
+(the evaluation seeds, stage 2) at that rate are scored; a run on a tuning seed never enters a claim. A sweep
+without tuning-seed runs is the one-stage design of the pages' current results: each family at
+:func:`bnexp.report.best_rate.best_rate` on the scored seeds themselves.
 
 The orchestrator's stage 2 (:mod:`bnexp.designs.studies`) calls :func:`choose` on the same runs, so a study
 trains the rates its report scores: one rule.
@@ -17,12 +17,11 @@ the budget) for claims about steps; "accuracy" (final test accuracy) for claims 
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
-from bnexp.report.best_rate import HELD_OUT
-from bnexp.report.studies import at_best_rate, cells, select
+from bnexp.report.best_rate import HELD_OUT, best_rate
+from bnexp.report.rules import NORMALIZERS
+from bnexp.report.studies import cells, native, select
 from bnexp.report.tuning import TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
@@ -44,20 +43,13 @@ def study_cells(name: str, sweep) -> pd.DataFrame:
     return pd.concat([mlp[mlp["model"] != "cnn"], cnn[cnn["model"] == "cnn"]], ignore_index=True)
 
 
-def is_held_out(c: pd.DataFrame) -> bool:
-    """True when the cells hold a run on a tuning seed (the two-stage design)."""
-    return bool(not c.empty and c["seed"].isin(TUNING_SEEDS).any())
-
-
-def _key(v):
-    """A family key value as plain Python (NaN -> None, numpy -> int / float / str)."""
-    v = v.item() if hasattr(v, "item") else v
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def family_name(keys, combo) -> tuple[str, ...]:
-    """The network's name for :class:`bnexp.report.tuning.TuningRun`: ("norm=batch", "m=60", ...)."""
-    return tuple(f"{k}={v}" for k, v in zip(keys, combo) if v is not None)
+def family_label(keys, combo) -> str:
+    """A family's name on the page (the tuning grid): "BN, m = 60", "ghost BN, g = 2, m = 60", "MLP, sigmoid,
+    BN after g", "6 layers, no BN"."""
+    words = {"norm": lambda v: NORMALIZERS.get(v, str(v)), "ghost": lambda v: f"g = {v}", "m": lambda v: f"m = {v}",
+             "depth": lambda v: f"{v} layers", "model": lambda v: str(v).upper(), "act": str,
+             "position": lambda v: f"BN {v} g"}
+    return ", ".join(words[k](v) for k, v in zip(keys, combo) if v is not None)
 
 
 def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | str]:
@@ -77,8 +69,9 @@ def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | st
     if tuning.empty:
         return out
     for combo, fam in tuning.groupby(list(keys), dropna=False, sort=True):
-        combo = tuple(_key(v) for v in (combo if isinstance(combo, tuple) else (combo,)))
-        runs = runs_from_table(fam, family_name(keys, combo), steps="steps", accuracy="final")
+        combo = tuple(native(v) for v in (combo if isinstance(combo, tuple) else (combo,)))
+        network = tuple(f"{k}={v}" for k, v in zip(keys, combo) if v is not None)  # ("norm=batch", "m=60", ...)
+        runs = runs_from_table(fam, network, steps="steps", accuracy="final")
         try:
             out[combo] = choose_rates(runs, objective, int(pd.to_numeric(fam["budget"]).max()),
                                       tuning_seeds=TUNING_SEEDS)[0]
@@ -93,12 +86,13 @@ class Selection:
     """Which runs of each family a study scores (see the module docstring).
 
     Attributes:
-        c: the cells. keys: :data:`FAMILY_KEYS` of the study. held_out: :func:`is_held_out`.
-        choices: {objective: :func:`choose`} (held out only).
+        c: the cells. keys: :data:`FAMILY_KEYS` of the study. held_out: whether ``c`` holds a run on a tuning
+        seed (the two-stage design). choices: {objective: :func:`choose`} (held out only).
     """
 
     def __init__(self, c: pd.DataFrame, keys, objectives=("steps",)):
-        self.c, self.keys, self.held_out = c, tuple(keys), is_held_out(c)
+        self.c, self.keys = c, tuple(keys)
+        self.held_out = bool(not c.empty and c["seed"].isin(TUNING_SEEDS).any())
         self.choices = {o: choose(c, self.keys, o) for o in objectives} if self.held_out else {}
 
     @property
@@ -110,25 +104,26 @@ class Selection:
         """(the family's scored runs at its rate, the rate, how it was picked) for the family ``combo``
         (values of :attr:`keys`). Held out: the evaluation-seed runs at the rate chosen for ``objective``
         (:data:`bnexp.report.best_rate.HELD_OUT`; no rows and the reason when none was chosen); one stage:
-        :func:`bnexp.report.studies.at_best_rate` on every run of the family."""
+        every run of the family at its :func:`bnexp.report.best_rate.best_rate`."""
         where = dict(zip(self.keys, combo))
         if not self.held_out:
-            return at_best_rate(select(self.c, **where))
+            family = select(self.c, **where)
+            lr, rule = best_rate(family)
+            return (family.iloc[0:0] if lr is None else select(family, lr=lr)), lr, rule
         choice = self.choices.get(objective, {}).get(tuple(combo))
         if not isinstance(choice, RateChoice):
             return self.c.iloc[0:0], None, choice or "no tuning runs"
         return select(self.scored, **where, lr=float(choice.rate)), float(choice.rate), HELD_OUT
 
-    def record(self, label) -> dict:
+    def record(self) -> dict:
         """report.json's held-out fields of the study section: {} in the one-stage design, else
-        {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family" (label),
-        "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
+        {"tuning_seeds", "evaluation_seeds" (sorted ints of the runs present), "tuning": [{"family"
+        (:func:`family_label`), "objective", "choice" (:meth:`RateChoice.as_dict`, or None), "why"}]}."""
         if not self.held_out:
             return {}
-        tuning = sorted({int(s) for s in self.c["seed"] if int(s) in TUNING_SEEDS})
-        evaluation = sorted({int(s) for s in self.scored["seed"]})
-        rows = [{"family": label(combo), "objective": o,
+        rows = [{"family": family_label(self.keys, combo), "objective": o,
                  "choice": ch.as_dict() if isinstance(ch, RateChoice) else None,
                  "why": None if isinstance(ch, RateChoice) else ch}
                 for o, chosen in self.choices.items() for combo, ch in chosen.items()]
-        return {"tuning_seeds": tuning, "evaluation_seeds": evaluation, "tuning": rows}
+        return {"tuning_seeds": sorted({int(s) for s in self.c["seed"] if int(s) in TUNING_SEEDS}),
+                "evaluation_seeds": sorted({int(s) for s in self.scored["seed"]}), "tuning": rows}

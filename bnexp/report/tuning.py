@@ -9,19 +9,15 @@ minimum of a noisy grid is biased low, and by more for the denser grid. So every
    (0-4), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
    records both seed lists as ``tuning_seeds`` and ``evaluation_seeds`` (:func:`seed_record`).
 
-The rule (:func:`choose_rates`), fixed before any result:
+The rule (:func:`choose_rates`), fixed before any result, is :data:`STEPS_RULE` for objective ``"steps"``
+(steps to a target accuracy; a failed seed, never reaching the target within the budget or diverging, counts
+at the budget, and when every rate has a failed seed the choice is marked ``censored``) and
+:data:`ACCURACY_RULE` for ``"accuracy"`` (final test accuracy). Ties go to the smallest rate, the safer one
+(steps are resolved to the evaluation spacing, so ties happen).
 
-* objective ``"steps"`` (steps to a target accuracy): per rate, the tuning seeds that *failed* (never
-  reached the target within the budget, or diverged) and the mean steps with a failed seed counted at the
-  budget. The chosen rate has the fewest failed seeds, then the fewest mean steps, then is the smallest
-  rate (steps are resolved to the evaluation spacing, so ties happen; the smaller rate is the safer one).
-  When every rate has a failed seed the choice is marked ``censored``.
-* objective ``"accuracy"`` (final test accuracy): the fewest diverged seeds, then the highest mean final
-  accuracy, then the smallest rate.
-
-Pure functions on per-run results (:class:`TuningRun`); the report (:mod:`bnexp.report.best_rate`) and the
-sweep orchestrator (:mod:`bnexp.designs.orchestrate`) both choose by them, so a sweep trains the rate its report
-scores.
+Pure functions on per-run results (:class:`TuningRun`); the report (:mod:`bnexp.report.best_rate`,
+:mod:`bnexp.report.study_tuning`) and the sweep orchestrator (:mod:`bnexp.designs.orchestrate`) both choose
+by them, so a sweep trains the rate its report scores.
 """
 
 from __future__ import annotations
@@ -29,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
+
+from bnexp.report.rules import optional
 
 TUNING_SEEDS = (100, 101, 102)
 EVALUATION_SEEDS = (0, 1, 2, 3, 4)
@@ -108,12 +106,12 @@ def grid_text(choice: dict) -> str:
 
 
 def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | None) -> tuple[tuple, dict]:
-    """(sort key, grid row) of one rate's tuning runs."""
+    """(sort key: the smallest is chosen, grid row) of one rate's tuning runs."""
     if objective == "steps":
-        failed = [r for r in runs if r.diverged or r.steps is None]
         steps = [budget if (r.diverged or r.steps is None) else r.steps for r in runs]
+        failed = sum(r.diverged or r.steps is None for r in runs)
         mean = sum(steps) / len(steps)
-        return (len(failed), mean, rate), {"rate": rate, "n": len(runs), "failed": len(failed), "mean_steps": mean}
+        return (failed, mean, rate), {"rate": rate, "n": len(runs), "failed": failed, "mean_steps": mean}
     diverged = sum(r.diverged for r in runs)
     accs = [r.accuracy for r in runs if not r.diverged and r.accuracy is not None]
     mean = sum(accs) / len(accs) if accs else None
@@ -126,8 +124,6 @@ def runs_from_table(rows, network: tuple[str, ...], steps: str | None = None,
     """:class:`TuningRun` of each row of a per-run table (pandas DataFrame with columns ``lr``, ``seed``,
     ``status`` and, when named, the ``steps`` column (steps to the target; NaN: not reached) and the
     ``accuracy`` column (final test accuracy, a fraction)); every run gets ``network``."""
-    from bnexp.report.rules import optional
-
     return [TuningRun(network=tuple(network), rate=float(r["lr"]), seed=int(r["seed"]),
                       steps=optional(r[steps], int) if steps else None,
                       accuracy=optional(r[accuracy]) if accuracy else None,
@@ -184,11 +180,10 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
                                  f"missing (the tuning grid is not complete)")
             rows.append(_grid_row(rate, [rates[rate][s] for s in seeds], objective, budget))
         key, best = min(rows, key=lambda kr: kr[0])
-        grid = tuple({**row, "chosen": row is best} for _, row in rows)
-        censored = objective == "steps" and key[0] > 0
         choices.append(RateChoice(network=network, rate=best["rate"], objective=objective,
                                   rule=STEPS_RULE if objective == "steps" else ACCURACY_RULE, tuning_seeds=seeds,
-                                  censored=censored, grid=grid))
+                                  censored=objective == "steps" and key[0] > 0,  # every rate had a failed seed
+                                  grid=tuple({**row, "chosen": row is best} for _, row in rows)))
     return choices
 
 
