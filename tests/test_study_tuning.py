@@ -101,6 +101,22 @@ def test_an_incomplete_tuning_grid_chooses_nothing(tmp_path):
     assert sel.rows(("batch",))[1] == 3.6
 
 
+@pytest.mark.slow  # draws the report's figures (~3 s of CPU)
+def test_the_report_of_an_incomplete_tuning_grid_draws_the_study_figure(tmp_path, capsys):
+    """A family whose tuning grid lacks a seed has no chosen rate (its tuning entry's choice is None): the report
+    says so, and the normalizer figure draws the other family's grid instead of failing with a traceback."""
+    from bnexp.report import report_main
+
+    normalizer_sweep(tmp_path)
+    import shutil
+    shutil.rmtree(tmp_path / "none_3.6_101")
+    assert report_main([str(tmp_path)]) == 0
+    assert (tmp_path / "study_normalizer.png").stat().st_size > 0
+    tuning = json.loads((tmp_path / "report.json").read_text())["study"]["tuning"]
+    assert [t["choice"] is None for t in tuning if t["family"] == "no BN"] == [True]
+    assert "no BN: no rate chosen" in (tmp_path / "report.md").read_text()
+
+
 def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):
     """The normalizer study's tuning grid written where stage 1 puts it (no BN fastest at 5.4, BN at 1.2,
     LayerNorm at 3.6, GroupNorm at 0.9 on the tuning seeds): stage 2 trains each at the report's choice on

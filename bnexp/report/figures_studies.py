@@ -58,7 +58,7 @@ def _chosen(sec: dict, objective: str) -> list[dict] | None:
     (a one-stage run: every row)."""
     rates = {}
     for t in sec.get("tuning") or []:
-        if t["objective"] == objective:
+        if t["objective"] == objective and t["choice"]:  # no choice: the family's tuning grid is incomplete
             net = dict(part.split("=", 1) for part in t["choice"]["network"])
             rates[(net.get("norm"), float(net.get("ghost") or 0), int(net["m"]))] = t["choice"]["rate"]
     if not rates:
@@ -158,7 +158,7 @@ def normalizer_figure(sec: dict):
     held, norms = False, {NAMES[k]: k for k in ("batch", "layer", "group", "none")}
     for t in sec.get("tuning") or []:
         norm = norms.get(t["family"])
-        if norm is None or t["choice"]["objective"] != "steps":
+        if norm is None or not t["choice"] or t["choice"]["objective"] != "steps":  # no choice: grid incomplete
             continue
         grid, color = t["choice"]["grid"], _color(norm)
         ax.plot([g["rate"] for g in grid], [g["mean_steps"] for g in grid], "--", color=color, alpha=0.6,
