@@ -173,6 +173,19 @@ def test_configurations_share_a_command_only_when_their_values_form_a_full_grid(
         "bnexp train -m bn=true lr=0.1,0.2 seed=1,2", "bnexp train -m bn=false lr=0.2,0.1 seed=2"]
 
 
+def test_a_tuning_configuration_lacks_its_missing_tuning_seeds():
+    """In a held-out sweep (tuning seeds 100-102), a configuration run on tuning seeds alone completes its tuning
+    grid first; a configuration with an evaluation seed, or a sweep without tuning seeds, takes the smallest
+    seeds it lacks."""
+    from bnexp.report.evidence import seeds_to_add
+
+    tune = (100, 101, 102)
+    assert seeds_to_add([100, 102], 3, tune) == [101] and seeds_to_add([101], 3, tune) == [100, 102]
+    assert seeds_to_add([100], 5, tune) == [101, 102, 0, 1]
+    assert seeds_to_add([0, 1], 3, tune) == [2] and seeds_to_add([0, 100], 3, tune) == [1]
+    assert seeds_to_add([100, 102], 3) == [0] and seeds_to_add([], 3, tune) == [0, 1, 2]
+
+
 def test_advice_names_three_configurations_then_counts_the_rest(tmp_path):
     from bnexp.report.evidence import seeds_to_add
 

@@ -104,7 +104,8 @@ def test_an_incomplete_tuning_grid_chooses_nothing(tmp_path):
 @pytest.mark.slow  # draws the report's figures (~3 s of CPU)
 def test_the_report_of_an_incomplete_tuning_grid_draws_the_study_figure(tmp_path, capsys):
     """A family whose tuning grid lacks a seed has no chosen rate (its tuning entry's choice is None): the report
-    says so, and the normalizer figure draws the other family's grid instead of failing with a traceback."""
+    says so, the normalizer figure draws the other family's grid instead of failing with a traceback, and the
+    seed advice names the missing tuning seed."""
     from bnexp.report import report_main
 
     normalizer_sweep(tmp_path)
@@ -115,6 +116,8 @@ def test_the_report_of_an_incomplete_tuning_grid_draws_the_study_figure(tmp_path
     tuning = json.loads((tmp_path / "report.json").read_text())["study"]["tuning"]
     assert [t["choice"] is None for t in tuning if t["family"] == "no BN"] == [True]
     assert "no BN: no rate chosen" in (tmp_path / "report.md").read_text()
+    advice = json.loads((tmp_path / "report.json").read_text())["seed_advice"]
+    assert "no BN lr=3.6 has 2 seeds (100, 102). Add seed=101:" in advice  # the tuning grid's own missing seed
 
 
 def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):

@@ -161,7 +161,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         "runs": len(sweep.runs), "duplicate_runs": duplicates,
         "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],
-        "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None),
+        "seed_advice": seed_advice(groups, sweep_dir, ladder=frontier is not None,
+                                   tuning_seeds=(study or {}).get("tuning_seeds") or held.get("tuning_seeds", ())),
         # a held-out study's claims are its study section's: its configurations run at different rates, and a
         # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
         "claims": [] if study and study.get("tuning_seeds") else ics_claims(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from collections.abc import Collection
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
@@ -18,9 +19,14 @@ from bnexp.runfolders.rundir import run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
 
 
-def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS) -> list[int]:
-    """The smallest non-negative seeds not in ``present`` that bring it to ``min_seeds``: [0] -> [1, 2]."""
-    return [s for s in range(len(present) + min_seeds) if s not in present][:max(0, min_seeds - len(present))]
+def seeds_to_add(present: list[int], min_seeds: int = MIN_SEEDS, tuning_seeds: Collection[int] = ()) -> list[int]:
+    """The seeds that bring ``present`` to ``min_seeds``: the smallest non-negative seeds not in it ([0] -> [1, 2]);
+    for a configuration of a held-out sweep run on ``tuning_seeds`` alone (a tuning grid's, docs/mnist/PLAN.md),
+    the tuning seeds it lacks first ([100, 102] of 100-102 -> [101]), since another seed would not complete the
+    grid that chooses the rate."""
+    pool = sorted(tuning_seeds) if present and set(present) <= set(tuning_seeds) else []
+    pool += [s for s in range(len(present) + min_seeds) if s not in pool]
+    return [s for s in pool if s not in present][:max(0, min_seeds - len(present))]
 
 
 SKIP = ("seed=", "hydra.", "hydra/")  # overrides a re-run command sets itself or that are Hydra's own
@@ -92,7 +98,7 @@ MAX_COMMANDS = 5
 
 
 def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_dir: Path,
-                  min_seeds: int = MIN_SEEDS) -> list[str]:
+                  min_seeds: int = MIN_SEEDS, tuning_seeds: Collection[int] = ()) -> list[str]:
     """Commands that add the missing seeds to configurations, given each one's overrides (``jobs``,
     :func:`own_overrides`) and present ``seeds``: configurations with the same override keys and the same seeds
     to add share one command, its values as sweep lists (``bn=true,false``), when their values form a full grid
@@ -101,7 +107,7 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
     for job, have in zip(jobs, seeds):
         kv = {k: v if sep else None for k, sep, v in (o.partition("=") for o in _kept(job or []))}  # "~key"
         kv = {k: v[1:-1] if v and re.fullmatch(r"'[\w.+-]+'", v) else v for k, v in kv.items()}  # 'true' -> true
-        sets.setdefault((frozenset(kv), tuple(seeds_to_add(have, min_seeds))), []).append(kv)
+        sets.setdefault((frozenset(kv), tuple(seeds_to_add(have, min_seeds, tuning_seeds))), []).append(kv)
     cmds = []
     for (_, add), configs in sets.items():
         values = {k: list(dict.fromkeys(c[k] for c in configs)) for k in configs[0]}
@@ -130,7 +136,8 @@ def ladder_seed_command(groups, add, sweep_dir: Path) -> str:
     return shlex.join([*env, f"SWEEP_DIR={sweep_dir}", "scripts/reproduce_cifar.sh"])
 
 
-def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS) -> str | None:
+def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = MIN_SEEDS,
+                tuning_seeds: Collection[int] = ()) -> str | None:
     """The configurations (:class:`bnexp.report.groups.ConfigGroup`) with fewer than ``min_seeds`` completed
     seeds and how to add them ("Too few seeds for a verdict (...): bn=true has 1 seed (0); bn=false has 1 seed
     (0). Add seed=1,2: bnexp train -m bn=true,false seed=1,2 hydra.sweep.dir=SWEEP/more_seeds/seed_1_2, then bnexp
@@ -141,7 +148,8 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     or the configurations lack different seeds (one command for all would retrain a seed some have, which the
     report counts once, :mod:`bnexp.report.duplicates`), the commands come from the configurations' own overrides
     (:func:`grid_commands`). A ``ladder`` sweep (scripts/reproduce_cifar.sh's Sec. 4.2 frontier) is completed by
-    that script. An unfinished sweep gets the command that resumes it instead
+    that script. In a held-out sweep (``tuning_seeds``), a tuning configuration lacks its missing tuning seeds
+    (:func:`seeds_to_add`). An unfinished sweep gets the command that resumes it instead
     (:func:`bnexp.runfolders.unfinished.unfinished_advice`): seeds are advised only once every run completed."""
     unfinished = unfinished_advice([r for g in groups for r in g.runs], sweep_dir)
     if unfinished is not None:
@@ -150,8 +158,8 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     if not short:
         return None
     seeds = [sorted({r.seed for r in g.completed if r.seed is not None}) for g in short]
-    add = sorted({s for have in seeds for s in seeds_to_add(have, min_seeds)})
-    one_set = len({tuple(seeds_to_add(have, min_seeds)) for have in seeds}) == 1
+    adds = [tuple(seeds_to_add(have, min_seeds, tuning_seeds)) for have in seeds]
+    add, one_set = sorted({s for a in adds for s in a}), len(set(adds)) == 1
     names = "; ".join(f"{g.label} has {len(g.completed)} seed{'' if len(g.completed) == 1 else 's'}"
                       + (f" ({', '.join(map(str, have))})" if have else "") for g, have in zip(short[:3], seeds))
     names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
@@ -167,7 +175,7 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
         if last_call and (one_set or None in jobs):
             how = sweep_command(sweep_dir, add, task)
         else:
-            cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds)
+            cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds, tuning_seeds)
             why = ("the configurations lack different seeds (one command for all would retrain seeds some have)"
                    if last_call else
                    "this folder holds several bnexp train -m calls and multirun.yaml has only the last one's")
