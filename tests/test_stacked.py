@@ -189,8 +189,9 @@ def _percentiles(path: Path) -> list[float]:
 
 # Agreement of a stacked run with the run alone after 200 steps: a smooth net (sigmoid, noisy BN) agrees to
 # rounding size; a ReLU net amplifies last-bit differences where a pre-activation sits at the kink (measured on an
-# AVX-512 CPU, whose batched and single matrix products round differently: up to 4e-3 relative in test loss,
-# 4e-4 in accuracy, 0.023 in a percentile; the same run alone on 2 threads instead of 1 moves as much). The ReLU
+# AVX-512 CPU, whose batched and single matrix products round differently: in these runs up to 1e-3 relative in
+# test loss, 4e-4 in accuracy, 0.023 in a percentile, 4e-3 in loss at rate 0.005; the same run alone on 2 threads
+# instead of 1 moves as much). The ReLU
 # bound stays below what a wiring error gives (measured: rate 5% off 2e-2 to 4e-2 in loss, 0.05 in a percentile;
 # the decay schedule or momentum 0.8 for 0.9, 1e-2 to 1); one SGD step with weight decay and momentum is checked
 # to rounding by test_stacked_sgd_step_is_torch_sgd_per_run.
