@@ -156,6 +156,17 @@ def test_inference_statistics_without_the_evaluation_is_premise_not_met(tmp_path
     assert "bnexp.train.inference_eval" in sec["claims"][0]["reason"]
 
 
+def test_inference_statistics_without_a_completed_run_is_premise_not_met(tmp_path):
+    """Every run failed or was interrupted (no completed run, so no inference_stats.json column): each claim says
+    the premise is not met and the table is empty, where the section used to raise a KeyError."""
+    for s in range(3):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000, status="failed" if s else "interrupted",
+                 inference=_inference(0.970, 0.971, 0.974))
+    sec = section(tmp_path, "inference_statistics")
+    assert set(verdicts(sec)) == {PREMISE_NOT_MET} and sec["table"] == [] and sec["runs"] == 0
+    assert sec["claims"][0]["reason"] == "no completed runs of this configuration"
+
+
 def test_placement_claims_each_position_at_its_best_rate(tmp_path):
     for s in range(3):
         # MLP sigmoid: before is 2x faster at each one's best rate (0.6); after diverges at 2.4
