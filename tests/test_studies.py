@@ -266,3 +266,23 @@ def test_the_report_carries_the_study_section(tmp_path):
     # a sweep without study.json has no study section
     (tmp_path / MARKER).unlink()
     assert build_report(tmp_path).data["study"] is None
+
+
+def test_a_hand_edited_study_json_is_a_warning_naming_the_file_and_key(tmp_path, caplog):
+    """study.json with a wall time that is not a number (it used to fail rendering report.md with a TypeError):
+    one warning naming the file and the key, and the page says the wall time is not recorded; a study.json that
+    is not JSON is a warning and no study section."""
+    from bnexp.report.build import build_report
+    from bnexp.report.render import render_files
+
+    for s in range(3):
+        make_run(tmp_path, f"bn_{s}", seed=s, lr=3.6, reach=1000, budget=2000)
+    (tmp_path / MARKER).write_text(json.dumps({"study": "depth", "wall_time_s": "10 min", "jobs": 2}))
+    report = build_report(tmp_path)
+    assert report.data["study"]["wall_time_s"] is None and report.data["study"]["jobs"] == 2
+    assert f"{tmp_path / MARKER}: key wall_time_s is \"10 min\", not a number; ignored" in caplog.text
+    assert "Runs: 3 completed; wall time not recorded." in render_files(report)["report.md"].decode()
+    (tmp_path / MARKER).write_text('{"study": "depth",')
+    caplog.clear()
+    assert build_report(tmp_path).data["study"] is None
+    assert f"{tmp_path / MARKER} is unreadable" in caplog.text and "no study section" in caplog.text
