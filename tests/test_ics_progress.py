@@ -129,3 +129,25 @@ def test_the_claims_table_marks_the_preregistered_view():
     assert list(cells[0])[:3] == ["claim", "view", "quantity"]
     old = {k: v for k, v in row("raw", True).items() if k not in ("view", "preregistered")}
     assert "view" not in claims_cells([old])[0]  # report.json files written before views render as before
+
+
+def test_a_hand_edited_design_record_is_a_warning_and_the_report_uses_the_runs_seeds(tmp_path, caplog):
+    """ics_design.json whose seeds are not a list of whole numbers (the report used to raise ValueError in
+    design_fields): one warning naming the file and the key, and the runs' seeds; a design record that is not JSON
+    is one warning and ignored."""
+    from bnexp.report.build import build_report
+    from test_report import make_ics_run
+
+    for variant in ("BN", "noisy BN", "no BN"):
+        for seed in (0, 1):
+            make_ics_run(tmp_path, variant, 0.5, seed)
+    (tmp_path / "ics_design.json").write_text(json.dumps({"tuning_seeds": "100-102", "evaluation_seeds": [0, "1"],
+                                                          "own_rates": True}))
+    data = build_report(tmp_path).data
+    assert data["tuning_seeds"] == [] and data["evaluation_seeds"] == [0, 1]
+    assert data["ics_design"] == {"own_rates": True}
+    for key, value in (("tuning_seeds", '"100-102"'), ("evaluation_seeds", '[0, "1"]')):
+        assert f"ics_design.json: key {key} is {value}, not a list of whole-number seeds; ignored" in caplog.text
+    (tmp_path / "ics_design.json").write_text("{")
+    caplog.clear()
+    assert "ics_design" not in build_report(tmp_path).data and "ics_design.json is unreadable" in caplog.text

@@ -69,6 +69,19 @@ def test_an_empty_metrics_file_keeps_the_summarys_numbers_and_says_so(sweep, cap
     assert seed0["max_test_accuracy"] == pytest.approx(0.9082)  # the summary's best_test_accuracy
 
 
+
+@pytest.mark.slow  # draws the report's figures (~3 s of CPU)
+def test_an_unreadable_overrides_file_leaves_the_report_and_its_seed_advice_whole(sweep, capsys):
+    """A run's .hydra/overrides.yaml cut off mid-write or edited by hand (not YAML; YAML but not a list of
+    strings) used to end the report in a yaml ParserError (the seed advice) or a TypeError (the figures'
+    labels); the report is written and its seed advice still names the missing seed."""
+    for run, text in (("bn=true,seed=0", "- bn=true\n- lr: [0.5\n"), ("bn=false,seed=0", "[1, 2, null]\n")):
+        (sweep / run / ".hydra" / "overrides.yaml").write_text(text)
+    assert report_main([str(sweep), "--targets", "0.9"]) == 0
+    assert "Traceback" not in _err(capsys)
+    advice = json.loads((sweep / "report.json").read_text())["seed_advice"]
+    assert "bn=true has 2 seeds (0, 1)" in advice and "Add seed=2" in advice
+
 def test_an_empty_metrics_file_without_a_final_accuracy_stays_a_failed_run(sweep, capsys):
     run = sweep / "bn=true,seed=0"
     (run / "metrics.jsonl").write_text("")

@@ -156,6 +156,17 @@ def test_inference_statistics_without_the_evaluation_is_premise_not_met(tmp_path
     assert "bnexp.train.inference_eval" in sec["claims"][0]["reason"]
 
 
+def test_inference_statistics_without_a_completed_run_is_premise_not_met(tmp_path):
+    """Every run failed or was interrupted (no completed run, so no inference_stats.json column): each claim says
+    the premise is not met and the table is empty, where the section used to raise a KeyError."""
+    for s in range(3):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000, status="failed" if s else "interrupted",
+                 inference=_inference(0.970, 0.971, 0.974))
+    sec = section(tmp_path, "inference_statistics")
+    assert set(verdicts(sec)) == {PREMISE_NOT_MET} and sec["table"] == [] and sec["runs"] == 0
+    assert sec["claims"][0]["reason"] == "no completed runs of this configuration"
+
+
 def test_placement_claims_each_position_at_its_best_rate(tmp_path):
     for s in range(3):
         # MLP sigmoid: before is 2x faster at each one's best rate (0.6); after diverges at 2.4
@@ -255,3 +266,23 @@ def test_the_report_carries_the_study_section(tmp_path):
     # a sweep without study.json has no study section
     (tmp_path / MARKER).unlink()
     assert build_report(tmp_path).data["study"] is None
+
+
+def test_a_hand_edited_study_json_is_a_warning_naming_the_file_and_key(tmp_path, caplog):
+    """study.json with a wall time that is not a number (it used to fail rendering report.md with a TypeError):
+    one warning naming the file and the key, and the page says the wall time is not recorded; a study.json that
+    is not JSON is a warning and no study section."""
+    from bnexp.report.build import build_report
+    from bnexp.report.render import render_files
+
+    for s in range(3):
+        make_run(tmp_path, f"bn_{s}", seed=s, lr=3.6, reach=1000, budget=2000)
+    (tmp_path / MARKER).write_text(json.dumps({"study": "depth", "wall_time_s": "10 min", "jobs": 2}))
+    report = build_report(tmp_path)
+    assert report.data["study"]["wall_time_s"] is None and report.data["study"]["jobs"] == 2
+    assert f"{tmp_path / MARKER}: key wall_time_s is \"10 min\", not a number; ignored" in caplog.text
+    assert "Runs: 3 completed; wall time not recorded." in render_files(report)["report.md"].decode()
+    (tmp_path / MARKER).write_text('{"study": "depth",')
+    caplog.clear()
+    assert build_report(tmp_path).data["study"] is None
+    assert f"{tmp_path / MARKER} is unreadable" in caplog.text and "no study section" in caplog.text

@@ -11,7 +11,10 @@ None), ``tuning_seeds`` and ``evaluation_seeds`` (lists of ints; tuning empty wh
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+
+log = logging.getLogger("bnexp.report")
 
 DESIGN_FILE = "ics_design.json"
 
@@ -27,12 +30,27 @@ def write_design(sweep_dir: Path, design: dict) -> Path:
 
 def read_design(sweep_dir: Path) -> dict | None:
     """The design record of ``sweep_dir``, None when there is none or it is not a JSON object (a broken file
-    is ignored: the report then pairs configurations as without one)."""
+    is ignored with a warning naming it: the report then pairs configurations as without one). Seeds that are not
+    a list of whole numbers (``tuning_seeds``, ``evaluation_seeds``) are dropped with a warning naming the file and
+    the key: the report then takes the runs' seeds."""
+    path = Path(sweep_dir) / DESIGN_FILE
     try:
-        d = json.loads((Path(sweep_dir) / DESIGN_FILE).read_text())
-    except (OSError, ValueError):
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
-    return d if isinstance(d, dict) else None
+    except (OSError, ValueError) as exc:
+        log.warning("%s is unreadable (%s); ignored, the report pairs the configurations as without it", path, exc)
+        return None
+    if not isinstance(d, dict):
+        log.warning("%s is not a JSON object; ignored, the report pairs the configurations as without it", path)
+        return None
+    for key in ("tuning_seeds", "evaluation_seeds"):
+        v = d.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool)
+                                                              for s in v)):
+            log.warning("%s: key %s is %s, not a list of whole-number seeds; ignored (the report uses the runs' "
+                        "seeds)", path, key, json.dumps(d.pop(key), default=str)[:40])
+    return d
 
 
 def design_fields(design: dict | None, run_seeds) -> dict:
@@ -42,7 +60,7 @@ def design_fields(design: dict | None, run_seeds) -> dict:
     if design is None:
         return {"ics_design": None, "tuning_seeds": [], "evaluation_seeds": sorted({int(s) for s in run_seeds})}
     return {"ics_design": design, "tuning_seeds": sorted(int(s) for s in design.get("tuning_seeds") or []),
-            "evaluation_seeds": sorted(int(s) for s in design.get("evaluation_seeds") or run_seeds)}
+            "evaluation_seeds": sorted({int(s) for s in design.get("evaluation_seeds") or run_seeds})}
 
 
 def ignored_keys(design: dict | None) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ that applies to every configuration alike) or, held out, at the rate chosen on t
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -28,18 +29,44 @@ from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
 
+log = logging.getLogger("bnexp.report")
+
 MARKER = "study.json"
 CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
                 "depth", "budget", "final", "steps", "wall_time_s"]
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# study.json's optional fields: how to tell a value of the right type, and what it should be
+MARKER_FIELDS = {"question": (lambda v: isinstance(v, str), "a string"), "wall_time_s": (_is_number, "a number"),
+                 "jobs": (lambda v: _is_number(v) and float(v).is_integer(), "a whole number"),
+                 "calls": (lambda v: _is_number(v) and float(v).is_integer(), "a whole number")}
+
+
 def read_marker(sweep_dir: Path) -> dict | None:
-    """The sweep's ``study.json`` ({"study": NAME, ...}), or None when absent or unreadable."""
+    """The sweep's ``study.json`` ({"study": NAME, ...}), or None when absent or unreadable (a warning naming the
+    file when it is there but not a JSON object with a "study" name). An optional field of the wrong type
+    (:data:`MARKER_FIELDS`) is dropped with a warning naming the file and the key: the report then says it is not
+    recorded."""
+    path = Path(sweep_dir) / MARKER
     try:
-        d = json.loads((Path(sweep_dir) / MARKER).read_text())
-    except (OSError, ValueError):
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
         return None
-    return d if isinstance(d, dict) and isinstance(d.get("study"), str) else None
+    except (OSError, ValueError) as exc:
+        log.warning("%s is unreadable (%s); no study section", path, exc)
+        return None
+    if not (isinstance(d, dict) and isinstance(d.get("study"), str)):
+        log.warning('%s is not a JSON object with a "study" name; no study section', path)
+        return None
+    for key, (ok, want) in MARKER_FIELDS.items():
+        if d.get(key) is not None and not ok(d[key]):
+            log.warning("%s: key %s is %s, not %s; ignored", path, key, json.dumps(d.pop(key), default=str)[:40],
+                        want)
+    return d
 
 
 def cells(sweep, target: float, extra=None) -> pd.DataFrame:

@@ -78,11 +78,14 @@ def analyze_batch_size(sweep) -> dict:
 
 # --- inference_statistics ----------------------------------------------------------------------------------
 
+INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
+
+
 def _inference_extra(run) -> dict:
     from bnexp.train.inference_eval import read_result
 
     acc = (read_result(run.path) or {}).get("accuracy") or {}
-    return {f"acc_{k}": acc.get(k) for k in ("batch", "ema", "population")}
+    return {f"acc_{k}": acc.get(k) for k in INFERENCE_KINDS}
 
 
 def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
@@ -95,6 +98,8 @@ def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
     momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
     c = cells(sweep, TARGET, _inference_extra)
+    acc = [f"acc_{k}" for k in INFERENCE_KINDS]
+    c = c.reindex(columns=[*c.columns, *(k for k in acc if k not in c)])  # no completed run: no acc_ columns yet
     c = c[c["norm"] == "batch"]
     sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
     scored, missing = sel.scored, None
@@ -116,7 +121,7 @@ def analyze_inference_statistics(sweep) -> dict:
     table = config_rows(scored, ["m", "momentum"] + [k for k, _ in lr], TARGET)
     for row in table:
         g = select(scored, m=row["m"], momentum=float(row["momentum"]), **{k: float(row[k]) for k, _ in lr})
-        for k in ("batch", "ema", "population"):
+        for k in INFERENCE_KINDS:
             row[f"acc_{k}"] = seed_interval([100 * v for v in per_seed(g, f"acc_{k}").values() if v is not None])
         row["gap"] = seed_interval(list(_gap(g, "ema", "batch").values()))
         row["pop_minus_ema"] = seed_interval(list(_gap(g, "population", "ema").values()))

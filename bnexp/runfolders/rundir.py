@@ -528,13 +528,15 @@ IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 
 def run_overrides(run_dir: Path) -> list[str] | None:
-    """The command-line overrides of one run (Hydra's ``.hydra/overrides.yaml``), or None without a readable one."""
-    try:
-        import yaml
+    """The command-line overrides of one run (Hydra's ``.hydra/overrides.yaml``), or None without a readable one
+    (missing, not YAML, or not a list of strings: a file cut off or edited by hand)."""
+    import yaml
 
-        return list(yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or [])
-    except (OSError, ValueError, TypeError):
+    try:
+        overrides = yaml.safe_load((Path(run_dir) / OVERRIDES).read_text()) or []
+    except (OSError, ValueError, yaml.YAMLError):
         return None
+    return overrides if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides) else None
 
 
 def _comparable(overrides: list[str]) -> list[str]:
