@@ -29,11 +29,11 @@ import pandas as pd
 from bnexp.report.groups import ConfigGroup, bn_variant
 from bnexp.report.load import Sweep
 from bnexp.report.stats import value_stat
+from bnexp.runfolders.rundir import PROBE_KINDS
 
 GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel")
 LANDSCAPE_KEYS = tuple(f"{p}{k}" for p in ("fn_", "rel_", "") for k in
                        ("loss_variation", "grad_predictiveness", "beta_smoothness"))
-PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
 ICS_PREFIXES = ("shift.", "bn_input.", "grad.", "land.", "time.")
 
 

@@ -14,12 +14,11 @@ from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier import MD as FRONTIER_MD, headline_bound, speedup_text
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
-from bnexp.report.ics_stats import PROBE_KINDS
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.report.load import ordered_keys, target_key
 from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
-from bnexp.runfolders.rundir import dumps
+from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 
 # The ICS tables: (column of the configurations' ics measures, header)
 DIST_COLUMNS = (("shift.ks_first", "KS from start"), ("shift.ks_first.last", "KS from start, last layer"),

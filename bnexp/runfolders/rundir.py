@@ -54,6 +54,8 @@ OVERRIDES = ".hydra/overrides.yaml"
 SUMMARY = "summary.json"
 METRICS, SHIFT, ICS = "metrics.jsonl", "shift.jsonl", "ics.jsonl"
 CHECKPOINT = "checkpoint.pt"
+# The timed probes: summary.json's ``probe_time_s`` has one entry (seconds) per kind, in this order.
+PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
 
 # Statuses after which a run is complete and a re-run of its sweep skips it.
 COMPLETE_STATUSES = ("finished", "diverged")

@@ -40,6 +40,7 @@ from torch import nn
 
 from bnexp.train import distributed
 from bnexp.runfolders import rundir, start
+from bnexp.runfolders.rundir import PROBE_KINDS
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
@@ -61,8 +62,6 @@ from bnexp.train.tblog import flat_hparams, metric_names, not_reached_value, wri
 __all__ = ["Trainer", "train", "Interrupted", "evaluate"]
 
 log = logging.getLogger("bnexp")
-
-PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")
 
 
 class Trainer:
