@@ -276,6 +276,28 @@ def test_held_out_tuning_chooses_on_tuning_seeds_and_scores_only_evaluation_seed
     assert "Held-out tuning" in md and "Tuning grid (seeds 100, 101, 102" in md and "**4: 0/3 failed, 1,000**" in md
 
 
+def test_a_held_out_sweep_without_a_recorded_budget_takes_the_runs_last_step(held_out, tmp_path):
+    """A hand-edited sweep whose configs and summaries lack max_steps: the tuning's budget (a failed seed's
+    steps) is the runs' last step, 6,000 here as trainer.max_steps was, so the choices and the scored seeds are
+    the same (it used to end in ValueError: max() of an empty sequence)."""
+    import shutil
+
+    rep, _ = held_out
+    root = tmp_path / "grid"
+    shutil.copytree(rep.sweep_dir, root)
+    for f in root.rglob(".hydra/config.yaml"):
+        cfg = yaml.safe_load(f.read_text())
+        del cfg["trainer"]["max_steps"]
+        f.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for f in root.rglob("summary.json"):
+        summary = json.loads(f.read_text())
+        assert summary.pop("max_steps") == summary["step"] == BUDGET
+        f.write_text(json.dumps(summary))
+    keys = ("target", "init", "bn_lr", "no_bn_lr", "per_seed", "mean")
+    want = [{k: r[k] for k in keys} for r in rep.data["best_rate_speedups"]]
+    assert [{k: r[k] for k in keys} for r in build_report(root).data["best_rate_speedups"]] == want
+
+
 def test_the_claims_table_of_a_held_out_sweep_scores_only_the_evaluation_seeds(held_out):
     """BN and no BN both ran at lr 1 on the tuning seeds (95% at 1,500 and 4,000 steps) and on the evaluation
     seeds (250 and 4,000): the equal-rate claim "BN trains in fewer steps" pairs the evaluation seeds alone,

@@ -91,7 +91,8 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
         lr, selection = best_rate(rows.assign(steps=rows[col]))
         scored = rows
     else:
-        budget = max(int(g.max_steps) for g in family if g.max_steps is not None)
+        budget = max((int(g.max_steps) for g in family if g.max_steps is not None),  # else the runs' last steps
+                     default=optional(pd.to_numeric(tuning["budget"], errors="coerce").max(), int))
         runs = runs_from_table(tuning, ("family",), steps=col)
         try:
             choice = choose_rates(runs, "steps", budget, tuning_seeds=sorted({int(s) for s in tuning["seed"]}))[0]
