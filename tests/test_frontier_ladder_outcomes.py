@@ -195,6 +195,26 @@ def test_claims_table_beside_the_paper_per_seed(v2_report):
     assert "| baseline_sigmoid | does not train (never better than 1/1000 accuracy) |" in md
 
 
+def test_a_run_without_a_final_accuracy_is_no_value_in_the_bn_x30_comparison(tmp_path):
+    """bn_x30's seed 0 at 24,000 steps with NaN accuracies (a hand edit): its per-seed comparison with bn_x5 is
+    "-", no pass or fail (it read "+nan points (fail)"), and seed 1 is still +1.00 point."""
+    from bnexp.report.build import build_report
+    from bnexp.report.render import render_files, render_markdown
+
+    for p, rungs in SWEEP.items():
+        for b, accs in rungs.items():
+            for seed, a in enumerate(accs):
+                a = math.nan if (p, b, seed) == ("bn_x30", 24000, 0) else a
+                _run(tmp_path, p, b, seed, a, "finished" if a is not None else "diverged")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        files = render_files(build_report(tmp_path))
+    data = json.loads(files["report.json"])
+    x30 = next(r for r in data["frontier_analysis"]["paper_claims"] if r["preset"] == "bn_x30")
+    assert [(d["value"], d["pass"]) for d in x30["per_seed"]] == [("-", None), ("+1.00 points", True)]
+    assert render_markdown(data) + "\n" == files["report.md"].decode() and "nan" not in files["report.md"].decode()
+
+
 def test_cost_of_the_sweep_from_the_runs_summaries(v2_report):
     _, data, md, steps, secs = v2_report
     c = data["frontier_analysis"]["cost"]
