@@ -286,3 +286,19 @@ def test_a_hand_edited_study_json_is_a_warning_naming_the_file_and_key(tmp_path,
     caplog.clear()
     assert build_report(tmp_path).data["study"] is None
     assert f"{tmp_path / MARKER} is unreadable" in caplog.text and "no study section" in caplog.text
+
+
+def test_a_run_whose_lr_is_text_is_left_out_of_the_study_with_a_warning(tmp_path, caplog):
+    """A run config with ``lr: fast`` (a hand edit) used to end the report in ValueError (float('fast')): the run
+    is left out of the study's cells with one warning naming it, and the other five runs are the study."""
+    from bnexp.report.build import build_report
+
+    for s in range(3):
+        make_run(tmp_path, f"bn_{s}", seed=s, lr=3.6, reach=1000, budget=2000)
+        make_run(tmp_path, f"plain_{s}", seed=s, norm="none", lr="fast" if s == 1 else 3.6, reach=1500, budget=2000)
+    c = cells(load_sweep(find_run_dirs(tmp_path)), 0.95)
+    assert sorted(Path(r).name for r in c["run"]) == ["bn_0", "bn_1", "bn_2", "plain_0", "plain_2"]
+    assert set(c["lr"]) == {3.6}
+    assert f'{tmp_path / "plain_1"}: key lr is "fast", not a number; the run is left out of the study' in caplog.text
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    assert build_report(tmp_path).data["study"]["runs"] == 5

@@ -74,17 +74,22 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
     (:class:`bnexp.report.load.Sweep`), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.report.rules.NORMALIZERS`), ghost, groups, m, lr, momentum, position, act, model, depth
     (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``, None:
-    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final)."""
+    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final).
+    A run whose lr is not a number (a hand edit) is left out with a warning naming it."""
     t, reach, rows = sweep.table, sweep.reach(target), []
     for r in sweep.runs:
         if not r.completed or r.seed is None:
             continue
         c, row = r.config, t.loc[r.id]
-        hidden = c.get("model.hidden")
+        hidden, lr = c.get("model.hidden"), c.get("lr", r.summary.get("lr", math.nan))
+        if not _is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
+            log.warning("%s: key lr is %s, not a number; the run is left out of the study", r.path,
+                        json.dumps(lr, default=str))
+            continue
         rows.append({
             "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
             "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
-            "lr": float(c.get("lr", r.summary.get("lr", math.nan))), "momentum": c.get("bn.momentum"),
+            "lr": float(lr), "momentum": c.get("bn.momentum"),
             "position": option_text(c.get("bn.position", "before")),
             "act": option_text(c.get("act", r.summary.get("act"))),
             "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
