@@ -167,6 +167,22 @@ def test_inference_statistics_without_a_completed_run_is_premise_not_met(tmp_pat
     assert sec["claims"][0]["reason"] == "no completed runs of this configuration"
 
 
+def test_a_hand_edited_inference_stats_json_is_a_warning_naming_the_file_and_key(tmp_path, caplog):
+    """inference_stats.json whose accuracy is a list, or one of whose accuracies is text (it used to end the report
+    in AttributeError): a warning naming the file and the key, and those runs count as not evaluated; seed 0's
+    correct file still gives its accuracies."""
+    from bnexp.train.inference_eval import RESULT
+
+    for s, acc in enumerate([_inference(0.970, 0.971, 0.974), [0.97, 0.971, 0.974],
+                             _inference(0.970, "0.971", 0.974)]):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000, inference=acc)
+    sec = section(tmp_path, "inference_statistics")
+    assert f"{tmp_path / 'm60_1' / RESULT}: key accuracy is not an object of accuracies; ignored" in caplog.text
+    assert f"{tmp_path / 'm60_2' / RESULT}: key accuracy.ema is not a number; ignored" in caplog.text
+    row = sec["table"][0]
+    assert row["acc_batch"]["n"] == 2 and row["acc_ema"]["n"] == 1 and row["acc_ema"]["mean"] == pytest.approx(97.1)
+
+
 def test_placement_claims_each_position_at_its_best_rate(tmp_path):
     for s in range(3):
         # MLP sigmoid: before is 2x faster at each one's best rate (0.6); after diverges at 2.4

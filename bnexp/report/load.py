@@ -109,7 +109,8 @@ TEXT_KEYS = ("status", "experiment", "error")
 AGREE_TOL = 1e-6  # accuracies of summary.json and metrics.jsonl that differ by more disagree
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """Whether ``v`` read from a JSON or YAML file is a finite number (not a bool, text, NaN or infinity)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -124,7 +125,7 @@ def clean_summary(summary: dict, path: Path) -> dict:
         log.warning("%s: key %s is %s, not %s; ignored (the report uses the run's other files for it)",
                     path, key, json.dumps(value, default=str)[:40], want)
 
-    checks = ((NUMBER_KEYS, _is_number, "a number"), (TEXT_KEYS, lambda v: isinstance(v, str), "a string"))
+    checks = ((NUMBER_KEYS, is_number, "a number"), (TEXT_KEYS, lambda v: isinstance(v, str), "a string"))
     for keys, ok, want in checks:
         for key in keys:
             if out.get(key) is not None and not ok(out[key]):
@@ -140,7 +141,7 @@ def clean_summary(summary: dict, path: Path) -> dict:
             except ValueError:
                 drop(f"steps_to_target.{k}", v, "a target accuracy key")
                 continue
-            if v is None or (_is_number(v) and float(v).is_integer() and v >= 0):
+            if v is None or (is_number(v) and float(v).is_integer() and v >= 0):
                 kept[k] = v
             else:
                 drop(f"steps_to_target.{k}", v, "a whole number of steps or null")
@@ -158,7 +159,7 @@ def _run_status(summary: dict | None, metrics: list[dict]) -> tuple[str, str | N
     if st in ("running", "interrupted"):
         return "incomplete", f"status {st}"
     if st in COMPLETE_STATUSES:
-        return (st, None) if metrics or _is_number(summary.get("final_test_accuracy")) else (
+        return (st, None) if metrics or is_number(summary.get("final_test_accuracy")) else (
             "failed", "metrics.jsonl missing or empty")
     return "failed", f"unknown status {st!r} in summary.json"
 
@@ -176,7 +177,7 @@ def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: st
     diffs = []
     last = metrics[-1].get("test_accuracy")
     final = _first(summary.get("final_test_accuracy_ema"), summary.get("final_test_accuracy"))
-    if _is_number(final) and _is_number(last) and abs(final - last) > AGREE_TOL:
+    if is_number(final) and is_number(last) and abs(final - last) > AGREE_TOL:
         diffs.append(f"final test accuracy {final:.4g} vs {last:.4g}")
     for k, v in (summary.get("steps_to_target") or {}).items():
         seen = first_reached(metrics, float(k))

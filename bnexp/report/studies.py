@@ -27,6 +27,7 @@ import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.fmt import format_stat, md_table
+from bnexp.report.load import is_number
 from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
 
 log = logging.getLogger("bnexp.report")
@@ -36,14 +37,10 @@ CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "
                 "depth", "budget", "final", "steps", "wall_time_s"]
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 # study.json's optional fields: how to tell a value of the right type, and what it should be
-MARKER_FIELDS = {"question": (lambda v: isinstance(v, str), "a string"), "wall_time_s": (_is_number, "a number"),
-                 "jobs": (lambda v: _is_number(v) and float(v).is_integer(), "a whole number"),
-                 "calls": (lambda v: _is_number(v) and float(v).is_integer(), "a whole number")}
+MARKER_FIELDS = {"question": (lambda v: isinstance(v, str), "a string"), "wall_time_s": (is_number, "a number"),
+                 "jobs": (lambda v: is_number(v) and float(v).is_integer(), "a whole number"),
+                 "calls": (lambda v: is_number(v) and float(v).is_integer(), "a whole number")}
 
 
 def read_marker(sweep_dir: Path) -> dict | None:
@@ -82,7 +79,7 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
             continue
         c, row = r.config, t.loc[r.id]
         hidden, lr = c.get("model.hidden"), c.get("lr", r.summary.get("lr", math.nan))
-        if not _is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
+        if not is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
             log.warning("%s: key lr is %s, not a number; the run is left out of the study", r.path,
                         json.dumps(lr, default=str))
             continue

@@ -18,6 +18,7 @@ import yaml
 from bnexp.report.best_rate import EVERY_SEED, HELD_OUT, edge_of
 from bnexp.report.claims import Claim, seed_interval, seed_values
 from bnexp.report.interval import short_text
+from bnexp.report.load import is_number
 from bnexp.report.rules import CHANCE, NORMALIZERS
 from bnexp.report.studies import (MARKER, cells, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
                                   read_marker, select, single_claim)
@@ -82,9 +83,15 @@ INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of infer
 
 
 def _inference_extra(run) -> dict:
-    from bnexp.train.inference_eval import read_result
+    from bnexp.train.inference_eval import RESULT, read_result
 
     acc = (read_result(run.path) or {}).get("accuracy") or {}
+    if not isinstance(acc, dict):
+        log.warning("%s: key accuracy is not an object of accuracies; ignored", run.path / RESULT)
+        acc = {}
+    for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
+        log.warning("%s: key accuracy.%s is not a number; ignored", run.path / RESULT, k)
+        acc = {**acc, k: None}
     return {f"acc_{k}": acc.get(k) for k in INFERENCE_KINDS}
 
 
