@@ -386,6 +386,19 @@ def test_runs_without_config_group_by_summary_fields(tmp_path, capsys):
     assert report_main([str(root)]) == 0
 
 
+def test_a_run_whose_config_is_not_yaml_is_a_warning_naming_it(tmp_path, caplog):
+    """A config.yaml cut off mid-write (or edited by hand) was passed over without a word: now a warning names the
+    run and the file, and says where its config comes from (summary.json's fields, here the same configuration)."""
+    root = tmp_path / "broken"
+    for seed in range(3):
+        make_run(root, f"run{seed}", bn=True, lr=0.5, seed=seed, knots=BN_05[seed])
+    (root / "run0" / ".hydra" / "config.yaml").write_text("lr: [0.5,\n")
+    confs = build_report(root).data["configurations"]
+    assert [(c["label"], c["completed"]) for c in confs] == [("bn=true act=sigmoid lr=0.5", 3)]
+    assert (f"{root / 'run0'}: .hydra/config.yaml is not a readable YAML mapping; the run's config is taken from "
+            "summary.json") in caplog.text
+
+
 # ------------------------------------------------------------------ Sec. 4.2 presets
 
 

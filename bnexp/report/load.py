@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from bnexp.report.rules import CHANCE, NUM_CLASSES, normalizer
-from bnexp.runfolders.rundir import (COMPLETE_STATUSES, ICS, METRICS, REACHED_TOL, RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY,
-                               find_run_dirs, first_reached, flatten, is_run_dir, read_config, read_records,
-                               read_summary)
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL,
+                                     RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY, find_run_dirs, first_reached, flatten,
+                                     is_run_dir, read_config, read_records, read_summary)
 
 log = logging.getLogger("bnexp.report")
 
@@ -197,6 +197,9 @@ def load_run(run_dir: Path) -> Run:
     if summary is not None:
         summary = clean_summary(summary, run_dir / SUMMARY)
     raw = read_config(run_dir)
+    if raw is None and (broken := [f for f in (CONFIG, HYDRA_CONFIG) if (run_dir / f).exists()]):
+        log.warning("%s: %s not a readable YAML mapping; the run's config is taken from %s", run_dir,
+                    " and ".join(broken) + (" are" if len(broken) > 1 else " is"), SUMMARY)
     metrics = read_records(run_dir, METRICS, ("step", "test_accuracy"))
     status, error = _run_status(summary, metrics)
     _check_sources(run_dir, summary or {}, metrics, status)
