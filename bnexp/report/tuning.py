@@ -7,7 +7,8 @@ minimum of a noisy grid is biased low, and by more for the denser grid. So every
 1. **tuning**: every rate of a network's grid on the tuning seeds :data:`TUNING_SEEDS` (100, 101, 102);
 2. **evaluation**: each network at its chosen rate on the evaluation seeds :data:`EVALUATION_SEEDS`
    (0-4), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
-   records both seed lists as ``tuning_seeds`` and ``evaluation_seeds`` (:func:`seed_record`).
+   records both seed lists as ``tuning_seeds`` and ``evaluation_seeds``
+   (:func:`bnexp.report.best_rate.held_out_seeds`, :mod:`bnexp.report.ics_design`, a study's study.json).
 
 The rule (:func:`choose_rates`), fixed before any result, is :data:`STEPS_RULE` for objective ``"steps"``
 (steps to a target accuracy; a failed seed, never reaching the target within the budget or diverging, counts
@@ -185,18 +186,3 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
                                   censored=objective == "steps" and key[0] > 0,  # every rate had a failed seed
                                   grid=tuple({**row, "chosen": row is best} for _, row in rows)))
     return choices
-
-
-def seed_record(tuning_seeds: Sequence[int] = TUNING_SEEDS,
-                evaluation_seeds: Sequence[int] = EVALUATION_SEEDS) -> dict[str, list[int]]:
-    """report.json's seed fields: {"tuning_seeds": [...], "evaluation_seeds": [...]} (sorted ints).
-
-    Raises:
-        ValueError: the two sets overlap, or one is empty.
-    """
-    t, e = sorted({int(s) for s in tuning_seeds}), sorted({int(s) for s in evaluation_seeds})
-    if not t or not e:
-        raise ValueError("tuning and evaluation seeds must both be given")
-    if set(t) & set(e):
-        raise ValueError(f"seeds {sorted(set(t) & set(e))} are both tuning and evaluation seeds")
-    return {"tuning_seeds": t, "evaluation_seeds": e}
