@@ -233,8 +233,8 @@ def study(report: dict) -> str:
 
 @view("study_verdicts")
 def study_verdicts(report: dict) -> str:
-    """A study's result in brief, for a summary page (no committed page uses it yet): one bullet per claim with its verdict and interval, then the runs
-    and measured wall time, from report.json's ``study`` section."""
+    """A study's result in brief, for a summary page (no committed page uses it yet): one bullet per claim with
+    its verdict and interval, then the runs and measured wall time, from report.json's ``study`` section."""
     return _text("study_verdicts", sec=_study(report))
 
 
