@@ -215,6 +215,30 @@ def test_a_run_without_a_final_accuracy_is_no_value_in_the_bn_x30_comparison(tmp
     assert render_markdown(data) + "\n" == files["report.md"].decode() and "nan" not in files["report.md"].decode()
 
 
+def test_runs_without_a_final_accuracy_are_left_out_of_the_frontier_with_a_note(tmp_path):
+    """The baseline's 192k runs and bn_x5_sigmoid's 12k runs with NaN accuracies (a hand edit): each is left out of
+    the frontier with a note naming it, a* is the baseline's best remaining seed mean (80.00% at 96k) and the
+    report is written (a* was NaN, its budget None: TypeError in the claims table; an all-NaN row of the frontier
+    table: ValueError)."""
+    from bnexp.report.build import build_report
+    from bnexp.report.render import render_files
+
+    nan_at = {("baseline", 192000), ("bn_x5_sigmoid", 12000)}
+    for p, rungs in SWEEP.items():
+        for b, accs in rungs.items():
+            for seed, a in enumerate(accs):
+                _run(tmp_path, p, b, seed, math.nan if (p, b) in nan_at else a, "diverged" if a is None else "finished")
+    with pytest.warns(UserWarning, match="left out of the frontier"):
+        files = render_files(build_report(tmp_path))
+    fa = json.loads(files["report.json"])["frontier_analysis"]
+    assert (fa["target_accuracy"], fa["target_budget"]) == pytest.approx((0.80, 96000))
+    assert fa["presets"]["bn_x5_sigmoid"]["budgets"] == [375]
+    left = [n for n in fa["notes"] if "no final test accuracy" in n]
+    assert len(left) == 4 and all(n.endswith("left out of the frontier") for n in left)
+    assert "steps=192000,seed=1: no final test accuracy (summary.json's final_test_accuracy" in left[1]
+    assert "nan" not in files["report.md"].decode()
+
+
 def test_cost_of_the_sweep_from_the_runs_summaries(v2_report):
     _, data, md, steps, secs = v2_report
     c = data["frontier_analysis"]["cost"]

@@ -85,7 +85,8 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
     Returns:
         DataFrame with :data:`COLUMNS` plus ``status``, ``lr``, ``base_lr``, ``dropout``, ``weight_decay``
         (from the run's config, NaN when absent) and ``run_dir``; diverged runs at chance accuracy
-        (1 / :data:`bnexp.report.rules.NUM_CLASSES`). Unfinished runs are left out with a warning.
+        (1 / :data:`bnexp.report.rules.NUM_CLASSES`). Unfinished runs, and finished ones without a final test
+        accuracy (NaN: a hand edit), are left out with a warning.
     """
     t = sweep.table
     preset = pd.Series([experiment_name(r.config) or r.summary.get("experiment") for r in sweep.runs], index=t.index)
@@ -95,6 +96,10 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
         warnings.warn(f"{r['path']}: status {st if isinstance(st, str) else None!r}, left out of the frontier "
                       "(re-run the sweep to complete it)")
     t = t[t["status"].isin(COMPLETE_STATUSES)]
+    for path in t.loc[t["final_test_accuracy"].isna(), "path"]:  # a hand edit: no result, not a divergence
+        warnings.warn(f"{path}: no final test accuracy (summary.json's final_test_accuracy and metrics.jsonl's last "
+                      "test_accuracy are not numbers), left out of the frontier")
+    t = t[t["final_test_accuracy"].notna()]
     col = lambda k: pd.to_numeric(t[k], errors="coerce") if k in t else pd.Series(math.nan, index=t.index)  # noqa: E731
     return pd.DataFrame({  # a diverged run is at chance in the per-run table already
         "preset": preset[t.index], "budget_steps": t["budget"].astype(int), "seed": t["seed"].fillna(0).astype(int),
