@@ -399,6 +399,20 @@ def test_a_run_whose_config_is_not_yaml_is_a_warning_naming_it(tmp_path, caplog)
             "summary.json") in caplog.text
 
 
+def test_a_budget_that_is_not_a_whole_number_is_a_warning_and_the_summarys_is_used(tmp_path, caplog):
+    """trainer.max_steps edited by hand to text ended the report in ValueError (int("lots")): now each run's is a
+    warning naming the run and the key, and the budget is summary.json's max_steps."""
+    root = tmp_path / "budget"
+    for seed in range(3):
+        make_run(root, f"run{seed}", bn=True, lr=0.5, seed=seed, knots=BN_05[seed])
+        f = root / f"run{seed}" / ".hydra" / "config.yaml"
+        f.write_text(f.read_text().replace(f"max_steps: {MAX_STEPS}", "max_steps: lots"))
+    confs = build_report(root).data["configurations"]
+    assert [(c["completed"], c["max_steps"]) for c in confs] == [(3, MAX_STEPS)]
+    assert (f'{root / "run2"}: key trainer.max_steps is "lots", not a whole number of steps; ignored (the budget '
+            "comes from summary.json)") in caplog.text
+
+
 # ------------------------------------------------------------------ Sec. 4.2 presets
 
 

@@ -190,8 +190,9 @@ def _check_sources(run_dir: Path, summary: dict, metrics: list[dict], status: st
 
 
 def load_run(run_dir: Path) -> Run:
-    """Read one run directory into a :class:`Run` (its config as the module docstring says); never raises for
-    missing or corrupt files (the run is then failed)."""
+    """Read one run directory into a :class:`Run` (its config as the module docstring says, less a
+    trainer.max_steps that is not a whole number, with a warning); never raises for missing or corrupt files (the
+    run is then failed)."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
     if summary is not None:
@@ -209,6 +210,9 @@ def load_run(run_dir: Path) -> Run:
                   if k not in IGNORED_KEYS and k != "hydra" and not k.startswith(("hydra.", "logger."))}
         if s.get("experiment") and experiment_name(config) is None:
             config["experiment"] = s["experiment"]
+        if (v := config.get("trainer.max_steps")) is not None and not (is_number(v) and float(v).is_integer()):
+            log.warning("%s: key trainer.max_steps is %s, not a whole number of steps; ignored (the budget comes "
+                        "from %s)", run_dir, json.dumps(config.pop("trainer.max_steps"), default=str)[:40], SUMMARY)
     else:
         config = {key: s[f] for f, key in SUMMARY_FIELDS.items() if s.get(f) is not None}
     try:
