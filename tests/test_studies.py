@@ -183,6 +183,22 @@ def test_a_hand_edited_inference_stats_json_is_a_warning_naming_the_file_and_key
     assert row["acc_batch"]["n"] == 2 and row["acc_ema"]["n"] == 1 and row["acc_ema"]["mean"] == pytest.approx(97.1)
 
 
+def test_an_inference_stats_json_that_is_not_an_object_is_a_warning_naming_it(tmp_path, caplog):
+    """inference_stats.json cut off, or a list: it was passed over without a word (the run not evaluated, and
+    inference_eval, seeing the file, does not evaluate it again); now a warning names the file."""
+    from bnexp.train.inference_eval import RESULT
+
+    for s in range(3):
+        make_run(tmp_path, f"m60_{s}", seed=s, m=60, reach=1000, inference=_inference(0.970, 0.971, 0.974))
+    (tmp_path / "m60_1" / RESULT).write_text('{"m": 60, "accuracy": {"ba')
+    (tmp_path / "m60_2" / RESULT).write_text("[0.97, 0.971, 0.974]")
+    row = section(tmp_path, "inference_statistics")["table"][0]
+    for s in (1, 2):
+        assert (f"{tmp_path / f'm60_{s}' / RESULT}: not a readable JSON object; ignored (the run counts as not "
+                "evaluated)") in caplog.text
+    assert row["acc_batch"]["n"] == 1
+
+
 def test_placement_claims_each_position_at_its_best_rate(tmp_path):
     for s in range(3):
         # MLP sigmoid: before is 2x faster at each one's best rate (0.6); after diverges at 2.4

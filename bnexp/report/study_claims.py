@@ -85,7 +85,10 @@ INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of infer
 def _inference_extra(run) -> dict:
     from bnexp.train.inference_eval import RESULT, read_result
 
-    acc = (read_result(run.path) or {}).get("accuracy") or {}
+    res = read_result(run.path)
+    if res is None and (run.path / RESULT).is_file():
+        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", run.path / RESULT)
+    acc = (res or {}).get("accuracy") or {}
     if not isinstance(acc, dict):
         log.warning("%s: key accuracy is not an object of accuracies; ignored", run.path / RESULT)
         acc = {}
