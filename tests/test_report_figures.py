@@ -266,6 +266,21 @@ def test_ics_figure_without_data_says_not_measured(cifar):
     assert [t.get_text() for t in fig.axes[0].texts] == ["not measured"] and len(fig.axes) == 1
 
 
+def test_a_run_without_ics_jsonl_is_no_line_in_the_landscape_figure(tmp_path):
+    """One BN run of an ICS sweep lost its ics.jsonl: its landscape series is empty (it ended the report in KeyError
+    'step'), the other seed's is drawn."""
+    from bnexp.report.figures_ics import layer_mean_series
+
+    for variant in ("BN", "no BN"):
+        for seed in (0, 1):
+            make_ics_run(tmp_path, variant, 0.5, seed)
+    (tmp_path / "BN,lr=0.5,seed=0" / "ics.jsonl").unlink()
+    report = build_report(tmp_path)
+    run = {r.path.name: r for r in report.sweep.runs}
+    assert layer_mean_series(report.sweep, run["BN,lr=0.5,seed=0"], "land", "beta_smoothness") == ([], [])
+    assert layer_mean_series(report.sweep, run["BN,lr=0.5,seed=1"], "land", "beta_smoothness")[0]
+
+
 def test_cifar_figures_cite_sec_4_2_and_labels_name_the_variant(cifar):
     report = build_report(cifar)
     assert [legend_label(g) for g in report.groups] == ["baseline (no BN)", "bn_baseline (BN)"]

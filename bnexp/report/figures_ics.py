@@ -44,6 +44,8 @@ def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list
     (mean over layers 2..K) or "land" (landscape probes)."""
     if view == "land":
         rows = records(sweep.rows("ics", run), "landscape")
+        if rows.empty:  # a run without landscape probes (its ics.jsonl missing or unreadable)
+            return [], []
         s = pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce").groupby(rows["step"]).mean()
     else:
         long = (layer_long(sweep.rows("shift", run), "shift_metrics") if view == "shift"
