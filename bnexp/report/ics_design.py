@@ -11,10 +11,9 @@ None), ``tuning_seeds`` and ``evaluation_seeds`` (lists of ints; tuning empty wh
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
-log = logging.getLogger("bnexp.report")
+from bnexp.report.load import read_sweep_record
 
 DESIGN_FILE = "ics_design.json"
 
@@ -33,24 +32,10 @@ def read_design(sweep_dir: Path) -> dict | None:
     is ignored with a warning naming it: the report then pairs configurations as without one). Seeds that are not
     a list of whole numbers (``tuning_seeds``, ``evaluation_seeds``) are dropped with a warning naming the file and
     the key: the report then takes the runs' seeds."""
-    path = Path(sweep_dir) / DESIGN_FILE
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("%s is unreadable (%s); ignored, the report pairs the configurations as without it", path, exc)
-        return None
-    if not isinstance(d, dict):
-        log.warning("%s is not a JSON object; ignored, the report pairs the configurations as without it", path)
-        return None
-    for key in ("tuning_seeds", "evaluation_seeds"):
-        v = d.get(key)
-        if v is not None and not (isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool)
-                                                              for s in v)):
-            log.warning("%s: key %s is %s, not a list of whole-number seeds; ignored (the report uses the runs' "
-                        "seeds)", path, key, json.dumps(d.pop(key), default=str)[:40])
-    return d
+    seeds = (lambda v: isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v),
+             "a list of whole-number seeds")
+    return read_sweep_record(Path(sweep_dir) / DESIGN_FILE, {"tuning_seeds": seeds, "evaluation_seeds": seeds},
+                             "ignored, the report pairs the configurations as without it")
 
 
 def design_fields(design: dict | None, run_seeds) -> dict:

@@ -114,6 +114,28 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def read_sweep_record(path: Path, fields: dict, without: str) -> dict | None:
+    """A sweep's own JSON record (study.json, ics_design.json): the object at ``path``; None when absent, or when
+    unreadable or not an object (a warning naming the file and saying ``without``, what the report does then).
+    ``fields`` maps an optional key to (check, what it should be): a value that fails its check is dropped with
+    a warning naming the file and the key (never a traceback)."""
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("%s is unreadable (%s); %s", path, exc, without)
+        return None
+    if not isinstance(d, dict):
+        log.warning("%s is not a JSON object; %s", path, without)
+        return None
+    for key, (ok, want) in fields.items():
+        if d.get(key) is not None and not ok(d[key]):
+            log.warning("%s: key %s is %s, not %s; ignored", path, key, json.dumps(d.pop(key), default=str)[:40],
+                        want)
+    return d
+
+
 def clean_summary(summary: dict, path: Path) -> dict:
     """``summary`` (read from ``path``, a summary.json) without the values of the wrong type: a non-number
     under :data:`NUMBER_KEYS` (``null`` stays), a non-string under :data:`TEXT_KEYS`, a ``steps_to_target`` that is

@@ -27,7 +27,7 @@ import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, seed_interval
 from bnexp.report.fmt import format_stat, md_table
-from bnexp.report.load import is_number
+from bnexp.report.load import is_number, read_sweep_record
 from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
 
 log = logging.getLogger("bnexp.report")
@@ -49,20 +49,10 @@ def read_marker(sweep_dir: Path) -> dict | None:
     (:data:`MARKER_FIELDS`) is dropped with a warning naming the file and the key: the report then says it is not
     recorded."""
     path = Path(sweep_dir) / MARKER
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
+    d = read_sweep_record(path, MARKER_FIELDS, "no study section")
+    if d is not None and not isinstance(d.get("study"), str):
+        log.warning('%s has no "study" name; no study section', path)
         return None
-    except (OSError, ValueError) as exc:
-        log.warning("%s is unreadable (%s); no study section", path, exc)
-        return None
-    if not (isinstance(d, dict) and isinstance(d.get("study"), str)):
-        log.warning('%s is not a JSON object with a "study" name; no study section', path)
-        return None
-    for key, (ok, want) in MARKER_FIELDS.items():
-        if d.get(key) is not None and not ok(d[key]):
-            log.warning("%s: key %s is %s, not %s; ignored", path, key, json.dumps(d.pop(key), default=str)[:40],
-                        want)
     return d
 
 
