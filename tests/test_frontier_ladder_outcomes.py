@@ -196,8 +196,9 @@ def test_claims_table_beside_the_paper_per_seed(v2_report):
 
 
 def test_a_run_without_a_final_accuracy_is_no_value_in_the_bn_x30_comparison(tmp_path):
-    """bn_x30's seed 0 at 24,000 steps with NaN accuracies (a hand edit): its per-seed comparison with bn_x5 is
-    "-", no pass or fail (it read "+nan points (fail)"), and seed 1 is still +1.00 point."""
+    """bn_x30's seed 0 at 24,000 steps with NaN accuracies (a hand edit) is left out of the frontier
+    (frontier.runs_table), so its per-seed comparison with bn_x5 is "-", no pass or fail (it read "+nan points
+    (fail)"), and seed 1 is still +1.00 point."""
     from bnexp.report.build import build_report
     from bnexp.report.render import render_files, render_markdown
 

@@ -31,7 +31,7 @@ import pandas as pd
 from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
                                    budget_to_reach, does_not_train, headline_bound, last_gain, mean_frontier, pct,
                                    seed_bounds, speedup_pass, speedup_text, trains)
-from bnexp.report.rules import CHANCE, CHANCE_TEXT, optional
+from bnexp.report.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
@@ -197,7 +197,7 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
                      f"{pct(best)}%; S(a*) = {speedup_text(m.get('speedup'))}") if x else f"max {pct(best)}%"
             acc = runs.groupby(["preset", "budget_steps", "seed"]).final_test_accuracy.first()
             for s in seeds if x else []:
-                a30, a5 = (optional(acc.get((q, x["budget_steps"], s))) for q in ("bn_x30", "bn_x5"))  # NaN: none
+                a30, a5 = (acc.get((q, x["budget_steps"], s)) for q in ("bn_x30", "bn_x5"))
                 per.append({"seed": s, "value": "-" if None in (a30, a5) else f"{100 * (a30 - a5):+.2f} points",
                             "pass": None if None in (a30, a5) else bool(a30 > a5)})
         elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
