@@ -29,6 +29,11 @@
 #              of a block that differ only in seed or rate train as one batched model; stacked and joblib get
 #              hydra.launcher.n_jobs=JOBS)
 #   LADDER     overrides of the ladder, e.g. "tune=40;baseline=20,40;cap=80;early=40;bn_x5=10;bn_baseline=20"
+#   PRECISION  fp32 | bf16 (default fp32). bf16: once the tuning stage and the baseline's fixed rungs are done,
+#              the bf16 check (docs/cifar/PLAN.md; bnexp/designs/precision_check.py) trains the tuned baseline and
+#              bn_x5 at 6k and 24k steps in bf16 in <SWEEP_DIR>_bf16_check and compares them with the sweep's fp32
+#              runs; every later run trains in bf16 only if it passes (verdict: SWEEP_DIR/precision_check.json).
+#              Refused on a CPU without native bfloat16 kernels
 #   DRY_RUN=1  print the planned runs, total steps and estimated wall time; train nothing
 #   STEPS_PER_S  one job's steps/s for DRY_RUN's estimate (default 15: docs/cifar/PLAN.md)
 #   SWEEP_DIR  default outputs/sweeps/cifar_frontier_<scale>, + <extra overrides> when there are any

@@ -28,7 +28,7 @@ from conftest import REPO, wait_for
 SCRIPT_ENV = ("JOBS", "DRY_RUN", "SWEEP_DIR", "DOCS_DIR", "SEEDS", "LADDER", "SCALE", "PRESETS", "NOISE_SCALES",
               "CIFAR_OVERRIDES", "MNIST_DIR", "CIFAR_DIR", "MNIST_DOCS_DIR", "CIFAR_DOCS_DIR", "LAUNCHER",
               "VERIFY_CHECKSUMS", "STEPS_PER_S", "STEPS_PER_S_BN", "STEPS_PER_S_NO_BN", "STARTUP_S",
-              "EVALUATION_SEEDS", "MNIST_TUNING_DIR")
+              "EVALUATION_SEEDS", "MNIST_TUNING_DIR", "PRECISION")
 
 
 @pytest.fixture
@@ -204,6 +204,60 @@ def test_the_ladder_stops_when_a_batch_is_still_missing_after_it_ran(script):
     code, out, err, ran = script("cifar", SWEEP_DIR="c", SEEDS="0", VERIFY_CHECKSUMS="false")
     assert code == 1 and len(trains(ran)) == 1 and "still missing after they ran" in err
     assert ran[-1][-2:] == ["report", "c"]
+
+
+def _bf16_sweep(monkeypatch, check, main=None):
+    """The ladder reads ``main`` (default: the synthetic fp32 sweep of tests/test_precision_check.py, with
+    tuning, the baseline's fixed rungs and bn_x5's check rungs done) from folder "c" and ``check`` from its
+    check folder."""
+    from test_precision_check import fp32
+
+    from bnexp.report import frontier
+    main = fp32() if main is None else main
+    monkeypatch.setattr(frontier, "load_runs", lambda d: check if str(d).endswith("_bf16_check") else main)
+
+
+@pytest.mark.slow  # composes every block's config: over the fast tier's 2.5 s of CPU
+def test_precision_bf16_runs_the_check_before_the_next_rung(script, monkeypatch):
+    """PRECISION=bf16 once the baseline's fixed rungs are done: the check's 6 missing multiruns (bn_x5's fp32
+    runs in the sweep, the 4 bf16 multiruns in <sweep>_bf16_check with scale.precision=bf16), before the ladder's
+    48k rung (the recorder trains nothing: the check is still missing after it ran, exit 1)."""
+    import pandas as pd
+    from test_precision_check import fp32
+    _bf16_sweep(monkeypatch, pd.DataFrame(), fp32(x5={}))
+    code, out, err, ran = script("cifar", SWEEP_DIR="c", VERIFY_CHECKSUMS="false", PRECISION="bf16")
+    runs = trains(ran)
+    assert code == 1 and len(runs) == 6, err
+    where = [next(a for a in r if a.startswith("hydra.sweep.dir=")) for r in runs]
+    assert where == ["hydra.sweep.dir='c'"] * 2 + ["hydra.sweep.dir='c_bf16_check'"] * 4
+    assert [("scale.precision=bf16" in r, next(a for a in r if a.startswith("trainer.max_steps="))) for r in runs] == [
+        (False, "trainer.max_steps=24000"), (False, "trainer.max_steps=6000"), (True, "trainer.max_steps=24000"),
+        (True, "trainer.max_steps=24000"), (True, "trainer.max_steps=6000"), (True, "trainer.max_steps=6000")]
+    assert "the bf16 check" in out and not any("trainer.max_steps=48000" in a for r in runs for a in r)
+
+
+@pytest.mark.slow  # composes every block's config: over the fast tier's 2.5 s of CPU
+@pytest.mark.parametrize("shift, bf16_next", [(0.0, True), (-0.03, False)])
+def test_precision_bf16_verdict_decides_the_later_rungs(script, monkeypatch, tmp_path, shift, bf16_next):
+    """A complete check writes precision_check.json; the ladder's next rung (the baseline at 48k) runs in bf16
+    only when it passed."""
+    from test_precision_check import bf16
+    _bf16_sweep(monkeypatch, bf16(shift))
+    code, out, err, ran = script("cifar", SWEEP_DIR="c", VERIFY_CHECKSUMS="false", PRECISION="bf16")
+    first = trains(ran)[0]
+    assert "trainer.max_steps=48000" in first and ("scale.precision=bf16" in first) == bf16_next, err
+    verdict = json.loads((tmp_path / "c" / "precision_check.json").read_text())
+    assert verdict["passed"] == bf16_next and len(verdict["cells"]) == 4
+    assert ("bf16 adopted" if bf16_next else "bf16 NOT adopted") in out
+
+
+def test_precision_is_checked_before_anything_runs(script, monkeypatch):
+    code, out, err, ran = script("cifar", SWEEP_DIR="c", VERIFY_CHECKSUMS="false", PRECISION="fp16")
+    assert code == 2 and ran == [] and "PRECISION=fp16: use fp32 or bf16" in err
+    from bnexp.train import precision
+    monkeypatch.setattr(precision, "bf16_supported", lambda device: False)
+    code, out, err, ran = script("cifar", SWEEP_DIR="c", VERIFY_CHECKSUMS="false", PRECISION="bf16")
+    assert code == 2 and ran == [] and "no native bfloat16" in err
 
 
 def test_env_lists_and_numbers():

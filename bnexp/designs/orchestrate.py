@@ -26,7 +26,7 @@ of the script (a *part*) it
 Environment (each script documents its own): JOBS, DRY_RUN, LAUNCHER (the Hydra launcher of every block,
 ``hydra/launcher=LAUNCHER``; default stacked, given ``hydra.launcher.n_jobs=JOBS`` as joblib is), SWEEP_DIR, DOCS_DIR,
 BNEXP_DATA_ROOT, VERIFY_CHECKSUMS; mnist: EVALUATION_SEEDS, STEPS_PER_S_BN, STEPS_PER_S_NO_BN, STARTUP_S; cifar: SCALE,
-PRESETS, SEEDS, LADDER, STEPS_PER_S; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
+PRESETS, SEEDS, LADDER, STEPS_PER_S, PRECISION; ics: MNIST_DIR, CIFAR_DIR, MNIST_DOCS_DIR, CIFAR_DOCS_DIR, NOISE_SCALES,
 CIFAR_OVERRIDES, MNIST_TUNING_DIR.
 """
 
@@ -106,7 +106,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
 
 def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_cifar.sh: the budget ladder of :mod:`.ladder`, batch after batch, in SWEEP_DIR."""
-    from bnexp.designs import ladder
+    from bnexp.designs import ladder, precision_check
     from bnexp.report.frontier import load_runs
 
     scale = env.get("SCALE", "cpu")
@@ -126,9 +126,21 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
     default = not extra and scale == "cpu" and not env.get("LADDER") and not env.get("SEEDS") and \
         presets_name in ("default", "all")
     docs = env.docs_dir("DOCS_DIR", "docs/cifar", default)
-    common = env.launcher_args(sweep) + [f"trainer.num_threads={0 if scale == 'gpu' else 1}",
-                                         "trainer.progress=false", f"data.verify_checksums={env.verify}",
-                                         f"scale={scale}"]
+    precision = env.get("PRECISION", "fp32")
+    if precision not in ("fp32", "bf16"):
+        raise UserError(f"PRECISION={precision}: use fp32 or bf16")
+    if precision == "bf16" and scale == "cpu":
+        import torch
+
+        from bnexp.train.precision import bf16_supported
+        if not bf16_supported(torch.device("cpu")):
+            raise UserError("PRECISION=bf16: this CPU has no native bfloat16 kernels (oneDNN reports none), so "
+                            "bf16 would be emulated (about 10x slower than fp32) and the check would compare fp32 "
+                            "with fp32; use PRECISION=fp32")
+    tail = [f"trainer.num_threads={0 if scale == 'gpu' else 1}", "trainer.progress=false",
+            f"data.verify_checksums={env.verify}", f"scale={scale}"]
+    common = env.launcher_args(sweep) + tail
+    checked = env.launcher_args(precision_check.check_dir(sweep)) + tail  # the bf16 check's runs
 
     def state():
         with warnings.catch_warnings():
@@ -136,9 +148,30 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
             return load_runs(sweep)
 
     def rung(runs) -> tuple[list[str], list[Block]]:
-        """The ladder's next batches from ``runs`` (the sweep's runs now): (messages, blocks)."""
+        """The ladder's next batches from ``runs`` (the sweep's runs now): (messages, blocks). With
+        PRECISION=bf16, the bf16 check (:mod:`.precision_check`) runs first once it is ready, and its verdict
+        decides the precision of every later block."""
         msgs, batches = ladder.next_batches(runs, lad, presets, seeds, extra_seeds)
-        return msgs, [Block(f"{b.preset} at {b.budget} steps", common + b.overrides(), extra) for b in batches]
+        blocks = [Block(f"{b.preset} at {b.budget} steps", common + b.overrides(), extra) for b in batches]
+        if precision != "bf16" or not batches or not precision_check.ready(runs, lad, seeds):
+            return msgs, blocks
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check_runs = load_runs(precision_check.check_dir(sweep))
+        v = precision_check.verdict(runs, check_runs, lad, scale, seeds)
+        if v is None:
+            fp32, bf16 = precision_check.missing(runs, check_runs, lad, scale, seeds)
+            return (["the bf16 check (docs/cifar/PLAN.md) before the next rung: the tuned baseline and bn_x5 at "
+                     f"{' and '.join(f'{b:,}' for b in precision_check.BUDGETS[scale])} steps, fp32 and bf16"],
+                    [Block(f"bf16 check: {b.preset} at {b.budget} steps, fp32", common + b.overrides(), extra)
+                     for b in fp32]
+                    + [Block(f"bf16 check: {b.preset} at {b.budget} steps, bf16",
+                             checked + b.overrides() + [precision_check.BF16_OVERRIDE], extra) for b in bf16])
+        precision_check.write(sweep, v)
+        msgs = msgs + precision_check.table_text(v).splitlines()
+        if not v["passed"]:
+            return msgs, blocks
+        return msgs, [Block(b.label + " (bf16)", b.own + [precision_check.BF16_OVERRIDE], b.user) for b in blocks]
 
     runs = state()
     msgs, first = rung(runs)

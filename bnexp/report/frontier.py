@@ -84,7 +84,8 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
 
     Returns:
         DataFrame with :data:`COLUMNS` plus ``status``, ``lr``, ``base_lr``, ``dropout``, ``weight_decay``
-        (from the run's config, NaN when absent) and ``run_dir``; diverged runs at chance accuracy
+        (from the run's config, NaN when absent), ``run_dir``, ``precision`` (the step loop's, fp32 or bf16, from
+        summary.json; None when absent) and ``steps_per_s`` (summary.json's, NaN when absent); diverged runs at chance accuracy
         (1 / :data:`bnexp.report.rules.NUM_CLASSES`). Unfinished runs, and finished ones without a final test
         accuracy (NaN: a hand edit), are left out with a warning.
     """
@@ -106,7 +107,9 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
         "final_test_accuracy": col("final_test_accuracy"),
         "final_train_accuracy": col("final_train_accuracy"), "status": t["status"],
         "lr": col("lr").fillna(col("summary.lr")), "base_lr": col("scale.base_lr"), "dropout": col("model.dropout"),
-        "weight_decay": col("optim.weight_decay"), "run_dir": t["path"]}).reset_index(drop=True)
+        "weight_decay": col("optim.weight_decay"), "run_dir": t["path"],
+        "precision": t["summary.precision"] if "summary.precision" in t else pd.Series(None, index=t.index, dtype=object),
+        "steps_per_s": col("summary.steps_per_s")}).reset_index(drop=True)
 
 
 def load_runs(sweep_dir: str | Path) -> pd.DataFrame:
