@@ -44,9 +44,10 @@ CHANGED = {"data.augment": ("False", "false")}
 # case has now: their defaults, which build the networks the golden configs built (BN before g).
 # Later: trainer.async_records (the records thread, bnexp.train.background), which cannot alter results.
 # Then the logger group (bnexp.train.loggers; result-neutral): TensorBoard alone by default, as before.
+# Then data.validation (the validation split, bnexp.nets.data.hold_out): 0, the test set, as before.
 ADDED = {"bn.norm": "batch", "bn.groups": 4, "bn.position": "before", "trainer.async_records": True,
          "logger.tensorboard": True, "logger.csv": False, "logger.mlflow": False, "logger.mlflow_tracking_uri": None,
-         "logger.mlflow_experiment": "bnexp"}
+         "logger.mlflow_experiment": "bnexp", "data.validation": 0}
 
 
 def _key(overrides: list[str]) -> str:

@@ -182,6 +182,9 @@ class DataConfig:
                                "per-channel z-score", c.one_of("unit", "standardize"))
     augment: str = opt("false", "false | standard (4-pixel-pad random crops + flips) | light (flips only)",
                        c.one_of("false", "standard", "light", "off", "none", "true", ignore_case=True))
+    validation: int = opt(0, "training images held out as a validation split (one fixed seeded draw) and "
+                             "evaluated instead of the test set, for tuning; 0: evaluate on the test set",
+                          c.at_least(0))
 
 
 @dataclass

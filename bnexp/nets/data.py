@@ -35,10 +35,13 @@ class TensorData:
     Attributes:
         train_x: (N_train, C, H, W) float32, scaled.
         train_y: (N_train,) int64 class labels.
-        test_x: (N_test, C, H, W) float32, scaled like train_x.
+        test_x: (N_test, C, H, W) float32, scaled like train_x: the images every evaluation reads (the
+            test set, or the validation split: ``eval_split``).
         test_y: (N_test,) int64.
         num_classes: number of classes.
         name: dataset name.
+        eval_split: ``"test"`` (the dataset's test set) or ``"validation"`` (images held out of the training
+            set by :func:`hold_out`; the test set is then not loaded into the run at all).
     """
 
     train_x: torch.Tensor
@@ -47,6 +50,7 @@ class TensorData:
     test_y: torch.Tensor
     num_classes: int
     name: str
+    eval_split: str = "test"
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -403,6 +407,42 @@ def _unverified(folder: Path) -> None:
                 "from published figures.", folder)
 
 
+# The validation split is one fixed draw, the same for every run and seed (docs/configuration.md): a run's
+# seed changes its initialization and data order, never which images it may evaluate on.
+VALIDATION_SPLIT_SEED = 20150211  # the paper's arXiv date
+
+
+def hold_out(data: TensorData, n: int) -> TensorData:
+    """The validation split (``data.validation=N``): ``n`` training images, chosen by one fixed seeded
+    permutation (:data:`VALIDATION_SPLIT_SEED`), become the evaluation set, and the rest stay the training
+    set; the test set is dropped, so no tuning decision can read it. Both parts keep the images' original
+    order. ``n`` = 0 returns ``data`` unchanged.
+
+    Args:
+        data: the dataset as loaded (train_x (N, C, H, W), train_y (N,), ...), before scaling.
+        n: images to hold out, 0 <= n < N.
+
+    Returns:
+        TensorData with train_x (N - n, C, H, W), test_x (n, C, H, W) and ``eval_split="validation"``.
+
+    Raises:
+        DataError: ``n`` not in [0, N) (the message names ``data.validation``).
+    """
+    total = len(data.train_y)
+    if n == 0:
+        return data
+    if not 0 < n < total:
+        raise DataError(f"data.validation={n}: the validation split must hold between 1 and {total - 1} of "
+                        f"{data.name}'s {total} training images (0: evaluate on the test set)")
+    perm = torch.randperm(total, generator=torch.Generator().manual_seed(VALIDATION_SPLIT_SEED))
+    held = torch.zeros(total, dtype=torch.bool)
+    held[perm[:n]] = True
+    keep = (~held).nonzero().squeeze(1).to(data.train_y.device)
+    val = held.nonzero().squeeze(1).to(data.train_y.device)
+    return TensorData(data.train_x[keep], data.train_y[keep], data.train_x[val], data.train_y[val],
+                      data.num_classes, data.name, "validation")
+
+
 def scale(data: TensorData, scaling: str) -> TensorData:
     """Scale 0..255 pixels: ``unit`` divides by 255; ``standardize`` z-scores each channel
     with the training set's per-channel mean and std. Shapes are unchanged."""
@@ -413,7 +453,7 @@ def scale(data: TensorData, scaling: str) -> TensorData:
         std = train_x.std(dim=(0, 2, 3), keepdim=True)
         train_x = (train_x - mean) / std
         test_x = (test_x - mean) / std
-    return TensorData(train_x, data.train_y, test_x, data.test_y, data.num_classes, data.name)
+    return TensorData(train_x, data.train_y, test_x, data.test_y, data.num_classes, data.name, data.eval_split)
 
 
 def load_data(cfg, device: torch.device) -> TensorData:
@@ -429,8 +469,9 @@ def load_data(cfg, device: torch.device) -> TensorData:
         DataError: unknown dataset, missing or corrupt files.
     """
     root = resolve_root(cfg.root)
+    validation = int(cfg.get("validation", 0) or 0)
     key = (cfg.name, str(root), bool(cfg.download), bool(cfg.verify_checksums), str(cfg.scaling), str(device),
-           _files_signature(root))
+           validation, _files_signature(root))
     if key in _LOADED:  # a process that trains several runs (a sweep's in-process jobs) reads the files once
         data = _LOADED[key]
         if cfg.name == "cifar10" and not cfg.verify_checksums:
@@ -443,12 +484,17 @@ def load_data(cfg, device: torch.device) -> TensorData:
             data = load_cifar10(root, cfg.download, cfg.verify_checksums)
         else:
             raise DataError(f"unknown dataset data.name={cfg.name!r}: available: mnist, cifar10.")
-        data = scale(data, cfg.scaling)
+        data = scale(hold_out(data, validation), cfg.scaling)  # standardize: statistics of the kept images
         data = TensorData(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
-                          data.test_y.to(device), data.num_classes, data.name)
+                          data.test_y.to(device), data.num_classes, data.name, data.eval_split)
         _LOADED[key] = data
-    log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
-             len(data.train_y), len(data.test_y), tuple(data.input_shape))
+    if data.eval_split == "validation":
+        log.info("data: %s from %s (%d train images; %d validation images held out of the training set, "
+                 "evaluated instead of the test set, which this run never reads; shape %s)", data.name, root,
+                 len(data.train_y), len(data.test_y), tuple(data.input_shape))
+    else:
+        log.info("data: %s from %s (%d train, %d test images of shape %s)", data.name, root,
+                 len(data.train_y), len(data.test_y), tuple(data.input_shape))
     return data
 
 

@@ -91,7 +91,8 @@ class Trainer:
         self.data = load_data(cfg.data, self.device) if data is None else data
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
-                              f"must be <= the test-set size ({len(self.data.test_y)})")
+                              f"must be <= the evaluation set's size ({len(self.data.test_y)}: the "
+                              f"{'validation split' if self.data.eval_split == 'validation' else 'test set'})")
         # trainer.precision (bnexp.train.precision): the forward pass's autocast dtype, None for fp32
         self.amp_dtype = resolve_precision(str(tcfg.get("precision", "fp32")), self.device)
         self.targets = sorted(float(t) for t in tcfg.targets)
@@ -311,6 +312,7 @@ class Trainer:
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
             **{f"bn_{k}": option_value(cfg.bn.get(k, d)) if cfg.bn.enabled else None  # normalizer and its place
                for k, d in (("norm", "batch"), ("position", "before"))},
+            "evaluated_on": self.data.eval_split,  # test, or the validation split (data.validation)
             "precision": "bf16" if self.amp_dtype is not None else "fp32",
             "channels_last": self.channels_last,
             "replicas": self.replicas.world_size,
