@@ -522,7 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         with interrupts.caught():  # a Ctrl-C that lands in a finalizer is not lost
-            return _main(args)
+            code = _main(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+            return code
+    except BrokenPipeError:  # the reader went away (`bnexp train --help | head -1`): nothing more to say
+        return _reader_gone()
     except KeyboardInterrupt:
         _print_error("interrupted (Ctrl-C).")
         return 130
@@ -544,6 +548,20 @@ def main(argv: list[str] | None = None) -> int:
         if line is not None:
             _print_error(line)
         return 2
+
+
+def _reader_gone() -> int:
+    """Exit code 1 when stdout's reader closed the pipe, without a traceback: stdout is pointed at
+    ``os.devnull`` so that the interpreter's last flush of it cannot fail again (the recipe of Python's
+    ``signal`` documentation, "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (an embedding): nothing to redirect
+        pass
+    return 1
 
 
 def _raised_by_ctrl_c(exc: BaseException) -> bool:

@@ -166,6 +166,24 @@ def test_help_lists_groups_and_options(run_bnexp):
     assert r.returncode == 0 and "  model.channels=[8,16,32] " in r.stdout and "  lr=0.125 " in r.stdout
 
 
+@pytest.mark.parametrize("args", [("train", "--help"), ("--help",)])
+def test_help_into_a_closed_pipe_ends_without_a_traceback(data_root, args):
+    """``bnexp train --help | head -1``: the reader closes the pipe before bnexp has written everything (here:
+    before its first write); bnexp ends with exit code 1 and nothing on stderr, as the recipe of Python's
+    signal documentation ("Note on SIGPIPE") prescribes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("bnexp")
+    p = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, BNEXP_DATA_ROOT=str(data_root)))
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 1 and err == ""
+
+
 def _as_written(value) -> str:
     if value is None:
         return "null"
