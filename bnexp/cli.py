@@ -52,23 +52,32 @@ def _hydra_train():
     return train_app
 
 
-def _print_error(msg: str) -> None:
+def _print_error(msg: str, label: str = "error: ") -> None:
     """Print ``bnexp: error: MSG`` once on stderr -- on a terminal wrapped at word boundaries to its
     width (a path or key is never split across lines), else as one line -- and copy it into the
-    run's train.log."""
+    run's train.log. ``label=""``: ``bnexp: MSG`` (an interruption, which is no error:
+    :func:`_print_interrupted`)."""
     import shutil
     import textwrap
 
     from rich.console import Console
     from rich.markup import escape
 
-    text = "bnexp: error: " + msg
+    head = "bnexp: " + label
+    text = head + msg
     if sys.stderr.isatty():  # a terminal: wrap at word boundaries; piped (logs, CI): one line to grep
         width = max(40, shutil.get_terminal_size((100, 24)).columns)
         text = textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
-    Console(stderr=True).print(f"[bold red]bnexp: error:[/]{escape(text[len('bnexp: error:'):])}", highlight=False,
-                               soft_wrap=True, markup=True)
-    _log_to_file_only(logging.ERROR, msg)
+    style = "bold red" if label else "bold yellow"
+    Console(stderr=True).print(f"[{style}]{escape(head.rstrip())}[/]{escape(text[len(head.rstrip()):])}",
+                               highlight=False, soft_wrap=True, markup=True)
+    _log_to_file_only(logging.ERROR if label else logging.WARNING, msg)
+
+
+def _print_interrupted(msg: str) -> None:
+    """``bnexp: interrupted (...) ...``: a stop the user asked for (Ctrl-C, SIGTERM), said once on stderr like
+    an error line but not called one."""
+    _print_error(msg, label="")
 
 
 def _log_to_file_only(level: int, msg: str) -> None:
@@ -273,7 +282,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             hint = f"Resume the sweep with: {sweep}"
         else:
             hint = resume_hint(run_dir, overrides)
-        _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
+        _print_interrupted(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
         lock = _interrupted_before_training(run_dir, cfg, fresh, lock, overrides)
@@ -331,14 +340,14 @@ def _interrupted_before_training(run_dir: Path, cfg, fresh: bool, lock, override
 
     summary = rundir.read_summary(run_dir) or {}
     if fresh and not summary:
-        _print_error("interrupted (Ctrl-C) before training began; nothing was written.")
+        _print_interrupted("interrupted (Ctrl-C) before training began; nothing was written.")
         _remove_refused_run_dir(run_dir, lock)
         return None
     if summary.get("status") == "running":
         _record_failure(run_dir, cfg, "interrupted (Ctrl-C) before training began", None)
     from bnexp.runfolders.resumecmd import resume_hint
 
-    _print_error(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. "
+    _print_interrupted(f"interrupted (Ctrl-C) before training began; {run_dir} is kept. "
                  + resume_hint(run_dir, overrides, "Resume or start it with"))
     return lock
 
@@ -528,11 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`bnexp train --help | head -1`): nothing more to say
         return _reader_gone()
     except KeyboardInterrupt:
-        _print_error("interrupted (Ctrl-C).")
+        _print_interrupted("interrupted (Ctrl-C).")
         return 130
     except Exception as exc:
         if _raised_by_ctrl_c(exc):  # e.g. a library's cleanup failing half-way (argparse's, on Python 3.11)
-            _print_error("interrupted (Ctrl-C).")
+            _print_interrupted("interrupted (Ctrl-C).")
             return 130
         from bnexp.config.explain import explain
 

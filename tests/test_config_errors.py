@@ -29,6 +29,13 @@ def _run(capsys, *args: str) -> tuple[int, str]:
     return code, out.err + out.out
 
 
+def _one_stop_line(text: str) -> str:
+    """The one line of an interruption: ``bnexp: interrupted ...``, no error label, nothing internal."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bnexp: interrupted ") and "error" not in text, text
+    return " ".join(lines[0].split())
+
+
 def _one_error_line(text: str) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("bnexp: error: "), text
@@ -190,7 +197,7 @@ def test_ctrl_c_in_main_is_one_line_exit_130(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "train_main", interrupted)
     assert cli.main(["train"]) == 130
-    assert _one_error_line(capsys.readouterr().err) == "bnexp: error: interrupted (Ctrl-C)."
+    assert _one_stop_line(capsys.readouterr().err) == "bnexp: interrupted (Ctrl-C)."
 
 
 def test_an_error_raised_by_ctrl_c_is_exit_130(capsys, monkeypatch):
@@ -204,7 +211,7 @@ def test_an_error_raised_by_ctrl_c_is_exit_130(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "train_main", interrupted)
     assert cli.main(["train"]) == 130
-    assert _one_error_line(capsys.readouterr().err) == "bnexp: error: interrupted (Ctrl-C)."
+    assert _one_stop_line(capsys.readouterr().err) == "bnexp: interrupted (Ctrl-C)."
 
 
 @pytest.mark.parametrize("delay", [0.3, 1.5, 4.0])
@@ -221,7 +228,7 @@ def test_ctrl_c_at_any_phase_exits_130_without_traceback(tmp_path, data_root, de
         pytest.fail(f"bnexp did not exit within 120 s of the Ctrl-C; its stderr:\n{p.communicate()[1][-3000:]}")
     assert p.returncode == 130, (out, err)
     assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
-    assert err.count("bnexp: error: interrupted") == 1, err
+    assert err.count("bnexp: interrupted") == 1, err
 
 
 _CTRL_C_IN_A_FINALIZER = """
@@ -262,8 +269,8 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_still_stops_the_run(tmp_path, data_r
                        text=True, timeout=300, env={**__import__("os").environ, "BNEXP_DATA_ROOT": str(data_root)})
     assert p.returncode == 130, p.stderr
     assert "KeyboardInterrupt" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
-    assert p.stderr.count("bnexp: error: interrupted") == 1, p.stderr
-    assert f"bnexp: error: {first_line}" in p.stderr, p.stderr
+    assert p.stderr.count("bnexp: interrupted") == 1, p.stderr
+    assert f"bnexp: {first_line}" in p.stderr and "error" not in p.stderr, p.stderr
     summary = tmp_path / "run" / "summary.json"
     assert not summary.exists() or json.loads(summary.read_text())["step"] == 0
 
