@@ -185,3 +185,94 @@ def test_t_bounds_vectorised_agrees_with_the_per_study_function():
         assert (iv.estimate, iv.low, iv.high) == pytest.approx((mean[i], lo[i], hi[i]))
     with pytest.raises(ValueError, match="at least 2"):
         t_bounds(np.ones((3, 1)))
+
+
+# ----- coverage on data shaped like the steps-to-target ratios (docs/development.md, "The interval") -----
+# Steps to a target are read on the 250-step evaluation grid (a run reaching it between two evaluations
+# counts at the later one); seeds may be heavy-tailed (Student t with 3 degrees of freedom on the log
+# scale) and 10% of no-BN seeds may be outliers (3x slower). The estimand is the population's geometric
+# mean ratio of the grid-read steps, computed on 2,000,000 draws. One-sided misses are checked against
+# their nominal 2.5% each: a proportion of 2,000 near 0.025 has sampling std 0.0035, so 0.036 is 3 std.
+
+GRID = 250
+
+
+def _draw(rng, shape, tails: str) -> np.ndarray:
+    """Log-scale seed noise with std 0.35: normal, or Student t(3) scaled to the same variance."""
+    if tails == "normal":
+        return rng.normal(0.0, 0.35, shape)
+    return 0.35 * rng.standard_t(3, shape) / math.sqrt(3.0)
+
+
+def _steps(rng, shape, tails: str, outliers: float) -> tuple[np.ndarray, np.ndarray]:
+    """(no-BN steps, BN steps) to a target, true ratio 2 before the grid and the outliers."""
+    no_bn = np.exp(math.log(2000) + _draw(rng, shape, tails)) * np.where(rng.random(shape) < outliers, 3.0, 1.0)
+    bn = np.exp(math.log(1000) + _draw(rng, shape, tails))
+    return np.ceil(no_bn / GRID) * GRID, np.ceil(bn / GRID) * GRID
+
+
+def _truth(tails: str, outliers: float) -> float:
+    no_bn, bn = _steps(np.random.default_rng(99), (2_000_000,), tails, outliers)
+    return float(np.exp(np.mean(np.log(no_bn / bn))))
+
+
+def _misses(bounds, truth: float) -> tuple[float, float]:
+    """(share of intervals wholly above the truth, share wholly below); an open side never misses."""
+    low = np.mean([lo is not None and lo > truth for lo, _ in bounds])
+    high = np.mean([hi is not None and hi < truth for _, hi in bounds])
+    return float(low), float(high)
+
+
+@pytest.mark.slow  # 16,000 simulated studies and a 2,000,000-draw estimand per case
+@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("tails, outliers", [("normal", 0.0), ("t3", 0.0), ("normal", 0.1), ("t3", 0.1)])
+def test_coverage_on_the_evaluation_grid_with_heavy_tails_and_outlier_seeds(n, tails, outliers):
+    """Two-sided coverage stays within [0.93, 0.975] in every case. Each side misses at most 3 sampling
+    std above its nominal 2.5%, except the upper side with 10% outlier seeds: the outliers skew the
+    seed ratios to the right, and the interval's upper end falls below the truth 3.4-4.4% of the time
+    (measured: n = 3 3.5% normal / 3.4% t3; n = 5 3.5% / 4.4%). That shortfall is recorded here and in
+    docs/development.md, not hidden by a wider tolerance: the test holds it under 5%."""
+    rng = np.random.default_rng(500 + 10 * n + int(100 * outliers) + (tails == "t3"))
+    no_bn, bn = _steps(rng, (STUDIES, n), tails, outliers)
+    truth = _truth(tails, outliers)
+    ivs = [ratio_interval(a, b) for a, b in zip(no_bn, bn)]
+    low, high = _misses([(iv.low, iv.high) for iv in ivs], truth)
+    assert 0.93 <= 1 - low - high <= 0.975, (low, high)
+    assert low <= 0.036, low
+    assert high <= (0.05 if outliers else 0.036), high
+
+
+@pytest.mark.slow  # as above
+@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("tails, outliers", [("normal", 0.0), ("t3", 0.1)])
+def test_one_sided_coverage_with_censored_no_bn_seeds(n, tails, outliers):
+    """No-BN seeds past the budget (about 36% of them) are lower bounds at the budget; the interval's upper
+    side is then open, and its lower side -- the claim "BN is at least this much faster" -- may miss the
+    truth at most its nominal 2.5% (+ 3 sampling std)."""
+    from statistics import NormalDist
+    rng = np.random.default_rng(600 + n + int(100 * outliers))
+    no_bn, bn = _steps(rng, (STUDIES, n), tails, outliers)
+    budget = math.ceil(2000 * math.exp(0.35 * NormalDist().inv_cdf(0.6)) / GRID) * GRID
+    cens = no_bn > budget
+    assert 0.3 < cens.mean() < 0.42
+    ivs = [ratio_interval(np.minimum(a, budget), b, c) for a, b, c in zip(no_bn, bn, cens)]
+    low, _ = _misses([(iv.low, iv.high) for iv in ivs], _truth(tails, outliers))
+    assert low <= 0.036, low
+    assert all(iv.high is None for iv, c in zip(ivs, cens) if c.any())
+
+
+@pytest.mark.slow  # as above
+def test_the_coverage_check_fails_a_z_interval_at_three_seeds():
+    """The harness can fail: the same grid-read steps judged by a normal (z) interval instead of Student's t
+    cover the truth far less than 93% of the time at n = 3 (z = 1.96 against t = 4.30)."""
+    rng = np.random.default_rng(700)
+    no_bn, bn = _steps(rng, (STUDIES, 3), "normal", 0.0)
+    x = np.log(no_bn / bn)
+    m, se = x.mean(1), x.std(1, ddof=1) / math.sqrt(3)
+    truth = _truth("normal", 0.0)
+    z_bounds = list(zip(np.exp(m - 1.96 * se), np.exp(m + 1.96 * se)))
+    low, high = _misses(z_bounds, truth)
+    assert 1 - low - high < 0.90
+    t_bounds_ = [(iv.low, iv.high) for iv in (ratio_interval(a, b) for a, b in zip(no_bn, bn))]
+    low, high = _misses(t_bounds_, truth)
+    assert 1 - low - high >= 0.93
