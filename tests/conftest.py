@@ -283,3 +283,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     where = (f"over {len(cpu)} tests in pytest-xdist workers" if workers
              else f"process total incl. start-up and collection: {_cpu_now():.1f} s")
     tr.write_line(f"CPU time of the tests: {sum(t for t, _ in cpu.values()):.1f} s ({where})")
+
+
+def shell_words(line: str) -> list[str]:
+    """The arguments a POSIX shell (``sh``) reads from ``line``: how a user's shell reads a printed command."""
+    out = subprocess.run(["sh", "-c", "for a in " + line + "; do printf '%s\\0' \"$a\"; done"], capture_output=True,
+                         text=True, check=True).stdout
+    return out.split("\0")[:-1]

@@ -262,7 +262,28 @@ def test_progress_bar_fits_80_columns_and_shows_no_nan_before_the_first_loss():
 
     first = frames([])
     assert first and all("nan" not in f.lower() for f in first)
-    assert "loss -" in first[-1] and "acc -" in first[-1]
+    assert "loss -" in first[-1] and "test acc -" in first[-1]
     last = frames([(999_999, {"loss": 0.123456}), (999_999, {"acc": "0.9712"})])[-1]
     assert len(last) <= 80 and "…" not in last
-    assert "999999/1000000" in last and "loss 0.1235" in last and last.rstrip().endswith("acc 0.9712")
+    assert "999999/1000000" in last and "loss 0.1235" in last and last.rstrip().endswith("test acc 0.9712")
+
+
+def test_a_parallel_jobs_progress_is_labelled_lines_one_per_tenth():
+    """A job of a parallel sweep (another job writes to the same terminal) prints plain lines led by its run's
+    name, at its start and once per tenth of its steps, instead of a live bar that the other job's overwrites."""
+    import io
+
+    from rich.console import Console
+
+    from bnexp.train.runtime import Progress
+
+    buf = io.StringIO()
+    bar = Progress(True, 1000, 0, console=Console(file=buf, width=80, color_system=None), label="bn=true,seed=1")
+    for step in range(1, 1001):
+        bar.update(step, **({"loss": 0.5} if step % 50 == 0 else {}), **({"acc": "0.9100"} if step == 500 else {}))
+    bar.stop()
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 11 and all(line.startswith("bn=true,seed=1: step ") for line in lines)
+    assert lines[0].startswith("bn=true,seed=1: step 0/1000 (0%), -/s, ETA -, loss -, test acc -")
+    assert [line.split("step ")[1].split("/")[0] for line in lines] == [str(s) for s in range(0, 1001, 100)]
+    assert "loss 0.5000, test acc 0.9100" in lines[-1] and "(100%)" in lines[-1]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import sys
 import threading
@@ -23,7 +22,7 @@ import pytest
 from bnexp.designs import orchestrate
 from bnexp.runfolders import supervise
 
-from conftest import REPO, wait_for
+from conftest import REPO, shell_words, wait_for
 
 SCRIPT_ENV = ("JOBS", "DRY_RUN", "SWEEP_DIR", "DOCS_DIR", "SEEDS", "LADDER", "SCALE", "PRESETS", "NOISE_SCALES",
               "CIFAR_OVERRIDES", "MNIST_DIR", "CIFAR_DIR", "MNIST_DOCS_DIR", "CIFAR_DOCS_DIR", "LAUNCHER",
@@ -81,7 +80,7 @@ def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, ar
     (the CIFAR-10 ladder: its first batch), and DRY_RUN writes nothing."""
     code, out, err, ran = script(name, *args, DRY_RUN="1", **env)
     assert code == 0 and ran == [], err
-    printed = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
+    printed = [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
     assert printed and list(tmp_path.iterdir()) == []
     assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
     code, out, err, ran = script(name, *args, **env)
@@ -504,15 +503,20 @@ def test_reproduce_all_plans_runs_and_regenerates_the_docs_in_order(script, tmp_
     folders = ["mnist_fig1", "cifar_frontier_cpu", "ics_mnist", "ics_cifar", *(f"study_{s}" for s in STUDIES)]
     code, out, err, ran = script("all", DRY_RUN="1")
     assert code == 0 and ran == [], err
-    heads = [line.split(" of ")[1].split(" (")[0] for line in out.splitlines() if line.startswith("DRY_RUN: ")]
+    heads = [line.split(": the planned runs of ")[1] for line in out.splitlines() if ": the planned runs of " in line]
     assert heads == [f"outputs/sweeps/{f}" for f in folders]
+    # the first lines say what runs and how long: one line per part with its folder, then the total
+    first = out.splitlines()[:len(folders) + 2]
+    assert first[0].startswith("DRY_RUN: nothing is trained.") and first[-1].startswith("  in all: about ")
+    assert [line.rsplit("[", 1)[1].rstrip("]") for line in first[1:-1]] == heads
+    assert "at most" in next(line for line in first if line.startswith("  CIFAR-10 ladder"))
     parts = [int(m) for m in re.findall(r"^estimated wall time: (\d+) min with", out, re.MULTILINE)]  # MNIST
     ladder = r"^to run, always: .* about [\d.]+ h \((\d+) min\)"
     parts += [int(m) for m in re.findall(ladder, out, re.MULTILINE)]  # the CIFAR-10 ladder
     parts += [int(m) for m in re.findall(r"part: estimated wall time: (\d+) min", out)]  # the ICS study
     parts += [int(m) for m in re.findall(r"^both stages: .* estimated wall time (\d+) min", out, re.MULTILINE)]  # studies
-    total = int(re.search(r"estimated wall time: (\d+) min in all", out).group(1))
-    assert len(parts) == 9 and abs(total - sum(parts)) <= len(parts) and total > 0
+    hours = re.search(r"^  in all: about ([\d.]+) h", out, re.MULTILINE)
+    assert len(parts) == 9 and hours and abs(60 * float(hours.group(1)) - sum(parts)) <= len(parts) + 3
     assert not re.search(r"\b(inf|nan)\b", out, re.IGNORECASE)
     code, out, err, ran = script("all")
     reports = [c[c.index("report") + 1:] for c in ran if "report" in c]
@@ -588,7 +592,7 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
     loaded, load = [], mnist.load_sweep
     monkeypatch.setattr(mnist, "load_sweep", lambda dirs, *a: load(loaded.extend(dirs) or dirs, *a))
     code, out, err, ran = script("mnist", "trainer.max_steps=6000", SWEEP_DIR=str(sweep), DRY_RUN="1")
-    printed = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
+    printed = [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
     assert code == 0 and len(printed) == 4, err
     # the plan and its blocks are one decision: each of the 4 x 2 x 3 tuning runs is loaded once
     assert len(loaded) == len(set(loaded)) == 24

@@ -187,12 +187,12 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
         return "\n".join([text, "ladders (the rule that stopped each, or what it runs next):",
                           *(f"  {line}" for line in stops)]) + "\n"
 
-    text, always, _ = ladder.plan_text(ladder.plan_table(runs, lad, presets, seeds, extra_seeds), env.jobs,
-                                       steps_per_s, 40.0)
+    text, always, at_most = ladder.plan_text(ladder.plan_table(runs, lad, presets, seeds, extra_seeds), env.jobs,
+                                             steps_per_s, 40.0)
     text = "\n".join([text, *msgs, "the later batches are decided from the results of these (the ladder's next "
                       "stage, python -m bnexp.designs.ladder next)" if first else "the ladder is complete"])
     return [Part(f"CIFAR-10 ladder ({scale})", sweep, docs, decision(msgs, first), text, always,
-                 lambda: decision(*rung(state())), validate=later, ladders=ladders)]
+                 lambda: decision(*rung(state())), validate=later, ladders=ladders, max_seconds=at_most)]
 
 
 def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
@@ -265,9 +265,9 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
     per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
                                                                           given or (0.12,))
     if problem:
-        head = [f"the MNIST part cannot start yet: {problem}" + ("; reproduce_all.sh runs the MNIST reproduction "
-                                                                  "first, the rates are chosen when this part starts"
-                                                                  if defer else ""),
+        head = [f"the MNIST part's rates come from the MNIST reproduction's tuning grids: {problem}"
+                + ("; reproduce_all.sh runs the MNIST reproduction first, and this part chooses its rates when it "
+                   "starts" if defer else ""),
                 "its runs (named here at lr 0.12; the chosen rates replace it), estimated:"]
     text, secs = ics.plan_and_seconds(mnist_dir, ics.run_names(per, scales, seeds), steps, env.jobs,
                                       [f"seeds {', '.join(map(str, seeds))}; " + head[0], *head[1:]])
@@ -405,20 +405,57 @@ def all_parts(env: Env, extra: list[str]) -> list[Part]:
 
 
 def dry_run(parts: list[Part], env: Env) -> None:
-    """Print each part's plan, the exact commands and the estimated wall time; train nothing."""
+    """Print what runs and how long it takes first (:func:`plan_summary`), then each part's plan and the exact
+    commands, as a user would type them (:func:`shell_line`); train nothing."""
+    print(plan_summary(parts, env.jobs))
     for p in parts:
-        print(f"DRY_RUN: the planned runs of {p.sweep_dir} (nothing is trained)")
+        print(f"\n{p.title}: the planned runs of {p.sweep_dir}")
         if p.plan:
             print(p.plan)
         print(f"commands ({len(p.blocks)}):" if p.blocks else "commands: decided when the part starts (see above)"
               if p.first.blocks is None else "commands: none (every run is complete)")
         for b in p.blocks:
-            print(f"$ {shlex.join(b.command)}")
+            print(f"$ {shell_line(b.command)}")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 360 else f"{seconds / 60:.0f} min"
+
+
+def plan_summary(parts: list[Part], jobs: int) -> str:
+    """DRY_RUN's first lines: one per part (its title and sweep folder, the expected wall time and, where later
+    stages decide how much runs, the worst case), then the total; with ``jobs`` parallel jobs on an idle
+    machine (the cost models of :mod:`bnexp.designs`)."""
+    lines = [f"DRY_RUN: nothing is trained. What runs ({jobs} parallel jobs, idle machine):"]
+    for p in parts:
+        worst = p.max_seconds if p.max_seconds is not None else p.seconds
+        more = f", at most {_hours(worst)} (later stages decide)" if worst > p.seconds + 1 else ""
+        lines.append(f"  {p.title}: about {_hours(p.seconds)}{more}  [{p.sweep_dir}]")
     if len(parts) > 1:
         total = sum(p.seconds for p in parts)
-        each = ", ".join(f"{p.title} {p.seconds / 60:.0f}" for p in parts)
-        print(f"estimated wall time: {total / 60:.0f} min in all with {env.jobs} parallel jobs, assuming an idle "
-              f"machine ({each} min; the CIFAR-10 ladder's runs that are always needed)")
+        worst = sum(p.max_seconds if p.max_seconds is not None else p.seconds for p in parts)
+        lines.append(f"  in all: about {_hours(total)}" + (f", at most {_hours(worst)}" if worst > total + 1 else ""))
+    return "\n".join(lines)
+
+
+# characters that keep their meaning inside double quotes: "$", "`", "\\", '"' (and "!" in an interactive bash)
+_DOUBLE_QUOTE_SPECIAL = ("$", "`", "\\", '"', "!")
+
+
+def shell_line(command: list[str]) -> str:
+    """``command`` as one shell line a user would type: each argument as :func:`shlex.quote` writes it, except
+    one holding single quotes (Hydra's quoted values, ``hydra.sweep.dir='/x'``), which is written in double
+    quotes with ``$`` and the other special characters escaped instead of shlex's ``'"'"'`` chains.
+    ``shlex.split`` of the line gives back ``command``."""
+    out = []
+    for arg in command:
+        quoted = shlex.quote(arg)
+        if "'" in arg:
+            inner = "".join("\\" + c if c in _DOUBLE_QUOTE_SPECIAL else c for c in arg)
+            if "!" not in arg:
+                quoted = f'"{inner}"'
+        out.append(quoted)
+    return " ".join(out)
 
 
 def copy_report(sweep: Path, docs: str) -> None:

@@ -56,7 +56,9 @@ class Part:
             copied ("" for nowhere).
         first: the decision at planning time. decide: the next decision, from the sweep folders now (None:
             ``first`` is the only one).
-        plan: the DRY_RUN text. seconds: the estimated wall time of what is left.
+        plan: the DRY_RUN text. seconds: the estimated wall time of what is left (what is always needed).
+        max_seconds: the worst case when later stages decide how much runs (the CIFAR-10 ladder: every ladder
+            to its cap); None: the same as ``seconds``.
         study: the study's name (study.json is written) or None. after: commands run after the blocks.
     """
 
@@ -72,6 +74,7 @@ class Part:
     validate: list[Block] = field(default_factory=list)  # further blocks to validate (the later stages' blocks)
     cost: Callable[[int, bool], float] | None = None  # seconds of one run (steps, BN on): plan from the configs
     ladders: Callable[[], str] | None = None  # the CIFAR-10 ladder: ladders.txt, written after the blocks
+    max_seconds: float | None = None
 
     @property
     def blocks(self) -> list[Block]:

@@ -56,7 +56,8 @@ from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, missing_keys
 from bnexp.train.loggers import open_loggers
 from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
-                           rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
+                                 rng_state, seed_everything, set_rng_state, shares_terminal, wait_for_sweep_siblings,
+                                 writer_failure)
 from bnexp.train.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
 
 __all__ = ["Trainer", "train", "Interrupted", "evaluate"]
@@ -357,7 +358,8 @@ class Trainer:
         ctx = self._context()
         schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
                             self._probe_context, sync=self.agree.average_buffers)
-        progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step)
+        progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step,
+                            label=self.run_dir.name if shares_terminal() else None)  # a parallel job: lines
         # a SIGINT/SIGTERM stops the loop at the end of a step, never inside one
         self.records = Background(bool(self.cfg.trainer.async_records) and self.is_main)
         with signals or SignalGuard() as signals, PreemptionGuard() as preemption, progress, self.records:
