@@ -116,10 +116,11 @@ def test_hparams_dashboard_shows_the_swept_key_and_leaves_unreached_targets_blan
     assert [(h["name"], h["type"], h["domainDiscrete"], h["differs"]) for h in exp["hparamInfos"]] == [
         ("bn", "DATA_TYPE_BOOL", [False, True], True)]
     tags = [m["name"]["tag"] for m in exp["metricInfos"]]
-    # one swept key: every metric is listed (the dashboard shows the first five): final, targets, best
-    assert tags == ["hparams/final_test_accuracy", "hparams/steps_to_0.9", "hparams/steps_to_0.95",
-                    "hparams/steps_to_0.97", "hparams/steps_to_0.98", "hparams/best_test_accuracy"]
-    assert exp["metricInfos"][1]["displayName"] == "steps to 0.9 test accuracy"
+    # one swept key: every metric is listed (the dashboard shows the first five): final, best, targets from
+    # the highest
+    assert tags == ["hparams/final_test_accuracy", "hparams/best_test_accuracy", "hparams/steps_to_0.98",
+                    "hparams/steps_to_0.97", "hparams/steps_to_0.95", "hparams/steps_to_0.9"]
+    assert exp["metricInfos"][2]["displayName"] == "steps to 0.98 test accuracy"
     groups = _session_groups(sweep, exp)
     assert sorted(groups) == ["bn=false", "bn=true"]
     unreached = 0
@@ -346,12 +347,14 @@ def test_swept_columns_get_domains_of_their_own_type(tmp_path):
                                                                      {"minValue": 0.03, "maxValue": 0.3})
     assert (infos["act"]["type"], infos["act"]["domainDiscrete"]) == ("DATA_TYPE_STRING", ["relu", "sigmoid"])
     assert (infos["bn"]["type"], infos["bn"]["domainDiscrete"]) == ("DATA_TYPE_BOOL", [False, True])
-    # four hparams shown: two metrics fit (final accuracy, steps to the lowest target)
-    assert [m["name"]["tag"] for m in exp["metricInfos"]] == ["hparams/final_test_accuracy", "hparams/steps_to_0.9"]
+    # four hparams shown: two metrics fit (final and best accuracy)
+    assert [m["name"]["tag"] for m in exp["metricInfos"]] == ["hparams/final_test_accuracy",
+                                                              "hparams/best_test_accuracy"]
     groups = _session_groups(tmp_path, exp)
     assert groups["a"]["hparams"] == {"bn": True, "act": "sigmoid", "lr": 0.3, "seed": "10", "model": "mlp",
                                       "data": "mnist", "experiment": "none", "batch_size": "60"}
-    assert groups["a"]["metrics"] == {"hparams/final_test_accuracy": pytest.approx(0.97), "hparams/steps_to_0.9": 200}
+    assert groups["a"]["metrics"] == {"hparams/final_test_accuracy": pytest.approx(0.97),
+                                      "hparams/best_test_accuracy": pytest.approx(0.975)}
     assert groups["b"]["metrics"] == {}  # an infinite accuracy and an unreached target: blank, not 501
     scalars = set(_accumulator(tmp_path / "a").Tags()["scalars"])
     assert scalars == {"hparams/final_test_accuracy", "hparams/steps_to_0.9", "hparams/best_test_accuracy"}
