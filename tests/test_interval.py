@@ -1,4 +1,4 @@
-"""The seed-mean interval (bnexp.report.interval): hand-computed values, then coverage by simulation.
+"""The seed-mean interval (bnexp.analysis.interval): hand-computed values, then coverage by simulation.
 
 Coverage: 2,000 simulated studies at n = 3 and n = 5 with a known true value, each judged by the
 public function. For a proportion of 2,000 near 0.95 the sampling std is sqrt(0.95 * 0.05 / 2000) =
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bnexp.report.claims import seed_values
-from bnexp.report.interval import SeedInterval, format_interval, seed_mean_interval, t_bounds, t_quantile
-from bnexp.report.rules import Censored
+from bnexp.analysis.interval import SeedInterval, format_interval, seed_mean_interval, t_bounds, t_quantile
+from bnexp.analysis.rules import Censored
 
 STUDIES = 2000
 # Student-t table (e.g. Casella & Berger, Table in App. or any printed table): t_{0.975, df}

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bnexp.report.interval import format_interval, row_interval
+from bnexp.analysis.interval import format_interval, row_interval
 from bnexp.report.fmt import format_target, md_table, render_template
-from bnexp.report.rules import CHANCE
-from bnexp.report.frontier import (MATCHED_HELPERS, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds,
-                                   speedup_text)
+from bnexp.analysis.rules import CHANCE
+from bnexp.analysis.frontier import PASS_WORDS
+from bnexp.report.frontier import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.studies import table_md
 
 
@@ -242,7 +242,7 @@ def study_verdicts(report: dict) -> str:
 def mnist_rates(report: dict) -> str:
     """The MNIST sweep's rates the study designs lean on, from report.json (normal init, m = 60): each
     network's best rate per target (``best_rate_speedups``), the highest no-BN rate at which every seed left
-    chance (:data:`bnexp.report.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
+    chance (:data:`bnexp.analysis.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
     examples to 95% at lr 0.6, the batch_size study's rate at m = 60 (seed means)."""
     rows = [r for r in _speedup_rows(report) if r["init"] == "normal" and r["variant"] == "BN"]
     plain = [c for c in need(report, "configurations") if c.get("bn") is False

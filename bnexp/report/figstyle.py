@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
-from bnexp.report.rules import NORMALIZERS, normalizer
+from bnexp.analysis.rules import NORMALIZERS, normalizer
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 

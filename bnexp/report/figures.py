@@ -18,8 +18,8 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import (STEP_LABEL, Style, family, legend_below, legend_label, legend_title, pyplot, refs,
                                    schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
-from bnexp.report.load import Run, Sweep, numeric, ordered_keys, seed_order
-from bnexp.report.rules import normalizer, normalizer_label
+from bnexp.analysis.runs import Run, Sweep, numeric, ordered_keys, seed_order
+from bnexp.analysis.rules import normalizer, normalizer_label
 from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from bnexp.report.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
+from bnexp.analysis.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
 def format_steps(st: dict) -> str:
@@ -64,6 +64,20 @@ def table(text: str) -> str:
     return "\n".join(md_table(rows[0], rows[1:]))
 
 
+def grid_text(choice: dict) -> str:
+    """A :meth:`bnexp.analysis.tuning.RateChoice.as_dict` grid as one table cell: every rate with its failed (objective "steps") or
+    diverged ("accuracy") tuning seeds / n and the mean steps or final accuracy, the chosen rate in bold, then
+    " (censored)" when every rate had a failed seed."""
+    def cell(g: dict) -> str:
+        if choice.get("objective", "steps") == "steps":
+            return f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}"
+        acc = "-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
+        return f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, {acc}"
+
+    text = "; ".join(f"**{cell(g)}**" if g["chosen"] else cell(g) for g in choice["grid"])
+    return text + (" (censored)" if choice["censored"] else "")
+
+
 @lru_cache(maxsize=1)
 def _templates():
     """The Jinja2 environment of bnexp/report/templates/: a block tag's line leaves no trace, no escaping
@@ -71,11 +85,11 @@ def _templates():
     table); globals: the helpers the macros of tables.md.j2 call."""
     import jinja2
 
-    from bnexp.report.best_rate import HIGHEST_FINAL, per_seed_ratios
+    from bnexp.report.best_rate import per_seed_ratios
     from bnexp.report.claims import by_seed, per_seed_text
-    from bnexp.report.interval import interval_cell
-    from bnexp.report.rules import DDOF
-    from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, grid_text
+    from bnexp.analysis.interval import interval_cell
+    from bnexp.analysis.rules import DDOF
+    from bnexp.analysis.tuning import ACCURACY_RULE, HIGHEST_FINAL, STEPS_RULE
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,

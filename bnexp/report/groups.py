@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
-from bnexp.report.rules import normalizer_label
+from bnexp.analysis.runs import Run, canon, config_key, experiment_name, seed_order
+from bnexp.analysis.rules import normalizer_label
 
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bnexp.report.rules import DDOF
+from bnexp.analysis.rules import DDOF
 
 LEVEL = 0.95
 EXACT, LOWER, UPPER, UNKNOWN = "", ">=", "<=", "?"

@@ -6,11 +6,11 @@ the normalizer vocabulary and how a config option is read. Every section of the 
   ``1 / NUM_CLASSES + 0.05`` (15% for MNIST's and CIFAR-10's 10 classes: 5 points above guessing).
   A run that never did makes a claim about it inconclusive; a claim "does not train" uses it as threshold.
   A *diverged* run's final test and train accuracy are chance, ``1 / NUM_CLASSES``, in every section
-  (:func:`bnexp.report.load.run_table`); its best accuracy stays what it scored before it diverged.
+  (:func:`bnexp.analysis.runs.run_table`); its best accuracy stays what it scored before it diverged.
 * **Std** (:data:`DDOF`): every std over seeds is the sample std (ddof=1); one value has none ("(1 seed)").
 * **Bounds** (:class:`Censored`): a run that never reached a target counts as its budget, a *lower* bound
   on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); in a claim a bound opens that
-  side of the seed interval (:mod:`bnexp.report.interval`); it is written ">= 3.00x". Against a threshold a
+  side of the seed interval (:mod:`bnexp.analysis.interval`); it is written ">= 3.00x". Against a threshold a
   bound decides only on its own side (:meth:`Censored.above`).
 """
 
