@@ -8,8 +8,8 @@ import statistics
 import pytest
 from scipy import stats as sps
 
-from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate,
-                                 seed_interval)
+from bnexp.analysis.interval import seed_interval
+from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate
 from bnexp.report.fmt import macro
 from bnexp.analysis.rules import Censored
 

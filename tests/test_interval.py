@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from bnexp.report.claims import seed_values
-from bnexp.analysis.interval import SeedInterval, format_interval, seed_mean_interval, t_bounds, t_quantile
+from bnexp.analysis.interval import SeedInterval, seed_mean_interval, seed_values, t_bounds, t_quantile
+from bnexp.report.fmt import format_interval
 from bnexp.analysis.rules import Censored
 
 STUDIES = 2000
@@ -23,7 +23,7 @@ T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262}
 
 def ratio_interval(numerators, denominators, numerator_censored=None, denominator_censored=None) -> SeedInterval:
     """The report's seed-paired ratio (:class:`Censored` division, a value censored at the budget a lower
-    bound) and its log-scale interval (:func:`bnexp.report.claims.seed_values`)."""
+    bound) and its log-scale interval (:func:`bnexp.analysis.interval.seed_values`)."""
     def c(v, cens, i):
         return Censored(float(v), "lower" if cens is not None and cens[i] else "exact")
 

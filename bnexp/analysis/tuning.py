@@ -184,8 +184,8 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
 
 
 def best_rate(rows, steps: str = "steps") -> tuple[float | None, str]:
-    """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (a DataFrame with columns ``lr``,
-    ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
+    """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (a DataFrame with
+    columns ``lr``, ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
     the target among the rates where every completed seed reached it and none diverged (a diverging rate is
     too high; :data:`EVERY_SEED`); when no rate qualifies, the highest mean final test accuracy
     (:data:`HIGHEST_FINAL`); (None, "no runs") without rows. Shared by the MNIST speedups and the studies

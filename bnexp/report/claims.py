@@ -17,8 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from bnexp.analysis.interval import LEVEL, LOWER, UNKNOWN, UPPER, SeedInterval, seed_mean_interval
-from bnexp.analysis.rules import PREFIX, Censored, finite, stat
+from bnexp.analysis.interval import seed_values
+from bnexp.analysis.rules import PREFIX, Censored, stat
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -26,7 +26,6 @@ INCONCLUSIVE = "inconclusive"
 PREMISE_NOT_MET = "premise not met"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, PREMISE_NOT_MET)
 MIN_SEEDS = 3
-_MARK = {"exact": "", "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}  # Censored.bound -> interval mark
 
 
 @dataclass(frozen=True)
@@ -55,36 +54,6 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: direction must be '>' or '<', got {self.direction!r}")
         if not math.isfinite(self.threshold):
             raise ValueError(f"claim {self.name!r}: threshold must be finite, got {self.threshold!r}")
-
-
-def seed_interval(values, confidence: float = LEVEL) -> dict:
-    """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
-    std and the Student-t interval of the mean (:func:`bnexp.analysis.interval.seed_mean_interval`, raw scale);
-    std and interval None for n < 2, every entry None for n = 0."""
-    x = finite(values)
-    out = {**stat(x), "ci_low": None, "ci_high": None}
-    if x.size >= 2:
-        iv = seed_mean_interval(list(x), level=confidence)
-        out["ci_low"], out["ci_high"] = iv.low, iv.high
-    return out
-
-
-def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, SeedInterval | None]:
-    """(values, bounds, interval) of per-seed values that may be :class:`bnexp.analysis.rules.Censored`
-    bounds: values {seed: float or None (missing: not counted)}, bounds {seed: "lower" | "upper" |
-    "unknown"}, and :func:`bnexp.analysis.interval.seed_mean_interval` of the counted seeds on ``scale``
-    ("log" for ratios: a value <= 0 is not counted), None without any."""
-    vals, bounds = {}, {}
-    for s, v in per_seed.items():
-        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
-        ok = c.value is not None and (scale == "raw" or c.value > 0)
-        vals[int(s)] = c.value if ok else None
-        if c.bound != "exact" and (ok or c.bound == "unknown"):
-            bounds[int(s)] = c.bound
-    counted = [s for s in vals if vals[s] is not None or bounds.get(s) == "unknown"]
-    iv = seed_mean_interval([vals[s] for s in counted], [_MARK[bounds.get(s, "exact")] for s in counted],
-                            scale) if counted else None
-    return vals, bounds, iv
 
 
 def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,

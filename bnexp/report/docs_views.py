@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bnexp.analysis.interval import format_interval, row_interval
-from bnexp.report.fmt import format_target, md_table, render_template
+from bnexp.analysis.interval import row_interval
+from bnexp.report.fmt import format_interval, format_target, md_table, render_template
 from bnexp.analysis.rules import CHANCE
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text

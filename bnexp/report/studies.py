@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, evaluate, seed_interval
+from bnexp.analysis.interval import seed_interval
+from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.analysis.runs import is_number, native, read_sweep_record
 from bnexp.analysis.rules import NORMALIZERS, Censored, optional

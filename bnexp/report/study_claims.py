@@ -17,8 +17,9 @@ import yaml
 
 from bnexp.analysis.tuning import EVERY_SEED, HELD_OUT
 from bnexp.report.best_rate import edge_of
-from bnexp.report.claims import Claim, seed_interval, seed_values
-from bnexp.analysis.interval import short_text
+from bnexp.analysis.interval import seed_interval, seed_values
+from bnexp.report.claims import Claim
+from bnexp.report.fmt import short_text
 from bnexp.analysis.runs import is_number
 from bnexp.analysis.rules import CHANCE, NORMALIZERS
 from bnexp.report.studies import (MARKER, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,

@@ -2,10 +2,10 @@
 
 Start: where a job trains (:func:`resume_target`), whether it skips a complete run (:func:`complete_summary`),
 takes the folder's lock or leaves a folder in use alone (:func:`lock_or_refuse`) and what it writes once it
-begins (:func:`begin_training`). A run folder holds one configuration (:func:`bnexp.config.oneconfig.refuse_other_config`), and nothing
-is written into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
-there (:func:`bnexp.cli.run_job`): Hydra is told to write no
-``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
+begins (:func:`begin_training`). A run folder holds one configuration
+(:func:`bnexp.config.oneconfig.refuse_other_config`), and nothing is written into it -- Hydra's ``.hydra/``
+files, ``train.log`` -- before ``bnexp train`` has decided to train there (:func:`bnexp.cli.run_job`): Hydra is
+told to write no ``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
 decision; the log records meant for the folder wait in :class:`HeldLog`. A run that starts removes the
 temporary files an earlier attempt killed in mid-write left (:func:`remove_stale_temporaries`).
 
