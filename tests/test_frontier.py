@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bnexp.analysis.frontier import COLUMNS, GAIN, analyze, budget_to_reach, frontier_section, load_runs, speedup_at
-from bnexp.report.frontier import frontier_markdown
+from bnexp.report.frontier_text import frontier_markdown
 from bnexp.designs import ladder as L
 
 

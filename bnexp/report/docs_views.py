@@ -13,7 +13,7 @@ from bnexp.analysis.interval import row_interval
 from bnexp.report.fmt import format_interval, format_target, md_table, render_template
 from bnexp.analysis.rules import CHANCE
 from bnexp.analysis.frontier import PASS_WORDS
-from bnexp.report.frontier import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
+from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.studies import table_md
 
 
@@ -56,7 +56,7 @@ def _text(name: str, **d) -> str:
 def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
-    :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
+    :func:`bnexp.report.frontier_text.seed_bounds`); "" without per-seed values."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
     vals, bounds = {k: v for k, v in per.items() if v is not None}, bounds or {}
     in_order = lambda keys: sorted(keys, key=lambda k: (len(k), k))  # noqa: E731 (seed 2 before seed 10)
@@ -93,7 +93,7 @@ def cifar_matched(report: dict) -> str:
 
 @view("cifar_frontier")
 def cifar_frontier(report: dict) -> str:
-    """docs/cifar's frontier table (:func:`bnexp.report.frontier.frontier_table`, as in report.md)."""
+    """docs/cifar's frontier table (:func:`bnexp.report.frontier_text.frontier_table`, as in report.md)."""
     return frontier_table(need(report, "frontier")).to_markdown(index=False, disable_numparse=True)
 
 

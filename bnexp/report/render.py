@@ -11,7 +11,7 @@ from bnexp.analysis.tuning import SPEEDUP_TARGETS, STEPS_RULE
 from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
-from bnexp.report.frontier import MD as FRONTIER_MD, headline_bound, speedup_text
+from bnexp.report.frontier_text import MD as FRONTIER_MD, headline_bound, speedup_text
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table

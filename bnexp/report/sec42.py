@@ -30,7 +30,7 @@ import pandas as pd
 
 from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
                                      budget_to_reach, does_not_train, last_gain, mean_frontier, speedup_pass, trains)
-from bnexp.report.frontier import headline_bound, pct, seed_bounds, speedup_text
+from bnexp.report.frontier_text import headline_bound, pct, seed_bounds, speedup_text
 from bnexp.analysis.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
