@@ -11,5 +11,7 @@ holds them).
 * :mod:`.frontier`: the Sec. 4.2 budget-accuracy frontier's arithmetic (B(a), S(a), the pass rules);
 * :mod:`.ics_design`: the ICS study's design record (ics_design.json), written by the design, read by the report.
 
-Nothing here imports :mod:`bnexp.designs` or :mod:`bnexp.report`; no module here writes report text.
+Nothing here imports :mod:`bnexp.designs` or :mod:`bnexp.report`. The text here is what report.json records
+as data (the rate rules' sentences, the frontier's claims, a study family's label) and
+:meth:`.rules.Censored.text`, how a bound is written; report.md's wording is the report's templates'.
 """
