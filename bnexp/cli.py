@@ -326,8 +326,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
 
 
 def _refuse_other_config(cfg, run_dir: Path) -> None:
-    """:func:`bnexp.runfolders.start.refuse_other_config` (a run folder holds one configuration)."""
-    from bnexp.runfolders.start import refuse_other_config
+    """:func:`bnexp.config.oneconfig.refuse_other_config` (a run folder holds one configuration)."""
+    from bnexp.config.oneconfig import refuse_other_config
 
     refuse_other_config(cfg, run_dir)
 

@@ -12,7 +12,7 @@
 #   in two stages (docs/mnist/PLAN.md, held-out tuning):
 #   1. every rate of every grid on the tuning seeds 100, 101, 102 (81 runs);
 #   2. each network at the rate(s) it chose on them (per target 90/95/97%: the fewest failed tuning seeds,
-#      then the fewest mean steps, then the smaller rate; bnexp/report/tuning.py) on the fresh
+#      then the fewest mean steps, then the smaller rate; bnexp/analysis/tuning.py) on the fresh
 #      evaluation seeds 0, 1, 2, 3, 4 (at most 60 runs); only stage 2 is scored.
 #   trainer.max_steps=30000 (cut from the paper's 50,000 to fit the time on 2 cores), evaluation every
 #   250 steps, monitor every 500.

@@ -18,9 +18,9 @@ from test_report import has_row, make_run  # noqa: E402  (synthetic run builders
 
 from bnexp.designs import mnist as design# noqa: E402
 from bnexp.report import build_report  # noqa: E402
-from bnexp.report.best_rate import (EVERY_SEED, HIGHEST_FINAL, SPEEDUP_TARGETS, SPEEDUP_THRESHOLD,  # noqa: E402
-                                    init_of)
-from bnexp.report.rules import Censored  # noqa: E402
+from bnexp.analysis.tuning import EVERY_SEED, HIGHEST_FINAL, SPEEDUP_TARGETS  # noqa: E402
+from bnexp.report.best_rate import SPEEDUP_THRESHOLD, init_of  # noqa: E402
+from bnexp.analysis.rules import Censored  # noqa: E402
 from bnexp.report.claims import INCONCLUSIVE, SUPPORTED  # noqa: E402
 from bnexp.report.render import render_files  # noqa: E402
 
@@ -180,7 +180,7 @@ def test_refined_grids_have_neighbours_at_most_1_5x_apart():
 def test_tuning_seeds_exclude_the_pilot_and_the_evaluation_seeds_and_evaluation_every_250():
     """docs/mnist/PLAN.md: the grid runs on the tuning seeds 100-102, disjoint from the evaluation seeds 0-4;
     the pilot seed 0 chose the grids' ranges (not a rate), so it may be an evaluation seed."""
-    from bnexp.report.tuning import EVALUATION_SEEDS
+    from bnexp.analysis.tuning import EVALUATION_SEEDS
     assert design.SEEDS == (100, 101, 102) and design.PILOT_SEED not in design.SEEDS
     assert not set(design.SEEDS) & set(EVALUATION_SEEDS) and EVALUATION_SEEDS == (0, 1, 2, 3, 4)
     assert design.EVAL_EVERY == 250
@@ -206,7 +206,7 @@ def test_bn_rows_compare_batch_normalization_not_other_normalizers():
 
     from bnexp.report.best_rate import best_rate_speedups
     from bnexp.report.groups import ConfigGroup
-    from bnexp.report.load import config_key
+    from bnexp.analysis.runs import config_key
 
     steps = {("batch", True, 1.0): 100, ("batch", True, 2.0): 200, ("layer", True, 1.0): 50,
              ("layer", True, 2.0): 60, ("batch", False, 1.0): 400, ("batch", False, 2.0): 500}
@@ -319,7 +319,7 @@ def test_the_accuracy_figure_of_a_held_out_sweep_shows_each_network_at_its_rate_
 
     rep, _ = held_out
     shown, note = chosen_groups(rep)
-    from bnexp.report.rules import normalizer_label
+    from bnexp.analysis.rules import normalizer_label
     assert sorted((normalizer_label(g.config), g.lr) for g in shown) == [("BN", 4.0), ("no BN", 2.0)]
     assert "95%" in note and len(rep.groups) == 4
     # the tuning seeds also ran at the chosen rates; the figure shows the evaluation seeds only, as the claims score

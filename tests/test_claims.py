@@ -8,10 +8,10 @@ import statistics
 import pytest
 from scipy import stats as sps
 
-from bnexp.report.claims import (INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate,
-                                 seed_interval)
+from bnexp.analysis.interval import seed_interval
+from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, Claim, evaluate
 from bnexp.report.fmt import macro
-from bnexp.report.rules import Censored
+from bnexp.analysis.rules import Censored
 
 RATIO = Claim("BN reduces shift", "no-BN / BN shift", ">", 1.0)
 
@@ -139,7 +139,7 @@ def test_table_from_report_json_rows_names_the_setting_and_sorts_seeds_as_number
 
 def test_one_std_convention_in_every_statistic():
     """The sample std (ddof=1) in the seed statistics of the tables and in the claims; none from one seed."""
-    from bnexp.report.rules import DDOF, stat
+    from bnexp.analysis.rules import DDOF, stat
     from bnexp.report.stats import reach_stat, value_stat
 
     assert DDOF == 1

@@ -146,11 +146,11 @@ def test_cifar_matched_table_by_hand():
 
 
 def test_views_read_what_the_frontier_analysis_writes():
-    """The views on bnexp.report.frontier's own output (through JSON, as report.json holds it). Baseline
+    """The views on bnexp.analysis.frontier's own output (through JSON, as report.json holds it). Baseline
     frontier 50/60/64% at 3k/6k/12k: a* = 64%, last doubling +4 points (not converged), B_baseline = 12,000.
     bn_x5 60/64% at 375/750: B = 750, S = 16. bn_baseline 55/62/66% at 1.5k/3k/6k: 64% is halfway between
     3k and 6k in accuracy, so B = 3,000 * 2 ** 0.5 and S = 12,000 / 4,243 = 2 * sqrt(2) = 2.83."""
-    from bnexp.report.frontier import COLUMNS, analyze
+    from bnexp.analysis.frontier import COLUMNS, analyze
     import pandas as pd
 
     spec = {"baseline": {3000: 0.50, 6000: 0.60, 12000: 0.64}, "bn_x5": {375: 0.60, 750: 0.64},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bnexp.config.schema import compose_config, validate
-from bnexp.train.records import record_count, sparse_record_warnings
+from bnexp.runfolders.record_counts import record_count, sparse_record_warnings
 from bnexp.errors import ConfigError
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bnexp.report.frontier import (COLUMNS, GAIN, analyze, budget_to_reach, frontier_markdown, frontier_section,
-                                   load_runs, speedup_at)
+from bnexp.analysis.frontier import COLUMNS, GAIN, analyze, budget_to_reach, frontier_section, load_runs, speedup_at
+from bnexp.report.frontier_text import frontier_markdown
 from bnexp.designs import ladder as L
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bnexp.report.frontier import RATE_ALONE
+from bnexp.analysis.frontier import RATE_ALONE
 from bnexp.report.sec42 import control_verdict, convergence, ladder_stops, sweep_cost
 
 # ----------------------------------------------------------------------------- the baseline's convergence

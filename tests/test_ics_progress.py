@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from bnexp.report.groups import ConfigGroup, comparison_sets, pair_label
-from bnexp.report.ics_design import design_fields, ignored_keys, read_design, write_design
+from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design, write_design
 from bnexp.report.ics_stats import (common_level, first_at_or_below, matched_by_seed, matched_progress,
                                        progress_records)
 from bnexp.report.ics_verdicts import MATCHED, SPECS

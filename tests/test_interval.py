@@ -1,4 +1,4 @@
-"""The seed-mean interval (bnexp.report.interval): hand-computed values, then coverage by simulation.
+"""The seed-mean interval (bnexp.analysis.interval): hand-computed values, then coverage by simulation.
 
 Coverage: 2,000 simulated studies at n = 3 and n = 5 with a known true value, each judged by the
 public function. For a proportion of 2,000 near 0.95 the sampling std is sqrt(0.95 * 0.05 / 2000) =
@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from bnexp.report.claims import seed_values
-from bnexp.report.interval import SeedInterval, format_interval, seed_mean_interval, t_bounds, t_quantile
-from bnexp.report.rules import Censored
+from bnexp.analysis.interval import SeedInterval, seed_mean_interval, seed_values, t_bounds, t_quantile
+from bnexp.report.fmt import format_interval
+from bnexp.analysis.rules import Censored
 
 STUDIES = 2000
 # Student-t table (e.g. Casella & Berger, Table in App. or any printed table): t_{0.975, df}
@@ -23,7 +23,7 @@ T_TABLE = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262}
 
 def ratio_interval(numerators, denominators, numerator_censored=None, denominator_censored=None) -> SeedInterval:
     """The report's seed-paired ratio (:class:`Censored` division, a value censored at the budget a lower
-    bound) and its log-scale interval (:func:`bnexp.report.claims.seed_values`)."""
+    bound) and its log-scale interval (:func:`bnexp.analysis.interval.seed_values`)."""
     def c(v, cens, i):
         return Censored(float(v), "lower" if cens is not None and cens[i] else "exact")
 

@@ -1,4 +1,5 @@
-"""Package layout: no import cycle between bnexp's modules, and no module over 600 lines.
+"""Package layout: no import cycle between bnexp's modules, no import up a layer or across one (the layers of
+docs/development.md, :data:`LAYERS`), no two folders of bnexp that import each other, and no module over 600 lines.
 
 The import graph is built from the ``import`` statements of the source files (all of
 them, including imports inside functions), so a cycle hidden behind a lazy import is
@@ -8,6 +9,8 @@ found too.
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -212,3 +215,93 @@ def test_a_wheel_ships_the_configs_and_trains_from_any_folder(tmp_path, data_roo
     run = bnexp("trainer.max_steps=10", "trainer.eval_every=5", "trainer.progress=false", "hydra.run.dir=run")
     assert run.returncode == 0, run.stderr
     assert '"status": "finished"' in (tmp_path / "work" / "run" / "summary.json").read_text()
+
+
+# The layers of bnexp, bottom up (docs/development.md, "Layers"): a folder (subpackage) or top-level module of
+# bnexp imports only from layers below its own; folders of one layer import nothing of each other.
+LAYERS = (("bnexp", "errors", "interrupts"), ("runfolders",), ("config",), ("nets",), ("train",), ("analysis",),
+          ("designs", "report"), ("cli",), ("__main__",))
+
+
+def _part(module: str) -> str:
+    """The layer part of a bnexp module: its folder under bnexp/ (``bnexp.train.ics.gradient`` -> ``train``), a
+    top-level module's own name (``bnexp.cli`` -> ``cli``), ``bnexp`` for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _bnexp_graph() -> dict[str, set[str]]:
+    """:func:`import_graph` of bnexp as it stands, built once for the layer tests."""
+    return import_graph(_modules())
+
+
+def _level(part: str) -> int:
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def _crossings(graph: dict[str, set[str]]) -> set[tuple[str, str, str, str]]:
+    """{(part, imported part, module, imported module)} of every import between two parts of bnexp."""
+    return {(_part(m), _part(d), m, d) for m, deps in graph.items() for d in deps if _part(m) != _part(d)}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import from a layer up to a higher one, or across to another folder of its own layer, as
+    "module -> imported module (part -> part)"."""
+    return sorted(f"{m} -> {d} ({a} -> {b})" for a, b, m, d in _crossings(graph) if _level(b) >= _level(a))
+
+
+def mutual_parts(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The pairs of parts of bnexp that import each other."""
+    edges = {(a, b) for a, b, _, _ in _crossings(graph)}
+    return sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+
+
+def test_every_part_of_bnexp_has_a_layer():
+    parts = {_part(m) for m in _modules()}
+    assert parts == {p for names in LAYERS for p in names}, "place a new folder or module in LAYERS and docs/development.md"
+
+
+def test_the_layer_checks_find_planted_upward_and_mutual_imports():
+    graph = {"bnexp.config.schema": {"bnexp.train.loggers"}, "bnexp.train.loggers": {"bnexp.config.checks"},
+             "bnexp.report.evidence": {"bnexp.designs.ladder"}, "bnexp.designs.ladder": {"bnexp.analysis.rules"}}
+    assert upward_imports(graph) == ["bnexp.config.schema -> bnexp.train.loggers (config -> train)",
+                                     "bnexp.report.evidence -> bnexp.designs.ladder (report -> designs)"]
+    assert mutual_parts(graph) == [("config", "train")]
+    assert upward_imports({"bnexp.designs.ladder": {"bnexp.analysis.rules", "bnexp.designs.stages"}}) == []
+
+
+def test_no_import_runs_up_a_layer_or_across_one():
+    """Lazy imports inside functions count (:func:`import_graph`)."""
+    found = upward_imports(_bnexp_graph())
+    assert not found, "imports against the layers (docs/development.md):\n" + "\n".join(found)
+
+
+def test_no_two_parts_of_bnexp_import_each_other():
+    assert mutual_parts(_bnexp_graph()) == []
+
+
+def test_development_md_names_the_layers_in_this_order():
+    text = (PKG.parent / "docs" / "development.md").read_text()
+    line = next((ln for ln in text.splitlines() if ln.startswith("**Layers**")), None)
+    assert line is not None, "docs/development.md has no **Layers** line"
+    named = [p for p in (w.strip("`,.;:()") for w in line.split()) if any(p in names for names in LAYERS)]
+    assert named == [p for names in LAYERS for p in names], line
+
+
+def test_development_md_names_every_module_of_each_folder_and_no_other():
+    """The layout table of docs/development.md: the row of each folder of bnexp names each of its modules
+    (``name.py``; a subfolder as ``name/``, whose modules it may name as well) and no module that does not exist."""
+    text = (PKG.parent / "docs" / "development.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `bnexp/(\w+)/` \|(.*)$", text, re.M)}
+    folders = sorted(d.name for d in PKG.iterdir() if d.is_dir() and (d / "__init__.py").exists())
+    assert sorted(rows) == folders
+    for folder, row in rows.items():
+        here = PKG / folder
+        files = {p.name for p in here.glob("*.py") if p.name != "__init__.py"}
+        subs = {d.name + "/" for d in here.iterdir() if d.is_dir() and not d.name.startswith("__")}
+        deeper = {p.name for p in here.rglob("*.py")}  # a subfolder's modules may be named too
+        named = set(re.findall(r"`(\w+\.py)`", row)) | set(re.findall(r"`(\w+/)`", row))
+        assert files | subs <= named and named <= deeper | subs, (
+            f"bnexp/{folder}/: not in docs/development.md: {sorted(files | subs - named)}; "
+            f"named there but absent: {sorted(named - deeper - subs)}")

@@ -86,9 +86,9 @@ def test_csv_and_mlflow_loggers_hold_the_runs_own_records(run_bnexp, tmp_path):
 
 
 def test_mlflow_logger_without_mlflow_is_one_line_before_training(bnexp_main, tmp_path, monkeypatch):
-    import bnexp.train.loggers as loggers
+    import bnexp.config.checks as checks
 
-    monkeypatch.setattr(loggers, "mlflow_available", lambda: "logger=mlflow needs the mlflow package: pip install x")
+    monkeypatch.setattr(checks, "mlflow_available", lambda: "logger=mlflow needs the mlflow package: pip install x")
     code, err, out = bnexp_main("train", "logger=mlflow", f"hydra.run.dir={tmp_path / 'run'}")
     assert code == 2 and "logger=mlflow needs the mlflow package" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

@@ -20,7 +20,7 @@ from torch import nn
 
 from bnexp.nets.bn import DEFAULT_GROUPS, GroupNorm, LayerNorm, NoisyBatchNorm, group_norm, group_statistics, layer_norm
 from bnexp.config.schema import CNNConfig, Config, MLPConfig, compose_config, validate
-from bnexp.report.rules import normalizer, normalizer_label
+from bnexp.analysis.rules import normalizer, normalizer_label
 from bnexp.errors import ConfigError
 from bnexp.nets.models import CNN, MLP, build_model, hidden_layers
 

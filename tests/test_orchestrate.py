@@ -211,7 +211,7 @@ def _bf16_sweep(monkeypatch, check, main=None):
     check folder."""
     from test_precision_check import fp32
 
-    from bnexp.report import frontier
+    from bnexp.analysis import frontier
     main = fp32() if main is None else main
     monkeypatch.setattr(frontier, "load_runs", lambda d: check if str(d).endswith("_bf16_check") else main)
 
@@ -553,7 +553,7 @@ def test_sigterm_to_reproduce_cifar_stops_its_loky_workers(tmp_path, data_root):
 def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script, tmp_path, monkeypatch):
     """Held-out tuning (docs/mnist/PLAN.md): once every grid is complete on the tuning seeds, the orchestrator
     trains each network at the rates chosen there for 90/95/97% on the evaluation seeds 0-4, and the report
-    of the same tuning runs chooses the same rates (one rule: bnexp/report/tuning.py).
+    of the same tuning runs chooses the same rates (one rule: bnexp/analysis/tuning.py).
     Tuning steps to (90%, 95%, 97%) by hand: BN lr 4 is fastest everywhere (mean 1,000 vs 1,500 to 95%);
     no BN lr 2 is fastest to 90% and 95% but misses 97% on two seeds, lr 1 on one: lr 1 for 97%."""
     import yaml

@@ -773,8 +773,8 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
 def test_the_per_run_table_holds_every_number_under_one_rule(sweep):
     """One row per run: budget, m, normalizer code, best and final test accuracy, steps to each target with
     its censoring flag and the left-chance flag (best test accuracy above 10% + 5 points), by hand."""
-    from bnexp.report.load import find_run_dirs, load_sweep
-    from bnexp.report.rules import CHANCE
+    from bnexp.analysis.runs import find_run_dirs, load_sweep
+    from bnexp.analysis.rules import CHANCE
 
     s = load_sweep(find_run_dirs(sweep), targets=[0.95, 0.97])
     t = s.table.set_index(s.table["path"].map(lambda p: Path(p).name))
@@ -797,9 +797,9 @@ def test_a_run_that_diverged_after_learning_ends_at_chance_for_every_section(tmp
     """A run at 90% that diverges at step 1,500: its best accuracy stays 90%, but the network it ended with has
     non-finite weights, so its final test and train accuracy count as chance (1 / NUM_CLASSES) in the per-run
     table, the configuration's statistics and the frontier alike, not its last evaluation before the divergence."""
-    from bnexp.report.frontier import runs_table
-    from bnexp.report.load import find_run_dirs, load_sweep
-    from bnexp.report.rules import NUM_CLASSES
+    from bnexp.analysis.frontier import runs_table
+    from bnexp.analysis.runs import find_run_dirs, load_sweep
+    from bnexp.analysis.rules import NUM_CLASSES
 
     make_run(tmp_path, "bn=true,lr=9,seed=0", bn=True, lr=9.0, seed=0, knots=[(0, 0.1), (500, 0.9)],
              status="diverged", diverged_step=1500, experiment="bn_x5")

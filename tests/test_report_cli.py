@@ -106,7 +106,7 @@ def test_ctrl_c_while_reading_exits_130(sweep, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bnexp.report.load.read_summary", interrupted)
+    monkeypatch.setattr("bnexp.analysis.runs.read_summary", interrupted)
     assert report_main([str(sweep)]) == 130
     assert "Traceback" not in capsys.readouterr().err and not (sweep / "report.md").exists()
 

@@ -307,7 +307,7 @@ def test_configurations_of_one_setting_and_family_get_a_shade_each():
 
     from bnexp.report.figstyle import pyplot, styles
     from bnexp.report.groups import ConfigGroup
-    from bnexp.report.load import config_key
+    from bnexp.analysis.runs import config_key
 
     configs = [{"bn.enabled": False, "lr": 0.1}, {"bn.enabled": True, "lr": 0.1}]
     configs += [{"bn.enabled": True, "bn.noise": True, "bn.noise_scale": s, "lr": 0.1} for s in (1.0, 10.0, 3.0)]

@@ -13,7 +13,8 @@ import yaml
 
 from bnexp import cli
 from bnexp.runfolders import rundir
-from bnexp.config.schema import changed_keys, compose_config, resolved
+from bnexp.config.oneconfig import changed_keys
+from bnexp.config.schema import compose_config, resolved
 from bnexp.errors import UserError
 from bnexp.runfolders.rundir import read_jsonl
 

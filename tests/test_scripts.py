@@ -187,7 +187,8 @@ def test_sweep_folders_named_after_extra_overrides_pass_through_hydra():
     path (a single quote in a folder name included); a backslash or '$' is refused, naming the variable."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from bnexp.designs.preflight import sweep_dir_override, sweep_suffix
+    from bnexp.designs.preflight import sweep_suffix
+    from bnexp.runfolders.runnames import sweep_dir_override
     from bnexp.errors import UserError
 
     suffix = sweep_suffix(["scale.baseline_steps=3000", "monitor.grad_ics_every=500", "lr=[0.1, 0.2]"])

@@ -16,7 +16,7 @@ from torch import nn
 from bnexp.config.schema import compose_config
 from bnexp.nets.bn.stacked import stacked_batch_norm
 from bnexp.nets.models import build_model
-from bnexp.runfolders.stacks import group_runs, why_alone
+from bnexp.config.stacks import group_runs, why_alone
 from bnexp.train.stacked_net import StackedNet
 from tests.conftest import FAST, spawn_bnexp, strict_json, wait_for
 

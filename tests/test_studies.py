@@ -14,10 +14,11 @@ import yaml
 from bnexp.report.claims import INCONCLUSIVE, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures_studies import study_figure
-from bnexp.report.load import find_run_dirs, load_sweep
-from bnexp.report.best_rate import best_rate
-from bnexp.report.rules import Censored
-from bnexp.report.studies import MARKER, cells
+from bnexp.analysis.runs import find_run_dirs, load_sweep
+from bnexp.analysis.tuning import best_rate
+from bnexp.analysis.rules import Censored
+from bnexp.analysis.study_runs import cells
+from bnexp.report.studies import MARKER
 from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
 from bnexp.runfolders.rundir import dumps

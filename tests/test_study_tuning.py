@@ -1,4 +1,4 @@
-"""Held-out tuning in the studies (docs/studies/PLAN.md, bnexp/report/study_tuning.py): each configuration's rate
+"""Held-out tuning in the studies (docs/studies/PLAN.md, bnexp/analysis/study_runs.py): each configuration's rate
 is chosen on the tuning seeds 100-102 and only the evaluation seeds' runs at that rate are scored; synthetic run
 folders with hand-computed choices and claims."""
 
@@ -9,10 +9,10 @@ import json
 import pytest
 
 from bnexp.report.claims import SUPPORTED
-from bnexp.report.load import find_run_dirs, load_sweep
+from bnexp.analysis.runs import find_run_dirs, load_sweep
 from bnexp.report.studies import MARKER
 from bnexp.report.study_claims import study_section
-from bnexp.report.study_tuning import Selection, choose, study_cells
+from bnexp.analysis.study_runs import Selection, choose, study_cells
 from tests.test_studies import make_run
 
 EVAL = (0, 1, 2, 3, 4)

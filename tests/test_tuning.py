@@ -1,4 +1,4 @@
-"""Held-out tuning (bnexp.report.tuning): the rate rule on hand-made grids, the evaluation overrides, and
+"""Held-out tuning (bnexp.analysis.tuning): the rate rule on hand-made grids, the evaluation overrides, and
 why it matters: the best of a noisy grid scored on its own seeds is biased, fresh seeds are not."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS, TuningRun, choose_rates
+from bnexp.analysis.tuning import EVALUATION_SEEDS, TUNING_SEEDS, TuningRun, choose_rates
 
 BN = ("bn=true", "model.init=normal")
 NO_BN = ("bn=false", "model.init=normal")

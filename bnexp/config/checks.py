@@ -164,6 +164,19 @@ def check_memory(cfg) -> None:
                                   + f"), but {avail / gb:.1f} GiB are available; make it smaller")
 
 
+MLFLOW_INSTALL = 'pip install -e ".[mlflow]" (or: pip install mlflow-skinny sqlalchemy alembic)'
+
+
+def mlflow_available() -> str | None:
+    """None when ``logger=mlflow`` can run here, else the one-line reason (a package to install): checked by
+    :func:`bnexp.config.schema.validate` before a run starts and by :class:`bnexp.train.loggers.MLflowScalars`."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        return f"logger=mlflow needs the mlflow package: {MLFLOW_INSTALL}"
+    return None
+
+
 def option_value(v: Any) -> Any:
     """A config value as plain Python: an Enum's value (``Normalizer.layer`` -> ``"layer"``), else the value."""
     return getattr(v, "value", v)

@@ -514,9 +514,7 @@ def validate(cfg: DictConfig) -> None:
     check_fields(cfg)
     c.cross_checks(cfg, BNConfig(), MonitorConfig())
     if cfg.get("logger") is not None and cfg.logger.get("mlflow"):
-        from bnexp.train.loggers import mlflow_available  # standard library only
-
-        problem = mlflow_available()
+        problem = c.mlflow_available()
         if problem:
             raise UserError(problem)
 
@@ -549,22 +547,3 @@ def _as_override(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_as_override(v) for v in value) + "]"
     return value.name if isinstance(value, Enum) else str(value)
-
-
-def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
-    """The result-changing differences between two resolved configs: [(key, old value, new value)].
-
-    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` (and keys under them) never count, nor keys the
-    old config lacks (added to bnexp after that run was made). Texts compare case-insensitively
-    (``'False'``, the old spelling of data.augment's default, is ``'false'``).
-    """
-    from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS, flatten
-
-    def neutral(key: str) -> bool:
-        return any(key == n or key.startswith(n.rstrip(".") + ".") for n in RESULT_NEUTRAL_KEYS)
-
-    def same(a, b) -> bool:
-        return a == b or (isinstance(a, str) and isinstance(b, str) and a.casefold() == b.casefold())
-
-    a, b = flatten(old), flatten(new)
-    return [(k, a[k], b.get(k)) for k in a if not neutral(k) and not same(a[k], b.get(k))]

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from bnexp.designs import mnist
-from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS
+from bnexp.analysis.tuning import EVALUATION_SEEDS, TUNING_SEEDS
 
 MNIST_SEEDS = EVALUATION_SEEDS  # 0-4: disjoint from the tuning seeds 100-102
 CIFAR_SEEDS = (0, 1, 2)  # a verdict needs >= 3 seeds (bnexp.report.claims.MIN_SEEDS)
@@ -27,8 +27,8 @@ SUBDIR = {"plain": "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},lr=${lr},
 
 def held_out_rates(tuning_dir: Path, target: float = TARGET) -> tuple[dict[str, float], list[str]]:
     """Each network's rate for the ICS study: :func:`bnexp.designs.mnist.choose` (the MNIST report's rule,
-    :func:`bnexp.report.tuning.choose_rates`) at ``target`` on the complete normal-init grid of BN and of no
-    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.report.tuning.TUNING_SEEDS`); noisy BN at BN's rate
+    :func:`bnexp.analysis.tuning.choose_rates`) at ``target`` on the complete normal-init grid of BN and of no
+    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.analysis.tuning.TUNING_SEEDS`); noisy BN at BN's rate
     (Santurkar et al. 2018, Sec. 2.1, train noisy BN as BN).
 
     Returns:

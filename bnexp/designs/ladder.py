@@ -42,14 +42,12 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from bnexp.report.frontier import BASELINE, BASELINE_CAP, GAIN, RATE_ALONE, TOL, budget_to_reach, load_runs
-from bnexp.report.rules import CHANCE
+from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, GAIN, PRESET_SETS, RATE_ALONE, TOL, budget_to_reach,
+                                     load_runs)
+from bnexp.analysis.rules import CHANCE
 
 NO_DROPOUT = ("bn_x5", "bn_x30", "bn_x5_sigmoid")  # Sec. 4.2.1: BN-x5 and its variants drop dropout
 HEADLINE = "bn_x5"  # the pass rule's preset: its ladder runs right after the baseline's, before the others
-# the order in which the presets' ladders run (stage 4 follows this order after the headline)
-PRESET_SETS = {"default": ("bn_x5", "bn_baseline"),
-               "all": ("bn_x5", "bn_baseline", "baseline_x5", "baseline_sigmoid", "bn_x5_sigmoid", "bn_x30")}
 # per-preset stop rules (docs/cifar/PLAN.md, plan version 2): the presets whose claim is a speedup at a*
 # climb to a*; the sigmoid pair's claims (trains / does not train) are decided by the ladder's early budget
 TARGETED = ("bn_x5", "bn_baseline", "bn_x30", "baseline_x5")
@@ -57,7 +55,7 @@ EARLY_CAPPED = ("bn_x5_sigmoid", "baseline_sigmoid")
 STOP_WHEN_TRAINS = ("baseline_sigmoid",)  # its claim "does not train" is refuted by one rung above chance + 5
 # the baseline_x5 control (the tuned baseline at 5x its rate): "the rate alone is BN-x5's speedup" needs
 # S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE; a rung past RATE_ALONE x B_bn_x5(a*) still below a* decides "no"
-# (RATE_ALONE lives in bnexp.report.frontier: the report states the control's verdict with the same factor)
+# (RATE_ALONE lives in bnexp.analysis.frontier: the report states the control's verdict with the same factor)
 CONTROL = "baseline_x5"
 # each run's folder in the sweep: the tuning run at the tuning budget and the ladder's rung at that budget
 # have the same overrides, hence the same folder, and bnexp skips it as complete

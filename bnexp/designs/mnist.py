@@ -14,7 +14,7 @@ Four blocks, each one Hydra multirun over its own rate grid x the tuning seeds, 
 Two stages (docs/mnist/PLAN.md, held-out tuning): the grids run on the tuning seeds :data:`SEEDS`
 (100-102, not the pilot seed :data:`PILOT_SEED` that chose the grids' ranges); then :func:`stage_blocks` trains
 each network at the rates :func:`choose` picks there (per target, the report's own rule,
-:func:`bnexp.report.tuning.choose_rates`) on the evaluation seeds (0-4). Every run is cut at
+:func:`bnexp.analysis.tuning.choose_rates`) on the evaluation seeds (0-4). Every run is cut at
 :data:`MAX_STEPS` (the full 50,000 steps do not fit the time on 2 cores; no BN at its old best rate
 reached 97% at 12,833 ± 1,546 steps, BN at 4,667-7,833), with a test evaluation every :data:`EVAL_EVERY`
 steps.
@@ -33,9 +33,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bnexp.report.best_rate import SPEEDUP_TARGETS
-from bnexp.report.load import load_sweep, target_key
-from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
+from bnexp.analysis.runs import load_sweep, target_key
+from bnexp.analysis.tuning import (EVALUATION_SEEDS, SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates,
+                                  runs_from_table)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
@@ -193,7 +193,7 @@ def is_done(sweep_dir: Path, name: str) -> bool:
 
 
 def choose(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> dict[float, RateChoice]:
-    """Stage 2's rates of one block: per target, :func:`bnexp.report.tuning.choose_rates` (objective "steps",
+    """Stage 2's rates of one block: per target, :func:`bnexp.analysis.tuning.choose_rates` (objective "steps",
     the runs' budget) on the block's complete tuning grid in ``sweep_dir`` (every rate x ``seeds``), the rule
     the report applies to the same runs (:func:`bnexp.report.best_rate.best_rate_for_target`).
 

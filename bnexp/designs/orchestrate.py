@@ -62,7 +62,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     (docs/mnist/PLAN.md): every grid on the tuning seeds, then each network at its chosen rates on
     EVALUATION_SEEDS (default 0-4); one stage (the grid on the given seeds) when the overrides set ``seed``."""
     from bnexp.designs import mnist
-    from bnexp.report.tuning import EVALUATION_SEEDS
+    from bnexp.analysis.tuning import EVALUATION_SEEDS
 
     sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
     docs = env.docs_dir("DOCS_DIR", "docs/mnist", not extra)
@@ -107,7 +107,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
 def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_cifar.sh: the budget ladder of :mod:`.ladder`, batch after batch, in SWEEP_DIR."""
     from bnexp.designs import ladder, precision_check
-    from bnexp.report.frontier import load_runs
+    from bnexp.analysis.frontier import load_runs
 
     scale = env.get("SCALE", "cpu")
     presets_name = env.get("PRESETS", "default")
@@ -207,7 +207,7 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
             when it starts).
     """
     from bnexp.designs import ics
-    from bnexp.report.ics_design import write_design
+    from bnexp.analysis.ics_design import write_design
 
     noise_env = env.get("NOISE_SCALES")
     scales = env.number_list("NOISE_SCALES") or (1.0, 3.0, 10.0)
@@ -312,7 +312,7 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     chosen there (:func:`.studies.evaluation_batches`, the report's rule) on EVALUATION_SEEDS (0-4); one stage
     (the grids on the given seeds) when the overrides set ``seed``."""
     from bnexp.designs import studies
-    from bnexp.report.tuning import TUNING_SEEDS
+    from bnexp.analysis.tuning import TUNING_SEEDS
 
     study = studies.build_studies()[name]
     sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)

@@ -33,7 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from bnexp.designs.ladder import HEADLINE, NO_DROPOUT, Batch, Ladder, LADDERS, winner
-from bnexp.report.frontier import BASELINE, GAIN, load_runs
+from bnexp.analysis.frontier import BASELINE, GAIN, load_runs
 
 PRESETS = (BASELINE, HEADLINE)  # the two presets of the headline claim S_bn_x5(a*)
 BUDGETS = {"cpu": (6000, 24000), "gpu": (10000, 40000)}  # rungs of both presets' ladders at each scale
@@ -89,7 +89,7 @@ def verdict(main: pd.DataFrame, check: pd.DataFrame, lad: Ladder, scale: str, se
     """The check's table and verdict (docs/cifar/PLAN.md), None while a run of a cell is missing.
 
     Args:
-        main, check: :func:`bnexp.report.frontier.runs_table` of the sweep folder (fp32 runs) and of
+        main, check: :func:`bnexp.analysis.frontier.runs_table` of the sweep folder (fp32 runs) and of
             :func:`check_dir` (bf16 runs), with ``status`` and ``precision`` columns.
         lad, scale, seeds: the ladder, its scale and the decision seeds.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bnexp.errors import UserError
+from bnexp.runfolders.runnames import sweep_dir_override
 
 LAST_WINS_ENV = "BNEXP_LAST_OVERRIDE_WINS"
 SUFFIX_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.,=+-")
@@ -70,20 +71,6 @@ def sweep_suffix(extra: list[str]) -> str:
     if len(safe) > 80:
         safe = f"{safe[:69]}_{hashlib.sha1(joined.encode()).hexdigest()[:10]}"
     return "+" + safe
-
-
-def sweep_dir_override(folder: str | Path, name: str = "SWEEP_DIR") -> str:
-    """``hydra.sweep.dir='FOLDER'`` quoted for Hydra's override grammar (a name from :func:`sweep_suffix`
-    holds ``=`` and ``,``; a single quote is escaped as ``\\'``).
-
-    Raises:
-        UserError: a backslash or ``$`` in the folder (Hydra/OmegaConf escapes and interpolations).
-    """
-    text = str(folder)
-    if "\\" in text or "$" in text:
-        raise UserError(f"sweep folder '{text}' ({name}): a backslash or '$' cannot be passed to Hydra as "
-                        f"hydra.sweep.dir; choose another folder")
-    return "hydra.sweep.dir='" + text.replace("'", "\\'") + "'"
 
 
 def check_writable(folder: Path, name: str) -> None:

@@ -26,11 +26,11 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bnexp.report.tuning import EVALUATION_SEEDS, TUNING_SEEDS
+from bnexp.analysis.tuning import EVALUATION_SEEDS, TUNING_SEEDS
 
 STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
 # two stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
-# chosen there (bnexp/report/study_tuning.py, the report's rule) on the evaluation seeds
+# chosen there (bnexp/analysis/study_runs.py, the report's rule) on the evaluation seeds
 SEEDS = ",".join(map(str, TUNING_SEEDS))
 # every run of every study: one torch thread per job, no progress bar, no TensorBoard histograms and no
 # distribution-shift metrics (the studies read accuracies only); each batch adds trainer.hist_every =
@@ -281,8 +281,8 @@ def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seed
 def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
                        extra: tuple[str, ...] = ()) -> tuple[list[str], list[Batch]]:
     """Stage 2 of a study whose tuning runs (stage 1 with ``extra``) are all complete in ``sweep_dir``: per
-    network, per objective of the study (:data:`bnexp.report.study_tuning.OBJECTIVES`), the rate that
-    :func:`bnexp.report.study_tuning.choose` picks on the tuning runs (the report's rule), as one
+    network, per objective of the study (:data:`bnexp.analysis.study_runs.OBJECTIVES`), the rate that
+    :func:`bnexp.analysis.study_runs.choose` picks on the tuning runs (the report's rule), as one
     :func:`evaluation_batch` each (a rate chosen twice trained once).
 
     Returns:
@@ -291,10 +291,10 @@ def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
     Raises:
         ValueError: a tuning run is missing or unfinished.
     """
-    from bnexp.report.load import load_sweep
-    from bnexp.report.studies import native
-    from bnexp.report.study_tuning import FAMILY_KEYS, OBJECTIVES, choose, study_cells
-    from bnexp.report.tuning import RateChoice
+    from bnexp.analysis.runs import load_sweep
+    from bnexp.analysis.runs import native
+    from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES, choose, study_cells
+    from bnexp.analysis.tuning import RateChoice
 
     nets = networks(study, extra)
     jobs = [j for js in nets.values() for j in js]
@@ -323,7 +323,7 @@ def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
 def evaluation_estimate_batches(study: Study, seeds=EVALUATION_SEEDS, extra: tuple[str, ...] = ()) -> list[Batch]:
     """Stage 2 before stage 1 has run, at its most: per network as many rates as the study has objectives
     (its grid's first ones stand in; the cost does not depend on the rate)."""
-    from bnexp.report.study_tuning import OBJECTIVES
+    from bnexp.analysis.study_runs import OBJECTIVES
 
     k = len(OBJECTIVES[study.name])
     out = []

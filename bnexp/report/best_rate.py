@@ -3,35 +3,30 @@
 Comparing BN and no BN at one shared rate measures the rate choice as much as BN: a rate that suits BN may
 cripple the plain network. Standard practice (Shallue et al. 2019, "Measuring the Effects of Data
 Parallelism on Neural Network Training", Sec. 3) compares each configuration at its own best rate as well.
-A *family* is the set of configurations that differ only in ``lr``; its best rate is :func:`best_rate`
-(one-stage design) or the rate chosen on the tuning seeds (:mod:`bnexp.report.tuning`). A best rate at
+A *family* is the set of configurations that differ only in ``lr``; its best rate is
+:func:`bnexp.analysis.tuning.best_rate` (one-stage design) or the rate chosen on the tuning seeds (:mod:`bnexp.analysis.tuning`). A best rate at
 the lowest or highest rate of the grid may be beaten by one outside it (:func:`edge_of`); the report says so.
 
 The claims (:func:`best_rate_speedups`, docs/mnist/README.md "Design") use the targets
-:data:`SPEEDUP_TARGETS` (90%, 95%, 97%, fixed before the run), each network at its own best rate *for
+:data:`bnexp.analysis.tuning.SPEEDUP_TARGETS` (90%, 95%, 97%, fixed before the run), each network at its own best rate *for
 that target*, per seed the ratio no-BN steps / BN steps against :data:`SPEEDUP_THRESHOLD`, and the verdict
 of :mod:`bnexp.report.claims`.
 """
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from bnexp.report.claims import Claim, evaluate, per_seed_text
 from bnexp.report.groups import ConfigGroup, pair_label
-from bnexp.report.load import config_key, target_key
-from bnexp.report.rules import Censored, format_target, normalizer_label, optional
-from bnexp.report.tuning import TUNING_SEEDS, choose_rates, runs_from_table
+from bnexp.analysis.runs import config_key, target_key
+from bnexp.analysis.rules import Censored, format_target, normalizer_label, optional
+from bnexp.analysis.tuning import (HELD_OUT, SPEEDUP_TARGETS, TUNING_SEEDS, best_rate, choose_rates,
+                                  runs_from_table)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
-SPEEDUP_TARGETS = (0.90, 0.95, 0.97)
 SPEEDUP_THRESHOLD = 1.0
 SPEEDUP_TITLE = "Speedup at each network's own best rate, per target (claims)"
-EVERY_SEED = "fewest steps"
-HIGHEST_FINAL = "highest final accuracy"
-HELD_OUT = "chosen on the tuning seeds"
 
 
 def init_of(config: dict) -> str:
@@ -42,24 +37,6 @@ def init_of(config: dict) -> str:
     if not any(k.startswith("model.") for k in config):
         return "unknown"
     return "normal" if config.get("model.init_std") is not None else "torch"
-
-
-def best_rate(rows: pd.DataFrame, steps: str = "steps") -> tuple[float | None, str]:
-    """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (columns ``lr``,
-    ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
-    the target among the rates where every completed seed reached it and none diverged (a diverging rate is
-    too high; :data:`EVERY_SEED`); when no rate qualifies, the highest mean final test accuracy
-    (:data:`HIGHEST_FINAL`); (None, "no runs") without rows. Shared by the MNIST speedups and the studies
-    (docs/studies/README.md)."""
-    if rows.empty:
-        return None, "no runs"
-    by_lr = list(rows.groupby("lr"))
-    ok = [(pd.to_numeric(g[steps]).mean(), lr) for lr, g in by_lr
-          if pd.to_numeric(g[steps]).notna().all() and (g["status"] != "diverged").all()]
-    if ok:
-        return float(min(ok)[1]), EVERY_SEED
-    finals = [(-m, lr) for lr, g in by_lr if not math.isnan(m := pd.to_numeric(g["final_test_accuracy"]).mean())]
-    return (float(min(finals)[1]), HIGHEST_FINAL) if finals else (None, "no runs")
 
 
 def edge_of(lr: float | None, grid: list[float]) -> str | None:
@@ -73,7 +50,7 @@ def edge_of(lr: float | None, grid: list[float]) -> str | None:
 def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target: float) -> dict:
     """The rate of ``family`` (sorted by rate) used for the speedup at ``target``, and the runs it scores
     (docs/mnist/PLAN.md): **held out** when the family has runs on the tuning seeds
-    :data:`bnexp.report.tuning.TUNING_SEEDS`, chosen on those alone (:func:`bnexp.report.tuning.choose_rates`,
+    :data:`bnexp.analysis.tuning.TUNING_SEEDS`, chosen on those alone (:func:`bnexp.analysis.tuning.choose_rates`,
     objective "steps", the family's budget) and scored on the other seeds; **one stage** otherwise,
     :func:`best_rate` on the family's completed runs, scored on the same seeds.
 
@@ -81,7 +58,7 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
         {"lr" (None: no choice), "selection" (:data:`EVERY_SEED`, :data:`HIGHEST_FINAL` or :data:`HELD_OUT`),
         "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps), "runs": {seed: run
         id}, "steps": {seed: steps to the target, None if not reached}, "choice" (held out:
-        :meth:`bnexp.report.tuning.RateChoice.as_dict`, else None), "why" (why there is no rate, else None)}.
+        :meth:`bnexp.analysis.tuning.RateChoice.as_dict`, else None), "why" (why there is no rate, else None)}.
     """
     col = f"steps_to_{target_key(target)}"
     rows = table[table["group"].isin([g.key for g in family]) & table["status"].isin(COMPLETE_STATUSES)]
@@ -140,7 +117,7 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
     """The claims "BN trains in fewer steps to T" for every target T of ``targets`` and every setting (weight
     init, ...) with a BN (or noisy BN) and a no-BN rate family (configurations that differ only in ``lr``, two
     rates or more): each network at its own best rate for T (:func:`best_rate_for_target`), per seed s the
-    :class:`bnexp.report.rules.Censored` ratio no-BN / BN steps (a run that missed the target counts as its
+    :class:`bnexp.analysis.rules.Censored` ratio no-BN / BN steps (a run that missed the target counts as its
     budget, a bound), judged by :func:`bnexp.report.claims.evaluate` on log ratios against
     :data:`SPEEDUP_THRESHOLD`.
 
@@ -149,7 +126,7 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
         each with the extra fields "target", "init", "variant", "bn", "no_bn", "bn_lr", "no_bn_lr",
         "bn_selection", "no_bn_selection", "bn_edge", "no_bn_edge", "bn_steps", "no_bn_steps" ({seed:
         steps or None}), "bn_budget", "no_bn_budget", "bn_choice", "no_bn_choice" (the held-out tuning
-        grid, :meth:`bnexp.report.tuning.RateChoice.as_dict`, or None in the one-stage design),
+        grid, :meth:`bnexp.analysis.tuning.RateChoice.as_dict`, or None in the one-stage design),
         "lower_bound_seeds", "left_out" ({seed: reason}).
     """
     families: dict[str, list[ConfigGroup]] = {}

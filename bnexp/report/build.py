@@ -8,19 +8,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.best_rate import SPEEDUP_TARGETS, best_rate_speedups, held_out_seeds
+from bnexp.analysis.tuning import SPEEDUP_TARGETS
+from bnexp.report.best_rate import best_rate_speedups, held_out_seeds
 from bnexp.report.evidence import seed_advice
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
-from bnexp.report.ics_design import design_fields, ignored_keys, read_design
+from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
 from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicates import drop_duplicate_seeds
-from bnexp.report.load import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
+from bnexp.analysis.runs import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
                                target_key)
-from bnexp.report.rules import STD_NOTE, optional
+from bnexp.analysis.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE
-from bnexp.report.frontier import frontier_section
+from bnexp.analysis.frontier import frontier_section
 from bnexp.report.sec42 import plan_v2
 from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section
 from bnexp.runfolders.rundir import symlink_problem
@@ -41,7 +42,7 @@ class Report:
     """Everything ``bnexp report`` computes: the ``sweep_dir`` (or single run directory) it is about, the
     configurations (``groups``), ``data`` (written to report.json), ``out_dir`` (``sweep_dir``, or
     ``sweep_dir/report/`` for a run directory), the ``sweep`` loaded into DataFrames and ``table``, one
-    row per run (:func:`bnexp.report.load.run_table` plus its configuration's key in ``group``)."""
+    row per run (:func:`bnexp.analysis.runs.run_table` plus its configuration's key in ``group``)."""
 
     sweep_dir: Path
     groups: list[ConfigGroup]
@@ -114,7 +115,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     sweep (``data["seed_advice"]``, :func:`bnexp.report.evidence.seed_advice`), the speedups at each network's
     best rate (``data["best_rate_speedups"]``), the ICS section (``data["ics"]``), a study's section
     (``data["study"]``) and, when presets ran at several budgets, the Sec. 4.2 frontier (``data["frontier"]``,
-    ``["matched_accuracy"]``, ``["frontier_analysis"]``: :func:`bnexp.report.frontier.frontier_section` and
+    ``["matched_accuracy"]``, ``["frontier_analysis"]``: :func:`bnexp.analysis.frontier.frontier_section` and
     :func:`bnexp.report.sec42.plan_v2`).
 
     Raises:

@@ -1,7 +1,7 @@
 """Claims instead of a tally (every section of the report): each statement the report makes is one row with
 its quantity, direction and threshold fixed in code before the run, the per-seed values, the seed mean with
-its 95% Student-t interval over seeds (:mod:`bnexp.report.interval`; on log ratios for speedups), the
-per-seed range, the sample std (:data:`bnexp.report.rules.DDOF`), and a verdict (:func:`evaluate`):
+its 95% Student-t interval over seeds (:mod:`bnexp.analysis.interval`; on log ratios for speedups), the
+per-seed range, the sample std (:data:`bnexp.analysis.rules.DDOF`), and a verdict (:func:`evaluate`):
 
 * ``premise not met`` -- the comparison the claim needs does not exist, so the claim counts for no account;
 * ``inconclusive`` -- a measure the claim needs is not in the records, fewer than ``min_seeds`` seeds, a seed
@@ -17,8 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from bnexp.report.interval import LEVEL, LOWER, UNKNOWN, UPPER, SeedInterval, seed_mean_interval
-from bnexp.report.rules import PREFIX, Censored, finite, stat
+from bnexp.analysis.interval import seed_values
+from bnexp.analysis.rules import PREFIX, Censored, stat
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -26,7 +26,6 @@ INCONCLUSIVE = "inconclusive"
 PREMISE_NOT_MET = "premise not met"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, PREMISE_NOT_MET)
 MIN_SEEDS = 3
-_MARK = {"exact": "", "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}  # Censored.bound -> interval mark
 
 
 @dataclass(frozen=True)
@@ -57,36 +56,6 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: threshold must be finite, got {self.threshold!r}")
 
 
-def seed_interval(values, confidence: float = LEVEL) -> dict:
-    """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
-    std and the Student-t interval of the mean (:func:`bnexp.report.interval.seed_mean_interval`, raw scale);
-    std and interval None for n < 2, every entry None for n = 0."""
-    x = finite(values)
-    out = {**stat(x), "ci_low": None, "ci_high": None}
-    if x.size >= 2:
-        iv = seed_mean_interval(list(x), level=confidence)
-        out["ci_low"], out["ci_high"] = iv.low, iv.high
-    return out
-
-
-def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, SeedInterval | None]:
-    """(values, bounds, interval) of per-seed values that may be :class:`bnexp.report.rules.Censored`
-    bounds: values {seed: float or None (missing: not counted)}, bounds {seed: "lower" | "upper" |
-    "unknown"}, and :func:`bnexp.report.interval.seed_mean_interval` of the counted seeds on ``scale``
-    ("log" for ratios: a value <= 0 is not counted), None without any."""
-    vals, bounds = {}, {}
-    for s, v in per_seed.items():
-        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
-        ok = c.value is not None and (scale == "raw" or c.value > 0)
-        vals[int(s)] = c.value if ok else None
-        if c.bound != "exact" and (ok or c.bound == "unknown"):
-            bounds[int(s)] = c.bound
-    counted = [s for s in vals if vals[s] is not None or bounds.get(s) == "unknown"]
-    iv = seed_mean_interval([vals[s] for s in counted], [_MARK[bounds.get(s, "exact")] for s in counted],
-                            scale) if counted else None
-    return vals, bounds, iv
-
-
 def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
              premise: str | None = None, missing: str | None = None, scale: str = "raw") -> dict:
     """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict (module docstring),
@@ -95,8 +64,8 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
     Args:
         claim: the claim, fixed before the run.
         per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted), or a
-            :class:`bnexp.report.rules.Censored` value: a bound enters the interval as a bound (it opens one
-            side, :mod:`bnexp.report.interval`), a seed with no known side opens both.
+            :class:`bnexp.analysis.rules.Censored` value: a bound enters the interval as a bound (it opens one
+            side, :mod:`bnexp.analysis.interval`), a seed with no known side opens both.
         never_learned: seeds whose run(s) never left chance; any makes the verdict ``inconclusive``.
         premise: a reason the comparison does not exist; makes the verdict ``premise not met``.
         missing: what the records lack for this claim; makes the verdict ``inconclusive`` (after ``premise``).
@@ -107,7 +76,7 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         "n", "mean" (the estimate: the geometric mean for ratios), "std" (the sample std on the raw scale,
         ratios as ratios, over the seeds whose side is known: a seed bounded on both sides says nothing about
         the spread; None under two such seeds), "ci_low", "ci_high" (None where open or n < 2), "interval"
-        (:meth:`bnexp.report.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
+        (:meth:`bnexp.analysis.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
         :data:`VERDICTS`), "reason" (one sentence).
     """
     vals, bounds, iv = seed_values(per_seed, scale)
@@ -149,7 +118,7 @@ def by_seed(per_seed: Mapping) -> list[tuple]:
 
 def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
     """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
-    (">=" / "<=": a bound, :data:`bnexp.report.rules.PREFIX`; "-": no value); "-" without seeds."""
+    (">=" / "<=": a bound, :data:`bnexp.analysis.rules.PREFIX`; "-": no value); "-" without seeds."""
     bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
     bounds = {str(k): b for k, b in bounds.items()}
     return ", ".join(f"{s}: " + ("-" if v is None else f"{PREFIX[bounds.get(str(s), 'exact')]}{fmt(v)}{unit}")

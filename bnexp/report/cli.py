@@ -17,7 +17,7 @@ from bnexp.report.build import ALL_REPORT_FILES, FIGURE_FILES, REPORT_FILES, RUN
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
-from bnexp.report.load import ReportError
+from bnexp.analysis.runs import ReportError
 from bnexp.report.render import render_files, render_summary
 from bnexp.runfolders.rundir import replace_files
 

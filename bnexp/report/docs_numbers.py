@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bnexp.report.docs_views import VIEWS, ViewDataError
-from bnexp.report.load import ReportError
+from bnexp.analysis.runs import ReportError
 
 OPEN = re.compile(r"^\s{0,3}<!--\s*bnexp:numbers\b(?P<attrs>.*?)-->\s*$")
 CLOSE = re.compile(r"^\s{0,3}<!--\s*/bnexp:numbers\s*-->\s*$")
@@ -215,7 +215,7 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
         The files that changed.
 
     Raises:
-        DocsError (a :class:`~bnexp.report.load.ReportError`, exit code 2): a FILE that does not exist, no
+        DocsError (a :class:`~bnexp.analysis.runs.ReportError`, exit code 2): a FILE that does not exist, no
             markdown file found, any block error (nothing is written then), or an unwritable file.
     """
     from bnexp.runfolders.rundir import replace_files

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from bnexp.report.interval import format_interval, row_interval
-from bnexp.report.fmt import format_target, md_table, render_template
-from bnexp.report.rules import CHANCE
-from bnexp.report.frontier import (MATCHED_HELPERS, PASS_WORDS, frontier_table, headline_bound, pct, seed_bounds,
-                                   speedup_text)
+from bnexp.analysis.interval import row_interval
+from bnexp.report.fmt import format_interval, format_target, md_table, render_template
+from bnexp.analysis.rules import CHANCE
+from bnexp.analysis.frontier import PASS_WORDS
+from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.studies import table_md
 
 
@@ -56,7 +56,7 @@ def _text(name: str, **d) -> str:
 def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
     """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
     seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
-    :func:`bnexp.report.frontier.seed_bounds`); "" without per-seed values."""
+    :func:`bnexp.report.frontier_text.seed_bounds`); "" without per-seed values."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
     vals, bounds = {k: v for k, v in per.items() if v is not None}, bounds or {}
     in_order = lambda keys: sorted(keys, key=lambda k: (len(k), k))  # noqa: E731 (seed 2 before seed 10)
@@ -93,7 +93,7 @@ def cifar_matched(report: dict) -> str:
 
 @view("cifar_frontier")
 def cifar_frontier(report: dict) -> str:
-    """docs/cifar's frontier table (:func:`bnexp.report.frontier.frontier_table`, as in report.md)."""
+    """docs/cifar's frontier table (:func:`bnexp.report.frontier_text.frontier_table`, as in report.md)."""
     return frontier_table(need(report, "frontier")).to_markdown(index=False, disable_numparse=True)
 
 
@@ -242,7 +242,7 @@ def study_verdicts(report: dict) -> str:
 def mnist_rates(report: dict) -> str:
     """The MNIST sweep's rates the study designs lean on, from report.json (normal init, m = 60): each
     network's best rate per target (``best_rate_speedups``), the highest no-BN rate at which every seed left
-    chance (:data:`bnexp.report.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
+    chance (:data:`bnexp.analysis.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
     examples to 95% at lr 0.6, the batch_size study's rate at m = 60 (seed means)."""
     rows = [r for r in _speedup_rows(report) if r["init"] == "normal" and r["variant"] == "BN"]
     plain = [c for c in need(report, "configurations") if c.get("bn") is False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bnexp.report.load import Run
+from bnexp.analysis.runs import Run
 from bnexp.runfolders.rundir import SUMMARY
 
 log = logging.getLogger("bnexp.report")

@@ -1,7 +1,7 @@
 """Which seeds a sweep lacks for a verdict, and the command that adds them (:func:`seed_advice`).
 
 Every verdict of the report is a claims-table row (:mod:`bnexp.report.claims`), which needs
-:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.report.rules.CHANCE`).
+:data:`bnexp.report.claims.MIN_SEEDS` seeds and runs that left chance (:data:`bnexp.analysis.rules.CHANCE`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _kept(overrides: list[str]) -> list[str]:
 def _sweep_dir(folder: Path) -> str:
     """``hydra.sweep.dir=FOLDER`` as one shell word Hydra's override grammar takes: a folder with characters
     the grammar refuses unquoted (``=``, ``,``, a space, ...) is quoted for Hydra
-    (:func:`bnexp.designs.preflight.sweep_dir_override`) and then for the shell."""
-    from bnexp.designs.preflight import sweep_dir_override
+    (:func:`bnexp.runfolders.runnames.sweep_dir_override`) and then for the shell."""
+    from bnexp.runfolders.runnames import sweep_dir_override
     from bnexp.errors import UserError
 
     text = str(folder)
@@ -122,11 +122,11 @@ def grid_commands(jobs: list[list[str] | None], seeds: list[list[int]], sweep_di
 def ladder_seed_command(groups, add, sweep_dir: Path) -> str:
     """The command that adds the seeds ``add`` to the CIFAR-10 ladder sweep in ``sweep_dir`` the way
     docs/cifar/PLAN.md does (stage 5, extra seeds): ``EXTRA_SEEDS=2 [PRESETS=...] SWEEP_DIR=...
-    scripts/reproduce_cifar.sh``. PRESETS (:data:`bnexp.designs.ladder.PRESET_SETS`) is left out when the
+    scripts/reproduce_cifar.sh``. PRESETS (:data:`bnexp.analysis.frontier.PRESET_SETS`) is left out when the
     configurations (:class:`bnexp.report.groups.ConfigGroup`) ran only the baseline and the default presets,
     ``all`` when they ran all of them, else their names: a wider PRESETS would first climb ladders the sweep never
     ran."""
-    from bnexp.designs.ladder import PRESET_SETS
+    from bnexp.analysis.frontier import PRESET_SETS
 
     ran = {str(g.config.get("experiment")) for g in groups if g.config.get("experiment")}
     presets = [p for p in PRESET_SETS["all"] if p in ran]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
-from bnexp.report.rules import NORMALIZERS, normalizer
+from bnexp.analysis.rules import BN_OPTIONS, colour_family as colour_family_of, variant
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 
@@ -73,7 +73,7 @@ def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     variants."""
     present = {bn_variant(g) for g in groups}
     words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
-    families = {family(g) for g in groups}
+    families = {colour_family(g) for g in groups}
     words += [f"{name} {colour}" for name, colour in FAMILY_WORDS.items() if name in families]
     several = len({pair_key(g) for g in groups}) > 1
     return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
@@ -84,9 +84,9 @@ def legend_label(group: ConfigGroup) -> str:
     "baseline" (a no-BN preset) -> "baseline (no BN)"; "bn=true lr=0.5" and "noisy BN lr=0.5" stay."""
     v, label = bn_variant(group), group.label or group.variant_label or "configuration"
     words = label.replace(":", " ").replace(",", " ").split()
-    named = [v for w, v in (("bn=noisy", "noisy BN"), ("bn=false", "no BN"), ("bn=true", "BN")) if w in words]
-    named += [v for v in ("noisy BN", "no BN") if v in label]
-    named_variant = named[0] if named else "BN" if re.search(r"\bBN\b", label) else None
+    named = [variant(code) for option, code in BN_OPTIONS.items() if f"bn={option}" in words]
+    named += [v for v in (variant("noisy"), variant("none")) if v in label]
+    named_variant = named[0] if named else variant("batch") if re.search(r"\bBN\b", label) else None
     return label if v is None or named_variant == v else f"{label} ({v})"
 
 
@@ -99,11 +99,10 @@ def pyplot():
     return plt
 
 
-def family(group: ConfigGroup) -> str | None:
-    """The colour family's key of a configuration: its BN variant, LayerNorm/GroupNorm by name."""
-    v = bn_variant(group)
-    norm = normalizer(group.config) if v == "BN" else None
-    return NORMALIZERS[norm] if norm in ("layer", "group") else v
+def colour_family(group: ConfigGroup) -> str | None:
+    """The colour family (:data:`FAMILY`) of a configuration: :func:`bnexp.analysis.rules.colour_family` of its
+    normalizer (its BN variant; LayerNorm and GroupNorm by name)."""
+    return colour_family_of(group.normalizer)
 
 
 def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) -> set[str]:
@@ -157,16 +156,17 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
                                             if k.startswith("bn."))) for g in groups}
     per_family: dict[str | None, dict] = {}
     for g in groups:
-        per_family.setdefault(family(g), {})[shade_key[g.key]] = None
+        per_family.setdefault(colour_family(g), {})[shade_key[g.key]] = None
     shades = {}
     for fam, keys in per_family.items():
         settings = list(dict.fromkeys(k[0] for k in keys))
         shades[fam] = sorted(keys, key=lambda k: (settings.index(k[0]), k[1]))
     out = {}
     for g in groups:
-        order, v = shades[family(g)], bn_variant(g)
+        order, v = shades[colour_family(g)], bn_variant(g)
         n, i = len(order), order.index(shade_key[g.key])
-        color = family_color(family(g), 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1))  # darkest 0.95 to light 0.45
+        shade = 0.75 if n == 1 else 0.95 - 0.5 * i / (n - 1)  # darkest 0.95 to light 0.45
+        color = family_color(colour_family(g), shade)
         out[g.key] = Style(color, LINESTYLE[v], HATCH[v], typed.get(g.key) or legend_label(g))
     return out
 

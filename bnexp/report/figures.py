@@ -15,11 +15,11 @@ import numpy as np
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, Style, family, legend_below, legend_label, legend_title, pyplot, refs,
-                                   schedule_keys_to_drop, style_note, styles, wrap_title)
+from bnexp.report.figstyle import (STEP_LABEL, Style, colour_family, legend_below, legend_label, legend_title, pyplot,
+                                   refs, schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
-from bnexp.report.load import Run, Sweep, numeric, ordered_keys, seed_order
-from bnexp.report.rules import normalizer, normalizer_label
+from bnexp.analysis.runs import Run, Sweep, numeric, ordered_keys, seed_order
+from bnexp.analysis.rules import normalizer, normalizer_label
 from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
@@ -163,12 +163,12 @@ def figure_rows(groups: list[ConfigGroup],
     column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
     configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
     batches) takes the row with no BN."""
-    present = {family(g) or "configuration" for g in groups}
+    present = {colour_family(g) or "configuration" for g in groups}
     columns = [c for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration") if c in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
     for g in sorted(groups, key=lambda g: normalizer(g.config) == "ghost"):
-        col, own = family(g) or "configuration", row_of.setdefault(pair_key(g, ignore), [])
+        col, own = colour_family(g) or "configuration", row_of.setdefault(pair_key(g, ignore), [])
         idx = next((i for i in own if col not in rows[i]), None)
         if idx is None:
             rows.append({})

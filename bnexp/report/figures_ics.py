@@ -12,7 +12,7 @@ import pandas as pd
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
 from bnexp.report.ics_stats import gradient_long, layer_long, records
-from bnexp.report.load import Run, Sweep, numeric
+from bnexp.analysis.runs import Run, Sweep, numeric
 
 # Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
 # the inputs to the nonlinearity have the arbitrary units of the pre-activations).

@@ -11,8 +11,8 @@ import math
 from itertools import product
 
 from bnexp.report.figstyle import FAMILY, family_color, figure_png, legend_below, pyplot, wrap_title
-from bnexp.report.frontier import BASELINE, ORDER, PASS_FACTOR
-from bnexp.report.rules import NORMALIZERS as NAMES
+from bnexp.analysis.frontier import BASELINE, ORDER, PASS_FACTOR
+from bnexp.analysis.rules import NORMALIZERS as NAMES
 
 
 def _color(norm: str):
@@ -236,10 +236,10 @@ FIGURE = "frontier.png"
 
 
 def frontier_figure(section: dict):
-    """The Sec. 4.2 frontier figure (docs/cifar/PLAN.md) of ``section`` (:func:`bnexp.report.frontier.analyze`'s
+    """The Sec. 4.2 frontier figure (docs/cifar/PLAN.md) of ``section`` (:func:`bnexp.analysis.frontier.analyze`'s
     dict or report.json's data): left, each preset's final test accuracy (%) vs training budget (steps, log2 axis)
     with the target a*; right, the matched-accuracy speedup S(a) = B_baseline(a) / B_preset(a) of every preset
-    with parity (1x) and the pass rule's :data:`~bnexp.report.frontier.PASS_FACTOR`. S(a) points that are bounds
+    with parity (1x) and the pass rule's :data:`~bnexp.analysis.frontier.PASS_FACTOR`. S(a) points that are bounds
     (a reached at a ladder's smallest budget) are open triangles (up: the preset's bound, S >= value; down: the
     baseline's, S <= value)."""
     fa = section["frontier_analysis"]

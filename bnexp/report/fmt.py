@@ -12,7 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from bnexp.report.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
+from bnexp.analysis.interval import EXACT, SeedInterval
+from bnexp.analysis.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
 def format_steps(st: dict) -> str:
@@ -64,6 +65,75 @@ def table(text: str) -> str:
     return "\n".join(md_table(rows[0], rows[1:]))
 
 
+def grid_text(choice: dict) -> str:
+    """A :meth:`bnexp.analysis.tuning.RateChoice.as_dict` grid as one table cell: every rate with its failed
+    (objective "steps") or diverged ("accuracy") tuning seeds / n and the mean steps or final accuracy, the chosen
+    rate in bold, then " (censored)" when every rate had a failed seed."""
+    def cell(g: dict) -> str:
+        if choice.get("objective", "steps") == "steps":
+            return f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}"
+        acc = "-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
+        return f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, {acc}"
+
+    text = "; ".join(f"**{cell(g)}**" if g["chosen"] else cell(g) for g in choice["grid"])
+    return text + (" (censored)" if choice["censored"] else "")
+
+
+def _num(v: float, digits: int) -> str:
+    return f"{v:.{digits}g}"
+
+
+def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
+    """One line for a page: estimate, interval, per-seed range and n, e.g.
+
+    "1.98x, 95% t interval [0.76x, 5.18x]; per seed 1.5x to 3.08x (n = 3)",
+    ">= 2.3x, 95% t interval [1.21x, open: 1 seed(s) only a lower bound]; per seed 1.5x to >= 4x (n = 3)".
+
+    Args:
+        iv: the interval.
+        unit: appended to every number ("x" for ratios, "" or " points" otherwise).
+        digits: significant digits.
+    """
+    def num(v, mark=EXACT):
+        return f"{mark + ' ' if mark else ''}{_num(v, digits)}{unit}"
+
+    if iv.estimate is None:
+        head = "unknown"
+    else:
+        head = num(iv.estimate, iv.estimate_bound)
+    pct = f"{100 * iv.level:g}%"
+    if iv.n < 2 or (iv.low_open and iv.high_open):
+        body = f"no {pct} interval ({iv.reason})"
+    else:
+        lo = "open" if iv.low_open else num(iv.low)
+        hi = "open" if iv.high_open else num(iv.high)
+        note = f": {iv.reason.split(':')[0]}" if iv.reason else ""
+        body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
+            f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
+    rng = ("per seed n/a" if iv.seed_min is None else
+           f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
+    return f"{head}, {body}; {rng} (n = {iv.n})"
+
+
+def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
+    """The interval of a claims row (``ci_low``, ``ci_high``; None where open or n < 2) as a table cell:
+    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval."""
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None and hi is None:
+        return "-"
+    return "[" + ", ".join("open" if v is None else f"{_num(v, digits)}{unit}" for v in (lo, hi)) + "]"
+
+
+def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
+    """The estimate and its interval in a sentence of several: "1.62 [1.6, 1.67]", ">= 2.3 [1.21, open]",
+    "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
+    if iv is None or iv.estimate is None:
+        return "n/a"
+    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
+    cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
+    return head if cell == "-" else f"{head} {cell}"
+
+
 @lru_cache(maxsize=1)
 def _templates():
     """The Jinja2 environment of bnexp/report/templates/: a block tag's line leaves no trace, no escaping
@@ -71,11 +141,10 @@ def _templates():
     table); globals: the helpers the macros of tables.md.j2 call."""
     import jinja2
 
-    from bnexp.report.best_rate import HIGHEST_FINAL, per_seed_ratios
+    from bnexp.report.best_rate import per_seed_ratios
     from bnexp.report.claims import by_seed, per_seed_text
-    from bnexp.report.interval import interval_cell
-    from bnexp.report.rules import DDOF
-    from bnexp.report.tuning import ACCURACY_RULE, STEPS_RULE, grid_text
+    from bnexp.analysis.rules import DDOF
+    from bnexp.analysis.tuning import ACCURACY_RULE, HIGHEST_FINAL, STEPS_RULE
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,

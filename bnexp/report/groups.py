@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from bnexp.report.load import Run, canon, config_key, experiment_name, seed_order
-from bnexp.report.rules import normalizer_label
+from bnexp.analysis.runs import Run, canon, config_key, experiment_name, seed_order
+from bnexp.analysis.rules import normalizer, normalizer_label, variant
 
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
@@ -60,6 +60,15 @@ class ConfigGroup:
             return False
         v = self.config.get("bn.noise")
         return any(r.summary.get("bn_noise") is True for r in self.runs) if v is None else bool(v)
+
+    @property
+    def normalizer(self) -> str | None:
+        """The configuration's normalizer code (:data:`bnexp.analysis.rules.NORMALIZERS`): "none" without BN,
+        "noisy" for noisy BN (:attr:`noisy`), else :func:`bnexp.analysis.rules.normalizer` of the config; None when
+        bn.enabled is unknown."""
+        if self.bn is None:
+            return None
+        return "none" if not self.bn else "noisy" if self.noisy else normalizer(self.config)
 
     @property
     def experiment(self) -> str | None:
@@ -128,10 +137,9 @@ def _kv_label(config: dict, keys: Iterable[str]) -> str:
 
 
 def bn_variant(group: ConfigGroup) -> str | None:
-    """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown)."""
-    if group.bn is None:
-        return None
-    return "no BN" if not group.bn else "noisy BN" if group.noisy else "BN"
+    """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown):
+    :func:`bnexp.analysis.rules.variant` of its normalizer."""
+    return variant(group.normalizer)
 
 
 def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:

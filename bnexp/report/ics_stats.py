@@ -1,5 +1,5 @@
 """The measurements of internal covariate shift, one row per run (:func:`ics_run_frame`), read with pandas
-from the sweep's record frames (:class:`bnexp.report.load.Sweep`); docs/ics/measurements.md defines the keys.
+from the sweep's record frames (:class:`bnexp.analysis.runs.Sweep`); docs/ics/measurements.md defines the keys.
 
 * ``shift.<key>``, ``bn_input.<key>``: the BN paper's distribution view (shift.jsonl ``shift_metrics`` of the
   inputs to the nonlinearity, ``bn_input_shift_metrics`` of BN's input Wu), the last record's mean over the
@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from bnexp.report.groups import ConfigGroup, bn_variant
-from bnexp.report.load import Sweep
+from bnexp.analysis.runs import Sweep
 from bnexp.report.stats import value_stat
 from bnexp.runfolders.rundir import PROBE_KINDS
 

@@ -7,7 +7,7 @@ The shift claim uses scale-free measures only (``ks_first``, ``w1_rel_first``): 
 merely grow cannot manufacture it (the raw ``w1_first`` is in the tables, never in a verdict); BN within
 :data:`AT_FLOOR` x its sampling-noise floor is named in the reason. The noisy-BN claims (Santurkar et al. 2018,
 Sec. 2.1) are evaluated at the weakest ``bn.noise_scale`` whose KS shift exceeds no BN's in every paired seed
-(:func:`exceeds`); without one, "premise not met". Bounds and chance follow :mod:`bnexp.report.rules`; a measure
+(:func:`exceeds`); without one, "premise not met". Bounds and chance follow :mod:`bnexp.analysis.rules`; a measure
 the records lack (runs written before it existed) makes the claim inconclusive.
 """
 
@@ -22,8 +22,8 @@ from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
 from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_by_seed
-from bnexp.report.load import target_key
-from bnexp.report.rules import Censored
+from bnexp.analysis.runs import target_key
+from bnexp.analysis.rules import Censored
 from bnexp.report.stats import value_stat
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
@@ -85,7 +85,7 @@ def main_target(targets: list[float]) -> float:
 
 def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFrame:
     """The completed runs of ``g`` by seed (the per-run table with the ICS columns; the first run of a seed),
-    plus ``steps`` (to ``target``, a :class:`bnexp.report.rules.Censored`: the budget as a lower bound where
+    plus ``steps`` (to ``target``, a :class:`bnexp.analysis.rules.Censored`: the budget as a lower bound where
     not reached) and ``chance`` (the run never left chance)."""
     rows = table[(table["group"] == g.key) & table["status"].isin(COMPLETE_STATUSES)].dropna(subset=["seed"])
     rows = rows.drop_duplicates("seed").assign(run_id=lambda r: r.index.astype(str))
@@ -111,7 +111,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
               premise: str | None = None, missing: str | None = None,
               ratios: Mapping[int, float | None] | None = None) -> dict:
     """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named ``names``;
-    steps as :class:`bnexp.report.rules.Censored` ratios), or of the given per-seed ``ratios`` (the
+    steps as :class:`bnexp.analysis.rules.Censored` ratios), or of the given per-seed ``ratios`` (the
     matched-progress comparison; ``col`` is then the measure both sides must have), with the chance check, a
     missing measure and BN's noise floor in the reason."""
     lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.best_rate import SPEEDUP_TARGETS, SPEEDUP_THRESHOLD, SPEEDUP_TITLE
-from bnexp.report.tuning import STEPS_RULE
+from bnexp.report.best_rate import SPEEDUP_THRESHOLD, SPEEDUP_TITLE
+from bnexp.analysis.tuning import SPEEDUP_TARGETS, STEPS_RULE
 from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
-from bnexp.report.frontier import MD as FRONTIER_MD, headline_bound, speedup_text
+from bnexp.report.frontier_text import MD as FRONTIER_MD, headline_bound, speedup_text
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
-from bnexp.report.load import ordered_keys, target_key
-from bnexp.report.rules import CHANCE, DDOF, STD_NOTE
+from bnexp.analysis.runs import ordered_keys, target_key
+from bnexp.analysis.rules import CHANCE, DDOF, STD_NOTE
 from bnexp.report.studies import table_md
 from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 

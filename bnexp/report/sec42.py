@@ -1,13 +1,13 @@
 """Plan version 2 of the CIFAR-10 frontier on the report side (docs/cifar/PLAN.md, "Plan version 2"): what the
-results page says beside the frontier and the matched-accuracy speedups of :mod:`bnexp.report.frontier`.
+results page says beside the frontier and the matched-accuracy speedups of :mod:`bnexp.analysis.frontier`.
 
 * :func:`convergence`: whether the baseline's ladder **converged by the rule** (its last doubling gained
-  < :data:`~bnexp.report.frontier.GAIN`, 0.5 points) or stopped **at the cap** (192k steps on the CPU ladder,
-  :data:`~bnexp.report.frontier.BASELINE_CAP`) still gaining, in which case S(a*) is measured at the cap's
+  < :data:`~bnexp.analysis.frontier.GAIN`, 0.5 points) or stopped **at the cap** (192k steps on the CPU ladder,
+  :data:`~bnexp.analysis.frontier.BASELINE_CAP`) still gaining, in which case S(a*) is measured at the cap's
   accuracy.
 * :func:`control_verdict`: the baseline_x5 control (the tuned baseline at 5x its rate), decided in the plan's
   order: at chance through the early budget (12k steps): *the 5x rate needs BN*; reaches a* within
-  :data:`~bnexp.report.frontier.RATE_ALONE` x B_bn_x5(a*): *the rate alone explains BN-x5's speedup*; else
+  :data:`~bnexp.analysis.frontier.RATE_ALONE` x B_bn_x5(a*): *the rate alone explains BN-x5's speedup*; else
   (later, or never): *the rate alone is not BN-x5's speedup*, by the factor S_bn_x5(a*) / S_baseline_x5(a*).
 * :func:`paper_claims`: Sec. 4.2.2's claims (Inception on ImageNet, paper Table 2 and Figure 3) beside this
   net's values, seed mean and per seed, with the pass rules of PLAN.md (the ``pass`` of ``matched_accuracy``).
@@ -28,10 +28,10 @@ import numpy as np
 
 import pandas as pd
 
-from bnexp.report.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
-                                   budget_to_reach, does_not_train, headline_bound, last_gain, mean_frontier, pct,
-                                   seed_bounds, speedup_pass, speedup_text, trains)
-from bnexp.report.rules import CHANCE, CHANCE_TEXT
+from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
+                                     budget_to_reach, does_not_train, last_gain, mean_frontier, speedup_pass, trains)
+from bnexp.report.frontier_text import headline_bound, pct, seed_bounds, speedup_text
+from bnexp.analysis.rules import CHANCE, CHANCE_TEXT
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
@@ -102,7 +102,7 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
     """The baseline_x5 control's outcome (PLAN.md, "The baseline_x5 control"), from the seed-mean frontiers
     (budgets, accuracies) of the baseline, bn_x5 (None if absent) and baseline_x5, at ``a_star`` (a fraction).
 
-    Rules in the plan's order: (1) every rung at or below chance + 5 points (:data:`bnexp.report.rules.CHANCE`)
+    Rules in the plan's order: (1) every rung at or below chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`)
     and the ladder at ``early`` steps or more: "needs_bn"; (2) B_baseline_x5(a*) <= RATE_ALONE x B_bn_x5(a*),
     i.e. S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE: "rate_alone"; (3) reached later, or a rung at or past
     RATE_ALONE x B_bn_x5(a*) still below a*, or converged below a*: "bn_adds_speed", with ``factor`` =
@@ -238,7 +238,7 @@ def ladder_stops(sweep_dir: str | Path) -> list[str] | None:
 
 
 def plan_v2(section: dict, summaries: list[dict], sweep_dir: str | Path | None = None) -> dict:
-    """Plan version 2's additions to ``frontier_analysis`` (``section``: :func:`bnexp.report.frontier.analyze`'s
+    """Plan version 2's additions to ``frontier_analysis`` (``section``: :func:`bnexp.analysis.frontier.analyze`'s
     dict; ``summaries``: every run's summary.json of the sweep; ``sweep_dir``: where ladders.txt is).
 
     Returns:

@@ -1,4 +1,4 @@
-"""Statistics over seeds (mean and sample std, :func:`bnexp.report.rules.stat`) of the per-run table's values
+"""Statistics over seeds (mean and sample std, :func:`bnexp.analysis.rules.stat`) of the per-run table's values
 (:func:`value_stat`) and steps to a target (:func:`reach_stat`), and per layer the stability of Fig. 1(b, c)
 (:func:`layer_stability`). Missing values are None, never made up."""
 
@@ -12,12 +12,12 @@ import pandas as pd
 
 from bnexp.report.fmt import format_steps
 from bnexp.report.groups import ConfigGroup
-from bnexp.report.load import Sweep, numeric, ordered_keys
-from bnexp.report.rules import optional, stat
+from bnexp.analysis.runs import Sweep, numeric, ordered_keys
+from bnexp.analysis.rules import optional, stat
 
 
 def value_stat(values) -> dict:
-    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (:func:`bnexp.report.rules.stat`);
+    """{"mean", "std", "n", "per_seed"} over seeds of any measurement (:func:`bnexp.analysis.rules.stat`);
     missing values are None in ``per_seed``."""
     per_seed = [optional(v, lambda x: x) for v in values]
     st = stat(per_seed)

@@ -5,36 +5,33 @@ numbers per configuration and one figure (:mod:`bnexp.report.figures_studies`, w
 
 A sweep folder is a study's when it holds ``study.json`` (written by scripts/study.sh) with the study's
 name; report.json then has the key ``study``. The *cells* (:func:`cells`) are the completed runs of the
-report's per-run table (:func:`bnexp.report.load.run_table`) with the coordinates the studies vary
+report's per-run table (:func:`bnexp.analysis.runs.run_table`) with the coordinates the studies vary
 (normalizer, m, rate, momentum, position, nonlinearity, model, depth, seed) and their numbers.
 
 Conventions shared by the studies (docs/studies/README.md states them for readers): *steps to a target* is
 the first evaluated step whose test accuracy is >= the target; a run that never reached it counts as its
-budget, a bound (:class:`bnexp.report.rules.Censored`); each configuration runs at its *best rate*
-(:func:`bnexp.report.best_rate.best_rate`, chosen on the seeds the claim then uses: a small optimistic bias
+budget, a bound (:class:`bnexp.analysis.rules.Censored`); each configuration runs at its *best rate*
+(:func:`bnexp.analysis.tuning.best_rate`, chosen on the seeds the claim then uses: a small optimistic bias
 that applies to every configuration alike) or, held out, at the rate chosen on the tuning seeds
-(:mod:`bnexp.report.study_tuning`).
+(:mod:`bnexp.analysis.study_runs`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from pathlib import Path
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, evaluate, seed_interval
+from bnexp.analysis.interval import seed_interval
+from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_stat, md_table
-from bnexp.report.load import is_number, read_sweep_record
-from bnexp.report.rules import NORMALIZERS, Censored, option_text, optional
+from bnexp.analysis.runs import is_number, native, read_sweep_record
+from bnexp.analysis.rules import NORMALIZERS, Censored, optional
 
 log = logging.getLogger("bnexp.report")
 
 MARKER = "study.json"
-CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
-                "depth", "budget", "final", "steps", "wall_time_s"]
 
 
 # study.json's optional fields: how to tell a value of the right type, and what it should be
@@ -56,52 +53,6 @@ def read_marker(sweep_dir: Path) -> dict | None:
     return d
 
 
-def cells(sweep, target: float, extra=None) -> pd.DataFrame:
-    """The completed runs (finished or diverged, with a seed) of the per-run table of ``sweep``
-    (:class:`bnexp.report.load.Sweep`), one row each: run (path), seed, status, norm (the normalizer code,
-    :data:`bnexp.report.rules.NORMALIZERS`), ghost, groups, m, lr, momentum, position, act, model, depth
-    (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``, None:
-    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final).
-    A run whose lr is not a number (a hand edit) is left out with a warning naming it."""
-    t, reach, rows = sweep.table, sweep.reach(target), []
-    for r in sweep.runs:
-        if not r.completed or r.seed is None:
-            continue
-        c, row = r.config, t.loc[r.id]
-        hidden, lr = c.get("model.hidden"), c.get("lr", r.summary.get("lr", math.nan))
-        if not is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
-            log.warning("%s: key lr is %s, not a number; the run is left out of the study", r.path,
-                        json.dumps(lr, default=str))
-            continue
-        rows.append({
-            "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
-            "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
-            "lr": float(lr), "momentum": c.get("bn.momentum"),
-            "position": option_text(c.get("bn.position", "before")),
-            "act": option_text(c.get("act", r.summary.get("act"))),
-            "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
-            "depth": len(hidden) if isinstance(hidden, list) else None, "budget": row["budget"],
-            "final": optional(row["final_test_accuracy"]), "steps": optional(reach.loc[r.id, "steps"], int),
-            "wall_time_s": r.summary.get("wall_time_s"), **(extra(r) if extra else {})})
-    out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CELL_COLUMNS])
-    return out.assign(final_test_accuracy=out["final"])
-
-
-def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
-    """The rows of ``frame`` whose columns equal ``where``'s values (floats compared with a 1e-9 tolerance;
-    a value None matches missing values)."""
-    mask = pd.Series(True, index=frame.index)
-    for k, v in where.items():
-        col = frame[k]
-        if v is None:
-            mask &= col.isna()
-        elif isinstance(v, float):
-            mask &= pd.to_numeric(col, errors="coerce").sub(v).abs() < 1e-9
-        else:
-            mask &= col == v
-    return frame[mask]
-
-
 def per_seed(frame: pd.DataFrame, column: str) -> dict[int, float | None]:
     """{seed: value of ``column``} (the mean when a seed has several rows; None when missing)."""
     values = pd.to_numeric(frame[column], errors="coerce")
@@ -110,7 +61,7 @@ def per_seed(frame: pd.DataFrame, column: str) -> dict[int, float | None]:
 
 def censored(frame: pd.DataFrame, unit: str = "steps") -> dict[int, Censored]:
     """{seed: steps or examples (``unit`` "examples": times m) to the target}: a run that never reached it
-    counts as its budget, a lower bound (:meth:`bnexp.report.rules.Censored.steps`)."""
+    counts as its budget, a lower bound (:meth:`bnexp.analysis.rules.Censored.steps`)."""
     return {int(r["seed"]): Censored.steps(r["steps"], r["budget"], r["m"] if unit == "examples" else 1)
             for _, r in frame.iterrows()}
 
@@ -168,12 +119,6 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
                                                   else float(r["steps"] * (r["m"] if unit == "examples" else 1))}
                                  for _, r in g.iterrows()}})
     return out
-
-
-def native(v):
-    """A pandas / numpy value as a Python one (NaN -> None), for report.json and the figures."""
-    v = v.item() if hasattr(v, "item") else v
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def table_md(sec: dict) -> list[str]:

@@ -15,14 +15,17 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from bnexp.report.best_rate import EVERY_SEED, HELD_OUT, edge_of
-from bnexp.report.claims import Claim, seed_interval, seed_values
-from bnexp.report.interval import short_text
-from bnexp.report.load import is_number
-from bnexp.report.rules import CHANCE, NORMALIZERS
-from bnexp.report.studies import (MARKER, cells, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
-                                  read_marker, select, single_claim)
-from bnexp.report.study_tuning import CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, study_cells
+from bnexp.analysis.tuning import EVERY_SEED, HELD_OUT
+from bnexp.report.best_rate import edge_of
+from bnexp.analysis.interval import seed_interval, seed_values
+from bnexp.report.claims import Claim
+from bnexp.report.fmt import short_text
+from bnexp.analysis.runs import is_number
+from bnexp.analysis.rules import CHANCE, NORMALIZERS
+from bnexp.report.studies import (MARKER, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
+                                  read_marker, single_claim)
+from bnexp.analysis.study_runs import (CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, cells, select,
+                                       study_cells)
 
 log = logging.getLogger("bnexp")
 # {study: {NAME: Claim}} of study_claims.yaml ("chance": 100 * CHANCE)

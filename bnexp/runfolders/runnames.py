@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from bnexp.errors import UserError
+
 MAX_DIRNAME = 150
 
 
@@ -109,3 +111,17 @@ def sweep_subdir(sweep_dir: str, job_overrides, override_dirname: str) -> str:
         if name:
             return name
     return safe_dirname(override_dirname)
+
+
+def sweep_dir_override(folder: str | Path, name: str = "SWEEP_DIR") -> str:
+    """``hydra.sweep.dir='FOLDER'`` quoted for Hydra's override grammar (a sweep folder's name from
+    :func:`bnexp.designs.preflight.sweep_suffix` holds ``=`` and ``,``; a single quote is escaped as ``\\'``).
+
+    Raises:
+        UserError: a backslash or ``$`` in the folder (Hydra/OmegaConf escapes and interpolations).
+    """
+    text = str(folder)
+    if "\\" in text or "$" in text:
+        raise UserError(f"sweep folder '{text}' ({name}): a backslash or '$' cannot be passed to Hydra as "
+                        f"hydra.sweep.dir; choose another folder")
+    return "hydra.sweep.dir='" + text.replace("'", "\\'") + "'"

@@ -2,10 +2,10 @@
 
 Start: where a job trains (:func:`resume_target`), whether it skips a complete run (:func:`complete_summary`),
 takes the folder's lock or leaves a folder in use alone (:func:`lock_or_refuse`) and what it writes once it
-begins (:func:`begin_training`). A run folder holds one configuration (:func:`refuse_other_config`), and nothing
-is written into it -- Hydra's ``.hydra/`` files, ``train.log`` -- before ``bnexp train`` has decided to train
-there (:func:`bnexp.cli.run_job`): Hydra is told to write no
-``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
+begins (:func:`begin_training`). A run folder holds one configuration
+(:func:`bnexp.config.oneconfig.refuse_other_config`), and nothing is written into it -- Hydra's ``.hydra/``
+files, ``train.log`` -- before ``bnexp train`` has decided to train there (:func:`bnexp.cli.run_job`): Hydra is
+told to write no ``.hydra/`` (:func:`hold_hydra_output_subdir`) and :func:`save_hydra_files` writes the same files at the
 decision; the log records meant for the folder wait in :class:`HeldLog`. A run that starts removes the
 temporary files an earlier attempt killed in mid-write left (:func:`remove_stale_temporaries`).
 
@@ -21,7 +21,6 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from bnexp.errors import UserError
 from bnexp.runfolders import rundir
 
 log = logging.getLogger("bnexp")
@@ -231,35 +230,3 @@ def abandon_run(run_dir: Path, signum: int | None = None, error: str | None = No
         except OSError:
             pass
     return changed
-
-
-def refuse_other_config(cfg, run_dir: Path) -> None:
-    """A run folder holds one configuration: refuse a folder whose complete or resumable run was
-    made with a different result-changing value (its ``config.yaml``, written when it started).
-
-    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`bnexp.config.schema.changed_keys`).
-
-    Raises:
-        UserError: naming the differing keys (old -> new) and the two ways out.
-    """
-    import yaml
-
-    from bnexp.config.schema import changed_keys, resolved
-
-    complete = rundir.is_complete(run_dir)
-    if not (complete or (run_dir / "checkpoint.pt").exists()):
-        return
-    try:
-        old = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return  # no record of its config (the checkpoint's own check still applies)
-    changes = changed_keys(old if isinstance(old, dict) else {}, resolved(cfg))
-    if not changes:
-        return
-    shown = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, a, b in changes[:6])
-    more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
-    what = "a finished" if complete else "an unfinished (resumable)"
-    raise UserError(f"{run_dir} holds {what} run of another configuration ({shown}{more}). A run folder holds "
-                    "one configuration: run this one in a new folder (another hydra.run.dir, or hydra.sweep.dir "
-                    "for a sweep), or add trainer.resume=false to start this folder over (its results are "
-                    "replaced).")

@@ -6,7 +6,7 @@ prints when a multirun ends (``on_multirun_end``, in the main process, after eve
 launcher): one row per run folder of the sweep (status, final and best test accuracy, steps to each
 target, read from each run's ``summary.json``), then ``bnexp report SWEEP_DIR`` and
 ``tensorboard --logdir SWEEP_DIR``, and, once for the sweep, a record cadence too sparse for the
-report's verdicts (:func:`bnexp.train.records.sparse_record_warnings`, with the setting to use).
+report's verdicts (:func:`bnexp.runfolders.record_counts.sparse_record_warnings`, with the setting to use).
 The jobs themselves print one line each instead of the single-run table.
 
 Standard library, rich and Hydra only (no torch): Hydra instantiates callbacks before a config is
@@ -62,7 +62,7 @@ def cadence_notes(sweep_dir: Path) -> list[str]:
     from omegaconf import OmegaConf
 
     from bnexp.runfolders import rundir
-    from bnexp.train.records import sparse_record_warnings
+    from bnexp.runfolders.record_counts import sparse_record_warnings
 
     notes: list[str] = []
     for d in rundir.find_run_dirs(sweep_dir):

@@ -66,13 +66,13 @@ def unfinished_advice(runs, sweep_dir: Path) -> str | None:
     """The advice for a sweep folder whose sweeps are unfinished, else None.
 
     Args:
-        runs: the runs the report counts (:class:`bnexp.report.load.Run`, one per configuration and seed).
+        runs: the runs the report counts (:class:`bnexp.analysis.runs.Run`, one per configuration and seed).
         sweep_dir: the folder ``bnexp report`` was given.
 
     Returns:
         e.g. "The sweep is unfinished: 1 run incomplete (bn=true,seed=1); 2 jobs not started. Resume it with:
         bnexp train -m bn=true,false seed=0,1 hydra.sweep.dir=/tmp/sw4, then bnexp report /tmp/sw4." A run is
-        incomplete when its status is (:func:`bnexp.report.load.load_run`); a job has not started when its
+        incomplete when its status is (:func:`bnexp.analysis.runs.load_run`); a job has not started when its
         sweep's multirun.yaml lists it (:func:`sweep_jobs`) and no run folder of that sweep holds its
         ``.hydra/overrides.yaml`` (checked only when some run of the sweep has one). The command is the sweep's
         resume command (:func:`bnexp.runfolders.resumecmd.sweep_resume_command`: every job finds its folder

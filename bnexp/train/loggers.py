@@ -29,12 +29,12 @@ import os
 import time
 from pathlib import Path
 
+from bnexp.config.checks import MLFLOW_INSTALL, mlflow_available
 from bnexp.errors import UserError
 
 CSV_FILE = "scalars.csv"
 MLFLOW_RUN_ID = "mlflow_run_id.txt"
 MLFLOW_BATCH = 900  # metrics per log_batch call (MLflow accepts at most 1000)
-MLFLOW_INSTALL = 'pip install -e ".[mlflow]" (or: pip install mlflow-skinny sqlalchemy alembic)'
 
 
 class _NullWriter:
@@ -93,15 +93,6 @@ def _int(text: str) -> int:
 def default_tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI``, else ``sqlite:///<current folder>/mlflow.db`` (a local store, no server)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd().absolute() / 'mlflow.db'}"
-
-
-def mlflow_available() -> str | None:
-    """None when ``logger=mlflow`` can run here, else the one-line reason (a package to install)."""
-    import importlib.util
-
-    if importlib.util.find_spec("mlflow") is None:
-        return f"logger=mlflow needs the mlflow package: {MLFLOW_INSTALL}"
-    return None
 
 
 class MLflowScalars:

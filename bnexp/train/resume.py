@@ -48,7 +48,7 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
             and the two ways out), or the checkpoint was written with another N.
     """
     if state["config"] != config:
-        from bnexp.config.schema import changed_keys  # the one rule, shared with the run-folder check of the CLI
+        from bnexp.config.oneconfig import changed_keys  # the one rule, shared with the run-folder check of the CLI
 
         changed = sorted(k for k, _, _ in changed_keys(state["config"] or {}, config))
         if changed:

@@ -1,7 +1,7 @@
 """Many runs in one process: the step loop of a stack (``hydra/launcher=stacked``, docs/stacked.md).
 
 :func:`train_stack` trains R runs that differ only in stackable keys (seed, rate, init std, dropout, weight
-decay, noise scale: :mod:`bnexp.runfolders.stacks`) as one batched model (:class:`bnexp.train.stacked_net.StackedNet`).
+decay, noise scale: :mod:`bnexp.config.stacks`) as one batched model (:class:`bnexp.train.stacked_net.StackedNet`).
 Every run is the run it would be alone: each has its own :class:`MemberTrainer` -- a
 :class:`bnexp.train.trainer.Trainer` built from the run's config and seed, in the run's folder -- with its
 own parameters, sampler (data order), torch/python/numpy RNG state (dropout masks, measurements), noise
@@ -135,7 +135,7 @@ def train_stack(jobs: list[tuple[DictConfig, Path, bool]]) -> list[dict | BaseEx
 
     Args:
         jobs: (config, run folder, resume) of each run; the configs differ only in stackable keys
-            (:func:`bnexp.runfolders.stacks.stack_key`), their folders were prepared by :func:`bnexp.cli.run_job`.
+            (:func:`bnexp.config.stacks.stack_key`), their folders were prepared by :func:`bnexp.cli.run_job`.
 
     Returns:
         per job, what :func:`~bnexp.train.trainer.train` would have returned or raised: the summary

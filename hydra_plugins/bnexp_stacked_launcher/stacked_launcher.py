@@ -3,7 +3,7 @@
 A Hydra launcher plugin (Hydra's extension point for how a multirun's jobs run; modelled on
 hydra-joblib-launcher). :meth:`StackedLauncher.launch` composes every job's config, groups the jobs whose
 configs differ only in stackable keys into stacks of at most ``max_stack`` runs
-(:func:`bnexp.runfolders.stacks.group_runs`) and runs each stack -- ``n_jobs`` stacks at a time, each in its own
+(:func:`bnexp.config.stacks.group_runs`) and runs each stack -- ``n_jobs`` stacks at a time, each in its own
 process when ``n_jobs`` > 1 (joblib's loky backend, as hydra-joblib-launcher) -- with
 :class:`bnexp.train.stacked.StackCoordinator`: every run goes through Hydra's own ``run_job`` (its job
 folder, ``.hydra/`` files, ``train.log``, callbacks) and bnexp's per-run path (:func:`bnexp.cli.run_job`:
@@ -102,7 +102,7 @@ def plan_stacks(hydra_context: HydraContext, config: DictConfig, job_overrides: 
         (stacks as lists of positions in ``job_overrides``, each stack's work for :func:`run_stack`: (job index,
         overrides) per run).
     """
-    from bnexp.runfolders.stacks import group_runs
+    from bnexp.config.stacks import group_runs
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)

@@ -1,7 +1,7 @@
 """``hydra/launcher=stacked_slurm`` / ``stacked_local``: each stack of a sweep is ONE submitit job.
 
 The stacks are those of ``hydra/launcher=stacked`` (:func:`~hydra_plugins.bnexp_stacked_launcher.stacked_launcher.plan_stacks`,
-:func:`bnexp.runfolders.stacks.group_runs`: at most ``max_stack`` runs that differ only in stackable keys); the
+:func:`bnexp.config.stacks.group_runs`: at most ``max_stack`` runs that differ only in stackable keys); the
 jobs are submitted as hydra-submitit-launcher submits one job per run (its ``BaseSubmititLauncher``: the same
 config keys, executor parameters, ``<sweep dir>/.submitit/%j`` logs, pickled Hydra singletons), but one
 submitit job -- one SLURM array task, or one local process with ``executor=local`` -- trains a whole stack

@@ -6,7 +6,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 * *runs table*: one row per (preset, budget_steps, seed) with its final_test_accuracy (full test set
   after the last step) and final_train_accuracy (the last evaluation's running training accuracy,
   over the mini-batches since the previous evaluation). A **diverged** run counts as chance
-  accuracy (1 / :data:`bnexp.report.rules.NUM_CLASSES`) for both: the recipe at that budget produced a network that
+  accuracy (1 / :data:`bnexp.analysis.rules.NUM_CLASSES`) for both: the recipe at that budget produced a network that
   predicts nothing, and leaving it out would raise the frontier exactly where training failed.
   Unfinished runs (running, interrupted, failed) are left out with a warning (and a note in the report).
 * *frontier* of a preset: seed-mean final test accuracy vs budget (each seed's frontier alike).
@@ -26,7 +26,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   measured at the cap's accuracy (:func:`bnexp.report.sec42.convergence` says which).
 * *pass rules* (PLAN.md, plan version 2, before the results; :data:`CLAIMS`): S(a*) >= :data:`PASS_FACTOR`
   for ``bn_x5``; S(a*) > 1 for ``bn_baseline``; ``bn_x30`` above ``bn_x5`` at their largest common budget;
-  ``bn_x5_sigmoid`` above chance + 5 points (:data:`bnexp.report.rules.CHANCE`) where ``baseline_sigmoid``
+  ``bn_x5_sigmoid`` above chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`) where ``baseline_sigmoid``
   stays at or below it; ``baseline_x5``'s ``pass`` is "does not train at 5x the rate", and its three outcomes
   (needs BN; the rate alone, within :data:`RATE_ALONE` x B_bn_x5(a*); not the rate alone) are
   :func:`bnexp.report.sec42.control_verdict`'s. The sweep's ladders (which runs exist) are
@@ -47,9 +47,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bnexp.report.fmt import render_template
-from bnexp.report.load import Sweep, experiment_name, find_run_dirs, load_sweep
-from bnexp.report.rules import CHANCE, CHANCE_TEXT, Censored
+from bnexp.analysis.runs import Sweep, experiment_name, find_run_dirs, load_sweep
+from bnexp.analysis.rules import CHANCE, CHANCE_TEXT, Censored
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -64,6 +63,10 @@ BASELINE = "baseline"
 PASS_WORDS = {True: "PASS", False: "FAIL", None: "UNDECIDED"}  # the pass rule's verdict from bn_x5's "pass"
 COLUMNS = ["preset", "budget_steps", "seed", "final_test_accuracy", "final_train_accuracy"]
 ORDER = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "baseline_sigmoid", "baseline_x5"]
+# the CIFAR-10 ladder's preset sets (PRESETS=default|all of scripts/reproduce_cifar.sh, bnexp.designs.ladder), in the
+# order in which the presets' ladders run (stage 4 follows this order after the headline)
+PRESET_SETS = {"default": ("bn_x5", "bn_baseline"),
+               "all": ("bn_x5", "bn_baseline", "baseline_x5", "baseline_sigmoid", "bn_x5_sigmoid", "bn_x30")}
 CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / Sec. 4.2.2)
     "bn_x5": "pass rule: S(a*) >= 5 on the seed-mean frontiers (paper: 14.7x fewer steps to Inception's 72.2%)",
     "bn_baseline": "faster than the baseline: S(a*) > 1 (paper: 2.3x)",
@@ -79,14 +82,14 @@ CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / S
 
 
 def runs_table(sweep: Sweep) -> pd.DataFrame:
-    """The frontier's view of the per-run table of a sweep read once (:attr:`bnexp.report.load.Sweep.table`):
+    """The frontier's view of the per-run table of a sweep read once (:attr:`bnexp.analysis.runs.Sweep.table`):
     every run of an ``experiment`` preset with an integer budget (trainer.max_steps).
 
     Returns:
         DataFrame with :data:`COLUMNS` plus ``status``, ``lr``, ``base_lr``, ``dropout``, ``weight_decay``
         (from the run's config, NaN when absent), ``run_dir``, ``precision`` (the step loop's, fp32 or bf16, from
         summary.json; None when absent) and ``steps_per_s`` (summary.json's, NaN when absent); diverged runs at chance accuracy
-        (1 / :data:`bnexp.report.rules.NUM_CLASSES`). Unfinished runs, and finished ones without a final test
+        (1 / :data:`bnexp.analysis.rules.NUM_CLASSES`). Unfinished runs, and finished ones without a final test
         accuracy (NaN: a hand edit), are left out with a warning.
     """
     t = sweep.table
@@ -223,7 +226,7 @@ def last_gain(accs) -> float | None:
 def speedup_pass(preset: str, speedup: float | None, bound: str | None) -> bool | None:
     """The pass rule of ``bn_x5`` (S(a*) >= :data:`PASS_FACTOR`) or ``bn_baseline`` (S(a*) > 1) on one S(a*), a
     seed mean's or a seed's: False where the preset never reaches a* (no speedup); a bound decides only on its
-    side (:meth:`bnexp.report.rules.Censored.above`: a lower bound below the threshold, an upper bound above it
+    side (:meth:`bnexp.analysis.rules.Censored.above`: a lower bound below the threshold, an upper bound above it
     or bounds on both sides are None, undecided)."""
     if speedup is None:
         return False
@@ -233,7 +236,7 @@ def speedup_pass(preset: str, speedup: float | None, bound: str | None) -> bool 
 
 def trains(best: float, last_budget: int) -> bool | None:
     """Whether a preset trains (PLAN.md, ladder rules "trains" and "chance"): True once its best accuracy is above
-    chance + 5 points (:data:`bnexp.report.rules.CHANCE`); False when it stays at or below that through
+    chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`); False when it stays at or below that through
     :data:`EARLY` steps (``last_budget``: its ladder's largest budget); None while the ladder is short of it."""
     return True if best > CHANCE else (False if last_budget >= EARLY else None)
 
@@ -335,7 +338,7 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
 
 
 def frontier_section(source) -> dict | None:
-    """The frontier section of a sweep read once (a :class:`bnexp.report.load.Sweep`), a sweep folder
+    """The frontier section of a sweep read once (a :class:`bnexp.analysis.runs.Sweep`), a sweep folder
     (``str``/``Path``) or a runs table (DataFrame).
 
     Returns:
@@ -355,81 +358,3 @@ def frontier_section(source) -> dict | None:
         warnings.warn(str(w.message))
         sec["frontier_analysis"]["notes"].append(str(w.message))
     return sec
-
-
-# ----------------------------------------------------------------------------- markdown
-
-
-NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
-         "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
-PASS_CELL = {True: "yes", False: "no", None: "undecided"}
-
-
-def pct(v) -> str:
-    """A fraction as a percentage with 2 decimals (0.61234 -> "61.23"); "-" for None/NaN."""
-    return "-" if v is None or v != v else f"{100 * v:.2f}"  # v != v: NaN
-
-
-def speedup_text(v: float | None, bound: str | None = None) -> str:
-    """A speedup as text (:meth:`bnexp.report.rules.Censored.text`): "6.10x", ">= 8.00x" (``bound`` "lower":
-    the preset reached it at its smallest budget), "<= 2.00x" ("upper": the baseline did), "~3.00x (both
-    bounds)" ("unknown"), or "not reached" (None)."""
-    return Censored(v, bound or "exact").text()
-
-
-def details(section: dict, preset: str) -> dict:
-    """``frontier_analysis.speedup[preset]`` of report.json or :func:`analyze`'s dict ({} when absent)."""
-    return ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
-
-
-def headline_bound(section: dict, preset: str) -> str | None:
-    """The bound of ``preset``'s S(a*): the :func:`details` headline's bound, else "lower" from
-    ``matched_accuracy``'s ``speedup_is_lower_bound``, else None."""
-    head = details(section, preset).get("headline") or {}
-    return head.get("bound") or ("lower" if section["matched_accuracy"][preset].get("speedup_is_lower_bound") else None)
-
-
-def seed_bounds(section: dict, preset: str) -> dict[str, str]:
-    """{seed as str: "lower" | "upper" | "unknown"} for the per-seed S(a*_s) of ``preset`` that are bounds."""
-    return {str(d.get("seed")): d["bound"] for d in details(section, preset).get("per_seed") or []
-            if d.get("bound") in ("lower", "upper", "unknown")}
-
-
-def frontier_table(rows: list[dict]) -> pd.DataFrame:
-    """The frontiers (``frontier`` rows of :func:`analyze`) as a text table, one row per (preset, budget) in
-    :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
-    "-" where a seed has no run)."""
-    fr = pd.DataFrame(rows).astype({"budget_steps": int, "seed": int})
-    fr["rank"] = fr["preset"].map({p: i for i, p in enumerate(ORDER)}).fillna(len(ORDER))
-    keys = ["rank", "preset", "budget_steps"]
-    test = fr.pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
-    tab = pd.DataFrame({"preset": [NAMES.get(i[1], i[1]) for i in test.index],
-                        "budget (steps)": [f"{i[2]:,}" for i in test.index],
-                        "test acc, seed mean (%)": fr.groupby(keys)["final_test_accuracy"].mean().map(pct).to_numpy()})
-    for s in test.columns:
-        tab[f"seed {s} (%)"] = test[s].map(pct).to_numpy()
-    tab["train acc, seed mean (%)"] = fr.groupby(keys)["final_train_accuracy"].mean().map(pct).to_numpy()
-    return tab
-
-
-def tuning_md(t: dict) -> str:
-    """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
-    seed-mean and per-seed final test accuracy (%)."""
-    return pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
-                          "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
-                          "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())}
-                         for r in t["rows"]]).to_markdown(index=False)
-
-
-#: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
-MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
-                   "headline_bound": headline_bound, "speedup_text": speedup_text}
-MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
-      **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
-
-
-def frontier_markdown(section: dict) -> list[str]:
-    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
-    templates/frontier.md.j2."""
-    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
-

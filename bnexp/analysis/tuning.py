@@ -8,7 +8,7 @@ minimum of a noisy grid is biased low, and by more for the denser grid. So every
 2. **evaluation**: each network at its chosen rate on the evaluation seeds :data:`EVALUATION_SEEDS`
    (0-4), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
    records both seed lists as ``tuning_seeds`` and ``evaluation_seeds``
-   (:func:`bnexp.report.best_rate.held_out_seeds`, :mod:`bnexp.report.ics_design`, a study's study.json).
+   (:func:`bnexp.report.best_rate.held_out_seeds`, :mod:`bnexp.analysis.ics_design`, a study's study.json).
 
 The rule (:func:`choose_rates`), fixed before any result, is :data:`STEPS_RULE` for objective ``"steps"``
 (steps to a target accuracy; a failed seed, never reaching the target within the budget or diverging, counts
@@ -16,9 +16,12 @@ at the budget, and when every rate has a failed seed the choice is marked ``cens
 :data:`ACCURACY_RULE` for ``"accuracy"`` (final test accuracy). Ties go to the smallest rate, the safer one
 (steps are resolved to the evaluation spacing, so ties happen).
 
-Pure functions on per-run results (:class:`TuningRun`); the report (:mod:`bnexp.report.best_rate`,
-:mod:`bnexp.report.study_tuning`) and the sweep orchestrator (:mod:`bnexp.designs.orchestrate`) both choose
-by them, so a sweep trains the rate its report scores.
+A sweep without tuning-seed runs (the one-stage design of the pages' earlier results) scores each network at
+:func:`best_rate`, chosen on the scored seeds themselves (:data:`EVERY_SEED`, else :data:`HIGHEST_FINAL`).
+
+Pure functions on per-run results (:class:`TuningRun`, or per-run table rows); the report
+(:mod:`bnexp.report.best_rate`, :mod:`bnexp.analysis.study_runs`) and the sweep orchestrator
+(:mod:`bnexp.designs.orchestrate`) both choose by them, so a sweep trains the rate its report scores.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from bnexp.report.rules import optional
+from bnexp.analysis.rules import optional
 
 TUNING_SEEDS = (100, 101, 102)
 EVALUATION_SEEDS = (0, 1, 2, 3, 4)
@@ -38,6 +41,12 @@ STEPS_RULE = ("the rate with the fewest tuning seeds that failed (never reached 
               "the budget), then the smallest rate")
 ACCURACY_RULE = ("the rate with the fewest diverged tuning seeds, then the highest mean final test accuracy over "
                  "the tuning seeds, then the smallest rate")
+SPEEDUP_TARGETS = (0.90, 0.95, 0.97)  # the MNIST design's targets (docs/mnist/PLAN.md): a rate is chosen per target
+# how a scored rate was picked (report.json's "selection"): the one-stage rule's two cases (:func:`best_rate`),
+# or on the tuning seeds (:func:`choose_rates`)
+EVERY_SEED = "fewest steps"
+HIGHEST_FINAL = "highest final accuracy"
+HELD_OUT = "chosen on the tuning seeds"
 
 
 @dataclass(frozen=True)
@@ -90,20 +99,6 @@ class RateChoice:
         """JSON-ready (report.json): lists instead of tuples."""
         return {"network": list(self.network), "rate": self.rate, "objective": self.objective, "rule": self.rule,
                 "tuning_seeds": list(self.tuning_seeds), "censored": self.censored, "grid": [dict(g) for g in self.grid]}
-
-
-def grid_text(choice: dict) -> str:
-    """A :meth:`RateChoice.as_dict` grid as one table cell: every rate with its failed (objective "steps") or
-    diverged ("accuracy") tuning seeds / n and the mean steps or final accuracy, the chosen rate in bold, then
-    " (censored)" when every rate had a failed seed."""
-    def cell(g: dict) -> str:
-        if choice.get("objective", "steps") == "steps":
-            return f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}"
-        acc = "-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
-        return f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, {acc}"
-
-    text = "; ".join(f"**{cell(g)}**" if g["chosen"] else cell(g) for g in choice["grid"])
-    return text + (" (censored)" if choice["censored"] else "")
 
 
 def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | None) -> tuple[tuple, dict]:
@@ -186,3 +181,23 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
                                   censored=objective == "steps" and key[0] > 0,  # every rate had a failed seed
                                   grid=tuple({**row, "chosen": row is best} for _, row in rows)))
     return choices
+
+
+def best_rate(rows, steps: str = "steps") -> tuple[float | None, str]:
+    """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (a DataFrame with
+    columns ``lr``, ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
+    the target among the rates where every completed seed reached it and none diverged (a diverging rate is
+    too high; :data:`EVERY_SEED`); when no rate qualifies, the highest mean final test accuracy
+    (:data:`HIGHEST_FINAL`); (None, "no runs") without rows. Shared by the MNIST speedups and the studies
+    (docs/studies/README.md)."""
+    import pandas as pd  # here: the sweep scripts read this module's seeds without loading pandas
+
+    if rows.empty:
+        return None, "no runs"
+    by_lr = list(rows.groupby("lr"))
+    ok = [(pd.to_numeric(g[steps]).mean(), lr) for lr, g in by_lr
+          if pd.to_numeric(g[steps]).notna().all() and (g["status"] != "diverged").all()]
+    if ok:
+        return float(min(ok)[1]), EVERY_SEED
+    finals = [(-m, lr) for lr, g in by_lr if not math.isnan(m := pd.to_numeric(g["final_test_accuracy"]).mean())]
+    return (float(min(finals)[1]), HIGHEST_FINAL) if finals else (None, "no runs")

@@ -1,4 +1,5 @@
-"""How many records a run's config yields, and the minimum a verdict needs.
+"""How many records a run writes into its folder's record files (metrics.jsonl, shift.jsonl) for its config, and the
+minimum a verdict needs.
 
 ``bnexp report`` gives a verdict only from at least :data:`MIN_RECORDS` records per seed
 (:mod:`bnexp.report.evidence`); a sweep's summary (:mod:`bnexp.runfolders.sweepsummary`) says so, once, when

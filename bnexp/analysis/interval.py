@@ -14,6 +14,11 @@ upper-bound seed ("<=") opens the lower side; an unknown seed ("?") or bounds in
 (no interval). The closed side is the t bound with the bounds at their values (its coverage is part of the
 simulation test); an open side is never written as a number. Fewer than 2 seeds: no interval. The per-seed
 range (``seed_min``, ``seed_max``, with their bound marks) is returned beside the interval.
+
+Entry points: :func:`seed_mean_interval` (the method), :func:`seed_values` (per-seed values that may be
+:class:`bnexp.analysis.rules.Censored` bounds -> values, bounds and the interval: a claim's input) and
+:func:`seed_interval` (the mean, sample std and interval of plain per-seed values: a table's cell); how an
+interval is written is the report's (:func:`bnexp.report.fmt.format_interval`, ``interval_cell``, ``short_text``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from bnexp.report.rules import DDOF
+from bnexp.analysis.rules import DDOF, Censored, finite, stat
 
 LEVEL = 0.95
 EXACT, LOWER, UPPER, UNKNOWN = "", ">=", "<=", "?"
@@ -195,62 +200,40 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
                         seed_max_bound=max_mark, reason=reason)
 
 
-def _num(v: float, digits: int) -> str:
-    return f"{v:.{digits}g}"
-
-
-def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
-    """One line for a page: estimate, interval, per-seed range and n, e.g.
-
-    "1.98x, 95% t interval [0.76x, 5.18x]; per seed 1.5x to 3.08x (n = 3)",
-    ">= 2.3x, 95% t interval [1.21x, open: 1 seed(s) only a lower bound]; per seed 1.5x to >= 4x (n = 3)".
-
-    Args:
-        iv: the interval.
-        unit: appended to every number ("x" for ratios, "" or " points" otherwise).
-        digits: significant digits.
-    """
-    def num(v, mark=EXACT):
-        return f"{mark + ' ' if mark else ''}{_num(v, digits)}{unit}"
-
-    if iv.estimate is None:
-        head = "unknown"
-    else:
-        head = num(iv.estimate, iv.estimate_bound)
-    pct = f"{100 * iv.level:g}%"
-    if iv.n < 2 or (iv.low_open and iv.high_open):
-        body = f"no {pct} interval ({iv.reason})"
-    else:
-        lo = "open" if iv.low_open else num(iv.low)
-        hi = "open" if iv.high_open else num(iv.high)
-        note = f": {iv.reason.split(':')[0]}" if iv.reason else ""
-        body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
-            f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
-    rng = ("per seed n/a" if iv.seed_min is None else
-           f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
-    return f"{head}, {body}; {rng} (n = {iv.n})"
-
-
-def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
-    """The interval of a claims row (``ci_low``, ``ci_high``; None where open or n < 2) as a table cell:
-    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval."""
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None and hi is None:
-        return "-"
-    return "[" + ", ".join("open" if v is None else f"{_num(v, digits)}{unit}" for v in (lo, hi)) + "]"
-
-
 def row_interval(row: dict) -> SeedInterval | None:
     """The :class:`SeedInterval` a claims row (live or read back from report.json) holds under "interval",
     None without one."""
     return SeedInterval(**row["interval"]) if row.get("interval") else None
 
 
-def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
-    """The estimate and its interval in a sentence of several: "1.62 [1.6, 1.67]", ">= 2.3 [1.21, open]",
-    "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
-    if iv is None or iv.estimate is None:
-        return "n/a"
-    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
-    cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
-    return head if cell == "-" else f"{head} {cell}"
+_MARK = {"exact": EXACT, "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}  # Censored.bound -> interval mark
+
+
+def seed_interval(values, confidence: float = LEVEL) -> dict:
+    """{"n", "mean", "std", "ci_low", "ci_high"} of per-seed values (NaN/None dropped): the mean, the sample
+    std and the Student-t interval of the mean (:func:`bnexp.analysis.interval.seed_mean_interval`, raw scale);
+    std and interval None for n < 2, every entry None for n = 0."""
+    x = finite(values)
+    out = {**stat(x), "ci_low": None, "ci_high": None}
+    if x.size >= 2:
+        iv = seed_mean_interval(list(x), level=confidence)
+        out["ci_low"], out["ci_high"] = iv.low, iv.high
+    return out
+
+
+def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, SeedInterval | None]:
+    """(values, bounds, interval) of per-seed values that may be :class:`bnexp.analysis.rules.Censored`
+    bounds: values {seed: float or None (missing: not counted)}, bounds {seed: "lower" | "upper" |
+    "unknown"}, and :func:`bnexp.analysis.interval.seed_mean_interval` of the counted seeds on ``scale``
+    ("log" for ratios: a value <= 0 is not counted), None without any."""
+    vals, bounds = {}, {}
+    for s, v in per_seed.items():
+        c = v if isinstance(v, Censored) else Censored(None if v is None or not math.isfinite(float(v)) else float(v))
+        ok = c.value is not None and (scale == "raw" or c.value > 0)
+        vals[int(s)] = c.value if ok else None
+        if c.bound != "exact" and (ok or c.bound == "unknown"):
+            bounds[int(s)] = c.bound
+    counted = [s for s in vals if vals[s] is not None or bounds.get(s) == "unknown"]
+    iv = seed_mean_interval([vals[s] for s in counted], [_MARK[bounds.get(s, "exact")] for s in counted],
+                            scale) if counted else None
+    return vals, bounds, iv

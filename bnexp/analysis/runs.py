@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from bnexp.report.rules import CHANCE, NUM_CLASSES, normalizer
+from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer
 from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL,
                                      RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY, find_run_dirs, first_reached, flatten,
                                      is_run_dir, read_config, read_records, read_summary)
@@ -315,11 +315,11 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
 
     path, seed, status, error, the reduced config's keys, the summary's top-level fields (``summary.<f>``);
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
-    ``norm`` (the normalizer code, :func:`bnexp.report.rules.normalizer`); ``max_test_accuracy``
+    ``norm`` (the normalizer code, :func:`bnexp.analysis.rules.normalizer`); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
     1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
-    :mod:`bnexp.report.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
+    :mod:`bnexp.analysis.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
     the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
     and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
     fractions, steps SGD steps."""
@@ -365,3 +365,9 @@ def sweep_of(runs: list[Run], targets: Iterable[float] = ()) -> Sweep:
         r.id = i
     metrics = records_frame(runs, "metrics")
     return Sweep(runs, run_table(runs, metrics, targets), metrics, *(records_frame(runs, a) for a in ("shift", "ics")))
+
+
+def native(v):
+    """A pandas / numpy value as a Python one (NaN -> None), for report.json and the figures."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and math.isnan(v) else v

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bnexp.report.load import read_sweep_record
+from bnexp.analysis.runs import read_sweep_record
 
 DESIGN_FILE = "ics_design.json"
 

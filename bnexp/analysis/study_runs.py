@@ -1,12 +1,12 @@
 """Held-out tuning in the five studies (docs/studies/PLAN.md): which rate each configuration is scored at.
 
 A study's sweep is *held out* when it holds completed runs on the tuning seeds
-:data:`bnexp.report.tuning.TUNING_SEEDS` (stage 1 of ``scripts/study.sh``). Then, per configuration (a
+:data:`bnexp.analysis.tuning.TUNING_SEEDS` (stage 1 of ``scripts/study.sh``). Then, per configuration (a
 *family*: the runs that share the study's :data:`FAMILY_KEYS` values and differ in ``lr``) and per
 objective, the rate is chosen on the tuning runs alone (:func:`choose`), and only the runs on the other seeds
 (the evaluation seeds, stage 2) at that rate are scored; a run on a tuning seed never enters a claim. A sweep
 without tuning-seed runs is the one-stage design of the pages' current results: each family at
-:func:`bnexp.report.best_rate.best_rate` on the scored seeds themselves.
+:func:`bnexp.analysis.tuning.best_rate` on the scored seeds themselves.
 
 The orchestrator's stage 2 (:mod:`bnexp.designs.studies`) calls :func:`choose` on the same runs, so a study
 trains the rates its report scores: one rule.
@@ -17,13 +17,20 @@ the budget) for claims about steps; "accuracy" (final test accuracy) for claims 
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+
 import pandas as pd
 
-from bnexp.report.best_rate import HELD_OUT, best_rate
-from bnexp.report.rules import NORMALIZERS
-from bnexp.report.studies import cells, native, select
-from bnexp.report.tuning import TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
+from bnexp.analysis.rules import NORMALIZERS, option_text, optional
+from bnexp.analysis.runs import is_number, native
+from bnexp.analysis.tuning import HELD_OUT, TUNING_SEEDS, RateChoice, best_rate, choose_rates, runs_from_table
 
+log = logging.getLogger("bnexp.report")
+
+CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
+                "depth", "budget", "final", "steps", "wall_time_s"]
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
 # the cells' columns that make one configuration of each study (its runs differ in lr and seed only)
@@ -32,6 +39,52 @@ FAMILY_KEYS = {"batch_size": ("norm", "ghost", "m"), "inference_statistics": ("m
 # the objectives each study's claims use (docs/studies/PLAN.md), the first for its findings
 OBJECTIVES = {"batch_size": ("steps", "accuracy"), "inference_statistics": ("accuracy",), "placement": ("steps",),
               "normalizer": ("steps",), "depth": ("steps", "accuracy")}
+
+
+def cells(sweep, target: float, extra=None) -> pd.DataFrame:
+    """The completed runs (finished or diverged, with a seed) of the per-run table of ``sweep``
+    (:class:`bnexp.analysis.runs.Sweep`), one row each: run (path), seed, status, norm (the normalizer code,
+    :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m, lr, momentum, position, act, model, depth
+    (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``, None:
+    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final).
+    A run whose lr is not a number (a hand edit) is left out with a warning naming it."""
+    t, reach, rows = sweep.table, sweep.reach(target), []
+    for r in sweep.runs:
+        if not r.completed or r.seed is None:
+            continue
+        c, row = r.config, t.loc[r.id]
+        hidden, lr = c.get("model.hidden"), c.get("lr", r.summary.get("lr", math.nan))
+        if not is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
+            log.warning("%s: key lr is %s, not a number; the run is left out of the study", r.path,
+                        json.dumps(lr, default=str))
+            continue
+        rows.append({
+            "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
+            "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
+            "lr": float(lr), "momentum": c.get("bn.momentum"),
+            "position": option_text(c.get("bn.position", "before")),
+            "act": option_text(c.get("act", r.summary.get("act"))),
+            "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
+            "depth": len(hidden) if isinstance(hidden, list) else None, "budget": row["budget"],
+            "final": optional(row["final_test_accuracy"]), "steps": optional(reach.loc[r.id, "steps"], int),
+            "wall_time_s": r.summary.get("wall_time_s"), **(extra(r) if extra else {})})
+    out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CELL_COLUMNS])
+    return out.assign(final_test_accuracy=out["final"])
+
+
+def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
+    """The rows of ``frame`` whose columns equal ``where``'s values (floats compared with a 1e-9 tolerance;
+    a value None matches missing values)."""
+    mask = pd.Series(True, index=frame.index)
+    for k, v in where.items():
+        col = frame[k]
+        if v is None:
+            mask &= col.isna()
+        elif isinstance(v, float):
+            mask &= pd.to_numeric(col, errors="coerce").sub(v).abs() < 1e-9
+        else:
+            mask &= col == v
+    return frame[mask]
 
 
 def study_cells(name: str, sweep) -> pd.DataFrame:
@@ -54,7 +107,7 @@ def family_label(keys, combo) -> str:
 
 def choose(c: pd.DataFrame, keys, objective: str) -> dict[tuple, RateChoice | str]:
     """Each family's rate chosen on its tuning-seed runs of ``c`` (cells), by
-    :func:`bnexp.report.tuning.choose_rates` with the family's budget (its largest trainer.max_steps).
+    :func:`bnexp.analysis.tuning.choose_rates` with the family's budget (its largest trainer.max_steps).
 
     Returns:
         {family (the ``keys`` values; None where missing): its :class:`RateChoice`, or a sentence saying why
@@ -103,8 +156,8 @@ class Selection:
     def rows(self, combo: tuple, objective: str = "steps") -> tuple[pd.DataFrame, float | None, str]:
         """(the family's scored runs at its rate, the rate, how it was picked) for the family ``combo``
         (values of :attr:`keys`). Held out: the evaluation-seed runs at the rate chosen for ``objective``
-        (:data:`bnexp.report.best_rate.HELD_OUT`; no rows and the reason when none was chosen); one stage:
-        every run of the family at its :func:`bnexp.report.best_rate.best_rate`."""
+        (:data:`bnexp.analysis.tuning.HELD_OUT`; no rows and the reason when none was chosen); one stage:
+        every run of the family at its :func:`bnexp.analysis.tuning.best_rate`."""
         where = dict(zip(self.keys, combo))
         if not self.held_out:
             family = select(self.c, **where)

@@ -6,11 +6,11 @@ the normalizer vocabulary and how a config option is read. Every section of the 
   ``1 / NUM_CLASSES + 0.05`` (15% for MNIST's and CIFAR-10's 10 classes: 5 points above guessing).
   A run that never did makes a claim about it inconclusive; a claim "does not train" uses it as threshold.
   A *diverged* run's final test and train accuracy are chance, ``1 / NUM_CLASSES``, in every section
-  (:func:`bnexp.report.load.run_table`); its best accuracy stays what it scored before it diverged.
+  (:func:`bnexp.analysis.runs.run_table`); its best accuracy stays what it scored before it diverged.
 * **Std** (:data:`DDOF`): every std over seeds is the sample std (ddof=1); one value has none ("(1 seed)").
 * **Bounds** (:class:`Censored`): a run that never reached a target counts as its budget, a *lower* bound
   on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); in a claim a bound opens that
-  side of the seed interval (:mod:`bnexp.report.interval`); it is written ">= 3.00x". Against a threshold a
+  side of the seed interval (:mod:`bnexp.analysis.interval`); it is written ">= 3.00x". Against a threshold a
   bound decides only on its own side (:meth:`Censored.above`).
 """
 
@@ -119,9 +119,14 @@ def option_text(v) -> str | None:
     return None if v is None else str(option_value(v)).rsplit(".", 1)[-1]
 
 
-# The normalizer vocabulary: the code of a run's normalizer and its label in every table, claim and figure.
+# The normalizer vocabulary: the code of a run's normalizer and its name in every table, claim and figure. Every
+# name the report gives a normalizer comes from this table: a normalizer's own (:func:`normalizer_label`), the BN
+# variant it counts as where BN is compared with no BN (:func:`variant`), the colour family a figure draws it in
+# (:func:`colour_family`).
 NORMALIZERS = {"none": "no BN", "batch": "BN", "noisy": "noisy BN", "ghost": "ghost BN", "layer": "LayerNorm",
                "group": "GroupNorm"}
+# the ``bn=`` options that name a BN variant (conf/bn/), as a legend tells them from a configuration's label
+BN_OPTIONS = {"noisy": "noisy", "false": "none", "true": "batch"}
 
 
 def normalizer(config: dict) -> str | None:
@@ -139,6 +144,21 @@ def normalizer(config: dict) -> str | None:
     if config.get("bn.noise"):
         return "noisy"
     return "ghost" if config.get("bn.ghost_batch_size") not in (None, "null") else "batch"
+
+
+def variant(code: str | None) -> str | None:
+    """The name of the BN variant a normalizer ``code`` (:data:`NORMALIZERS`) counts as where BN is compared with
+    no BN (the ICS study's claims, its figures' line styles): "no BN" (``none``), "noisy BN" (``noisy``), "BN"
+    (``batch`` and every other normalizer); None for None (``bn.enabled`` unknown)."""
+    if code is None:
+        return None
+    return NORMALIZERS[code if code in ("none", "noisy") else "batch"]
+
+
+def colour_family(code: str | None) -> str | None:
+    """The name of the colour family a figure draws normalizer ``code`` in: LayerNorm and GroupNorm by their own
+    name, every other normalizer by its :func:`variant`; None for None."""
+    return NORMALIZERS[code] if code in ("layer", "group") else variant(code)
 
 
 def normalizer_label(config: dict) -> str | None:

@@ -1,0 +1,86 @@
+"""The Sec. 4.2 frontier section as text: report.md's frontier section (templates/frontier.md.j2) and the
+matched-accuracy table's helpers, read from :func:`bnexp.analysis.frontier.analyze`'s dict or report.json's
+``frontier`` data (the numbers and rules are :mod:`bnexp.analysis.frontier`'s)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bnexp.analysis.frontier import ORDER, PASS_FACTOR
+from bnexp.analysis.rules import Censored
+from bnexp.report.fmt import render_template
+
+
+NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
+         "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
+PASS_CELL = {True: "yes", False: "no", None: "undecided"}
+
+
+def pct(v) -> str:
+    """A fraction as a percentage with 2 decimals (0.61234 -> "61.23"); "-" for None/NaN."""
+    return "-" if v is None or v != v else f"{100 * v:.2f}"  # v != v: NaN
+
+
+def speedup_text(v: float | None, bound: str | None = None) -> str:
+    """A speedup as text (:meth:`bnexp.analysis.rules.Censored.text`): "6.10x", ">= 8.00x" (``bound`` "lower":
+    the preset reached it at its smallest budget), "<= 2.00x" ("upper": the baseline did), "~3.00x (both
+    bounds)" ("unknown"), or "not reached" (None)."""
+    return Censored(v, bound or "exact").text()
+
+
+def details(section: dict, preset: str) -> dict:
+    """``frontier_analysis.speedup[preset]`` of report.json or :func:`analyze`'s dict ({} when absent)."""
+    return ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
+
+
+def headline_bound(section: dict, preset: str) -> str | None:
+    """The bound of ``preset``'s S(a*): the :func:`details` headline's bound, else "lower" from
+    ``matched_accuracy``'s ``speedup_is_lower_bound``, else None."""
+    head = details(section, preset).get("headline") or {}
+    return head.get("bound") or ("lower" if section["matched_accuracy"][preset].get("speedup_is_lower_bound") else None)
+
+
+def seed_bounds(section: dict, preset: str) -> dict[str, str]:
+    """{seed as str: "lower" | "upper" | "unknown"} for the per-seed S(a*_s) of ``preset`` that are bounds."""
+    return {str(d.get("seed")): d["bound"] for d in details(section, preset).get("per_seed") or []
+            if d.get("bound") in ("lower", "upper", "unknown")}
+
+
+def frontier_table(rows: list[dict]) -> pd.DataFrame:
+    """The frontiers (``frontier`` rows of :func:`analyze`) as a text table, one row per (preset, budget) in
+    :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
+    "-" where a seed has no run)."""
+    fr = pd.DataFrame(rows).astype({"budget_steps": int, "seed": int})
+    fr["rank"] = fr["preset"].map({p: i for i, p in enumerate(ORDER)}).fillna(len(ORDER))
+    keys = ["rank", "preset", "budget_steps"]
+    test = fr.pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
+    tab = pd.DataFrame({"preset": [NAMES.get(i[1], i[1]) for i in test.index],
+                        "budget (steps)": [f"{i[2]:,}" for i in test.index],
+                        "test acc, seed mean (%)": fr.groupby(keys)["final_test_accuracy"].mean().map(pct).to_numpy()})
+    for s in test.columns:
+        tab[f"seed {s} (%)"] = test[s].map(pct).to_numpy()
+    tab["train acc, seed mean (%)"] = fr.groupby(keys)["final_train_accuracy"].mean().map(pct).to_numpy()
+    return tab
+
+
+def tuning_md(t: dict) -> str:
+    """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
+    seed-mean and per-seed final test accuracy (%)."""
+    return pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
+                          "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
+                          "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())}
+                         for r in t["rows"]]).to_markdown(index=False)
+
+
+#: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
+MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
+                   "headline_bound": headline_bound, "speedup_text": speedup_text}
+MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
+      **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
+
+
+def frontier_markdown(section: dict) -> list[str]:
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
+    templates/frontier.md.j2."""
+    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
+
