@@ -10,7 +10,7 @@ import math
 import pytest
 
 from bnexp.designs.grid_edges import MAX_ADDED, edge_state, rule_text
-from bnexp.report.tuning import TUNING_SEEDS, TuningRun, choose_rates
+from bnexp.analysis.tuning import TUNING_SEEDS, TuningRun, choose_rates
 
 GRID = [0.15, 0.3, 0.6, 1.2]
 
