@@ -57,9 +57,11 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     the sweep folder itself): ``bnexp train -m`` with the sweep's overrides and Hydra overrides as its
     ``multirun.yaml`` holds them (in ``run_dir`` or the nearest folder above it that has one), less those bnexp
     and ``-m`` add (``hydra.mode``, ``hydra.output_subdir``, the output subdir's
-    ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). None when no readable multirun.yaml is found.
+    ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). Every override is given as the user wrote it,
+    its interpolations unresolved (``hydra.sweep.subdir='lr=${lr},seed=${seed}'`` names each job's own folder).
+    None when no readable multirun.yaml is found.
     """
-    from omegaconf import OmegaConf
+    import yaml
 
     from bnexp.runfolders.start import OUTPUT_SUBDIR_ENV
 
@@ -67,10 +69,11 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     sweep = next((p for p in (here, *here.parents) if (p / "multirun.yaml").is_file()), None)
     if sweep is None:
         return None
-    try:
-        cfg = OmegaConf.load(sweep / "multirun.yaml")
-        task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task") or []]
-        hydra = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.hydra") or []]
+    try:  # read as written, not through OmegaConf, which would resolve an override's interpolations: the
+        # scripts' hydra.sweep.subdir='...,seed=${seed}' would name one job's folder for every job of the sweep
+        overrides = yaml.safe_load((sweep / "multirun.yaml").read_text())["hydra"]["overrides"]
+        task = [str(o) for o in overrides.get("task") or []]
+        hydra = [str(o) for o in overrides.get("hydra") or []]
     except Exception:  # unreadable yaml: the caller says how to resume the one run instead
         return None
     added = ("hydra.mode=", "hydra.sweep.dir=", "hydra.output_subdir=", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}=")

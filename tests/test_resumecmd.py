@@ -1,0 +1,45 @@
+"""The command that resumes a sweep (``bnexp.runfolders.resumecmd.sweep_resume_command``), printed by Ctrl-C or
+SIGTERM and by ``bnexp report`` on an unfinished sweep: every override as the user gave it, interpolations
+unresolved, so that each job of the re-run finds its own folder (docs/reliability.md, "No run left stuck")."""
+
+from __future__ import annotations
+
+import shlex
+
+from bnexp.runfolders.resumecmd import sweep_resume_command
+
+# multirun.yaml as Hydra writes it for a script's block (scripts/*.sh name each job's folder by interpolations of
+# its own config): the overrides verbatim, beside the sweep's config, whose seed and lr are the defaults
+MULTIRUN = """hydra:
+  overrides:
+    hydra:
+    - hydra.sweep.dir={root}
+    - hydra.sweep.subdir='bn=${{hydra:runtime.choices.bn}},lr=${{lr}},seed=${{seed}}'
+    - hydra/launcher=stacked
+    - hydra.mode=MULTIRUN
+    task:
+    - seed=0,1
+    - lr=0.5
+    - trainer.max_steps=${{oc.env:STEPS,20}}
+lr: 0.1
+seed: 0
+trainer:
+  max_steps: 20
+"""
+
+
+def test_the_sweeps_resume_command_keeps_the_per_job_subdir_unresolved(tmp_path):
+    """The run seed=1 stopped: its command names no other job's folder (it used to carry
+    hydra.sweep.subdir='...seed=0', multirun.yaml's own seed, for every job), and no interpolation bnexp cannot
+    resolve outside a job (``${hydra:...}``) makes it give up on the sweep's command."""
+    root = tmp_path / "sweep"
+    run = root / "bn=true,lr=0.5,seed=1"
+    run.mkdir(parents=True)
+    (root / "multirun.yaml").write_text(MULTIRUN.format(root=root))
+    cmd = sweep_resume_command(run)
+    assert cmd is not None
+    args = shlex.split(cmd)
+    assert args[:3] == ["bnexp", "train", "-m"]
+    assert args[3:] == ["seed=0,1", "lr=0.5", "trainer.max_steps=${oc.env:STEPS,20}",
+                        "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},lr=${lr},seed=${seed}'",
+                        "hydra/launcher=stacked", f"hydra.sweep.dir={root}"]
