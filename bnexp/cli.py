@@ -276,7 +276,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             _SWEEPS_TOLD.add(sweep)
             hint = f"Resume the sweep with: {sweep}"
         else:
-            hint = resume_hint(run_dir, overrides)
+            hint = resume_hint(run_dir, overrides, replicas=distributed.env_world_size())  # torchrun: N replicas
         _print_error(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
@@ -293,7 +293,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             else:
                 _record_failure(run_dir, cfg, str(user), None)
                 if (run_dir / "checkpoint.pt").exists() and not multirun:
-                    print(resume_hint(run_dir, overrides), file=sys.stderr)
+                    print(resume_hint(run_dir, overrides, replicas=distributed.env_world_size()), file=sys.stderr)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)

@@ -231,6 +231,8 @@ def test_sigterm_to_torchrun_ends_every_replica_interrupted(tmp_path, data_root)
     assert "Traceback" not in out + err
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM" and summary["replicas"] == 2
+    # the command it prints resumes the run with its 2 replicas, as the checkpoint requires
+    assert "Resume this run with: python -m bnexp.train.torchrun --standalone --nproc-per-node=2 -m bnexp train " in err
 
 
 @pytest.mark.slow

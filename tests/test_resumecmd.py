@@ -43,3 +43,16 @@ def test_the_sweeps_resume_command_keeps_the_per_job_subdir_unresolved(tmp_path)
     assert args[3:] == ["seed=0,1", "lr=0.5", "trainer.max_steps=${oc.env:STEPS,20}",
                         "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},lr=${lr},seed=${seed}'",
                         "hydra/launcher=stacked", f"hydra.sweep.dir={root}"]
+
+
+def test_a_data_parallel_run_is_resumed_with_its_number_of_replicas(tmp_path):
+    """A checkpoint of N replicas resumes only with N: the command a torchrun run prints starts N replicas through
+    bnexp's torchrun wrapper (the launch command of bnexp's messages), not a one-process ``bnexp train``."""
+    from bnexp.runfolders.resumecmd import resume_command
+    from bnexp.train.torchrun import launch
+
+    run = tmp_path / "run"
+    assert resume_command(run, ["lr=0.1"]) == f"bnexp train lr=0.1 hydra.run.dir={run}"
+    cmd = resume_command(run, ["lr=0.1"], replicas=2)
+    assert cmd == f"{launch(2).removesuffix(' ...')} lr=0.1 hydra.run.dir={run}"
+    assert cmd.startswith("python -m bnexp.train.torchrun --standalone --nproc-per-node=2 -m bnexp train ")

@@ -34,13 +34,23 @@ def _hydra_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
+def launcher(replicas: int = 1) -> str:
+    """What starts a run of ``replicas`` processes: ``bnexp train``, or for a data-parallel run (N > 1) torchrun
+    through bnexp's wrapper with N replicas (``bnexp.train.torchrun.launch``'s command): a checkpoint resumes only
+    with the number of replicas that wrote it."""
+    if replicas <= 1:
+        return "bnexp train"
+    return f"python -m bnexp.train.torchrun --standalone --nproc-per-node={replicas} -m bnexp train"
+
+
+def resume_command(run_dir: Path | str, overrides: list[str] | None, replicas: int = 1) -> str:
     """The shell command that resumes the run in ``run_dir``.
 
     Args:
         run_dir: the run's folder (made absolute, so the command works from any folder).
         overrides: the job's task overrides (Hydra's ``hydra.overrides.task``), e.g. ``["bn='false'", "seed=1"]``;
             ``hydra.*`` overrides are not among them, and ``hydra.run.dir`` is added.
+        replicas: N of a data-parallel run (torchrun); the command then starts N replicas (:func:`launcher`).
 
     Returns:
         e.g. ``bnexp train bn=false seed=1 hydra.run.dir=/home/me/outputs/runs/2026-11-27_15-00-00_bn=false,seed=1``,
@@ -49,7 +59,7 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
     """
     args = [as_typed(o) for o in (overrides or [])]
     args.append(f"hydra.run.dir={_hydra_value(str(Path(run_dir).absolute()))}")
-    return "bnexp train " + " ".join(shlex.quote(a) for a in args)
+    return launcher(replicas) + " " + " ".join(shlex.quote(a) for a in args)
 
 
 def sweep_resume_command(run_dir: Path | str) -> str | None:
@@ -83,6 +93,7 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     return "bnexp train -m " + " ".join(shlex.quote(a) for a in args)
 
 
-def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with") -> str:
+def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with",
+                replicas: int = 1) -> str:
     """The line that tells how to resume: ``"<what>: <the command of resume_command>"``."""
-    return f"{what}: {resume_command(run_dir, overrides)}"
+    return f"{what}: {resume_command(run_dir, overrides, replicas)}"
