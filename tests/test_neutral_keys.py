@@ -58,7 +58,11 @@ def test_bit_neutral_keys_leave_the_records_the_same_bit_for_bit(bnexp_main, tmp
 
     ref = records("ref", "trainer.ckpt_every=10", "trainer.progress=false")
     assert ref[0] and ref[1]
-    for name, extra in {"cadence": ["trainer.ckpt_every=7", "trainer.progress=false", "trainer.async_records=false", "monitor.histograms=false"],
-                        "display": ["trainer.ckpt_every=10", "trainer.progress=true", "logger=csv"],
-                        "no_checkpoint": ["trainer.ckpt_every=10", "trainer.progress=false", "trainer.save_checkpoint=false", "data.verify_checksums=false"]}.items():
+    changes = {
+        "cadence": ["trainer.ckpt_every=7", "trainer.progress=false", "trainer.async_records=false",
+                    "monitor.histograms=false"],
+        "display": ["trainer.ckpt_every=10", "trainer.progress=true", "logger=csv"],
+        "no_checkpoint": ["trainer.ckpt_every=10", "trainer.progress=false", "trainer.save_checkpoint=false",
+                          "data.verify_checksums=false"]}
+    for name, extra in changes.items():
         assert records(name, *extra) == ref, name

@@ -84,7 +84,8 @@ def parse_blocks(text: str, path: Path, root: Path | None = None) -> list[Block]
 
     Raises:
         DocsError: naming ``path`` (relative to ``root``) and the line: a comment line that looks like a marker
-            but is not one (:data:`NEAR`: a misspelt marker), a closing marker without an opening one, an opening marker inside a block or never closed, a marker without ``source`` or ``view``,
+            but is not one (:data:`NEAR`: a misspelt marker), a closing marker without an opening one, an
+            opening marker inside a block or never closed, a marker without ``source`` or ``view``,
             with another attribute or an attribute given twice.
     """
     where = _rel(path, root) if root else str(path)

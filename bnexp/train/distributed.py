@@ -126,11 +126,11 @@ def _stderr_line(text: str) -> None:
 
 class Rendezvous:
     """The wait of replica ``rank`` of ``world`` for its peers at ``where`` (torch's ``init_process_group``), told and
-    bounded: after :data:`NOTICE_S` seconds (half of ``wait_s`` when that is shorter) without its peers it says, once, that it is waiting and for how long
-    (``wait_s``); and it keeps that timeout even where torch's own does not (a client's TCP connect to an address
-    that drops packets blocks for the kernel's connect timeout, minutes, between torch's checks of its deadline):
-    :data:`GIVE_UP_SLACK_S` seconds past ``wait_s`` it prints the one error line, runs ``on_give_up`` (the caller
-    removes the run folder it made) and ends the process with exit code 2.
+    bounded: after :data:`NOTICE_S` seconds (half of ``wait_s`` when that is shorter) without its peers it says, once,
+    that it is waiting and for how long (``wait_s``); and it keeps that timeout even where torch's own does not (a
+    client's TCP connect to an address that drops packets blocks for the kernel's connect timeout, minutes, between
+    torch's checks of its deadline): :data:`GIVE_UP_SLACK_S` seconds past ``wait_s`` it prints the one error line,
+    runs ``on_give_up`` (the caller removes the run folder it made) and ends the process with exit code 2.
 
     Use as a context manager around the wait; leaving it cancels both timers.
     """
