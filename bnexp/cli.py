@@ -140,20 +140,22 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
     """
     if os.environ.get("WORLD_SIZE", "1").strip() == "1":  # one process (no torchrun): torch comes after validation
         return _lead(cfg, run_dir, multirun, overrides, lambda go: None)
+    from bnexp.runfolders.start import HeldLog
     from bnexp.train import distributed
     from bnexp.train.runtime import resolve_device
 
-    try:
-        replicas = (distributed.setup(resolve_device(cfg.trainer.device)) if distributed.env_world_size() > 1
-                    else distributed.Replicas())
-    except UserError as exc:
-        from bnexp.runfolders.start import HeldLog
-
-        fresh, held = _is_fresh(run_dir), HeldLog(run_dir)
-        _print_error(str(exc))
-        held.drop()
+    def refused_start() -> None:  # nothing of a start refused before it joined its peers stays behind
+        fresh = _is_fresh(run_dir)
+        HeldLog(run_dir).drop()
         if fresh:
             _remove_refused_run_dir(run_dir, None)
+
+    try:
+        replicas = (distributed.setup(resolve_device(cfg.trainer.device), on_give_up=refused_start)
+                    if distributed.env_world_size() > 1 else distributed.Replicas())
+    except UserError as exc:
+        _print_error(str(exc))
+        refused_start()
         raise SystemExit(2)
     told = [False]
 
@@ -180,7 +182,7 @@ def _follow(cfg, run_dir: Path, replicas):
     """A replica of rank > 0 (torchrun): train beside rank 0 if it says go; write nothing."""
     from bnexp.train import distributed
     from bnexp.config.schema import validate
-    from bnexp.train.replica_endings import record_lost_rank0, replica_refusal_line
+    from bnexp.train.replica_endings import a_collective_failed, record_lost_rank0, replica_refusal_line
     from bnexp.train.runtime import SignalGuard
     from bnexp.train.trainer import Interrupted, train
 
@@ -204,6 +206,8 @@ def _follow(cfg, run_dir: Path, replicas):
             line = record_lost_rank0(run_dir, replicas.rank, exc)
             if line is not None:
                 _print_error(line)
+                raise SystemExit(1)
+            if a_collective_failed(exc):  # another replica ended and rank 0 lives: rank 0 says it, once
                 raise SystemExit(1)
             raise
 
@@ -281,7 +285,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             _SWEEPS_TOLD.add(sweep)
             hint = f"Resume the sweep with: {sweep}"
         else:
-            hint = resume_hint(run_dir, overrides)
+            hint = resume_hint(run_dir, overrides, replicas=distributed.env_world_size())  # torchrun: N replicas
         _print_interrupted(f"interrupted ({exc}): checkpoint saved in {run_dir}. {hint}")
         raise SystemExit(128 + exc.signum)
     except KeyboardInterrupt:
@@ -298,7 +302,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             else:
                 _record_failure(run_dir, cfg, str(user), None)
                 if (run_dir / "checkpoint.pt").exists() and not multirun:
-                    print(resume_hint(run_dir, overrides), file=sys.stderr)
+                    print(resume_hint(run_dir, overrides, replicas=distributed.env_world_size()), file=sys.stderr)
             if multirun:
                 return FailedRun(str(run_dir), str(user))
             raise SystemExit(2)

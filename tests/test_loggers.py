@@ -92,3 +92,102 @@ def test_mlflow_logger_without_mlflow_is_one_line_before_training(bnexp_main, tm
     code, err, out = bnexp_main("train", "logger=mlflow", f"hydra.run.dir={tmp_path / 'run'}")
     assert code == 2 and "logger=mlflow needs the mlflow package" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+# ----- a logger never loses the run (docs/reliability.md) ------------------------------------------------
+
+
+class _Breaks:
+    """A scalar logger that fails at its ``at``-th scalar, as a store that became locked or a full disk would."""
+
+    name = "logger=broken (test)"
+
+    def __init__(self, at: int):
+        self.at, self.seen = at, 0
+
+    def scalar(self, tag, value, step):
+        self.seen += 1
+        if self.seen >= self.at:
+            raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def close(self, status="FINISHED"):
+        raise AssertionError("a dropped logger is not closed")
+
+
+def test_a_logger_that_fails_mid_run_is_dropped_with_one_warning_and_the_others_go_on(tmp_path, caplog):
+    broken = _Breaks(at=2)
+    run = RunLoggers(None, [broken, CSVScalars(tmp_path)])
+    for step in range(0, 50, 10):
+        run.add_scalar("Train/loss", step / 10, step)
+        run.flush()
+    run.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "logger=broken (test) stopped working (OSError" in warnings[0], warnings
+    assert broken.seen == 2
+    with open(tmp_path / "scalars.csv", newline="") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [0, 10, 20, 30, 40]
+
+
+def test_scalars_csv_deleted_mid_run_is_written_again_and_said_once(tmp_path, caplog):
+    run = RunLoggers(None, [CSVScalars(tmp_path)])
+    for step in range(0, 60, 10):
+        run.add_scalar("Train/loss", step / 10, step)
+        if step in (10, 30):
+            run.flush()
+            (tmp_path / "scalars.csv").unlink()  # someone cleans the folder up while the run trains
+    run.close()
+    with open(tmp_path / "scalars.csv", newline="") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [40, 50]  # written again after the last deletion
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "scalars.csv was deleted while the run wrote it" in warnings[0], warnings
+
+
+def _locked(path):
+    import sqlite3
+
+    con = sqlite3.connect(path, timeout=0.1)
+    con.execute("CREATE TABLE IF NOT EXISTS t (x)")
+    con.commit()
+    con.execute("BEGIN EXCLUSIVE")
+    return con
+
+
+@pytest.mark.slow  # imports mlflow in this process: over the fast tier's 2.5 s of CPU
+@pytest.mark.parametrize("store", ["corrupt", "unwritable", "locked"])
+def test_an_mlflow_store_that_cannot_be_used_is_one_warning_and_the_run_goes_on(tmp_path, caplog, store):
+    """Corrupt (not a database), in a folder that cannot be made (a file stands where it would be), or locked by
+    another process's transaction: MLflow is left out with one warning naming the store; CSV and TensorBoard go
+    on."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    from omegaconf import OmegaConf
+
+    from bnexp.train.loggers import open_loggers
+
+    db, hold = tmp_path / "mlflow.db", None
+    if store == "corrupt":
+        db.write_bytes(b"this is not an sqlite database, it was cut off or overwritten" * 50)
+    elif store == "unwritable":
+        (tmp_path / "a_file").write_text("")
+        db = tmp_path / "a_file" / "mlflow.db"
+    else:
+        hold = _locked(db)
+    cfg = OmegaConf.create({"logger": {"tensorboard": False, "csv": True, "mlflow": True,
+                                       "mlflow_tracking_uri": f"sqlite:///{db}", "mlflow_experiment": "x"}})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    try:
+        run = open_loggers(cfg, run_dir, None, {"lr": 0.1})
+    finally:
+        if hold is not None:
+            hold.close()
+    assert [type(s).__name__ for s in run.sinks] == ["CSVScalars"]
+    run.add_scalar("Train/loss", 1.0, 0)
+    run.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "bnexp"]
+    assert len(warnings) == 1 and f"logger.mlflow_tracking_uri=sqlite:///{db}" in warnings[0], warnings
+    assert "The run goes on without MLflow" in warnings[0]
+    assert (run_dir / "scalars.csv").read_text().splitlines()[1] == "0,Train/loss,1.0"

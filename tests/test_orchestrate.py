@@ -34,12 +34,13 @@ SCRIPT_ENV = ("JOBS", "DRY_RUN", "SWEEP_DIR", "DOCS_DIR", "SEEDS", "LADDER", "SC
 def script(tmp_path, monkeypatch, capsys, data_root):
     """``script(NAME, *args, **env)`` -> (exit code, stdout, stderr, the commands run): the orchestrator in this
     process, in tmp_path, with only ``env`` of the scripts' variables set, and :meth:`Supervisor.run` recording
-    each command and answering the next of ``codes`` (default 0)."""
+    each command and answering the next of ``codes`` (default 0), after calling ``on_command(n)`` (n: the
+    commands run so far) when given."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     monkeypatch.setenv("BNEXP_LAST_OVERRIDE_WINS", "1")
 
-    def run(name, *args, codes=(), signal_at=None, **env):
+    def run(name, *args, codes=(), signal_at=None, on_command=None, **env):
         for key in SCRIPT_ENV:
             monkeypatch.delenv(key, raising=False)
         for key, value in {"JOBS": "2", **env}.items():
@@ -48,6 +49,8 @@ def script(tmp_path, monkeypatch, capsys, data_root):
 
         def fake(self, command, env=None, watch=None):
             ran.append(list(command))
+            if on_command is not None:
+                on_command(len(ran))
             if signal_at is not None and len(ran) == signal_at:
                 self.signum = int(signal.SIGTERM)
                 return self.exit_code
@@ -195,6 +198,37 @@ def test_an_interrupted_study_call_counts_in_the_measured_wall_time(script, tmp_
     assert code == 0, err
     both = json.loads((tmp_path / "d" / "study.json").read_text())
     assert both["calls"] == 2 and both["wall_time_s"] >= first["wall_time_s"]
+
+
+def test_a_study_call_counts_as_it_runs_so_a_killed_call_counts_too(script, tmp_path, monkeypatch):
+    """A call killed without its end-of-call bookkeeping (SIGKILL, a scheduler's kill after its SIGTERM's grace
+    time) leaves study.json as it is while a command runs: the call is counted from its start and its time so far
+    written after every command, so the next call adds to it. Each command takes 100 s on a fake clock."""
+    from types import SimpleNamespace
+
+    from bnexp.designs import studytime
+
+    now = [1000.0]
+    monkeypatch.setattr(studytime, "time", SimpleNamespace(time=lambda: now[0]))
+    marker = tmp_path / "d" / "study.json"
+    args = ("depth", "trainer.max_steps=20", "seed=0", "lr=3.6")
+    seen = {}
+
+    def command(n):
+        seen[n] = json.loads(marker.read_text())
+        now[0] += 100
+
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command)
+    assert code == 0 and len(trains(ran)) == 3, err
+    assert [(seen[n]["calls"], seen[n]["wall_time_s"]) for n in (1, 2, 3)] == [(1, 0), (1, 100), (1, 200)]
+    assert json.loads(marker.read_text())["wall_time_s"] == 300
+    # the second call is killed during its second block: study.json as it was then
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command)
+    marker.write_text(json.dumps(seen[2]))
+    assert (seen[2]["calls"], seen[2]["wall_time_s"]) == (2, 400)
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command)
+    final = json.loads(marker.read_text())
+    assert code == 0 and (final["calls"], final["wall_time_s"], final["jobs"]) == (3, 700, 2)
 
 
 def test_the_ladder_stops_when_a_batch_is_still_missing_after_it_ran(script):

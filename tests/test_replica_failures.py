@@ -113,6 +113,96 @@ def test_a_peer_that_never_comes_ends_the_start_with_one_line(tmp_path, data_roo
     assert r.stderr.count("bnexp: error:") == 1 and "Traceback" not in r.stderr and "frame #" not in r.stderr
     assert f"replica {rank} of 2: the other replicas did not all join" in r.stderr and "within 2 s" in r.stderr
     assert not (tmp_path / "run").exists()
+    # it said that it was waiting, once, before it gave up
+    assert r.stderr.count(f"bnexp: replica {rank} of 2: waiting for the other replicas at 127.0.0.1:") == 1
+    assert r.stderr.index("waiting for the other replicas") < r.stderr.index("bnexp: error:")
+
+
+_A_WAIT_THAT_NEVER_ENDS = r"""
+import sys, time
+import torch.distributed as dist
+import bnexp.cli as cli
+from bnexp.train import distributed
+distributed.NOTICE_S = 0.5
+dist.init_process_group = lambda *a, **k: time.sleep(600)  # a connect to an address that drops packets
+t0 = time.monotonic()
+try:
+    cli.main(["train", "trainer.progress=false", f"hydra.run.dir={sys.argv[1]}"])
+finally:
+    print(f"returned after {time.monotonic() - t0:.0f} s", file=sys.stderr)
+"""
+
+
+def test_a_replica_keeps_its_stated_rendezvous_timeout_when_torchs_wait_does_not_end(tmp_path):
+    """torch's store client checks its deadline only between connection attempts, and one attempt to an address
+    that drops packets lasts as long as the kernel's connect timeout (a lone replica waited 357 s, then said
+    "within 60 s"): the replica says at once that it waits, and gives up a few seconds past its stated timeout
+    with the one line, exit code 2, leaving no run folder."""
+    import time
+
+    env = dict(os.environ, WORLD_SIZE="2", RANK="1", LOCAL_RANK="0", MASTER_ADDR="10.255.255.1", MASTER_PORT="29500",
+               BNEXP_RENDEZVOUS_TIMEOUT_S="2", COLUMNS="300")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", _A_WAIT_THAT_NEVER_ENDS, str(tmp_path / "run")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.strip().splitlines()
+    assert lines == [
+        "bnexp: replica 1 of 2: waiting for the other replicas at 10.255.255.1:29500, for at most 2 s "
+        "(BNEXP_RENDEZVOUS_TIMEOUT_S=SECONDS to change it).",
+        "bnexp: error: replica 1 of 2: the other replicas did not all join at 10.255.255.1:29500 within 2 s (no "
+        "answer); start all 2 (torchrun's --nproc-per-node), or give slow starters more time with "
+        "BNEXP_RENDEZVOUS_TIMEOUT_S=SECONDS."], p.stderr[-3000:]
+    assert took < 2 + distributed.GIVE_UP_SLACK_S + 60  # its start-up (under load) and the stated wait
+    assert not (tmp_path / "run").exists()
+
+
+_DDP_LOSES_A_PEER = r"""
+import os, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from bnexp.train import replica_endings
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", rank=rank, world_size=2)
+model = DDP(torch.nn.Linear(4, 2), broadcast_buffers=False)  # kept: its reducer's hooks do the all-reduce
+loss = model(torch.randn(8, 4)).sum()
+if rank == 1:
+    os._exit(0)  # the peer dies between the forward and the backward
+time.sleep(1)
+try:
+    loss.backward()  # DDP's gradient all-reduce, in the autograd engine
+except Exception as exc:
+    print("collective failed:", replica_endings.a_collective_failed(exc), type(exc).__name__, flush=True)
+os._exit(0)  # without closing the group whose peer is gone
+"""
+
+
+@pytest.mark.slow
+def test_a_lost_peer_in_ddps_gradient_all_reduce_is_a_failed_collective(tmp_path):
+    """The gradient all-reduce of DDP fails inside ``loss.backward()`` with no torch.distributed frame: it is still
+    another replica's end (rank 0 then records the run and says so in one line), not an internal error with a
+    "[rank0]: Traceback" before that line."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
+    peer = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _DDP_LOSES_A_PEER], env=dict(env, RANK="1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p = subprocess.run([sys.executable, "-W", "ignore", "-c", _DDP_LOSES_A_PEER], env=dict(env, RANK="0"),
+                           capture_output=True, text=True, timeout=180)
+    finally:
+        peer.wait(timeout=60)
+    assert "collective failed: True" in p.stdout, p.stdout + p.stderr[-3000:]
+
+
+def test_leaving_a_group_whose_peer_is_gone_raises_nothing(monkeypatch):
+    """After a replica ended, closing the process group may fail (gloo: connection reset by peer); that error
+    must not follow the run's one line as a traceback."""
+    def reset(*a, **k):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc] Read error: Connection reset by peer")
+
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", reset)
+    distributed.teardown()
 
 
 @pytest.mark.slow
@@ -141,6 +231,8 @@ def test_sigterm_to_torchrun_ends_every_replica_interrupted(tmp_path, data_root)
     assert "Traceback" not in out + err
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM" and summary["replicas"] == 2
+    # the command it prints resumes the run with its 2 replicas, as the checkpoint requires
+    assert "Resume this run with: python -m bnexp.train.torchrun --standalone --nproc-per-node=2 -m bnexp train " in err
 
 
 @pytest.mark.slow
@@ -200,6 +292,40 @@ def test_the_agents_sigterm_does_not_cut_short_the_record_of_a_lost_rank_0(tmp_p
     assert "Traceback" not in p.stderr
 
 
+_FOLLOWER_LOSES_A_PEER = r"""
+import sys, types
+from pathlib import Path
+import bnexp.cli as cli
+import bnexp.train.trainer as trainer
+from bnexp.config.schema import compose_config
+from bnexp.train import distributed
+
+distributed.broadcast_object = lambda obj, replicas, src=0: True  # rank 0 said go
+def failed_collective(*a, **k):
+    raise RuntimeError("[gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer")
+trainer.train = failed_collective
+cli._follow(compose_config([]), Path(sys.argv[1]), types.SimpleNamespace(rank=1, distributed=True, is_main=False))
+"""
+
+
+def test_a_replica_whose_peer_died_while_rank_0_lives_leaves_the_line_to_rank_0(tmp_path):
+    """Replica 1's collective failed because another replica (not rank 0) ended: rank 0, alive and holding the run
+    folder, records the run and says so in one line; replica 1 ends with exit code 1 and says nothing (it used to
+    print the collective's traceback)."""
+    from bnexp.runfolders.rundir import RunLock
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = RunLock(run_dir)
+    assert lock.acquire()  # rank 0, alive
+    try:
+        p = subprocess.run([sys.executable, "-c", _FOLLOWER_LOSES_A_PEER, str(run_dir)], capture_output=True,
+                           text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    finally:
+        lock.release()
+    assert p.returncode == 1 and p.stderr.strip() == "" and p.stdout.strip() == "", p.stderr[-3000:]
+
+
 _REFUSING_REPLICA = r"""
 import sys
 import bnexp.cli as cli
@@ -236,7 +362,7 @@ import bnexp.cli as cli
 import bnexp.train.stacked as stacked
 from bnexp.train import distributed
 
-distributed.setup = lambda device, timeout_s=300.0: distributed.Replicas(rank=0, world_size=2, backend="gloo")
+distributed.setup = lambda device, **kw: distributed.Replicas(rank=0, world_size=2, backend="gloo")
 distributed.broadcast_object = lambda obj, replicas, src=0: obj
 distributed.teardown = lambda: None
 def steps_then_a_peer_is_gone(cfg, run_dir, resume, on_begin=None):

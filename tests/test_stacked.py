@@ -295,6 +295,34 @@ def test_stacked_sweep_writes_ordinary_run_folders_and_resumes_after_a_kill(tmp_
     assert (sweep / "report.json").exists()
 
 
+def test_a_stack_killed_outright_resumes_every_run_once(tmp_path, data_root, run_bnexp):
+    """SIGKILL to the process of a stack mid-run (no handler runs: summaries stay ``running``, the locks' files
+    stay): the same command resumes every run of the stack from its checkpoint, each once, and no step's record
+    appears twice; no run starts over, no run folder is added."""
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", "seed=0,1,2", *SWEEP, f"hydra.sweep.dir={sweep}"]
+    proc = spawn_bnexp(data_root, tmp_path, *args)
+    runs = lambda: sorted(d for d in sweep.glob("seed=*") if d.is_dir())  # noqa: E731
+    try:
+        wait_for(lambda: len(runs()) == 3 and all((d / "checkpoint.pt").exists() for d in runs()), timeout=600)
+        proc.kill()
+    finally:
+        proc.communicate(timeout=120)
+    before = {d.name: strict_json((d / "summary.json").read_text())["status"] for d in runs()}
+    assert set(before.values()) <= {"running", "finished"} and "running" in before.values(), before
+    r = run_bnexp(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [d.name for d in runs()] == ["seed=0", "seed=1", "seed=2"]
+    for d in runs():
+        s = strict_json((d / "summary.json").read_text())
+        assert s["status"] == "finished" and s["step"] == 120, (d.name, s)
+        if before[d.name] == "running":
+            assert s.get("resumed_from_step"), (d.name, s)  # resumed, not started over
+        steps = [json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [0, 20, 40, 60, 80, 100, 120], (d.name, steps)
+        assert not list(d.glob("checkpoint.unreadable-*")) and not (d / ".lock").exists()
+
+
 def test_stacks_run_two_at_a_time_and_each_run_logs_to_its_own_train_log(tmp_path, run_bnexp):
     """``hydra.launcher.n_jobs=2``: the two stacks (bn=true, bn=false) run in two processes; each run's train.log
     has its own lines (its model line names its seed and bn) and not its stack-mates'."""

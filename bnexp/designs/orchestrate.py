@@ -44,6 +44,7 @@ from pathlib import Path
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
 from bnexp.designs.stages import Decision, Part, decision, run_stages
+from bnexp.designs.studytime import StudyClock, record_study
 from bnexp.errors import UserError
 
 SCRIPTS = {"mnist": "reproduce_mnist.sh", "cifar": "reproduce_cifar.sh", "ics": "ics_study.sh",
@@ -475,27 +476,6 @@ def copy_report(sweep: Path, docs: str) -> None:
           "from it")
 
 
-def record_study(sweep: Path, name: str, wall_s: int | None = None, jobs: int = 1) -> None:
-    """study.json: marks ``sweep`` as study ``name``'s (``bnexp report`` then writes the study section, with the
-    study's ``question``) and sums the measured wall time of the calls that trained (``wall_time_s``, ``calls``,
-    ``jobs``), an interrupted call's included."""
-    import json
-
-    from bnexp.designs.studies import build_studies
-
-    path = sweep / "study.json"
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        d = {}
-    d = d if isinstance(d, dict) and d.get("study") == name else {"study": name}
-    d["question"] = build_studies()[name].question
-    if wall_s is not None:
-        d.update(wall_time_s=d.get("wall_time_s", 0) + int(wall_s), jobs=jobs, calls=d.get("calls", 0) + 1)
-    sweep.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(d))
-
-
 def _train_part(p: Part, call) -> tuple[int | None, bool]:
     """A part's training: its stages, the commands after them, its ladders' summary.
 
@@ -525,6 +505,8 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
         """Run one command; None to go on, else the exit code to stop with."""
         nonlocal rc
         code = sup.run(cmd, watch=watch)
+        if clock is not None:  # a study's call counts as it goes: what is measured so far survives a SIGKILL
+            clock.tick()
         if sup.exit_code is not None:
             print(f"interrupted ({signal.Signals(sup.signum).name}): every process the script started is stopped"
                   f"{' (some after the grace time, killed)' if sup.killed else ''}; runs in progress are recorded "
@@ -539,18 +521,20 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
               "way (see its message above)", file=sys.stderr)
         return code if 0 < code < 256 else 1
 
+    clock = None
     for p in parts:
         start = time.time()
         if p.study:
             record_study(p.sweep_dir, p.study)
             if not p.blocks:
                 print(f"every run of {p.sweep_dir} is complete")
+            else:  # every call that trains counts in the measured wall time, from its start
+                clock = StudyClock(p.sweep_dir, p.study, env.jobs)
         try:
             stop, missing = _train_part(p, call)
-        finally:  # every call that trained counts in the measured wall time, one a signal stopped too
-            wall = round(time.time() - start)
-            if p.study and p.blocks:
-                record_study(p.sweep_dir, p.study, wall, env.jobs)
+        finally:  # to its end, one a signal stopped too
+            wall = clock.tick() if clock is not None else round(time.time() - start)
+            clock = None
         if stop is not None:
             return stop
         rc = 1 if missing else rc  # failed jobs: the report covers the rest

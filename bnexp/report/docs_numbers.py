@@ -11,7 +11,10 @@
 
 ``source`` is a report.json path relative to the repository root (:func:`repo_root`); ``view`` names a renderer
 of :data:`VIEWS`. The generated text sits between one blank line after the opening marker and one before the
-closing marker. Markers inside fenced code blocks are text, not blocks.
+closing marker. Markers inside fenced code blocks are text, not blocks. A comment line that looks like a marker
+but is not one (``<!-- bnexp:number ...``, ``<!-- bnexp numbers ...``, ``<!-- BNEXP:numbers ...``) is an error, so
+that a misspelt marker never leaves a block silently unwritten; a page named on the command line that holds no block
+gets a note saying so. Pages are read and written as UTF-8: a page that is not UTF-8 is an error naming it.
 
 **Pending sources.** While a block's source does not exist yet (a sweep still running), the block holds exactly
 :func:`pending_text`; ``--update-docs`` writes it into an empty block and leaves it (reporting it as pending)
@@ -38,6 +41,7 @@ from bnexp.analysis.runs import ReportError
 
 OPEN = re.compile(r"^\s{0,3}<!--\s*bnexp:numbers\b(?P<attrs>.*?)-->\s*$")
 CLOSE = re.compile(r"^\s{0,3}<!--\s*/bnexp:numbers\s*-->\s*$")
+NEAR = re.compile(r"^\s{0,3}<!--\s*/?\s*bnexp\b", re.IGNORECASE)  # a comment meant as a marker
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 ATTRS = ("source", "view")
 UPDATE_HINT = "bnexp report --update-docs"
@@ -79,8 +83,9 @@ def parse_blocks(text: str, path: Path, root: Path | None = None) -> list[Block]
     """The marker blocks of a markdown text, in order.
 
     Raises:
-        DocsError: naming ``path`` (relative to ``root``) and the line: a closing marker without an opening
-            one, an opening marker inside a block or never closed, a marker without ``source`` or ``view``,
+        DocsError: naming ``path`` (relative to ``root``) and the line: a comment line that looks like a marker
+            but is not one (:data:`NEAR`: a misspelt marker), a closing marker without an opening one, an
+            opening marker inside a block or never closed, a marker without ``source`` or ``view``,
             with another attribute or an attribute given twice.
     """
     where = _rel(path, root) if root else str(path)
@@ -95,6 +100,10 @@ def parse_blocks(text: str, path: Path, root: Path | None = None) -> list[Block]
                 continue
         if fence is not None:
             continue
+        if NEAR.match(line) and not OPEN.match(line) and not CLOSE.match(line):
+            raise DocsError(f"{where}:{i + 1}: {line.strip()[:60]!r} is not a bnexp:numbers marker (misspelt?); "
+                            "a block opens with <!-- bnexp:numbers source=PATH/report.json view=NAME --> and "
+                            "closes with <!-- /bnexp:numbers -->.")
         if m := OPEN.match(line):
             if open_ is not None:
                 raise DocsError(f"{where}:{i + 1}: a bnexp:numbers marker inside the block opened at line "
@@ -193,13 +202,37 @@ def markdown_files(root: Path) -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
+def read_page(path: Path, root: Path | None = None) -> str:
+    """The text of the markdown page ``path``, read as UTF-8 (what the docs are written in, whatever the locale).
+
+    Raises:
+        DocsError: naming the page (relative to ``root``): it cannot be read (permissions, a folder), or it is
+            not UTF-8 (the encoding it looks like, where a byte-order mark tells, and the first byte that is not
+            UTF-8 with its offset).
+    """
+    where = _rel(path, root) if root else str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DocsError(f"{where}: cannot read this markdown file ({exc.strerror or exc}).") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        looks = ("UTF-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else
+                 "UTF-32" if data[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") else
+                 "another encoding (Latin-1 or Windows-1252, perhaps)")
+        raise DocsError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}; it looks like "
+                        f"{looks}); the docs' markdown is UTF-8: convert the file (e.g. iconv -t UTF-8) and run "
+                        f"`{UPDATE_HINT}` again. Nothing was written.") from None
+
+
 def check_docs(root: Path, files: list[Path] | None = None) -> list[str]:
     """Every block of ``files`` (default :func:`markdown_files`) whose committed text differs from what its
     source gives, as "FILE:LINE view NAME: ..." lines ([] when all match). A pending block passes only while
     its source is absent. Raises DocsError for a block that cannot be rendered at all."""
     problems = []
     for f in files if files is not None else markdown_files(root):
-        _, result = rewrite(f.read_text(), f, root)
+        _, result = rewrite(read_page(f, root), f, root)
         problems += [f"{_rel(f, root)}:{b.line} view {b.view}: the committed text "
                      + ("pending text expected (source absent)" if pending else f"differs from {b.source}")
                      + f"; run `{UPDATE_HINT} {_rel(f, root)}`" for b, changed, pending in result if changed]
@@ -214,9 +247,12 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
     Returns:
         The files that changed.
 
+    A FILE without any block, and a default run that finds no block at all, get a note (``echo``).
+
     Raises:
         DocsError (a :class:`~bnexp.analysis.runs.ReportError`, exit code 2): a FILE that does not exist, no
-            markdown file found, any block error (nothing is written then), or an unwritable file.
+            markdown file found, a file that cannot be read or is not UTF-8 (:func:`read_page`), any block error
+            (a misspelt marker included: :func:`parse_blocks`; nothing is written then), or an unwritable file.
     """
     from bnexp.runfolders.rundir import replace_files
 
@@ -230,11 +266,15 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
         paths = markdown_files(root)
         if not paths:
             raise DocsError(f"no README.md or docs/**/*.md under {root}; run it in the repository or name the files.")
-    new = {}
+    new, blocks = {}, 0
     for p in paths:
         root = repo_root(p.parent)
-        text = p.read_text()
+        text = read_page(p, root)
         out, result = rewrite(text, p, root)
+        blocks += len(result)
+        if files and not result:  # a page named on the command line: say why nothing changes in it
+            echo(f"{_rel(p, root)}: no bnexp:numbers block (nothing to write; a block opens with "
+                 "<!-- bnexp:numbers source=PATH/report.json view=NAME -->)")
         for b, _, pending in result:
             if pending:
                 echo(f"{_rel(p, root)}:{b.line} view {b.view}: pending ({b.source} does not exist yet)")
@@ -243,6 +283,8 @@ def update_docs(files: list[str | Path] | None = None, cwd: Path | None = None, 
         if result:
             n = len(result)
             echo(f"{_rel(p, root)}: {'updated' if out != text else 'up to date'} ({n} block{'s' * (n != 1)})")
+    if not files and not blocks:
+        echo(f"no bnexp:numbers block in README.md or docs/**/*.md under {repo_root(cwd)}")
     try:
         replace_files(new)
     except OSError as exc:

@@ -34,13 +34,23 @@ def _hydra_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
+def launcher(replicas: int = 1) -> str:
+    """What starts a run of ``replicas`` processes: ``bnexp train``, or for a data-parallel run (N > 1) torchrun
+    through bnexp's wrapper with N replicas (``bnexp.train.torchrun.launch``'s command): a checkpoint resumes only
+    with the number of replicas that wrote it."""
+    if replicas <= 1:
+        return "bnexp train"
+    return f"python -m bnexp.train.torchrun --standalone --nproc-per-node={replicas} -m bnexp train"
+
+
+def resume_command(run_dir: Path | str, overrides: list[str] | None, replicas: int = 1) -> str:
     """The shell command that resumes the run in ``run_dir``.
 
     Args:
         run_dir: the run's folder (made absolute, so the command works from any folder).
         overrides: the job's task overrides (Hydra's ``hydra.overrides.task``), e.g. ``["bn='false'", "seed=1"]``;
             ``hydra.*`` overrides are not among them, and ``hydra.run.dir`` is added.
+        replicas: N of a data-parallel run (torchrun); the command then starts N replicas (:func:`launcher`).
 
     Returns:
         e.g. ``bnexp train bn=false seed=1 hydra.run.dir=/home/me/outputs/runs/2026-11-27_15-00-00_bn=false,seed=1``,
@@ -49,7 +59,7 @@ def resume_command(run_dir: Path | str, overrides: list[str] | None) -> str:
     """
     args = [as_typed(o) for o in (overrides or [])]
     args.append(f"hydra.run.dir={_hydra_value(str(Path(run_dir).absolute()))}")
-    return "bnexp train " + " ".join(shlex.quote(a) for a in args)
+    return launcher(replicas) + " " + " ".join(shlex.quote(a) for a in args)
 
 
 def sweep_resume_command(run_dir: Path | str) -> str | None:
@@ -57,9 +67,11 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     the sweep folder itself): ``bnexp train -m`` with the sweep's overrides and Hydra overrides as its
     ``multirun.yaml`` holds them (in ``run_dir`` or the nearest folder above it that has one), less those bnexp
     and ``-m`` add (``hydra.mode``, ``hydra.output_subdir``, the output subdir's
-    ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). None when no readable multirun.yaml is found.
+    ``env_set``), and ``hydra.sweep.dir=<that folder>`` (absolute). Every override is given as the user wrote it,
+    its interpolations unresolved (``hydra.sweep.subdir='lr=${lr},seed=${seed}'`` names each job's own folder).
+    None when no readable multirun.yaml is found.
     """
-    from omegaconf import OmegaConf
+    import yaml
 
     from bnexp.runfolders.start import OUTPUT_SUBDIR_ENV
 
@@ -67,10 +79,11 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     sweep = next((p for p in (here, *here.parents) if (p / "multirun.yaml").is_file()), None)
     if sweep is None:
         return None
-    try:
-        cfg = OmegaConf.load(sweep / "multirun.yaml")
-        task = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.task") or []]
-        hydra = [str(o) for o in OmegaConf.select(cfg, "hydra.overrides.hydra") or []]
+    try:  # read as written, not through OmegaConf, which would resolve an override's interpolations: the
+        # scripts' hydra.sweep.subdir='...,seed=${seed}' would name one job's folder for every job of the sweep
+        overrides = yaml.safe_load((sweep / "multirun.yaml").read_text())["hydra"]["overrides"]
+        task = [str(o) for o in overrides.get("task") or []]
+        hydra = [str(o) for o in overrides.get("hydra") or []]
     except Exception:  # unreadable yaml: the caller says how to resume the one run instead
         return None
     added = ("hydra.mode=", "hydra.sweep.dir=", "hydra.output_subdir=", f"+hydra.job.env_set.{OUTPUT_SUBDIR_ENV}=")
@@ -80,6 +93,7 @@ def sweep_resume_command(run_dir: Path | str) -> str | None:
     return "bnexp train -m " + " ".join(shlex.quote(a) for a in args)
 
 
-def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with") -> str:
+def resume_hint(run_dir: Path | str, overrides: list[str] | None, what: str = "Resume this run with",
+                replicas: int = 1) -> str:
     """The line that tells how to resume: ``"<what>: <the command of resume_command>"``."""
-    return f"{what}: {resume_command(run_dir, overrides)}"
+    return f"{what}: {resume_command(run_dir, overrides, replicas)}"

@@ -522,10 +522,14 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
 # not bit-identical to an uninterrupted one), but not the experiment, and a run must be able to move
 # between machines. A checkpoint resumes, and a complete run is skipped, across changes of these
 # keys; any other difference refuses the run folder (bnexp.cli). They do not name run folders either.
+# Two kinds (docs/reliability.md lists each): ROUNDING_KEYS may move results in the last bits (another thread
+# count, device, or stack of the stacked launcher sums in another order); BIT_NEUTRAL_KEYS leave them bit for bit.
 RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.async_records",
                        "trainer.device",
                        "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
                        "data.root", "data.download", "data.verify_checksums", "logger", "hydra.launcher")
+ROUNDING_KEYS = ("trainer.num_threads", "trainer.device", "hydra.launcher")
+BIT_NEUTRAL_KEYS = tuple(k for k in RESULT_NEUTRAL_KEYS if k not in ROUNDING_KEYS)
 IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 

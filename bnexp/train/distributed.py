@@ -107,7 +107,78 @@ def rendezvous_timeout_s() -> float:
     return value
 
 
-def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
+NOTICE_S = 3.0
+"""Seconds a replica waits for its peers in silence before it says that it is waiting (:class:`Rendezvous`)."""
+GIVE_UP_SLACK_S = 5.0
+"""Seconds past the stated rendezvous timeout after which a replica still waiting gives up on its own
+(:class:`Rendezvous`); within them torch's own timeout ends the wait with its reason."""
+
+
+def _stderr_line(text: str) -> None:
+    import sys
+
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class Rendezvous:
+    """The wait of replica ``rank`` of ``world`` for its peers at ``where`` (torch's ``init_process_group``), told and
+    bounded: after :data:`NOTICE_S` seconds (half of ``wait_s`` when that is shorter) without its peers it says, once,
+    that it is waiting and for how long (``wait_s``); and it keeps that timeout even where torch's own does not (a
+    client's TCP connect to an address that drops packets blocks for the kernel's connect timeout, minutes, between
+    torch's checks of its deadline): :data:`GIVE_UP_SLACK_S` seconds past ``wait_s`` it prints the one error line,
+    runs ``on_give_up`` (the caller removes the run folder it made) and ends the process with exit code 2.
+
+    Use as a context manager around the wait; leaving it cancels both timers.
+    """
+
+    def __init__(self, rank: int, world: int, where: str, wait_s: float, on_give_up=lambda: None):
+        import threading
+
+        self.rank, self.world, self.where, self.wait_s, self.on_give_up = rank, world, where, wait_s, on_give_up
+        self._done = threading.Event()
+        self._timers = [threading.Timer(min(NOTICE_S, wait_s / 2), self._notice),
+                        threading.Timer(wait_s + GIVE_UP_SLACK_S, self._give_up)]
+        for t in self._timers:
+            t.daemon = True
+
+    def __enter__(self) -> "Rendezvous":
+        for t in self._timers:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._done.set()
+        for t in self._timers:
+            t.cancel()
+        return False
+
+    def _notice(self) -> None:
+        if not self._done.is_set():
+            _stderr_line(f"bnexp: replica {self.rank} of {self.world}: waiting for the other replicas at {self.where}, "
+                         f"for at most {self.wait_s:g} s ({RENDEZVOUS_ENV}=SECONDS to change it).")
+
+    def _give_up(self) -> None:
+        if self._done.is_set():
+            return
+        _stderr_line(f"bnexp: error: {timeout_message(self.rank, self.world, self.where, self.wait_s, 'no answer')}")
+        try:
+            self.on_give_up()
+        finally:
+            os._exit(2)  # the main thread is blocked inside torch's C++ wait: nothing else can end it now
+
+
+def timeout_message(rank: int, world: int, where: str, wait_s: float, reason: str) -> str:
+    """The one line of a replica whose peers did not all join at ``where`` within ``wait_s`` seconds."""
+    return (f"replica {rank} of {world}: the other replicas did not all join at {where} within {wait_s:g} s "
+            f"({reason}); start all {world} (torchrun's --nproc-per-node), or give slow starters more time with "
+            f"{RENDEZVOUS_ENV}=SECONDS.")
+
+
+def setup(device: torch.device, timeout_s: float = 300.0, on_give_up=lambda: None) -> Replicas:
     """Join the process group torchrun describes in the environment (nothing to do for N = 1).
 
     Backend: NCCL when ``device`` is CUDA, gloo otherwise. On CUDA each replica uses
@@ -117,7 +188,10 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
     Args:
         device: the training device chosen by ``trainer.device``.
         timeout_s: how long collectives wait for the other replicas before failing (the start waits
-            :func:`rendezvous_timeout_s`).
+            :func:`rendezvous_timeout_s`, says so after :data:`NOTICE_S` seconds and keeps that timeout:
+            :class:`Rendezvous`).
+        on_give_up: run before the process ends with exit code 2 when the start's wait outlasts its timeout
+            and torch's own timeout has not ended it (:class:`Rendezvous`).
 
     Returns:
         the :class:`Replicas` of this process.
@@ -148,15 +222,13 @@ def setup(device: torch.device, timeout_s: float = 300.0) -> Replicas:
         wait = rendezvous_timeout_s()
         # rank 0 hosts the store and waits once; torch's store client tries a second time after its first
         # timeout, so the other ranks get half, and every replica gives up within ``wait``
+        where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
         try:
-            dist.init_process_group(backend=backend,
-                                    timeout=datetime.timedelta(seconds=wait if rank == 0 else wait / 2))
+            with Rendezvous(rank, world, where, wait, on_give_up):
+                dist.init_process_group(backend=backend,
+                                        timeout=datetime.timedelta(seconds=wait if rank == 0 else wait / 2))
         except dist.DistError as exc:  # the store's timeouts and connection failures
-            where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-            raise UserError(f"replica {rank} of {world}: the other replicas did not all join at {where} within "
-                            f"{wait:g} s ({str(exc).splitlines()[0][:120]}); start all {world} (torchrun "
-                            f"--nproc-per-node), or give slow starters more time with {RENDEZVOUS_ENV}=SECONDS."
-                            ) from None
+            raise UserError(timeout_message(rank, world, where, wait, str(exc).splitlines()[0][:120])) from None
         set_timeout = getattr(dist, "set_timeout", None) or getattr(dist.distributed_c10d, "_set_pg_timeout", None)
         if wait != timeout_s and set_timeout is not None:
             # the collectives wait longer than the rendezvous (rank 0 measures while the others wait)
@@ -173,9 +245,14 @@ def replica_device(device: torch.device, replicas: Replicas) -> torch.device:
 
 
 def teardown() -> None:
-    """Leave the process group (no-op without one)."""
+    """Leave the process group (no-op without one). A group whose peer has ended may fail to close (gloo:
+    "Connection reset by peer"); the process is ending then and has said how its run ended, so that error is
+    dropped rather than printed as a traceback after the run's one line."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001  (RuntimeError, DistError: the peer is gone)
+            pass
 
 
 def current() -> Replicas:

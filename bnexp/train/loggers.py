@@ -19,6 +19,11 @@ the loggers.
 A resumed run (``resumed_from`` = the checkpoint's step) drops what the CSV file holds after that step, as
 TensorBoard's ``purge_step`` does; MLflow keeps its metrics (it cannot delete them): the steps after the
 checkpoint appear twice there, with the later values last.
+
+A logger never loses the run: an MLflow store that cannot be used when the run starts (locked, corrupt, in a
+folder that cannot be written), or a CSV or MLflow logger that fails while the run trains, is one warning naming
+the logger; the run goes on without it (its own records are complete). ``scalars.csv`` deleted while the run writes
+it is written again from the next flush on, with one warning (its earlier rows are gone with the deleted file).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from bnexp.errors import UserError
 CSV_FILE = "scalars.csv"
 MLFLOW_RUN_ID = "mlflow_run_id.txt"
 MLFLOW_BATCH = 900  # metrics per log_batch call (MLflow accepts at most 1000)
+log = logging.getLogger("bnexp")
 
 
 class _NullWriter:
@@ -63,6 +69,7 @@ class CSVScalars:
 
     def __init__(self, run_dir: Path, resumed_from: int | None = None):
         self.path = Path(run_dir) / CSV_FILE
+        self.name, self.recreated, self.unflushed = f"logger=csv ({self.path})", False, []
         kept: list[list[str]] = []
         if resumed_from is not None and self.path.exists():
             with open(self.path, newline="") as f:
@@ -73,13 +80,37 @@ class CSVScalars:
         self.out.writerows(kept)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
-        self.out.writerow([step, tag, repr(value)])
+        self.unflushed.append([step, tag, repr(value)])
+        self.out.writerow(self.unflushed[-1])
 
     def flush(self) -> None:
+        """Write the rows out; when the file was deleted (or replaced) meanwhile, write it again from the rows
+        since the last flush on (header first), saying so once.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
         self.file.flush()
+        try:
+            here = os.path.samestat(os.stat(self.path), os.fstat(self.file.fileno()))
+        except FileNotFoundError:
+            here = False
+        if not here:
+            self.file.close()
+            self.file = open(self.path, "w", newline="")
+            self.out = csv.writer(self.file)
+            self.out.writerow(["step", "tag", "value"])
+            self.out.writerows(self.unflushed)
+            self.file.flush()
+            if not self.recreated:
+                log.warning("%s was deleted while the run wrote it: it is written again from here on (its earlier "
+                            "rows are gone; metrics.jsonl holds every record of the run)", self.path)
+            self.recreated = True
+        self.unflushed = []
 
     def close(self, status: str = "FINISHED") -> None:
         if not self.file.closed:
+            self.flush()
             self.file.close()
 
 
@@ -120,6 +151,7 @@ class MLflowScalars:
             logging.getLogger(name).setLevel(logging.WARNING)  # (after the import: mlflow sets INFO on import)
 
         self.uri = tracking_uri or default_tracking_uri()
+        self.name = f"logger=mlflow ({self.uri})"
         self.pending: list = []
         id_file = Path(run_dir) / MLFLOW_RUN_ID
         try:
@@ -177,20 +209,29 @@ class RunLoggers:
         self.sinks = list(sinks or [])
         self.status = "FINISHED"
 
+    def _each(self, call) -> None:
+        """``call(sink)`` for every scalar logger; one that fails is dropped with one warning naming it, and the
+        run goes on (a logger never loses the run; its own records are complete)."""
+        for sink in list(self.sinks):
+            try:
+                call(sink)
+            except Exception as exc:  # noqa: BLE001  (OSError, MLflow's and sqlalchemy's own exceptions)
+                self.sinks.remove(sink)
+                log.warning("%s stopped working (%s: %s); it records nothing more of this run, which goes on (its "
+                            "metrics.jsonl, shift.jsonl and summary.json are complete)", getattr(sink, "name", sink),
+                            type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+
     def add_scalar(self, tag: str, value, global_step=None, *args, **kwargs) -> None:
         self.tb.add_scalar(tag, value, global_step, *args, **kwargs)
-        for sink in self.sinks:
-            sink.scalar(tag, float(value), int(global_step or 0))
+        self._each(lambda sink: sink.scalar(tag, float(value), int(global_step or 0)))
 
     def flush(self) -> None:
         self.tb.flush()
-        for sink in self.sinks:
-            sink.flush()
+        self._each(lambda sink: sink.flush())
 
     def close(self) -> None:
         self.tb.close()
-        for sink in self.sinks:
-            sink.close(self.status)
+        self._each(lambda sink: sink.close(self.status))
 
     def __getattr__(self, name: str):  # add_histogram_raw, add_custom_scalars, file_writer, all_writers ...
         return getattr(self.tb, name)
@@ -205,8 +246,10 @@ def open_loggers(cfg, run_dir: Path, resumed_from: int | None, params: dict) -> 
         resumed_from: the checkpoint's step when resuming, None for a new run.
         params: the run's HParams values, for MLflow's params.
 
+    A store MLflow cannot open (locked, corrupt, unwritable) is one warning: the run goes on without MLflow.
+
     Raises:
-        UserError: logger=mlflow without mlflow installed, or a store MLflow cannot open.
+        UserError: logger=mlflow without mlflow installed.
         OSError: a file of the run folder cannot be written.
     """
     from bnexp.train.runtime import open_writer
@@ -214,8 +257,14 @@ def open_loggers(cfg, run_dir: Path, resumed_from: int | None, params: dict) -> 
     lg = cfg.get("logger") or {"tensorboard": True}
     sinks: list = []
     if lg.get("mlflow"):
-        sinks.append(MLflowScalars(run_dir, lg.get("mlflow_tracking_uri"), str(lg.get("mlflow_experiment", "bnexp")),
-                                   params))
+        try:
+            sinks.append(MLflowScalars(run_dir, lg.get("mlflow_tracking_uri"),
+                                       str(lg.get("mlflow_experiment", "bnexp")), params))
+        except UserError as exc:
+            if mlflow_available() is not None:  # not installed: refused before training, as a config error
+                raise
+            log.warning("%s The run goes on without MLflow (its metrics.jsonl, shift.jsonl and summary.json are "
+                        "complete).", exc)
     if lg.get("csv"):
         sinks.append(CSVScalars(run_dir, resumed_from))
     tb = open_writer(run_dir, resumed_from) if lg.get("tensorboard") else None

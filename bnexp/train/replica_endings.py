@@ -98,17 +98,24 @@ def record_lost_rank0(run_dir: Path, rank: int, exc: BaseException) -> str | Non
             f"recorded interrupted{how}")
 
 
+# what a process group's transport says when a peer has gone (gloo; NCCL), whichever frame raised it
+_PEER_GONE = ("gloo/transport", "Connection closed by peer", "Connection reset by peer", "ProcessGroupGloo",
+              "ProcessGroupNCCL", "NCCL error", "NCCL communicator was aborted")
+
+
 def a_collective_failed(exc: BaseException) -> bool:
-    """True when ``exc`` was raised inside ``torch.distributed`` (a collective, or the process group
-    itself): in a data-parallel run, another replica has ended, or stopped answering within the
-    collectives' timeout."""
-    part = f"{os.sep}torch{os.sep}distributed{os.sep}"
+    """True when ``exc`` is a failed collective: raised inside ``torch.distributed`` (a collective, or the process
+    group itself) or DDP (``torch.nn.parallel``), of one of ``torch.distributed``'s error types, or with the
+    message of a process group's transport that lost a peer -- DDP's gradient all-reduce runs in the autograd
+    engine, so its failure reaches ``loss.backward()`` with no ``torch.distributed`` frame. In a data-parallel run,
+    another replica has ended, or stopped answering within the collectives' timeout."""
+    parts = tuple(f"{os.sep}torch{os.sep}{p}{os.sep}" for p in ("distributed", f"nn{os.sep}parallel"))
     tb = exc.__traceback__
     while tb is not None:
-        if part in tb.tb_frame.f_code.co_filename:
+        if any(p in tb.tb_frame.f_code.co_filename for p in parts):
             return True
         tb = tb.tb_next
-    return False
+    return type(exc).__module__.startswith("torch.distributed") or any(m in str(exc) for m in _PEER_GONE)
 
 
 def lost_replica_error(exc: BaseException) -> str:
