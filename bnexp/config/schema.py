@@ -223,6 +223,9 @@ class TrainerConfig:
                                        "unfinished run with the same overrides; false: start over")
     precision: str = opt("fp32", "fp32 | bf16: bfloat16 autocast of the forward pass (bnexp.train.precision)",
                          c.one_of("fp32", "bf16"))
+    trust_checkpoint: bool = opt(False, "load the run folder's checkpoint.pt even when it needs more than tensors "
+                                        "(full unpickling, which can run code: only a file you trust); false: "
+                                        "such a checkpoint is refused (bnexp.train.checkpoint)")
 
 
 @dataclass

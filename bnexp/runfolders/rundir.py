@@ -525,6 +525,7 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
 RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.async_records",
                        "trainer.device",
                        "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
+                       "trainer.trust_checkpoint",
                        "data.root", "data.download", "data.verify_checksums", "logger", "hydra.launcher")
 IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bnexp.errors import CheckpointMismatch
+from bnexp.errors import CheckpointMismatch, UntrustedCheckpoint
+from bnexp.train.checkpoint import load_checkpoint
 from bnexp.train.torchrun import launch
 
 # what Trainer.load_state_dict reads; a file without them is not a checkpoint of a run
@@ -32,6 +33,30 @@ def missing_keys(state: object) -> list[str]:
     if not isinstance(state, dict):
         return ["all"]
     return [k for k in CHECKPOINT_KEYS if k not in state]
+
+
+def read_checkpoint(path: Path, trust: bool = False) -> tuple[dict | None, str | None]:
+    """The checkpoint at ``path`` (to the CPU, tensors and plain data only: :func:`bnexp.train.checkpoint.load_checkpoint`)
+    and why it is not a readable checkpoint of a run.
+
+    Returns:
+        (state, None) for a dict with every :data:`CHECKPOINT_KEYS`; (None, the reason) for a file that is
+        truncated, not a torch file, or lacks keys (the trainer sets such a file aside and starts over).
+
+    Raises:
+        UntrustedCheckpoint: the file needs more than tensors to load and ``trust`` is false (it is refused
+            and left alone, never set aside: it may be a resumable run of someone the user trusts).
+    """
+    try:
+        state = load_checkpoint(path, trust=trust)
+    except UntrustedCheckpoint:
+        raise
+    except Exception as exc:  # truncated or not a torch file
+        return None, f"{type(exc).__name__}: {exc}"
+    missing = missing_keys(state)
+    if missing:
+        return None, f"not a bnexp checkpoint: missing {', '.join(missing)}"
+    return state, None
 
 
 def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) -> None:
@@ -84,20 +109,24 @@ def incompatibility(state: dict, model: nn.Module, optimizer: torch.optim.Optimi
     return None
 
 
-def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int) -> None:
+def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trust: bool = False) -> None:
     """Refuse, before anything in ``run_dir`` changes, a ``checkpoint.pt`` that belongs to another run
     (:func:`check_same_run`); a missing or unreadable file passes (the trainer sets an unreadable one
     aside and starts over). Reads only the checkpoint's ``config`` and ``world_size`` (memory-mapped:
-    the tensors are not loaded).
+    the tensors are not loaded), with tensors and plain data only unless ``trust``
+    (``trainer.trust_checkpoint``).
 
     Raises:
-        CheckpointMismatch: as :func:`check_same_run`.
+        CheckpointMismatch: as :func:`check_same_run`; UntrustedCheckpoint: the file needs more than
+            tensors to load and ``trust`` is false.
     """
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         return
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        state = load_checkpoint(path, trust=trust, mmap=True)
+    except UntrustedCheckpoint:
+        raise
     except Exception:  # truncated, not a torch zip file: the trainer's business
         return
     if not missing_keys(state):

@@ -53,7 +53,7 @@ from bnexp.train.precision import (autocast, channels_last_input, enable_fast_fp
                                    to_channels_last)
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
-from bnexp.train.resume import check_same_run, incompatibility, missing_keys
+from bnexp.train.resume import check_same_run, incompatibility, read_checkpoint
 from bnexp.train.loggers import open_loggers
 from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
                            rng_state, seed_everything, set_rng_state, wait_for_sweep_siblings, writer_failure)
@@ -246,18 +246,16 @@ class Trainer:
 
         Raises:
             CheckpointMismatch: the checkpoint is another config's, or was written with another
-                number of replicas N (the run directory is left untouched).
+                number of replicas N; UntrustedCheckpoint: it needs more than tensors to load (the
+                run directory is left untouched either way).
         """
         path = self.run_dir / self.CHECKPOINT
         if not path.exists():
             return False
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=False)
-        except Exception as exc:  # truncated or not a torch file
-            return self._start_over(f"{type(exc).__name__}: {exc}")
-        missing = missing_keys(state)
-        if missing:
-            return self._start_over(f"not a bnexp checkpoint: missing {', '.join(missing)}")
+        # to the CPU, tensors only (bnexp.train.checkpoint): each part moves itself to its device
+        state, unreadable = read_checkpoint(path, trust=bool(self.cfg.trainer.get("trust_checkpoint", False)))
+        if unreadable:
+            return self._start_over(unreadable)
         check_same_run(state, OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
                        self.replicas.world_size, self.run_dir)
         problem = incompatibility(state, self.model, self.optimizer)
