@@ -6,10 +6,14 @@
 * ``weights_only=True``: a checkpoint that carries a pickled callable is refused with one line naming
   the file and the flag that trusts it, before anything runs; what bnexp writes needs nothing more
   than tensors, and an earlier version's checkpoint (numpy's RNG state as an ndarray) still resumes.
+* Resumed in the same arithmetic: a checkpoint records what its run computed in (fp32, tf32, bf16); a
+  command that would compute in another (TF32 on one device and not on another) is refused as a run of a
+  different config, before anything in the folder changes. summary.json says the precision truly.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -150,3 +154,36 @@ def test_an_earlier_versions_checkpoint_still_resumes_exactly(reference, tmp_pat
     summary = _resume_and_finish(Trainer(compose_config(BASE), run_dir))
     assert summary["resumed_from_step"] == 10
     _same_weights(run_dir, reference)
+
+
+@pytest.mark.parametrize("asked", ["fp32", "tf32"])
+def test_a_checkpoint_computed_in_tf32_is_not_resumed_in_fp32(asked, reference, tmp_path, bnexp_main):
+    """The checkpoint of a run that computed in TF32 (a GPU run, with either config: ``fp32`` recorded as
+    such since TF32 is off there, so this file stands for a run that had TF32 on): this CPU computes in
+    fp32 whatever ``trainer.precision`` says, so the command is refused as a different config and the
+    folder stays as it was."""
+    state = load_checkpoint(reference["at_10"])
+    state["precision"] = "tf32"
+    state["config"]["trainer"]["precision"] = asked
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    ckpt = run_dir / "checkpoint.pt"
+    torch.save(state, ckpt)
+    before = ckpt.read_bytes()
+    code, err, _ = bnexp_main("train", *BASE, f"trainer.precision={asked}", f"hydra.run.dir={run_dir}")
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "differs in: precision, tf32 there, fp32 here" in lines[0], err
+    assert ckpt.read_bytes() == before and sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt"]
+
+
+def test_summary_and_checkpoint_say_what_the_run_computed_in(reference, tmp_path, data_root, monkeypatch):
+    """A CPU run computes in fp32: its summary.json and checkpoint say so; tf32 asked for on the CPU falls
+    back to fp32 with a warning and is recorded as fp32."""
+    summary = json.loads((reference["dir"] / "summary.json").read_text())
+    assert summary["precision"] == "fp32" and reference["final"]["precision"] == "fp32"
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    with pytest.warns(UserWarning, match="no native TF32"):
+        trainer = Trainer(compose_config([*BASE, "trainer.precision=tf32"]), tmp_path / "run")
+    assert trainer.amp_dtype is None and trainer._base_summary()["precision"] == "fp32"
+    assert trainer.state_dict()["precision"] == "fp32"

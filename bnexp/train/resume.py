@@ -59,7 +59,7 @@ def read_checkpoint(path: Path, trust: bool = False) -> tuple[dict | None, str |
     return state, None
 
 
-def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) -> None:
+def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path, precision: str | None = None) -> None:
     """Refuse another run's checkpoint.
 
     Args:
@@ -67,10 +67,14 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
         config: this run's resolved config as a plain dict.
         world_size: this run's number of replicas N.
         run_dir: the run folder (named in the message).
+        precision: what this run computes in (fp32 | tf32 | bf16, :func:`bnexp.train.precision.effective_precision`);
+            None: not compared. A checkpoint of an earlier version that did not record it is not compared either.
 
     Raises:
         CheckpointMismatch: the configs differ in a result-changing key (the message names the keys
-            and the two ways out), or the checkpoint was written with another N.
+            and the two ways out), the checkpoint was computed in another precision (TF32 or bf16 on one
+            device, not on another: trainer.device alone cannot change results, the arithmetic does),
+            or it was written with another N.
     """
     if state["config"] != config:
         from bnexp.config.schema import changed_keys  # the one rule, shared with the run-folder check of the CLI
@@ -81,6 +85,13 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
                 f"the checkpoint in {run_dir} belongs to a run with a different config "
                 f"(differs in: {', '.join(changed)}); use a new run directory, or "
                 "trainer.resume=false to start this one over.")
+    saved = state.get("precision")
+    if precision is not None and saved is not None and saved != precision:
+        raise CheckpointMismatch(
+            f"the checkpoint in {run_dir} belongs to a run with a different config (differs in: precision, "
+            f"{saved} there, {precision} here: trainer.precision={config.get('trainer', {}).get('precision')} on "
+            f"trainer.device={config.get('trainer', {}).get('device')}); resume it on a device that computes in "
+            f"{saved}, or use a new run directory, or trainer.resume=false to start this one over.")
     n_saved = int(state.get("world_size", 1))
     if n_saved != world_size:
         raise CheckpointMismatch(
@@ -117,7 +128,8 @@ def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trus
     (``trainer.trust_checkpoint``).
 
     Raises:
-        CheckpointMismatch: as :func:`check_same_run`; UntrustedCheckpoint: the file needs more than
+        CheckpointMismatch: as :func:`check_same_run` (the precision is what this run would compute in here);
+            UntrustedCheckpoint: the file needs more than
             tensors to load and ``trust`` is false.
     """
     path = Path(run_dir) / "checkpoint.pt"
@@ -130,4 +142,17 @@ def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trus
     except Exception:  # truncated, not a torch zip file: the trainer's business
         return
     if not missing_keys(state):
-        check_same_run(state, config, world_size, run_dir)
+        check_same_run(state, config, world_size, run_dir, _precision(config))
+
+
+def _precision(config: dict) -> str | None:
+    """What a run of ``config`` would compute in here (None: its device or precision is refused later, by the trainer)."""
+    from bnexp.errors import UserError
+    from bnexp.train.precision import effective_precision
+    from bnexp.train.runtime import resolve_device
+
+    trainer = config.get("trainer") or {}
+    try:
+        return effective_precision(str(trainer.get("precision", "fp32")), resolve_device(str(trainer.get("device", "auto"))))
+    except UserError:
+        return None

@@ -49,8 +49,7 @@ from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
 from bnexp.train.monitor import ShiftMonitor, configuration_label
-from bnexp.train.precision import (autocast, channels_last_input, enable_fast_fp32, is_conv_net, resolve_precision,
-                                   to_channels_last)
+from bnexp.train.precision import apply_precision, autocast, channels_last_input, is_conv_net, to_channels_last
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, read_checkpoint
@@ -86,14 +85,14 @@ class Trainer:
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
-        self.tf32 = enable_fast_fp32(self.device)  # TF32 products on Ampere+ GPUs (bnexp.train.precision)
         self.plan = distributed.bn_plan(cfg, self.replicas)
         self.data = load_data(cfg.data, self.device) if data is None else data
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the test-set size ({len(self.data.test_y)})")
-        # trainer.precision (bnexp.train.precision): the forward pass's autocast dtype, None for fp32
-        self.amp_dtype = resolve_precision(str(tcfg.get("precision", "fp32")), self.device)
+        # trainer.precision (bnexp.train.precision): the forward pass's autocast dtype (None: fp32, tf32) and what
+        # the run computes in (fp32 | tf32 | bf16: recorded, and compared on resume); sets the TF32 switches
+        self.amp_dtype, self.precision = apply_precision(str(tcfg.get("precision", "fp32")), self.device)
         self.targets = sorted(float(t) for t in tcfg.targets)
         self.hp = flat_hparams(cfg)
         self.max_steps, self.ckpt_every = int(tcfg.max_steps), int(tcfg.ckpt_every)
@@ -163,6 +162,7 @@ class Trainer:
         return {
             "step": self.step,
             "world_size": self.replicas.world_size,  # N replicas: a checkpoint resumes with the same N
+            "precision": self.precision,  # fp32 | tf32 | bf16: a checkpoint resumes in the same arithmetic
             "model": self.model.state_dict(),  # includes BN running statistics
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -257,7 +257,7 @@ class Trainer:
         if unreadable:
             return self._start_over(unreadable)
         check_same_run(state, OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
-                       self.replicas.world_size, self.run_dir)
+                       self.replicas.world_size, self.run_dir, self.precision)
         problem = incompatibility(state, self.model, self.optimizer)
         if problem:
             return self._start_over(problem)
@@ -309,7 +309,7 @@ class Trainer:
             "bn_noise": bool(cfg.bn.enabled and cfg.bn.get("noise", False)),
             **{f"bn_{k}": option_value(cfg.bn.get(k, d)) if cfg.bn.enabled else None  # normalizer and its place
                for k, d in (("norm", "batch"), ("position", "before"))},
-            "precision": "bf16" if self.amp_dtype is not None else "fp32",
+            "precision": self.precision,  # what it computes in: fp32 | tf32 | bf16 (bnexp.train.precision)
             "channels_last": self.channels_last,
             "replicas": self.replicas.world_size,
             "bn_sync": bool(cfg.bn.sync) if cfg.bn.enabled and self.replicas.distributed else None,
