@@ -12,7 +12,8 @@ and a checkpoint of another precision is not resumed, :func:`effective_precision
   as autocast's lower-precision op list prescribes. What stays float32: the parameters and
   so the optimizer state (SGD momentum buffers), BN's mini-batch statistics and running
   (population) averages -- the BN kernels accumulate mean and variance in float32 and their
-  buffers are float32 -- and the loss, which the trainer computes outside autocast on the
+  buffers are float32; the reference BN layer and ghost BN cast their input to float32 likewise --
+  and the loss, which the trainer computes outside autocast on the
   logits cast to float32. Backward follows the forward's dtypes (no loss scaling is needed
   for bfloat16, whose exponent range is float32's).
 
