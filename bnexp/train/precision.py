@@ -21,8 +21,8 @@ A CPU "supports" bf16 when oneDNN reports native bfloat16 kernels
 (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: AVX512-BF16 / AMX / AVX512 CPUs). On other
 CPUs bfloat16 still runs, but by emulation: on the AVX2 machine this was written on, one 16->16
 3x3 convolution of a 64-image mini-batch took 17x longer in bfloat16 than in float32. There, and
-on GPUs before compute capability 8.0 (which emulate it), ``bf16`` falls back to fp32 with a warning. Whether bf16 is *faster*
-is measured, not assumed: ``benchmarks/bench_cifar_precision.py``.
+on GPUs before compute capability 8.0 (which emulate it), ``bf16`` falls back to fp32 with a warning.
+Whether bf16 is *faster* is measured, not assumed: ``benchmarks/bench_cifar_precision.py``.
 
 Channels-last: a convolutional network runs with its weights and inputs in
 ``torch.channels_last`` (NHWC) memory layout, which oneDNN's and cuDNN's convolutions prefer;

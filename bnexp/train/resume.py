@@ -36,8 +36,8 @@ def missing_keys(state: object) -> list[str]:
 
 
 def read_checkpoint(path: Path, trust: bool = False) -> tuple[dict | None, str | None]:
-    """The checkpoint at ``path`` (to the CPU, tensors and plain data only: :func:`bnexp.train.checkpoint.load_checkpoint`)
-    and why it is not a readable checkpoint of a run.
+    """The checkpoint at ``path`` (to the CPU, tensors and plain data only:
+    :func:`bnexp.train.checkpoint.load_checkpoint`) and why it is not a readable checkpoint of a run.
 
     Returns:
         (state, None) for a dict with every :data:`CHECKPOINT_KEYS`; (None, the reason) for a file that is
@@ -146,13 +146,14 @@ def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trus
 
 
 def _precision(config: dict) -> str | None:
-    """What a run of ``config`` would compute in here (None: its device or precision is refused later, by the trainer)."""
+    """What a run of ``config`` would compute in here (None: its device or precision is refused later)."""
     from bnexp.errors import UserError
     from bnexp.train.precision import effective_precision
     from bnexp.train.runtime import resolve_device
 
     trainer = config.get("trainer") or {}
     try:
-        return effective_precision(str(trainer.get("precision", "fp32")), resolve_device(str(trainer.get("device", "auto"))))
+        device = resolve_device(str(trainer.get("device", "auto")))
+        return effective_precision(str(trainer.get("precision", "fp32")), device)
     except UserError:
         return None

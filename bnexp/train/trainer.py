@@ -353,6 +353,8 @@ class Trainer:
         ctx = self._context()
         schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
                             self._probe_context, sync=self.agree.average_buffers)
+        # CUDA replicas read what they agreed at due steps only (bnexp.train.distributed.StepAgreement)
+        self.agree.read_now = lambda: self.step in (schedule.due_at, self.max_steps) or self.step % self.ckpt_every == 0
         progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step)
         # a SIGINT/SIGTERM stops the loop at the end of a step, never inside one
         self.records = Background(bool(self.cfg.trainer.async_records) and self.is_main)
