@@ -93,3 +93,31 @@ def test_replicas_read_their_agreement_only_where_told(backend, read, monkeypatc
     assert len(calls) == (1 if reads else 0), calls
     assert flags == ((True, False) if reads else (False, False))
     assert torch.equal(buffer, torch.full((3,), 2.0))  # averaged on the device either way (sum 4 over N = 2)
+
+
+# the train loss, evaluations, monitor records and checkpoints due in 40 steps, on the loop's own thread (the
+# GPU tier adds the ICS probes, which the CPU takes seconds for)
+DUE_RUN = [*SHORT_RUN, "seed=3", "trainer.max_steps=40", "trainer.log_every=5", "trainer.eval_every=20",
+           "trainer.hist_every=15", "trainer.ckpt_every=10", "trainer.async_records=false"]
+
+
+@pytest.mark.slow  # 40 steps with evaluations and records
+def test_the_step_loop_reads_the_host_only_where_something_is_due(tmp_path, data_root, monkeypatch):
+    """The CPU stand-in of the GPU tier's sync count (tests/test_gpu.py): a step where nothing is due reads
+    no device value, a step where only the train loss is logged reads one."""
+    from bnexp.train.trainer import Trainer
+
+    from conftest import StepSyncs, due_kinds
+
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    trainer = Trainer(compose_config(DUE_RUN), tmp_path / "run")
+    with host_reads(monkeypatch) as calls:
+        syncs = StepSyncs(calls)
+        syncs.wrap(monkeypatch, trainer, "_update")
+        assert trainer.run()["status"] == "finished"
+    per_step = syncs.per_step()
+    assert len(per_step) == 39
+    kinds = {s: due_kinds(trainer, s) for s in per_step}
+    assert set().union(*kinds.values()) == {"train_loss", "eval", "monitor", "checkpoint"}
+    assert {s: n for s, n in per_step.items() if not kinds[s] and n} == {}
+    assert {s: n for s, n in per_step.items() if kinds[s] == {"train_loss"} and n != 1} == {}

@@ -108,7 +108,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 50
         loss_sum += nn.functional.cross_entropy(logits, y[i:i + chunk], reduction="sum")
         correct += (logits.argmax(1) == y[i:i + chunk]).sum()
     model.train(was_training)
-    return float(loss_sum) / len(y), float(correct) / len(y)
+    loss_sum, correct = torch.stack([loss_sum.double(), correct.double()]).tolist()  # one host read, exact
+    return loss_sum / len(y), correct / len(y)
 
 
 @dataclass(eq=False)
@@ -292,8 +293,7 @@ class TrainLoss(Measurement):
 
 def _params_finite(model: nn.Module) -> bool:
     """Whether every parameter of ``model`` is finite, with one host sync for all of them."""
-    flags = [torch.isfinite(p).all() for p in model.parameters()]
-    return bool(torch.stack(flags).all()) if flags else True
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 class TestEvaluation(Measurement):
