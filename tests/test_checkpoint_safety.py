@@ -85,6 +85,7 @@ def test_a_run_whose_device_is_not_the_cpu_resumes_from_its_step(reference, tmp_
     _same_weights(run_dir, reference)
 
 
+@pytest.mark.slow  # the module's reference run (20 steps) comes first
 def test_what_bnexp_writes_needs_nothing_beyond_tensors(reference):
     """Every checkpoint bnexp writes loads with weights_only=True and no extra globals (numpy's RNG state
     is a tensor); its generator states are CPU uint8 tensors."""
@@ -111,6 +112,7 @@ def _checkpoint_with_a_callable(reference, path, marker) -> None:
     torch.save(state, path)
 
 
+@pytest.mark.slow  # the module's reference run (20 steps) comes first
 def test_a_checkpoint_with_a_pickled_callable_is_refused_and_nothing_runs(reference, tmp_path, bnexp_main):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -127,6 +129,7 @@ def test_a_checkpoint_with_a_pickled_callable_is_refused_and_nothing_runs(refere
     assert ckpt.read_bytes() == before and sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt"]
 
 
+@pytest.mark.slow  # the module's reference run (20 steps) comes first
 def test_trusting_a_checkpoint_is_explicit(reference, tmp_path):
     """Refused without trust (naming the file and the callable); with trust it is unpickled in full."""
     marker = tmp_path / "the-callable-ran"
@@ -156,6 +159,7 @@ def test_an_earlier_versions_checkpoint_still_resumes_exactly(reference, tmp_pat
     _same_weights(run_dir, reference)
 
 
+@pytest.mark.slow  # the module's reference run (20 steps) comes first
 @pytest.mark.parametrize("asked", ["fp32", "tf32"])
 def test_a_checkpoint_computed_in_tf32_is_not_resumed_in_fp32(asked, reference, tmp_path, bnexp_main):
     """The checkpoint of a run that computed in TF32 (a GPU run, with either config: ``fp32`` recorded as
@@ -177,6 +181,7 @@ def test_a_checkpoint_computed_in_tf32_is_not_resumed_in_fp32(asked, reference, 
     assert ckpt.read_bytes() == before and sorted(p.name for p in run_dir.iterdir()) == ["checkpoint.pt"]
 
 
+@pytest.mark.slow  # the module's reference run (20 steps) comes first
 def test_summary_and_checkpoint_say_what_the_run_computed_in(reference, tmp_path, data_root, monkeypatch):
     """A CPU run computes in fp32: its summary.json and checkpoint say so; tf32 asked for on the CPU falls
     back to fp32 with a warning and is recorded as fp32."""

@@ -55,6 +55,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow  # loads MNIST and builds two stacks of trainers
 @pytest.mark.parametrize("stacked_s, code", [(4.0, 1), (0.5, 0)])
 def test_bench_stacked_fails_when_the_stack_is_not_faster(stacked_s, code, tmp_path, data_root, monkeypatch,
                                                            capsys):
