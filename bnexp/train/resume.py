@@ -128,9 +128,8 @@ def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trus
     (``trainer.trust_checkpoint``).
 
     Raises:
-        CheckpointMismatch: as :func:`check_same_run` (the precision is what this run would compute in here);
-            UntrustedCheckpoint: the file needs more than
-            tensors to load and ``trust`` is false.
+        CheckpointMismatch: as :func:`check_same_run` (the precision is what this run would compute in here).
+        UntrustedCheckpoint: the file needs more than tensors to load and ``trust`` is false.
     """
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
