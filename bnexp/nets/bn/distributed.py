@@ -229,7 +229,8 @@ class GhostBatchNorm(_BatchNorm):
         n, g = x.shape[0], self.ghost_batch_size
         if not self.training or n <= g:
             return super().forward(x)
-        dtype, x = x.dtype, x.float()  # statistics in float32 also under bf16 autocast, as torch's BN (no-op for fp32)
+        dtype = x.dtype  # statistics in float32 also under bf16 autocast, as torch's BN (fp32, fp64 as they are)
+        x = x.to(torch.promote_types(dtype, torch.float32))
         per_example = x[:1].numel() // x.shape[1]  # H*W values per example and channel (1 for (m, d))
         head = n if n % g == 0 else (n // g - 1) * g  # the rest forms the last, larger ghost batch
         parts, mus, uvars = [], [], []

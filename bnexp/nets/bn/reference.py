@@ -47,7 +47,7 @@ class ReferenceBatchNorm(nn.Module):
         Returns:
             y, same shape and dtype as x.
         """
-        dtype, x = x.dtype, x.float()  # a no-op for float32 input
+        dtype, x = x.dtype, x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 -> fp32; fp32, fp64 as they are
         if self.training:
             y, mu, sigma2, m = batch_norm_train_with_statistics(x, self.weight, self.bias, self.eps)
             with torch.no_grad():
