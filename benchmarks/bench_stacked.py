@@ -14,14 +14,18 @@ case: per-run steps/s of each loop (median over the blocks) and their ratio, e.g
 
 Usage:
     python benchmarks/bench_stacked.py [--steps 50] [--blocks 5] [--device cpu|cuda] [--threads 1]
-    [--cases mlp:1,mlp:8,mlp:32,cifar:1,cifar:4]
+    [--cases mlp:1,mlp:8,mlp:32,cifar:1,cifar:4] [--require-faster mlp:8] [--json OUT.json]
 
-Targets on 2 CPU cores (docs/stacked.md): MLP R=8 >= 1.6x, R=32 >= 2x.
+Targets on 2 CPU cores (docs/stacked.md): MLP R=8 >= 1.6x, R=32 >= 2x. ``--require-faster CASE`` makes the
+target a check: exit code 1, with one line saying so, when that case's stacked loop is not faster than its
+separate runs (median ratio <= 1); scripts/gpu_check.sh asks it of MLP R=8 on CUDA. ``--json`` writes each
+case's medians ({case: {"separate", "stacked", "ratio"}}, steps/s per run) for its table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -82,20 +86,29 @@ def stacked_block(members: list[MemberTrainer], net: StackedNet, steps: int, syn
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def main() -> int:
+    """Run the cases; returns the exit code (1 when ``--require-faster``'s case is not faster stacked)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=50, help="steps per run per block")
     p.add_argument("--blocks", type=int, default=5, help="interleaved blocks per loop (median taken)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cases", default="mlp:1,mlp:8,mlp:32,cifar:1,cifar:4")
+    p.add_argument("--require-faster", metavar="CASE", help="exit 1 unless this case (one of --cases) is faster "
+                                                             "stacked than as separate runs")
+    p.add_argument("--json", metavar="PATH", help="write each case's median steps/s per run and ratio here")
     args = p.parse_args()
+    cases = args.cases.split(",")
+    if args.require_faster is not None and args.require_faster not in cases:
+        print(f"error: --require-faster {args.require_faster} is not one of --cases {args.cases}", file=sys.stderr)
+        return 2
+    results: dict[str, dict[str, float]] = {}
     os.environ.setdefault("BNEXP_DATA_ROOT", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     print(f"device {args.device}, {torch.get_num_threads()} -> {args.threads} thread(s), torch {torch.__version__}; "
           f"{args.blocks} interleaved blocks of {args.steps} steps per run", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for case in args.cases.split(","):
+        for case in cases:
             preset, R = case.split(":")
             R = int(R)
             alone = build(preset, R, args.device, args.threads, Path(tmp))
@@ -109,9 +122,18 @@ def main() -> None:
                 sep.append(R * args.steps / separate_block(alone, args.steps, sync))
                 stk.append(R * args.steps / stacked_block(stacked_members, net, args.steps, sync))
             ratios = [b / a for a, b in zip(sep, stk)]
+            results[case] = {"separate": statistics.median(sep), "stacked": statistics.median(stk),
+                             "ratio": statistics.median(ratios)}
             print(f"{preset} R={R}: separate {statistics.median(sep):.0f} steps/s per run, stacked "
                   f"{statistics.median(stk):.0f} steps/s per run; ratio {statistics.median(ratios):.2f}x", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": args.device, "cases": results}, indent=1) + "\n")
+    if args.require_faster is not None and results[args.require_faster]["ratio"] <= 1.0:
+        print(f"bench_stacked: {args.require_faster} is not faster stacked than as separate runs "
+              f"(ratio {results[args.require_faster]['ratio']:.2f}x)", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

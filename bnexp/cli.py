@@ -265,7 +265,8 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
             from bnexp.config.schema import resolved
             from bnexp.train.resume import refuse_foreign_checkpoint
 
-            refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size())
+            refuse_foreign_checkpoint(run_dir, resolved(cfg), distributed.env_world_size(),
+                                      trust=bool(cfg.trainer.get("trust_checkpoint", False)))
         interrupts.raise_if_pending()  # a Ctrl-C that a finalizer swallowed during the imports above
         tell_followers(True)
         summary = member_train(cfg, run_dir, resume=resume is not False, on_begin=begin)  # alone, or in a stack

@@ -93,3 +93,22 @@ class CheckpointMismatch(UserError):
     """The run directory holds a checkpoint this command cannot resume (another config, or
     another number of data-parallel replicas). Its checkpoint is kept (the run is recorded ``interrupted``),
     so the right command can still resume it."""
+
+
+class UntrustedCheckpoint(CheckpointMismatch):
+    """A ``checkpoint.pt`` that only a full unpickling could load: it names Python objects beyond
+    tensors and plain data (a pickled callable can run any code while it loads). Refused before
+    anything runs, and kept; ``trainer.trust_checkpoint=true`` loads it when the user trusts it.
+
+    Args:
+        path: the checkpoint file.
+        names: the globals the file asks for (``module.name``), as torch lists them.
+    """
+
+    def __init__(self, path, names: list[str]):
+        self.path, self.names = path, list(names)
+        shown = ", ".join(self.names[:3]) + (" ..." if len(self.names) > 3 else "")
+        super().__init__(
+            f"{path} needs more than tensors to load ({shown}), and loading it could run code; it is "
+            "refused and left as it is. If you trust this file (your own run, a colleague's), resume with "
+            "trainer.trust_checkpoint=true; otherwise use a new run directory or trainer.resume=false.")

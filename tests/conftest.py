@@ -161,6 +161,42 @@ def before_call(monkeypatch, module, name: str, action, call: int = 1) -> None:
     monkeypatch.setattr(module, name, wrapper)
 
 
+class StepSyncs:
+    """Host synchronisations of a training loop, per step (the GPU tier, and its CPU stand-in in
+    tests/test_host_syncs.py).
+
+    ``events`` is a list the caller's counter appends to, one item per sync (CUDA's sync-debug warnings, or
+    the host reads of device values on the CPU); :meth:`wrap` marks each call of the loop's once-per-step
+    method (``Trainer._update``, ``StackedNet.step``). What happens between update s and update s + 1 --
+    step s's after-update measurements, its checkpoint, the next step's before-update measurements -- is
+    step s's share; the share after the last update (the run's end) is not counted.
+    """
+
+    def __init__(self, events: list, first_step: int = 1):
+        self.events, self.first_step, self.marks = events, first_step, []
+
+    def wrap(self, monkeypatch, owner, name: str) -> None:
+        real = getattr(owner, name)
+
+        def marked(*args, **kwargs):
+            self.marks.append(len(self.events))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, marked)
+
+    def per_step(self) -> dict[int, int]:
+        """{step s: syncs between update s and update s + 1}."""
+        return {self.first_step + i: b - a for i, (a, b) in enumerate(zip(self.marks, self.marks[1:]))}
+
+
+def due_kinds(trainer, step: int) -> set[str]:
+    """What is due between update ``step`` and the next one: the names of the after-update measurements due
+    at ``step``, of the before-update ones due at ``step + 1``, and ``checkpoint``."""
+    kinds = {m.name for m in trainer.measurements
+             if m.due(step if m.phase == "after" else step + 1, trainer.max_steps)}
+    return kinds | ({"checkpoint"} if step % trainer.ckpt_every == 0 else set())
+
+
 def pytest_configure(config):
     """Run as a terminal's foreground job would, also when started in the background: a shell starts
     background jobs with SIGINT ignored, which every child inherits, so Ctrl-C tests (in this process

@@ -224,8 +224,13 @@ class TrainerConfig:
     ckpt_every: int = opt(5000, "steps between checkpoints (atomic, complete state)", c.at_least(1))
     resume: Optional[bool] = opt(None, "null: resume the run folder's unfinished run; true: also find the newest "
                                        "unfinished run with the same overrides; false: start over")
-    precision: str = opt("fp32", "fp32 | bf16: bfloat16 autocast of the forward pass (bnexp.train.precision)",
-                         c.one_of("fp32", "bf16"))
+    precision: str = opt("fp32", "fp32 | tf32: TF32 matrix products and convolutions on CUDA devices of compute "
+                                 "capability >= 8.0 | bf16: bfloat16 autocast of the forward pass where the device "
+                                 "has it natively; else fp32 (bnexp.train.precision)",
+                         c.one_of("fp32", "tf32", "bf16"))
+    trust_checkpoint: bool = opt(False, "load the run folder's checkpoint.pt even when it needs more than tensors "
+                                        "(full unpickling, which can run code: only a file you trust); false: "
+                                        "such a checkpoint is refused (bnexp.train.checkpoint)")
 
 
 @dataclass

@@ -568,8 +568,8 @@ class BatchSampler:
                 "position": self.position, "perm": self.perm.cpu()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a state from :meth:`state_dict`."""
-        self.generator.set_state(state["generator"])
+        """Restore a state from :meth:`state_dict` (the generator state a CPU ``ByteTensor`` wherever it was loaded)."""
+        self.generator.set_state(state["generator"].cpu())
         self.epoch, self.position = state["epoch"], state["position"]
         self.perm = state["perm"].to(self.device)
 
@@ -617,8 +617,8 @@ class Augmenter:
         return {"generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`."""
-        self.generator.set_state(state["generator"])
+        """Restore :meth:`state_dict` (the generator state a CPU ``ByteTensor`` wherever it was loaded)."""
+        self.generator.set_state(state["generator"].cpu())
 
 
 def make_augmenter(cfg, seed: int, device: torch.device) -> Augmenter | None:

@@ -527,6 +527,7 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
 RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.async_records",
                        "trainer.device",
                        "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
+                       "trainer.trust_checkpoint",
                        "data.root", "data.download", "data.verify_checksums", "logger", "hydra.launcher")
 ROUNDING_KEYS = ("trainer.num_threads", "trainer.device", "hydra.launcher")
 BIT_NEUTRAL_KEYS = tuple(k for k in RESULT_NEUTRAL_KEYS if k not in ROUNDING_KEYS)

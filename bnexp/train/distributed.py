@@ -490,9 +490,19 @@ class StepAgreement:
 
     For one process (a replica group of one) both calls return at once: nothing to agree on.
 
+    Host syncs: the all-reduce and the averaging stay on the device; reading the flags back is the one
+    host sync. With CUDA replicas (NCCL) the flags are read only where :attr:`read_now` says (the trainer:
+    steps where a measurement or a checkpoint is due, which syncs anyway, and the last step), the same
+    steps on every replica, so all still stop at one step -- a signal at the next due step, at most
+    ``trainer.log_every`` steps later -- and no step where nothing is due waits for the device. CPU
+    replicas (gloo, whose all-reduce blocks anyway) read them every step, as before.
+
     Args:
         replicas: this process's place.
         buffers: the buffers to average (empty: only flags).
+
+    Attributes:
+        read_now: None (read every step), or a callable () -> bool saying whether this step's flags are read.
     """
 
     def __init__(self, replicas: Replicas, buffers: list[torch.Tensor]):
@@ -500,15 +510,18 @@ class StepAgreement:
         self.buffers = [b for b in buffers if b.is_floating_point()]
         self.sizes = [b.numel() for b in self.buffers]
         self.distributed = replicas.distributed
+        self.read_now = None
 
     def __call__(self, *flags: bool) -> tuple[bool, ...]:
-        """Average the buffers in place; returns, per flag, whether any replica raised it."""
+        """Average the buffers in place; returns, per flag, whether any replica raised it (all False at a
+        step whose flags are not read: see the class docstring)."""
         if not self.distributed:
             return flags
         dev = self.buffers[0].device if self.buffers else torch.device(
             "cuda" if self.replicas.backend == "nccl" else "cpu")
         parts = [b.detach().reshape(-1).to(torch.float64) for b in self.buffers]
-        parts.append(torch.tensor([1.0 if f else 0.0 for f in flags], dtype=torch.float64, device=dev))
+        # built on the host, sent without waiting (a plain host-to-device copy would synchronize)
+        parts.append(torch.tensor([1.0 if f else 0.0 for f in flags], dtype=torch.float64).to(dev, non_blocking=True))
         vec = torch.cat(parts)
         dist.all_reduce(vec, op=dist.ReduceOp.SUM)
         offset = 0
@@ -516,6 +529,8 @@ class StepAgreement:
             for b, k in zip(self.buffers, self.sizes):
                 b.copy_((vec[offset:offset + k] / self.replicas.world_size).view_as(b))
                 offset += k
+        if self.replicas.backend == "nccl" and self.read_now is not None and not self.read_now():
+            return tuple(False for _ in flags)
         return tuple(bool(v > 0) for v in vec[offset:].tolist())
 
     def average_buffers(self) -> None:

@@ -36,6 +36,7 @@ from bnexp.runfolders import rundir
 from bnexp.nets.bn import bn_layers, recompute_population_statistics
 from bnexp.nets.data import BatchSampler, load_data
 from bnexp.nets.models import build_model
+from bnexp.train.checkpoint import load_checkpoint
 
 RESULT = "inference_stats.json"
 POPULATION_EXAMPLES = 10_000
@@ -131,16 +132,18 @@ def needs_eval(run_dir: Path) -> bool:
 
 
 def evaluate_run(run_dir: Path, data_cache: dict | None = None,
-                 population_examples: int = POPULATION_EXAMPLES) -> dict:
+                 population_examples: int = POPULATION_EXAMPLES, trust: bool = False) -> dict:
     """Evaluate one finished run folder's final weights (:func:`evaluate_modes`) and write
     ``inference_stats.json`` (with ``momentum`` and ``seed`` added) into it.
 
     Args:
         run_dir: the run folder (config.yaml, checkpoint.pt).
         data_cache: {dataset name: loaded data}, filled and reused across runs.
+        trust: load a checkpoint that needs more than tensors (``--trust-checkpoints``; it may run code).
 
     Raises:
         bnexp.errors.DataError: the dataset is missing. OSError: the folder is not writable.
+        bnexp.errors.UntrustedCheckpoint: the checkpoint needs more than tensors and ``trust`` is false.
     """
     cfg = _config(run_dir)
     device = torch.device("cpu")
@@ -149,7 +152,7 @@ def evaluate_run(run_dir: Path, data_cache: dict | None = None,
         cache[cfg.data.name] = load_data(cfg.data, device)
     data = cache[cfg.data.name]
     model = build_model(cfg, data.input_shape, data.num_classes)
-    state = torch.load(run_dir / rundir.CHECKPOINT, map_location=device, weights_only=False)
+    state = load_checkpoint(run_dir / rundir.CHECKPOINT, trust=trust)  # on the CPU, tensors only unless trusted
     model.load_state_dict(state["model"])
     out = evaluate_modes(model, data.test_x, data.test_y, data.train_x, int(cfg.trainer.batch_size),
                          population_examples, int(cfg.seed) + 1)
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bnexp.train.inference_eval", description=__doc__.split("\n\n")[0])
     p.add_argument("sweep_dir", metavar="SWEEP_DIR")
     p.add_argument("--population-examples", type=int, default=POPULATION_EXAMPLES)
+    p.add_argument("--trust-checkpoints", action="store_true",
+                   help="load checkpoints that need more than tensors (full unpickling: only files you trust)")
     a = p.parse_args(argv)
     sweep = Path(a.sweep_dir)
     if not sweep.is_dir():
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if not needs_eval(run):
             continue
         try:
-            r = evaluate_run(run, cache, a.population_examples)
+            r = evaluate_run(run, cache, a.population_examples, trust=a.trust_checkpoints)
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -108,7 +108,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 50
         loss_sum += nn.functional.cross_entropy(logits, y[i:i + chunk], reduction="sum")
         correct += (logits.argmax(1) == y[i:i + chunk]).sum()
     model.train(was_training)
-    return float(loss_sum) / len(y), float(correct) / len(y)
+    loss_sum, correct = torch.stack([loss_sum.double(), correct.double()]).tolist()  # one host read, exact
+    return loss_sum / len(y), correct / len(y)
 
 
 @dataclass(eq=False)
@@ -256,9 +257,9 @@ class TrainLoss(Measurement):
         n = len(window)
         losses, logits, labels = zip(*window)
         window.clear()
-        loss_sum = float(torch.stack(losses).sum())
-        # one argmax over all the window's logits (few large ops instead of 3 small ones per step)
-        correct = float((torch.cat(logits).argmax(1) == torch.cat(labels)).sum())
+        # one argmax over the window's logits; both sums to the host in one copy (float64 holds both exactly)
+        loss_sum, correct = torch.stack([torch.stack(losses).sum().double(),
+                                         (torch.cat(logits).argmax(1) == torch.cat(labels)).sum().double()]).tolist()
         if replicas.distributed:  # equal shares: the global mean loss is the mean of the share means
             loss_sum, correct = all_sum([loss_sum, correct], replicas)
             loss_sum /= replicas.world_size
@@ -291,7 +292,8 @@ class TrainLoss(Measurement):
 
 
 def _params_finite(model: nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    """Whether every parameter of ``model`` is finite, with one host sync for all of them."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 class TestEvaluation(Measurement):
@@ -483,6 +485,8 @@ class Schedule:
     Attributes:
         next_before / next_after: the next step (count after the update) at which a
             ``before`` / ``after`` measurement may be due; the loop compares against these.
+        due_at: the last step at which a ``before`` or ``after`` measurement was due (-1: none yet):
+            the same steps on every replica, where the replicas may read what they agreed on.
     """
 
     def __init__(self, measurements: list[Measurement], max_steps: int, is_main: bool = True,
@@ -498,6 +502,7 @@ class Schedule:
         self.probes = probes or contextlib.nullcontext
         self.sync = sync
         self.next_before = self.next_after = NEVER
+        self.due_at = -1  # the last step at which a measurement was due (on every replica alike)
         self.pending: Diverged | None = None  # found before the update, handed over after it
 
     def reset(self, step: int) -> None:
@@ -534,7 +539,7 @@ class Schedule:
 
         A :class:`Diverged` one of them raises is returned by the step's :meth:`after_update`.
         """
-        step = ctx.step + 1
+        step = self.due_at = ctx.step + 1
         self.pending = self._run("before_update", [m for m in self.before if m.due(step, self.max_steps)], ctx)
         self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
 
@@ -552,6 +557,7 @@ class Schedule:
             return diverged
         if step < self.next_after:
             return None
+        self.due_at = step
         if self.sync is not None:
             self.sync()
         diverged = self._run("after_update", [m for m in self.after if m.due(step, self.max_steps)], ctx)

@@ -296,11 +296,13 @@ class ShiftMonitor:
             Diverged: a pre-activation or BN input is NaN or infinite at ``step``.
         """
         acts, bn_in = self.capture_all()
-        for what, captured in (("pre-activations of {} (input to its nonlinearity)", acts),
-                               ("BN inputs Wu of {}", bn_in)):
-            for name, values in captured.items():
-                if not bool(torch.isfinite(values).all()):
-                    raise Diverged(step, what.format(name))
+        checked = [(what.format(name), values) for what, captured in (
+            ("pre-activations of {} (input to its nonlinearity)", acts), ("BN inputs Wu of {}", bn_in))
+            for name, values in captured.items()]
+        if checked:  # one host sync for every layer; the first non-finite one named
+            finite = torch.stack([torch.isfinite(values).all() for _, values in checked])
+            if not bool(finite.all()):
+                raise Diverged(step, checked[int(finite.logical_not().nonzero()[0])][0])
         return acts, bn_in
 
     def summarize(self, step: int, acts: dict[str, torch.Tensor], bn_in: dict[str, torch.Tensor],

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bnexp.errors import CheckpointMismatch
+from bnexp.errors import CheckpointMismatch, UntrustedCheckpoint
+from bnexp.train.checkpoint import load_checkpoint
 from bnexp.train.torchrun import launch
 
 # what Trainer.load_state_dict reads; a file without them is not a checkpoint of a run
@@ -34,7 +35,31 @@ def missing_keys(state: object) -> list[str]:
     return [k for k in CHECKPOINT_KEYS if k not in state]
 
 
-def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) -> None:
+def read_checkpoint(path: Path, trust: bool = False) -> tuple[dict | None, str | None]:
+    """The checkpoint at ``path`` (to the CPU, tensors and plain data only:
+    :func:`bnexp.train.checkpoint.load_checkpoint`) and why it is not a readable checkpoint of a run.
+
+    Returns:
+        (state, None) for a dict with every :data:`CHECKPOINT_KEYS`; (None, the reason) for a file that is
+        truncated, not a torch file, or lacks keys (the trainer sets such a file aside and starts over).
+
+    Raises:
+        UntrustedCheckpoint: the file needs more than tensors to load and ``trust`` is false (it is refused
+            and left alone, never set aside: it may be a resumable run of someone the user trusts).
+    """
+    try:
+        state = load_checkpoint(path, trust=trust)
+    except UntrustedCheckpoint:
+        raise
+    except Exception as exc:  # truncated or not a torch file
+        return None, f"{type(exc).__name__}: {exc}"
+    missing = missing_keys(state)
+    if missing:
+        return None, f"not a bnexp checkpoint: missing {', '.join(missing)}"
+    return state, None
+
+
+def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path, precision: str | None = None) -> None:
     """Refuse another run's checkpoint.
 
     Args:
@@ -42,10 +67,14 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
         config: this run's resolved config as a plain dict.
         world_size: this run's number of replicas N.
         run_dir: the run folder (named in the message).
+        precision: what this run computes in (fp32 | tf32 | bf16, :func:`bnexp.train.precision.effective_precision`);
+            None: not compared. A checkpoint of an earlier version that did not record it is not compared either.
 
     Raises:
         CheckpointMismatch: the configs differ in a result-changing key (the message names the keys
-            and the two ways out), or the checkpoint was written with another N.
+            and the two ways out), the checkpoint was computed in another precision (TF32 or bf16 on one
+            device, not on another: trainer.device alone cannot change results, the arithmetic does),
+            or it was written with another N.
     """
     if state["config"] != config:
         from bnexp.config.oneconfig import changed_keys  # the one rule, shared with the run-folder check of the CLI
@@ -56,6 +85,13 @@ def check_same_run(state: dict, config: dict, world_size: int, run_dir: Path) ->
                 f"the checkpoint in {run_dir} belongs to a run with a different config "
                 f"(differs in: {', '.join(changed)}); use a new run directory, or "
                 "trainer.resume=false to start this one over.")
+    saved = state.get("precision")
+    if precision is not None and saved is not None and saved != precision:
+        raise CheckpointMismatch(
+            f"the checkpoint in {run_dir} belongs to a run with a different config (differs in: precision, "
+            f"{saved} there, {precision} here: trainer.precision={config.get('trainer', {}).get('precision')} on "
+            f"trainer.device={config.get('trainer', {}).get('device')}); resume it on a device that computes in "
+            f"{saved}, or use a new run directory, or trainer.resume=false to start this one over.")
     n_saved = int(state.get("world_size", 1))
     if n_saved != world_size:
         raise CheckpointMismatch(
@@ -84,21 +120,39 @@ def incompatibility(state: dict, model: nn.Module, optimizer: torch.optim.Optimi
     return None
 
 
-def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int) -> None:
+def refuse_foreign_checkpoint(run_dir: Path, config: dict, world_size: int, trust: bool = False) -> None:
     """Refuse, before anything in ``run_dir`` changes, a ``checkpoint.pt`` that belongs to another run
     (:func:`check_same_run`); a missing or unreadable file passes (the trainer sets an unreadable one
     aside and starts over). Reads only the checkpoint's ``config`` and ``world_size`` (memory-mapped:
-    the tensors are not loaded).
+    the tensors are not loaded), with tensors and plain data only unless ``trust``
+    (``trainer.trust_checkpoint``).
 
     Raises:
-        CheckpointMismatch: as :func:`check_same_run`.
+        CheckpointMismatch: as :func:`check_same_run` (the precision is what this run would compute in here).
+        UntrustedCheckpoint: the file needs more than tensors to load and ``trust`` is false.
     """
     path = Path(run_dir) / "checkpoint.pt"
     if not path.is_file():
         return
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        state = load_checkpoint(path, trust=trust, mmap=True)
+    except UntrustedCheckpoint:
+        raise
     except Exception:  # truncated, not a torch zip file: the trainer's business
         return
     if not missing_keys(state):
-        check_same_run(state, config, world_size, run_dir)
+        check_same_run(state, config, world_size, run_dir, _precision(config))
+
+
+def _precision(config: dict) -> str | None:
+    """What a run of ``config`` would compute in here (None: its device or precision is refused later)."""
+    from bnexp.errors import UserError
+    from bnexp.train.precision import effective_precision
+    from bnexp.train.runtime import resolve_device
+
+    trainer = config.get("trainer") or {}
+    try:
+        device = resolve_device(str(trainer.get("device", "auto")))
+        return effective_precision(str(trainer.get("precision", "fp32")), device)
+    except UserError:
+        return None

@@ -49,11 +49,10 @@ from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model
 from bnexp.train.monitor import ShiftMonitor, configuration_label
-from bnexp.train.precision import (autocast, channels_last_input, enable_fast_fp32, is_conv_net, resolve_precision,
-                                   to_channels_last)
+from bnexp.train.precision import apply_precision, autocast, channels_last_input, is_conv_net, to_channels_last
 from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
-from bnexp.train.resume import check_same_run, incompatibility, missing_keys
+from bnexp.train.resume import check_same_run, incompatibility, read_checkpoint
 from bnexp.train.loggers import open_loggers
 from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
                                  rng_state, seed_everything, set_rng_state, shares_terminal, wait_for_sweep_siblings,
@@ -87,15 +86,15 @@ class Trainer:
         torch.set_num_threads(default_num_threads(cfg))  # 0 (auto): 1 thread for small networks
         self.replicas = distributed.current()
         self.device = distributed.replica_device(resolve_device(tcfg.device), self.replicas)
-        self.tf32 = enable_fast_fp32(self.device)  # TF32 products on Ampere+ GPUs (bnexp.train.precision)
         self.plan = distributed.bn_plan(cfg, self.replicas)
         self.data = load_data(cfg.data, self.device) if data is None else data
         if tcfg.probe_size > len(self.data.test_y):
             raise ConfigError("trainer.probe_size", tcfg.probe_size,
                               f"must be <= the evaluation set's size ({len(self.data.test_y)}: the "
                               f"{'validation split' if self.data.eval_split == 'validation' else 'test set'})")
-        # trainer.precision (bnexp.train.precision): the forward pass's autocast dtype, None for fp32
-        self.amp_dtype = resolve_precision(str(tcfg.get("precision", "fp32")), self.device)
+        # trainer.precision (bnexp.train.precision): the forward pass's autocast dtype (None: fp32, tf32) and what
+        # the run computes in (fp32 | tf32 | bf16: recorded, and compared on resume); sets the TF32 switches
+        self.amp_dtype, self.precision = apply_precision(str(tcfg.get("precision", "fp32")), self.device)
         self.targets = sorted(float(t) for t in tcfg.targets)
         self.hp = flat_hparams(cfg)
         self.max_steps, self.ckpt_every = int(tcfg.max_steps), int(tcfg.ckpt_every)
@@ -165,6 +164,7 @@ class Trainer:
         return {
             "step": self.step,
             "world_size": self.replicas.world_size,  # N replicas: a checkpoint resumes with the same N
+            "precision": self.precision,  # fp32 | tf32 | bf16: a checkpoint resumes in the same arithmetic
             "model": self.model.state_dict(),  # includes BN running statistics
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -248,20 +248,18 @@ class Trainer:
 
         Raises:
             CheckpointMismatch: the checkpoint is another config's, or was written with another
-                number of replicas N (the run directory is left untouched).
+                number of replicas N; UntrustedCheckpoint: it needs more than tensors to load (the
+                run directory is left untouched either way).
         """
         path = self.run_dir / self.CHECKPOINT
         if not path.exists():
             return False
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=False)
-        except Exception as exc:  # truncated or not a torch file
-            return self._start_over(f"{type(exc).__name__}: {exc}")
-        missing = missing_keys(state)
-        if missing:
-            return self._start_over(f"not a bnexp checkpoint: missing {', '.join(missing)}")
+        # to the CPU, tensors only (bnexp.train.checkpoint): each part moves itself to its device
+        state, unreadable = read_checkpoint(path, trust=bool(self.cfg.trainer.get("trust_checkpoint", False)))
+        if unreadable:
+            return self._start_over(unreadable)
         check_same_run(state, OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
-                       self.replicas.world_size, self.run_dir)
+                       self.replicas.world_size, self.run_dir, self.precision)
         problem = incompatibility(state, self.model, self.optimizer)
         if problem:
             return self._start_over(problem)
@@ -314,7 +312,7 @@ class Trainer:
             **{f"bn_{k}": option_value(cfg.bn.get(k, d)) if cfg.bn.enabled else None  # normalizer and its place
                for k, d in (("norm", "batch"), ("position", "before"))},
             "evaluated_on": self.data.eval_split,  # test, or the validation split (data.validation)
-            "precision": "bf16" if self.amp_dtype is not None else "fp32",
+            "precision": self.precision,  # what it computes in: fp32 | tf32 | bf16 (bnexp.train.precision)
             "channels_last": self.channels_last,
             "replicas": self.replicas.world_size,
             "bn_sync": bool(cfg.bn.sync) if cfg.bn.enabled and self.replicas.distributed else None,
@@ -358,6 +356,8 @@ class Trainer:
         ctx = self._context()
         schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
                             self._probe_context, sync=self.agree.average_buffers)
+        # CUDA replicas read what they agreed at due steps only (bnexp.train.distributed.StepAgreement)
+        self.agree.read_now = lambda: self.step in (schedule.due_at, self.max_steps) or self.step % self.ckpt_every == 0
         progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step,
                             label=self.run_dir.name if shares_terminal() else None)  # a parallel job: lines
         # a SIGINT/SIGTERM stops the loop at the end of a step, never inside one

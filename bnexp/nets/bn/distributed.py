@@ -200,7 +200,8 @@ class GhostBatchNorm(_BatchNorm):
     running statistics that k replicas with ``bn.sync=false`` would each keep. Eval: population
     statistics, as ``nn.BatchNorm1d/2d``. A mini-batch no larger than g is plain BN. A batch that
     g does not divide (training batches always are divisible, the config checks it; the shift
-    monitor's probe may not be) has a last ghost batch of g to 2g - 1 examples.
+    monitor's probe may not be) has a last ghost batch of g to 2g - 1 examples. Statistics and transform
+    are computed in float32 also for lower-precision input (bf16 autocast), y in the input's dtype.
 
     Args:
         num_features: d (or C).
@@ -228,6 +229,8 @@ class GhostBatchNorm(_BatchNorm):
         n, g = x.shape[0], self.ghost_batch_size
         if not self.training or n <= g:
             return super().forward(x)
+        dtype = x.dtype  # statistics in float32 also under bf16 autocast, as torch's BN (fp32, fp64 as they are)
+        x = x.to(torch.promote_types(dtype, torch.float32))
         per_example = x[:1].numel() // x.shape[1]  # H*W values per example and channel (1 for (m, d))
         head = n if n % g == 0 else (n // g - 1) * g  # the rest forms the last, larger ghost batch
         parts, mus, uvars = [], [], []
@@ -240,7 +243,7 @@ class GhostBatchNorm(_BatchNorm):
                 uvars.append(var * m / max(m - 1, 1))
         if self.track_running_stats:
             _update_running(self, torch.cat(mus).mean(0), torch.cat(uvars).mean(0))
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return (parts[0] if len(parts) == 1 else torch.cat(parts)).to(dtype)
 
 
 def convert_batch_norm(model: nn.Module, make) -> nn.Module:

@@ -38,16 +38,20 @@ class ReferenceBatchNorm(nn.Module):
         """Alg. 1 with the mini-batch statistics (training; running averages updated with the same
         statistics, computed once), or Alg. 2's inference map with the running averages (eval).
 
+        Statistics and transform are computed in float32 also when ``x`` is lower precision (bfloat16
+        under autocast, ``trainer.precision=bf16``), as torch's BN kernels do; y is returned in x's dtype.
+
         Args:
             x: (m, d) or (N, C, H, W).
 
         Returns:
-            y, same shape as x.
+            y, same shape and dtype as x.
         """
+        dtype, x = x.dtype, x.to(torch.promote_types(x.dtype, torch.float32))  # bf16 -> fp32; fp32, fp64 as they are
         if self.training:
             y, mu, sigma2, m = batch_norm_train_with_statistics(x, self.weight, self.bias, self.eps)
             with torch.no_grad():
                 self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mu.detach())
                 self.running_var.mul_(1 - self.momentum).add_(self.momentum * sigma2.detach() * m / (m - 1))
-            return y
-        return batch_norm_inference(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps)
+            return y.to(dtype)
+        return batch_norm_inference(x, self.weight, self.bias, self.running_mean, self.running_var, self.eps).to(dtype)
