@@ -5,6 +5,7 @@ false-rejection rate simulated on data shaped like the check's."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -161,3 +162,53 @@ def test_check_dir_is_beside_the_sweep(tmp_path):
 def test_cli_without_runs_exits_2(tmp_path, capsys):
     assert P.main([str(tmp_path)]) == 2 and "not all complete" in capsys.readouterr().err
     assert P.main([]) == 2
+
+
+# ----- the report's side: which rungs ran in which precision, and the check's verdict on the page -----
+
+def _summaries():
+    """Summaries of a sweep: the tuning and fixed rungs in fp32, later rungs in bf16 (steps/s per run)."""
+    out = []
+    for budget, precision, sps in ((3000, "fp32", 30.0), (6000, "fp32", 30.0), (12000, "fp32", 28.0),
+                                   (24000, "fp32", 26.0), (48000, "bf16", 40.0), (96000, "bf16", 42.0)):
+        out += [{"experiment": "baseline", "max_steps": budget, "status": "finished", "precision": precision,
+                 "steps_per_s": sps, "seed": s} for s in (0, 1)]
+    out += [{"experiment": "bn_x5", "max_steps": b, "status": "finished", "precision": "fp32", "steps_per_s": 22.0}
+            for b in (375, 750, 1500, 6000)]
+    out.append({"experiment": "bn_x5", "max_steps": 12000, "status": "running", "precision": "bf16"})
+    return out
+
+
+def test_precision_record_lists_each_presets_rungs_per_precision_and_reads_the_verdict(tmp_path):
+    from bnexp.report.sec42 import precision_record
+
+    P.write(tmp_path, P.verdict(fp32(), bf16(0.004), CPU, "cpu", (0, 1)))
+    rec = precision_record(_summaries(), tmp_path)
+    assert rec["rungs"] == [
+        {"preset": "baseline", "precision": "bf16", "budgets": "48k-96k", "runs": 4},
+        {"preset": "baseline", "precision": "fp32", "budgets": "3k-24k", "runs": 8},
+        {"preset": "bn_x5", "precision": "fp32", "budgets": "375-1.5k, 6k", "runs": 4}]  # the running run is left out
+    assert [(s["preset"], s["precision"], s["steps_per_s"]) for s in rec["speed"]] == [
+        ("baseline", "bf16", pytest.approx(41.0)), ("baseline", "fp32", pytest.approx(28.5)),
+        ("bn_x5", "fp32", pytest.approx(22.0))]
+    assert rec["check"]["passed"] and rec["check"]["bias"] == pytest.approx(0.004)
+    # an all-fp32 sweep without a check (plan version 1's) has no record: its report is unchanged
+    fp32_only = [s for s in _summaries() if s["precision"] == "fp32"]
+    assert precision_record(fp32_only, tmp_path / "elsewhere") is None
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "precision_check.json").write_text("{cut off")
+    assert precision_record(_summaries(), tmp_path / "broken")["check"] is None
+
+
+def test_the_page_says_the_verdict_its_cells_and_the_rungs_by_precision(tmp_path):
+    from bnexp.report.fmt import render_template
+    from bnexp.report.sec42 import precision_record
+
+    P.write(tmp_path, P.verdict(fp32(), bf16(-0.03), CPU, "cpu", (0, 1)))
+    report = {"frontier_analysis": {"precision": json.loads(json.dumps(precision_record(_summaries(), tmp_path)))}}
+    text = render_template("frontier_v2.md.j2", report, {})
+    assert "bf16's bias over its 4 cells is -3.00 points" in text
+    assert "failed (bias -3.00 points" in text and "the sweep stays fp32" in text
+    assert "| bn_x5 | 24,000 | 79.25% (79.00, 79.50) | 76.25% (76.00, 76.50) | -3.00 |" in text
+    assert "baseline bf16 at 48k-96k (4 runs); baseline fp32 at 3k-24k (8 runs)" in text
+    assert "baseline bf16 41.0; baseline fp32 28.5; bn_x5 fp32 22.0." in text

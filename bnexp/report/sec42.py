@@ -14,6 +14,9 @@ results page says beside the frontier and the matched-accuracy speedups of :mod:
 * :func:`sweep_cost`: the runs' summed wall time and steps/s (from their summary.json), and the CPU if recorded.
 * :func:`ladder_stops`: the rule that stopped each preset's ladder, read from the ladders.txt the orchestrator
   writes into the sweep folder (``bnexp.designs.ladder.ladder_stops``; the report does not import the designs).
+* :func:`precision_record`: which rungs ran in which precision (each run's summary.json), the steps/s per run of
+  each preset and precision, and the bf16 check's verdict (precision_check.json, written by the orchestrator:
+  ``bnexp.designs.precision_check``; PLAN.md, "Precision, amended 2026-11-29").
 
 :func:`plan_v2` gathers them into ``frontier_analysis`` of report.json; templates/frontier_v2.md.j2 renders them
 (in report.md after the frontier, and the docs view ``cifar_plan_v2``).
@@ -21,6 +24,7 @@ results page says beside the frontier and the matched-accuracy speedups of :mod:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -36,6 +40,7 @@ from bnexp.analysis.rules import CHANCE, CHANCE_TEXT
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
 LADDERS_HEAD = "ladders ("  # the line above the stop rules in ladders.txt
+PRECISION_CHECK_FILE = "precision_check.json"  # the bf16 check's verdict, written into the sweep folder
 # paper Sec. 4.2.2 (Inception on ImageNet; Table 2 and Figure 3): steps to Inception's 72.2% and max accuracy
 PAPER = {
     "baseline": "72.2% max, reached after 31.0M steps",
@@ -237,13 +242,68 @@ def ladder_stops(sweep_dir: str | Path) -> list[str] | None:
     return None if head is None else [s.strip() for s in lines[head + 1:] if s.strip()]
 
 
+def _budget_ranges(budgets: list[int]) -> str:
+    """Rungs as text, a doubling ladder's consecutive rungs joined: [3000, 6000, 12000, 48000] -> "3k-12k, 48k"."""
+    out, run = [], []
+    for b in sorted(set(budgets)):
+        if run and b != 2 * run[-1]:
+            out.append(_k(run[0]) if len(run) == 1 else f"{_k(run[0])}-{_k(run[-1])}")
+            run = []
+        run.append(b)
+    if run:
+        out.append(_k(run[0]) if len(run) == 1 else f"{_k(run[0])}-{_k(run[-1])}")
+    return ", ".join(out)
+
+
+def precision_record(summaries: list[dict], sweep_dir: str | Path | None = None) -> dict | None:
+    """Which precision each rung ran in, and how fast (docs/cifar/PLAN.md, "Precision, amended 2026-11-29").
+
+    Args:
+        summaries: every run's summary.json of the sweep (``experiment``, ``max_steps``, ``status``,
+            ``precision``: the precision the step loop ran, ``steps_per_s``: steps per second of training).
+        sweep_dir: the sweep folder, where the orchestrator writes precision_check.json.
+
+    Returns:
+        None when every complete run computed in fp32 and there is no check; else {"rungs": [{"preset",
+        "precision", "budgets" (text, e.g. "3k-24k"), "runs"}] by preset then precision, "speed": [{"preset",
+        "precision", "runs", "steps_per_s" (mean over the runs, per job)}], "check": precision_check.json's
+        dict or None (absent or unreadable)}.
+    """
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    done = [s for s in summaries if s.get("status") in ("finished", "diverged") and s.get("experiment")
+            and num(s.get("max_steps"))]
+    check = None
+    if sweep_dir is not None:
+        try:
+            check = json.loads((Path(sweep_dir) / PRECISION_CHECK_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            check = None
+        check = check if isinstance(check, dict) else None
+    if check is None and all(s.get("precision", "fp32") == "fp32" for s in done):
+        return None
+    order = {p: i for i, p in enumerate(ORDER)}
+    groups: dict[tuple, list[dict]] = {}
+    for s in done:
+        groups.setdefault((str(s["experiment"]), str(s.get("precision") or "not recorded")), []).append(s)
+    keys = sorted(groups, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))
+    rungs = [{"preset": p, "precision": pr, "budgets": _budget_ranges([int(s["max_steps"]) for s in groups[(p, pr)]]),
+              "runs": len(groups[(p, pr)])} for p, pr in keys]
+    speed = []
+    for p, pr in keys:
+        v = [float(s["steps_per_s"]) for s in groups[(p, pr)] if num(s.get("steps_per_s"))]
+        if v:
+            speed.append({"preset": p, "precision": pr, "runs": len(v), "steps_per_s": float(np.mean(v))})
+    return {"rungs": rungs, "speed": speed, "check": check}
+
+
 def plan_v2(section: dict, summaries: list[dict], sweep_dir: str | Path | None = None) -> dict:
     """Plan version 2's additions to ``frontier_analysis`` (``section``: :func:`bnexp.analysis.frontier.analyze`'s
     dict; ``summaries``: every run's summary.json of the sweep; ``sweep_dir``: where ladders.txt is).
 
     Returns:
         {"convergence": :func:`convergence`, "control": :func:`control_verdict` (None without baseline_x5),
-        "paper_claims": :func:`paper_claims`, "cost": :func:`sweep_cost`, "ladder_stops": :func:`ladder_stops`}.
+        "paper_claims": :func:`paper_claims`, "cost": :func:`sweep_cost`, "ladder_stops": :func:`ladder_stops`}, and
+        "precision": :func:`precision_record` when a run computed in bf16 or the bf16 check ran.
     """
     fa, runs = section["frontier_analysis"], pd.DataFrame(section["frontier"])
     stops = ladder_stops(sweep_dir) if sweep_dir is not None else None
@@ -255,5 +315,9 @@ def plan_v2(section: dict, summaries: list[dict], sweep_dir: str | Path | None =
         x5 = mean_frontier(runs, HEADLINE) if HEADLINE in fa["presets"] else None
         control = control_verdict(mean_frontier(runs, BASELINE), x5, mean_frontier(runs, CONTROL),
                                   fa["target_accuracy"])
-    return {"convergence": conv, "control": control, "paper_claims": paper_claims(section, control, conv),
-            "cost": sweep_cost(summaries), "ladder_stops": stops}
+    out = {"convergence": conv, "control": control, "paper_claims": paper_claims(section, control, conv),
+           "cost": sweep_cost(summaries), "ladder_stops": stops}
+    precision = precision_record(summaries, sweep_dir)
+    if precision is not None:  # absent from a sweep that is all fp32 without a check (plan version 1's)
+        out["precision"] = precision
+    return out
