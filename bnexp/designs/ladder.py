@@ -159,7 +159,7 @@ class Batch:
         return len(self.lrs) * len(self.dropout) * len(self.seeds)
 
 
-def _done(runs: pd.DataFrame, preset: str, budget: int, lr: float, dropout: float) -> pd.DataFrame:
+def complete_runs(runs: pd.DataFrame, preset: str, budget: int, lr: float, dropout: float) -> pd.DataFrame:
     """Complete runs (finished or diverged) of one rung and configuration."""
     if runs.empty:
         return runs
@@ -170,7 +170,7 @@ def _done(runs: pd.DataFrame, preset: str, budget: int, lr: float, dropout: floa
 
 def _mean(runs, preset, budget, lr, dropout, seeds) -> float | None:
     """Seed-mean final test accuracy of a rung, None until every seed is complete."""
-    d = _done(runs, preset, budget, lr, dropout)
+    d = complete_runs(runs, preset, budget, lr, dropout)
     if d.empty:
         return None
     d = d[d.seed.isin(seeds)]

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bnexp.designs.ladder import HEADLINE, NO_DROPOUT, Batch, Ladder, LADDERS, winner
+from bnexp.designs.ladder import HEADLINE, NO_DROPOUT, Batch, Ladder, LADDERS, complete_runs, winner
 from bnexp.analysis.frontier import BASELINE, GAIN, load_runs
 
 PRESETS = (BASELINE, HEADLINE)  # the two presets of the headline claim S_bn_x5(a*)
@@ -57,12 +57,12 @@ def ready(runs: pd.DataFrame, lad: Ladder, seeds) -> bool:
 
 
 def _seed_values(runs: pd.DataFrame, preset: str, budget: int, lr: float, dropout: float, seeds) -> pd.DataFrame | None:
-    """The complete runs of one cell on ``seeds`` (one row per seed), None until every seed is complete."""
-    if runs.empty:
+    """The complete runs of one cell on ``seeds`` (one row per seed; the ladder's own selection of a rung,
+    :func:`bnexp.designs.ladder.complete_runs`), None until every seed is complete."""
+    d = complete_runs(runs, preset, budget, lr, dropout)
+    if d.empty:
         return None
-    m = ((runs.preset == preset) & (runs.budget_steps == budget) & ((runs.base_lr - lr).abs() < 1e-12)
-         & ((runs.dropout - dropout).abs() < 1e-12) & runs.seed.isin(list(seeds)))
-    d = runs[m].drop_duplicates("seed")
+    d = d[d.seed.isin(list(seeds))].drop_duplicates("seed")
     return d if set(d.seed) >= set(seeds) else None
 
 
