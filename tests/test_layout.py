@@ -257,9 +257,9 @@ def test_every_part_of_bnexp_has_a_layer():
 
 def test_the_layer_checks_find_planted_upward_and_mutual_imports():
     graph = {"bnexp.config.schema": {"bnexp.train.loggers"}, "bnexp.train.loggers": {"bnexp.config.checks"},
-             "bnexp.report.evidence": {"bnexp.designs.ladder"}, "bnexp.designs.ladder": {"bnexp.analysis.rules"}}
+             "bnexp.report.seed_advice": {"bnexp.designs.ladder"}, "bnexp.designs.ladder": {"bnexp.analysis.rules"}}
     assert upward_imports(graph) == ["bnexp.config.schema -> bnexp.train.loggers (config -> train)",
-                                     "bnexp.report.evidence -> bnexp.designs.ladder (report -> designs)"]
+                                     "bnexp.report.seed_advice -> bnexp.designs.ladder (report -> designs)"]
     assert mutual_parts(graph) == [("config", "train")]
     assert upward_imports({"bnexp.designs.ladder": {"bnexp.analysis.rules", "bnexp.designs.stages"}}) == []
 
