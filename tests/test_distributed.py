@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bnexp.nets.bn import batch_norm_train
-from bnexp.nets.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
+from bnexp.nets.bn.sync_and_ghost import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
                            replica_local, sync_batch_norm)
 from bnexp.train.distributed import BNPlan, Replicas, per_replica_batch_size, replica_share, step_seed
 from bnexp.errors import ConfigError, UserError
