@@ -298,3 +298,13 @@ def test_development_md_names_every_module_of_each_folder_and_no_other():
         assert files | subs <= named and named <= deeper | subs, (
             f"bnexp/{folder}/: not in docs/development.md: {sorted(files | subs - named)}; "
             f"named there but absent: {sorted(named - deeper - subs)}")
+
+
+def test_no_two_modules_of_bnexp_share_a_file_name():
+    """A file name says which module it is: ``cli.py`` or ``stacked.py`` twice would need its folder to be
+    read (docs/development.md, modules by concept)."""
+    seen: dict[str, list[str]] = {}
+    for path in PKG.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(PKG)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
