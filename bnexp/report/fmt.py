@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from bnexp.analysis.interval import EXACT, SeedInterval
-from bnexp.analysis.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
+from bnexp.analysis.interval import SeedInterval
+from bnexp.analysis.rules import Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
 def format_steps(st: dict) -> str:
@@ -94,8 +94,8 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
         unit: appended to every number ("x" for ratios, "" or " points" otherwise).
         digits: significant digits.
     """
-    def num(v, mark=EXACT):
-        return f"{mark + ' ' if mark else ''}{_num(v, digits)}{unit}"
+    def num(v, mark=None):
+        return Bound(mark).written(f"{_num(v, digits)}{unit}")
 
     if iv.estimate is None:
         head = "unknown"
@@ -129,7 +129,7 @@ def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
     "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
     if iv is None or iv.estimate is None:
         return "n/a"
-    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
+    head = Bound(iv.estimate_bound).written(_num(iv.estimate, digits))
     cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
     return head if cell == "-" else f"{head} {cell}"
 
@@ -149,7 +149,7 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
-    env.filters.update(format_target=format_target, table=table,
+    env.filters.update(format_target=format_target, table=table, bounded=lambda text, b: Bound(b).written(str(text)),
                        md=lambda frame: "\n".join(md_table(list(frame.columns), frame.values.tolist())))
     env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
                        per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
