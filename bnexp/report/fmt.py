@@ -163,6 +163,6 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
 
 
-def macro(name: str, *args) -> str:
-    """The text of the macro ``name`` of templates/tables.md.j2 (the claims table, ...) for ``args``."""
-    return str(getattr(_templates().get_template("tables.md.j2").module, name)(*args))
+def macro(name: str, *args, template: str = "tables.md.j2") -> str:
+    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``."""
+    return str(getattr(_templates().get_template(template).module, name)(*args))
