@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from bnexp.analysis.interval import seed_values
-from bnexp.analysis.rules import Bound, Censored, stat
+from bnexp.analysis.rules import Censored, stat
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -110,18 +110,3 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         if iv.reason:
             reason += f"; {iv.reason}"
     return row | {"verdict": verdict, "reason": reason}
-
-
-def by_seed(per_seed: Mapping) -> list[tuple]:
-    """(seed, value) pairs of a per-seed map in seed order; the seeds are ints, or strings after a JSON round
-    trip (report.json), so they are ordered as numbers (10 after 9)."""
-    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
-
-
-def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
-    """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
-    (">=" / "<=": a bound, :meth:`bnexp.analysis.rules.Bound.written`; "-": no value); "-" without seeds."""
-    bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
-    bounds = {str(k): b for k, b in bounds.items()}
-    return ", ".join(f"{s}: " + ("-" if v is None else Bound(bounds.get(str(s))).written(f"{fmt(v)}{unit}"))
-                     for s, v in by_seed(row["per_seed"])) or "-"
