@@ -130,7 +130,7 @@ def _run(ns: argparse.Namespace) -> int:
         raise ReportError(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}); the files "
                           "already there are unchanged.") from None
     print_table(report)
-    print("wrote " + ", ".join(map(str, paths)))
+    print(f"wrote into {report.out_dir}: " + ", ".join(p.name for p in paths))
     return 0
 
 

@@ -24,7 +24,7 @@ from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
            "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
-MAX_PERCENTILE_ROWS = 3  # settings the percentile figure shows: it fits a screen (report.md lists every one)
+MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
 
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
@@ -188,9 +188,12 @@ def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[d
     return [full[i] for i in picks]
 
 
-def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color) -> bool:
-    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
-    configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
+def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, relative: bool = False) -> bool:
+    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the configuration's
+    lowest seed, in raw pre-activation units or, with ``relative``, as (percentile - initial median) / initial
+    15-85 spread on a symlog axis (the band starts at -0.5..0.5 whatever the unit's scale: a net whose initial
+    spread is tiny moves by many spreads); False (the panel says so) without shift.jsonl records or, relative, with an initial
+    spread of 0."""
     from matplotlib.ticker import MaxNLocator
 
     run = lowest_seed_shift(sweep, group)
@@ -200,23 +203,37 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color) -
         ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
         return False
     (lo, mid, hi), steps = keys, rows["step"].tolist()
-    ax.fill_between(steps, numeric(rows[f"unit.{lo}"]), numeric(rows[f"unit.{hi}"]), alpha=0.3, color=color,
-                    linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
-    ax.plot(steps, numeric(rows[f"unit.{mid}"]), color=color, label=f"median ({mid[1:]}th)",
-            marker="o" if len(rows) < 3 else None)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    band = {k: np.asarray(numeric(rows[f"unit.{k}"]), dtype=float) for k in (lo, mid, hi)}
     index, layer = (rows[f"unit.{k}"].iloc[0] if f"unit.{k}" in rows else None for k in ("index", "layer"))
     index = int(index) if isinstance(index, (int, float)) and np.isfinite(index) else index
+    if relative:
+        spread = band[hi][0] - band[lo][0]
+        if not np.isfinite(spread) or spread <= 0:
+            ax.set_title(f"{label}\ninitial 15-85 spread is 0: no relative view", fontsize=8)
+            return False
+        band = {k: (v - band[mid][0]) / spread for k, v in band.items()}
+    ax.fill_between(steps, band[lo], band[hi], alpha=0.3, color=color, linewidth=0,
+                    label=f"{lo[1:]}-{hi[1:]}th percentile band")
+    ax.plot(steps, band[mid], color=color, label=f"median ({mid[1:]}th)", marker="o" if len(rows) < 3 else None)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    if relative:  # linear within one initial spread, logarithmic beyond: a band of 0.5 and one of 10^4 both show
+        ax.set_yscale("symlog", linthresh=1.0)
     ax.set_title(f"{label}\nseed {run.seed}, unit {index} of {layer}", fontsize=8)
     return True
 
 
+VIEWS = ((False, "raw: input to the nonlinearity\n(pre-activation, a.u.)"),
+         (True, "relative: from the initial median\n(initial 15-85 spreads, symlog)"))  # percentiles.png's two rows
+
+
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
-    training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
-    shared within a row; at most :data:`MAX_PERCENTILE_ROWS` settings, those with every variant
-    (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen. In a held-out
-    sweep, the configurations of :func:`chosen_groups` on their evaluation seeds, paired across rates."""
+    training, one column per BN variant (:func:`figure_rows`) and per setting two rows: the raw view
+    (pre-activation units) and the relative view ((percentile - initial median) / initial 15-85 spread,
+    :func:`_percentile_panel`), each labelled on its y axis, y axis shared within a row; at most
+    :data:`MAX_PERCENTILE_ROWS` settings, those with every variant (:func:`shown_rows`; the title says how many
+    of how many), so the figure fits a screen. In a held-out sweep, the configurations of :func:`chosen_groups`
+    on their evaluation seeds, paired across rates."""
     plt = pyplot()
     groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
@@ -228,24 +245,27 @@ def percentiles_figure(report: Report):
         return fig
     ncol = len(columns)
     width_in = max((4.6 if ncol < 4 else 3.6) * ncol, 6.5)  # four families (the normalizer study) still fit
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(width_in, 2.9 * len(rows) + 1.3), squeeze=False)
+    fig, axes = plt.subplots(len(VIEWS) * len(rows), ncol, figsize=(width_in, 2.05 * len(VIEWS) * len(rows) + 1.3),
+                             squeeze=False)
     handles: list = []
     labels: list[str] = []
-    for row, ax_row in zip(rows, axes):
-        missing = " or ".join(MISSING[c] for c in columns if c not in row)
+    for k, (row, (relative, ylabel)) in enumerate((r, v) for r in rows for v in VIEWS):
+        ax_row = axes[k]
+        missing = " or ".join(MISSING.get(c, f"with {c}") for c in columns if c not in row)
         for col, ax in zip(columns, ax_row):
             g = row.get(col)
             if g is None:
                 ax.set_visible(False)
                 continue
             label = st[g.key].label + (f" (no run {missing} with these settings)" if missing else "")
-            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
+            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, int(width_in / ncol * 13)),
+                                     st[g.key].color, relative):
                 ax.set_axis_off()
                 continue
             if not handles:
                 handles, labels = ax.get_legend_handles_labels()
             ax.set_xlabel(STEP_LABEL, fontsize=8)
-            ax.set_ylabel("input to the nonlinearity\n(pre-activation, a.u.)", fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
             ax.grid(alpha=0.3)
         drawn = [a for a in ax_row if a.get_visible() and a.axison]
         if len(drawn) > 1:  # one y scale per row: no BN and BN of a setting compare directly
@@ -255,8 +275,8 @@ def percentiles_figure(report: Report):
     shown = f"; {len(rows)} of {total} settings (report.md lists all)" if len(rows) < total else ""
     width, height = fig.get_size_inches()
     title = wrap_title(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
-                       f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
-    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
+                       f"{shown}; per setting raw units, then relative to the unit's start", int(width * 12))
+    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""  # ~12 characters per inch at size 10
     fig.suptitle(title, fontsize=10)
     legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
     return fig
