@@ -234,11 +234,11 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
 
     from bnexp.report.figstyle import typed_labels
 
-    def group(key, *overrides):
+    def group(key, *overrides, config=None):
         d = tmp_path / key
         (d / ".hydra").mkdir(parents=True)
         (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-        return SimpleNamespace(key=key, runs=[SimpleNamespace(path=d)])
+        return SimpleNamespace(key=key, runs=[SimpleNamespace(path=d)], config=config or {})
 
     a = group("a", "bn='false'", "lr=0.5", "seed=1", "trainer.max_steps=3000", "trainer.progress=false")
     b = group("b", "bn='true'", "lr=0.5", "seed=1", "trainer.max_steps=3000")
@@ -259,6 +259,13 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
     odd = group("odd", "+experiment=baseline", "trainer.max_steps=6000", "optim.decay_steps=600",
                 "trainer.eval_every=1500", "seed=0")
     assert typed_labels(ladder + [odd])["odd"] == "experiment=baseline trainer.max_steps=6000 optim.decay_steps=600"
+    # LayerNorm and GroupNorm by name, not as "bn=true bn.norm=layer"; BN and no BN then by name too
+    norms = [group(k, *o, "lr=0.9", "seed=0", config={"bn.enabled": on, "bn.norm": norm}) for k, on, norm, o in (
+        ("ln", True, "layer", ("bn='true'", "bn.norm=layer")), ("gn", True, "group", ("bn='true'", "bn.norm=group")),
+        ("bn", True, "batch", ("bn='true'",)), ("no", False, "batch", ("bn='false'",)))]
+    assert typed_labels(norms) == {"ln": "LayerNorm", "gn": "GroupNorm", "bn": "BN", "no": "no BN"}
+    norms.append(group("ln2", "bn=layer", "lr=1.8", "seed=0", config={"bn.enabled": True, "bn.norm": "layer"}))
+    assert typed_labels(norms)["ln2"] == "LayerNorm lr=1.8" and typed_labels(norms)["bn"] == "BN lr=0.9"
 
 
 def test_stability_figure_units_hatches_and_legend_outside(mnist):
@@ -350,3 +357,44 @@ def test_configurations_of_one_setting_and_family_get_a_shade_each():
     plt = pyplot()
     assert st[groups[0].key].color == tuple(plt.get_cmap("Blues")(0.75))
     assert st[groups[1].key].color == tuple(plt.get_cmap("Oranges")(0.75))
+
+
+def test_percentile_figure_splits_bn_by_place_when_the_sweep_places_it_both_ways():
+    """The placement study (every run with BN, before or after the nonlinearity): a column per place, before
+    and after of one setting on one row."""
+    from bnexp.report.figures import figure_rows
+    from bnexp.report.groups import ConfigGroup
+
+    def g(key, position, act):
+        return ConfigGroup(key, {"bn.enabled": True, "bn.position": position, "act": act, "lr": 0.5})
+
+    columns, rows = figure_rows([g("b1", "before", "relu"), g("a1", "after", "relu"), g("a2", "after", "sigmoid"),
+                                 g("b2", "before", "sigmoid")])
+    assert columns == ["BN", "BN after g"]
+    assert [{c: x.key for c, x in r.items()} for r in rows] == [{"BN": "b1", "BN after g": "a1"},
+                                                                 {"BN after g": "a2", "BN": "b2"}]
+    assert figure_rows([g("b1", "before", "relu"), g("b2", "before", "sigmoid")])[0] == ["BN"]  # one place
+
+
+def test_at_most_keeps_each_ladders_top_rung_then_spreads_the_rest():
+    from bnexp.report.figures import at_most
+    from bnexp.report.groups import ConfigGroup
+
+    ladder = [ConfigGroup(f"{p}{b}", {"experiment": p, "trainer.max_steps": b, "optim.decay_steps": b // 5})
+              for p in ("baseline", "bn_baseline", "bn_x5") for b in (1500, 3000, 6000, 12000)]
+    assert [g.key for g in at_most(ladder)] == ["baseline12000", "bn_baseline12000", "bn_x512000"]
+    lrs = [ConfigGroup(f"lr{i}", {"lr": 0.1 * i}) for i in range(1, 16)]
+    assert [g.key for g in at_most(lrs)] == ["lr1", "lr3", "lr5", "lr7", "lr9", "lr11", "lr13", "lr15"]
+    assert at_most(lrs[:8]) == lrs[:8]
+
+
+@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
+def test_stability_figure_names_at_most_eight_configurations(tmp_path):
+    root = tmp_path / "many"
+    for lr in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
+        for bn in (True, False):
+            make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
+    fig = stability_figure(build_report(root))
+    _check_axes_and_legend(fig)
+    assert len(fig.legends[0].get_texts()) == 8 and "8 of 12 configurations" in fig._suptitle.get_text()
+    assert fig.get_size_inches()[1] * 100 <= 1000  # stability.png's dpi

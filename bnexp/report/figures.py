@@ -15,15 +15,16 @@ import numpy as np
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, Style, colour_family, legend_below, legend_label, legend_title, pyplot,
+from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, legend_below, legend_label, legend_title, pyplot,
                                    refs, schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
-from bnexp.analysis.runs import Run, Sweep, numeric, ordered_keys, seed_order
-from bnexp.analysis.rules import normalizer, normalizer_label
+from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
+from bnexp.analysis.rules import normalizer, normalizer_label, option_text
 from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
            "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
+MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
 MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
 
 
@@ -160,15 +161,24 @@ def figure_rows(groups: list[ConfigGroup],
                 ignore: tuple[str, ...] = ()) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
     """(column names, rows as {column: configuration}) of the percentile figure: one row per
     setting (:func:`pair_key` without the keys ``ignore``, e.g. ("lr",) where each ran at its own rate), one
-    column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
-    configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
-    batches) takes the row with no BN."""
-    present = {colour_family(g) or "configuration" for g in groups}
-    columns = [c for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration") if c in present]
+    column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones), each
+    split by place ("BN", "BN after g") where the configurations place their normalizer both before and after
+    the nonlinearity (``bn.position``, the placement study). Two configurations of one setting and column (two
+    BN presets) go to separate rows; plain BN (not ghost batches) takes the row with no BN."""
+    places = {option_text(g.config.get("bn.position")) for g in groups if normalizer(g.config) != "none"}
+
+    def column(g: ConfigGroup) -> str:
+        name = colour_family(g) or "configuration"
+        after = len(places) > 1 and name != "no BN" and option_text(g.config.get("bn.position")) == "after"
+        return name + (" after g" if after else "")
+
+    present = {column(g) for g in groups}
+    columns = [c + p for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration")
+               for p in ("", " after g") if c + p in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
     for g in sorted(groups, key=lambda g: normalizer(g.config) == "ghost"):
-        col, own = colour_family(g) or "configuration", row_of.setdefault(pair_key(g, ignore), [])
+        col, own = column(g), row_of.setdefault(pair_key(g, ignore), [])
         idx = next((i for i in own if col not in rows[i]), None)
         if idx is None:
             rows.append({})
@@ -282,14 +292,37 @@ def percentiles_figure(report: Report):
     return fig
 
 
+def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGroup]:
+    """At most ``limit`` of ``groups`` (all when they fit), for a figure whose legend names each: first each
+    configuration's longest run only among those that differ only in run length (:data:`SCHEDULE_KEYS`: the
+    CIFAR-10 ladder's rungs, shown by their top rung), then, if still more, ``limit`` spread evenly over the
+    list in its order (first and last included)."""
+    if len(groups) <= limit:
+        return list(groups)
+    longest: dict[str, ConfigGroup] = {}
+    for g in groups:
+        key = config_key(g.config, SCHEDULE_KEYS)
+        budget = g.config.get("trainer.max_steps") or 0
+        if key not in longest or budget > (longest[key].config.get("trainer.max_steps") or 0):
+            longest[key] = g
+    kept = [g for g in groups if g in longest.values()]
+    if len(kept) <= limit:
+        return kept
+    return [kept[i] for i in sorted({round(i * (len(kept) - 1) / (limit - 1)) for i in range(limit)})]
+
+
 def stability_figure(report: Report):
     """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
     hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
     finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
-    evaluation seeds)."""
+    evaluation seeds), at most :data:`MAX_LEGEND` of them (:func:`at_most`; the title says how many of how
+    many)."""
     plt = pyplot()
     shown, note, st = _shown(report)
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
+    total, confs = len(confs), [c for c in confs if c[0] in at_most([g for g, _ in confs])]
+    shown = (f"; {len(confs)} of {total} configurations (the longest run of each; report.md lists all)"
+             if len(confs) < total else "")
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
@@ -312,11 +345,14 @@ def stability_figure(report: Report):
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-    fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
-                 f"({refs(report.data)['stability']}){note}", fontsize=10)
+    width, height = fig.get_size_inches()
+    title = wrap_title(f"How far each layer's input distribution moved, first to last monitor step "
+                       f"({refs(report.data)['stability']}){shown}", int(width * 12))
+    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
+    fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
                  title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
-                 top=0.91 if note else 0.96)
+                 top=1 - (0.1 + 0.18 * (title.count("\n") + 1)) / height)
     return fig
 
 
