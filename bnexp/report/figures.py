@@ -352,7 +352,7 @@ def stability_figure(report: Report):
     fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
                  title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
-                 top=1 - (0.1 + 0.18 * (title.count("\n") + 1)) / height)
+                 top=1 - (0.04 + 0.18 * (title.count("\n") + 1)) / height)
     return fig
 
 
