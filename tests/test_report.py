@@ -835,7 +835,7 @@ def quick_sweep(tmp_path, monkeypatch) -> Path:
 def _terminal(sweep_dir: Path, width: int) -> str:
     from rich.console import Console
 
-    from bnexp.report.cli import print_table
+    from bnexp.report.command import print_table
 
     console = Console(width=width, record=True, file=io.StringIO())
     print_table(build_report(sweep_dir), console)
@@ -872,7 +872,7 @@ def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick
 
 
 def test_bnexp_report_follows_COLUMNS(quick_sweep, monkeypatch, capsys):
-    import bnexp.report.cli as cli
+    import bnexp.report.command as cli
 
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setattr(cli, "write_report", lambda report: [])  # the files are tested elsewhere; text only
