@@ -734,7 +734,8 @@ def test_ics_report_files(ics_sweep, capsys):
     assert len(data["claims"]) == 22 and set(rep.ICS_FILES) <= set(data["files"])
     assert "matched training progress (pre-registered)" in md and "filter-normalized (pre-registered)" not in md
     out = capsys.readouterr().out
-    assert "BN smooths the landscape" in out  # the terminal lists the claims; the ICS tables are in report.md
+    flat = " ".join(out.split())  # the terminal lists the claims (a cell wraps at 80 columns); ICS tables: report.md
+    assert "BN smooths the" in flat and "landscape (raw)" in flat
 
 
 @pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
@@ -877,5 +878,5 @@ def test_bnexp_report_follows_COLUMNS(quick_sweep, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setattr(cli, "write_report", lambda report: [])  # the files are tested elsewhere; text only
     assert report_main([str(quick_sweep)]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().out.split("wrote into ")[0]  # then one line of file names, as long as they are
     assert "Claims" in out and max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
