@@ -227,7 +227,11 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
     ax.plot(steps, band[mid], color=color, label=f"median ({mid[1:]}th)", marker="o" if len(rows) < 3 else None)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     if relative:  # linear within one initial spread, logarithmic beyond: a band of 0.5 and one of 10^4 both show
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("symlog", linthresh=1.0)
+        ax.yaxis.set_major_formatter(FuncFormatter(  # -10,000 and 0.55, not -10^4 and 5.5x10^-1
+            lambda v, _: f"{v:,.0f}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"))
     ax.set_title(f"{label}\nseed {run.seed}, unit {index} of {layer}", fontsize=8)
     return True
 
