@@ -15,8 +15,8 @@ import numpy as np
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, legend_below, legend_label, legend_title, pyplot,
-                                   refs, schedule_keys_to_drop, style_note, styles, wrap_title)
+from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, legend_below, legend_label,
+                                   legend_title, pyplot, refs, schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
@@ -202,8 +202,8 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
     """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the configuration's
     lowest seed, in raw pre-activation units or, with ``relative``, as (percentile - initial median) / initial
     15-85 spread on a symlog axis (the band starts at -0.5..0.5 whatever the unit's scale: a net whose initial
-    spread is tiny moves by many spreads); False (the panel says so) without shift.jsonl records or, relative, with an initial
-    spread of 0."""
+    spread is tiny moves by many spreads); False (the panel says so) without shift.jsonl records or, relative,
+    with an initial spread of 0."""
     from matplotlib.ticker import MaxNLocator
 
     run = lowest_seed_shift(sweep, group)
