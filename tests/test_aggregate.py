@@ -136,9 +136,9 @@ def test_aggregate_mean_and_band_equal_numpy_and_scipy_on_the_records(sweep):
     layout.ParseFromString(ea.Tensors(metadata.CONFIG_SUMMARY_TAG)[0].tensor_proto.string_val[0])
     assert [c.title for c in layout.category] == [CATEGORY]
     margins = [c.margin.series[0] for c in layout.category[0].chart if c.HasField("margin")]
-    assert [(s.value, s.lower, s.upper) for s in margins] == [
+    assert [(s.value, s.lower, s.upper) for s in margins] == [  # TensorBoard draws them last to first
         (f"over_seeds/{q}/mean", f"over_seeds/{q}/low", f"over_seeds/{q}/high")
-        for q in ("drift", "test_accuracy", "test_loss", "train_loss")]
+        for q in ("train_loss", "test_loss", "test_accuracy", "drift")]
 
 
 def test_a_second_report_leaves_the_same_event_data(sweep):
@@ -193,8 +193,8 @@ def test_tensorboard_shows_over_seeds_first_and_hparams_lists_runs_only(sweep):
     app = custom_scalars_plugin.CustomScalarsPlugin(ctx).get_plugin_apps()["/layout"]
     first = json.loads(Client(app, Response).get("/layout").get_data(as_text=True))["category"][0]
     assert first["title"] == CATEGORY
-    tag = first["chart"][0]["margin"]["series"][0]["value"]
-    assert tag == "over_seeds/drift/mean"
+    tag = first["chart"][-1]["margin"]["series"][0]["value"]
+    assert tag == "over_seeds/drift/mean"  # drawn first: TensorBoard draws a category's margin charts last to first
     assert sorted(r for r in mux.Runs() if tag in mux.Runs()[r].get("tensors", [])) == [
         "aggregate/bn=false", "aggregate/bn=true"]
     runs = json.loads(Client(core_plugin.CorePlugin(ctx).get_plugin_apps()["/data/runs"], Response).get("/data/runs")

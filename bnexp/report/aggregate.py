@@ -54,7 +54,6 @@ CHART_TITLES = {
     "test_loss": "test loss; mean and 95% band over seeds",
     "train_loss": "train loss (mean over the last log_every mini-batches); mean and 95% band over seeds",
 }
-SEEDS_CHART = "seeds in each step's mean and band (a diverged or missing run is left out of a step)"
 EVENTS = "events.out.tfevents.bnexp-aggregate"
 MIN_SEEDS = 2
 FAMILY_ORDER = ("BN", "no BN")  # alternate in the run list: TensorBoard's warm colours for BN, cool for no BN
@@ -65,17 +64,52 @@ def tags(quantity: str) -> dict[str, str]:
     return {k: f"{PREFIX}/{quantity}/{k}" for k in ("mean", "low", "high", "seeds")}
 
 
-def layout():
-    """The Custom Scalars layout of an aggregate run (``layout_pb2.Layout``): the one category :data:`CATEGORY`
-    with a margin chart per quantity (value the mean, lower and upper the band) and the seed counts."""
+def run_layout(run_dir: Path):
+    """The Custom Scalars layout a run wrote (``layout_pb2.Layout``, the first one in its event files), else None."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+    for path in sorted(Path(run_dir).glob("events.out.tfevents.*")):
+        try:
+            for event in EventFileLoader(str(path)).Load():
+                for value in event.summary.value:
+                    if value.tag == metadata.CONFIG_SUMMARY_TAG and value.tensor.string_val:
+                        out = layout_pb2.Layout()
+                        out.ParseFromString(value.tensor.string_val[0])
+                        return out
+        except Exception:  # a truncated or unreadable file: no layout from it
+            continue
+    return None
+
+
+def merged_layouts(layouts: list) -> list:
+    """The categories of ``layouts`` (in the order they first appear), each with the charts of every layout that has
+    it, once each, in order of appearance: what TensorBoard means to show for several runs' layouts. Its own merge
+    (``CustomScalarsPlugin.layout_impl``) adds a later run's charts only to the categories of the first run (by
+    name); with the aggregate run first, a per-seed category would keep one configuration's charts (the "each seed"
+    row: ``without BN`` but not ``with BN``). The aggregate run therefore carries this merge after its own."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    cats: dict[str, object] = {}
+    for lay in layouts:
+        for cat in lay.category:
+            merged = cats.setdefault(cat.title, layout_pb2.Category(title=cat.title, closed=cat.closed))
+            merged.chart.extend([c for c in cat.chart if c not in merged.chart])
+    return list(cats.values())
+
+
+def layout(runs: list[Run] = ()):
+    """The Custom Scalars layout of an aggregate run (``layout_pb2.Layout``): the category :data:`CATEGORY` with a
+    margin chart per quantity (value the mean, lower and upper the band; TensorBoard draws a category's margin charts
+    last to first, so they are listed in the reverse of :data:`CHART_ORDER`), then :func:`merged_layouts` of the
+    ``runs``' own layouts."""
     from tensorboard.plugins.custom_scalar import layout_pb2
 
     charts = [layout_pb2.Chart(title=CHART_TITLES[q], margin=layout_pb2.MarginChartContent(series=[
         layout_pb2.MarginChartContent.Series(value=t["mean"], lower=t["low"], upper=t["high"])]))
-        for q in CHART_ORDER for t in [tags(q)]]
-    charts.append(layout_pb2.Chart(title=SEEDS_CHART, multiline=layout_pb2.MultilineChartContent(
-        tag=[rf"^{PREFIX}/[^/]+/seeds$"])))
-    return layout_pb2.Layout(category=[layout_pb2.Category(title=CATEGORY, chart=charts)])
+        for q in CHART_ORDER[::-1] for t in [tags(q)]]
+    own = [lay for lay in (run_layout(r.path) for r in runs) if lay is not None]
+    return layout_pb2.Layout(category=[layout_pb2.Category(title=CATEGORY, chart=charts), *merged_layouts(own)])
 
 
 def family(group: ConfigGroup) -> str | None:
@@ -152,7 +186,7 @@ def _elapsed(runs: list[Run], steps: np.ndarray) -> np.ndarray:
     return np.interp(steps, mean.index.to_numpy(dtype=float), mean.to_numpy())
 
 
-def _events(runs: list[Run], start: float) -> list:
+def _events(runs: list[Run], start: float, lay) -> list:
     """The events of one aggregate run: the file version, the layout, then per quantity and step the mean, the
     band (where there are 2 or more seeds) and the seed count, in step order."""
     from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
@@ -161,7 +195,7 @@ def _events(runs: list[Run], start: float) -> list:
     # the layout summary as tensorboard.plugins.custom_scalar.summary.pb builds it (which imports TensorFlow)
     config = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
         tag=cs_metadata.CONFIG_SUMMARY_TAG, metadata=cs_metadata.create_summary_metadata(),
-        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[layout().SerializeToString()],
+        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[lay.SerializeToString()],
                                       tensor_shape=tensor_shape_pb2.TensorShapeProto()))])
     events = [event_pb2.Event(wall_time=start, file_version="brain.Event:2"),
               event_pb2.Event(wall_time=start, step=0, summary=config)]
@@ -225,10 +259,11 @@ def write_aggregates(sweep_dir: Path, groups: list[ConfigGroup]) -> list[Path]:
             shutil.rmtree(final)
         return []
     ordered, names = run_order(shown), aggregate_names(shown)
-    first = _start_time([r for g in groups for r in g.runs])
+    every = sorted((r for g in groups for r in g.runs), key=lambda r: str(r.path))
+    first, lay = _start_time(every), layout(every)
     tmp = sweep_dir / f".{AGGREGATE_DIR}.tmp-{os.getpid()}"
     try:
-        written = [_write_events(tmp / names[g.key], _events(g.completed, first - (len(ordered) - i)))
+        written = [_write_events(tmp / names[g.key], _events(g.completed, first - (len(ordered) - i), lay))
                    for i, g in enumerate(ordered)]
         old = sweep_dir / f".{AGGREGATE_DIR}.old-{os.getpid()}"
         if final.is_dir():
