@@ -240,3 +240,16 @@ def test_the_accuracy_figure_draws_the_aggregate_band(sweep):
     drawn = sorted(np.nanmax(p.vertices[:, 1]) for c in bands for p in c.get_paths()[:1])
     want = sorted(100 * max(v for _, v in t["over_seeds/test_accuracy/high"]) for t in tb.values())
     assert drawn == pytest.approx(want, rel=1e-5)
+
+
+def test_the_sweep_end_writes_the_aggregate(sweep):
+    """The Hydra callback conf/config.yaml registers (called at a multirun's end) writes the aggregate runs."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from bnexp.report.aggregate import AggregateRuns
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "config.yaml").read_text())
+    assert conf["hydra"]["callbacks"]["aggregate_runs"]["_target_"] == "bnexp.report.aggregate.AggregateRuns"
+    AggregateRuns().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert sorted(p.name for p in (sweep / "aggregate").iterdir()) == ["bn=false", "bn=true"]

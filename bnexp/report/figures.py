@@ -145,6 +145,8 @@ def accuracy_figure(report: Report):
         x_lo, x_hi = zax.get_xlim()
         ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                linewidth=0.8, linestyle="-", label=None))
+    if data:  # a band of few seeds may reach past 100%: the axis stops there, as accuracy does
+        ax.set_ylim(top=min(ax.get_ylim()[1], 101.0))
     for a in panels:
         a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
