@@ -142,7 +142,7 @@ def test_aggregate_mean_and_band_equal_numpy_and_scipy_on_the_records(sweep):
 
 
 def test_a_second_report_leaves_the_same_event_data(sweep):
-    from bnexp.report.cli import report_main
+    from bnexp.report.command import report_main
 
     assert report_main([str(sweep)]) == 0
     first = {d.name: _scalars(d) for d in (sweep / "aggregate").iterdir()}

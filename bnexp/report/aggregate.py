@@ -278,7 +278,7 @@ def write_aggregates(sweep_dir: Path, groups: list[ConfigGroup]) -> list[Path]:
 def write_sweep_aggregates(sweep_dir: Path) -> list[Path]:
     """:func:`write_aggregates` of a sweep folder read from disk (its runs grouped as the report groups them,
     one run per configuration and seed)."""
-    from bnexp.report.duplicates import drop_duplicate_seeds
+    from bnexp.report.duplicate_seeds import drop_duplicate_seeds
 
     groups = group_runs(load_sweep(find_run_dirs(Path(sweep_dir))).runs)
     drop_duplicate_seeds(groups)
