@@ -253,3 +253,37 @@ def test_the_sweep_end_writes_the_aggregate(sweep):
     assert conf["hydra"]["callbacks"]["aggregate_runs"]["_target_"] == "bnexp.report.aggregate.AggregateRuns"
     AggregateRuns().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
     assert sorted(p.name for p in (sweep / "aggregate").iterdir()) == ["bn=false", "bn=true"]
+
+
+def test_merged_layouts_keep_every_runs_charts_of_a_category():
+    """TensorBoard merges a later run's charts only into the first run's categories; the aggregate carries the full
+    merge: a category first seen in the second layout keeps the third layout's chart too, each chart once."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    from bnexp.report.aggregate import merged_layouts
+
+    def lay(*cats):
+        return layout_pb2.Layout(category=[layout_pb2.Category(title=t, chart=[layout_pb2.Chart(title=c) for c in cs])
+                                           for t, cs in cats])
+
+    out = merged_layouts([lay(("a", ["1"])), lay(("b", ["without BN"]), ("a", ["1", "2"])),
+                          lay(("b", ["with BN"]), ("c", ["3"]))])
+    assert [(c.title, [ch.title for ch in c.chart]) for c in out] == [
+        ("a", ["1", "2"]), ("b", ["without BN", "with BN"]), ("c", ["3"])]
+
+
+def test_run_order_alternates_bn_and_no_bn_and_names_drop_the_seed(tmp_path):
+    from bnexp.analysis.runs import load_sweep
+    from bnexp.report.aggregate import aggregate_names, run_order
+    from bnexp.report.groups import group_runs
+    from bnexp.runfolders.rundir import find_run_dirs
+
+    root = tmp_path / "s"
+    for lr in (0.1, 0.5):
+        for bn in (False, True):
+            make_run(root, f"bn={str(bn).lower()},lr={lr},seed=0", bn=bn, lr=lr, seed=0)
+    groups = group_runs(load_sweep(find_run_dirs(root)).runs)
+    names = aggregate_names(groups)
+    order = [names[g.key] for g in run_order(groups)]
+    assert [n.split(",")[0] for n in order] == ["bn=true", "bn=false", "bn=true", "bn=false"]
+    assert sorted(order) == ["bn=false,lr=0.1", "bn=false,lr=0.5", "bn=true,lr=0.1", "bn=true,lr=0.5"]

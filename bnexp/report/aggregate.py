@@ -8,9 +8,9 @@ accuracy-vs-steps figure), tags ``over_seeds/<quantity>/mean``, ``/low``, ``/hig
 the step's mean and band are over: a run that diverged or has no record at a step is left out of it; a step with
 one seed has a mean but no band). Its Custom Scalars layout is the category ``over seeds``: one margin chart per
 quantity, whose series are the same tags in every aggregate run, so every configuration is drawn in one chart on
-one y axis (docs/tensorboard.md).
+one y axis (docs/tensorboard.md); after it, the per-seed runs' own categories, merged (:func:`merged_layouts`).
 
-What bnexp controls of TensorBoard's colours: it gives a run the colour of its place in the run list
+What bnexp controls of TensorBoard's colours: TensorBoard gives a run the colour of its place in the run list
 (``tensorboardColorBlindAssist``: orange, blue, red, light blue, magenta, teal, grey, then again), and lists runs by
 their first event's time. The aggregate runs' events carry their seeds' times (the earliest seed's start, less one
 second per place, plus the mean elapsed time at the step), so they come first, BN and no BN alternating: BN takes
@@ -38,7 +38,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 
 from bnexp.analysis.runs import Run, load_sweep
-from bnexp.analysis.seed_bands import QUANTITIES, seed_band
+from bnexp.analysis.seed_bands import seed_band
 from bnexp.report.groups import ConfigGroup, group_runs
 from bnexp.runfolders.rundir import AGGREGATE_DIR, HYDRA_CONFIG, find_run_dirs
 from bnexp.runfolders.runnames import safe_dirname
@@ -56,6 +56,7 @@ CHART_TITLES = {
 }
 EVENTS = "events.out.tfevents.bnexp-aggregate"
 MIN_SEEDS = 2
+LAYOUT_WITHIN = 100  # events of a run's event file searched for its Custom Scalars layout
 FAMILY_ORDER = ("BN", "no BN")  # alternate in the run list: TensorBoard's warm colours for BN, cool for no BN
 
 
@@ -65,13 +66,16 @@ def tags(quantity: str) -> dict[str, str]:
 
 
 def run_layout(run_dir: Path):
-    """The Custom Scalars layout a run wrote (``layout_pb2.Layout``, the first one in its event files), else None."""
+    """The Custom Scalars layout a run wrote (``layout_pb2.Layout``, the first one among the first
+    :data:`LAYOUT_WITHIN` events of each of its event files: the trainer writes it at the start), else None."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
     for path in sorted(Path(run_dir).glob("events.out.tfevents.*")):
         try:
-            for event in EventFileLoader(str(path)).Load():
+            for i, event in enumerate(EventFileLoader(str(path)).Load()):
+                if i >= LAYOUT_WITHIN:  # the trainer writes it when the run starts: no need to read the histograms
+                    break
                 for value in event.summary.value:
                     if value.tag == metadata.CONFIG_SUMMARY_TAG and value.tensor.string_val:
                         out = layout_pb2.Layout()
