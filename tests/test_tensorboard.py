@@ -158,9 +158,9 @@ def test_custom_scalars_layout_order_and_relative_bands(sweep):
     layout = layout_pb2.Layout()
     layout.ParseFromString(ea.Tensors(metadata.CONFIG_SUMMARY_TAG)[0].tensor_proto.string_val[0])
     titles = [c.title for c in layout.category]
-    # the deepest layer's drift first (one chart per configuration), training, the typical unit, the layers
-    # from the deepest to the first, the unitless ICS measures
-    glance = "at a glance: layer3 input to g, relative to its start (one chart per configuration)"
+    # the deepest layer's drift first (one chart per configuration; a sweep's aggregate runs put "over seeds"
+    # before it), training, the typical unit, the layers from the deepest to the first, the unitless ICS measures
+    glance = "each seed: layer3 input to g, relative to its start (one chart per configuration)"
     assert titles == [glance, "training", "typical unit 0 of layer3: input to the nonlinearity g",
                       "layer3: input to the nonlinearity g", "layer2: input to the nonlinearity g",
                       "layer1: input to the nonlinearity g", "internal covariate shift (unitless)"]
@@ -213,7 +213,7 @@ def test_custom_scalars_of_a_bn_sweep_show_bn_and_no_bn_apart_on_the_first_scree
     r = Client(app, Response).get("/layout")
     assert r.status_code == 200
     first = json.loads(r.get_data(as_text=True))["category"][0]
-    assert first["title"].startswith("at a glance: layer3")
+    assert first["title"].startswith("each seed: layer3")
     titles = [c["title"].split(":")[0] for c in first["chart"]]
     assert titles == ["without BN", "with BN"]
     for chart, run in zip(first["chart"], ("bn=false", "bn=true")):

@@ -17,7 +17,7 @@ from bnexp.report.build import ALL_REPORT_FILES, FIGURE_FILES, REPORT_FILES, RUN
 from bnexp.report.figstyle import figure_png
 from bnexp.report.figures import FIGURES
 from bnexp.report.figures_ics import ICS_PLOTS
-from bnexp.analysis.runs import ReportError
+from bnexp.analysis.runs import ReportError, is_run_dir
 from bnexp.report.render import render_files, render_summary
 from bnexp.runfolders.rundir import replace_files
 
@@ -50,12 +50,17 @@ def write_report(report: Report) -> list[Path]:
     """Write :func:`report_files` into ``report.out_dir`` (created; ``RUN_DIR/report/`` for a single run,
     never among the run's own files) all at once (:func:`bnexp.runfolders.rundir.replace_files`), removing in the
     same step the files of :data:`bnexp.report.build.ALL_REPORT_FILES` this report does not write (an earlier
-    report's figure), and return their paths. Raises OSError (unwritable folder, full disk) with every file
+    report's figure); then, for a sweep folder, rewrite its aggregate TensorBoard runs
+    (:func:`bnexp.report.aggregate.write_aggregates`: ``SWEEP/aggregate/<configuration>/``, the mean over seeds
+    and its band). Returns the paths written. Raises OSError (unwritable folder, full disk) with every file
     already there unchanged."""
+    from bnexp.report.aggregate import write_aggregates
+
     report.out_dir.mkdir(exist_ok=True)
     files = report_files(report)
     replace_files(files, [p for p in (report.out_dir / n for n in ALL_REPORT_FILES) if p not in files])
-    return list(files)
+    aggregates = [] if is_run_dir(report.sweep_dir) else write_aggregates(report.sweep_dir, report.groups)
+    return list(files) + aggregates
 
 
 def _parse_targets(values: list[str] | None) -> list[float] | None:

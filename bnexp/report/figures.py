@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
@@ -19,6 +20,7 @@ from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_fami
                                    legend_title, pyplot, refs, schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
+from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
 from bnexp.report.stats import band_keys, config_stability
 
@@ -93,32 +95,35 @@ def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
 
 
 def accuracy_figure(report: Report):
-    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. One bold line per
-    configuration (the mean over its completed seeds; at each step over the seeds evaluated there, so a diverged
-    seed stops contributing where its metrics end) and each seed as a light thin line of the same colour. A
-    second panel zooms on the top of the range (:func:`zoom_range`) only when at least two configurations end
-    inside it (else it would show one curve); one legend below."""
+    """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. Per configuration a bold
+    line, the mean over its completed seeds, in a shaded band, the 95% Student-t interval of that mean
+    (:func:`bnexp.analysis.seed_bands.seed_band`: at each step over the seeds evaluated there, so a diverged seed
+    stops contributing where its metrics end; no band where fewer than 2 seeds are left), and each seed as a light
+    thin line of the same colour behind them: the numbers of the sweep's aggregate TensorBoard runs
+    (:mod:`bnexp.report.aggregate`), so the figure and TensorBoard's "over seeds" charts agree. A second panel zooms
+    on the top of the range (:func:`zoom_range`) only when at least two configurations end inside it (else it would
+    show one curve); one legend below."""
     plt = pyplot()
     shown, note, st = _shown(report)
-    metrics = report.sweep.metrics
-    data = []  # (group, steps, mean %, max %, [(steps, accuracy) of each seed])
+    data = []  # (group, steps, mean %, max %, low %, high %, [(steps, accuracy) of each seed])
     for g in shown:
-        m = metrics[metrics["run"].isin([r.id for r in g.completed])]
-        m = m.assign(acc=numeric(m.get("test_accuracy", [])).set_axis(m.index))
-        curve = m["acc"].groupby(m["step"].astype(int)).agg(["mean", "min", "max"]).dropna()
-        if len(curve):
-            seeds = [m[(m["run"] == run.id) & m["acc"].notna()] for run in sorted(g.completed, key=seed_order)]
-            data.append((g, curve.index.tolist(), 100 * curve["mean"].to_numpy(), 100 * curve["max"].to_numpy(),
-                         [(s["step"].astype(int).tolist(), s["acc"].tolist()) for s in seeds]))
-    zr = zoom_range([(list(mean), list(hi)) for _, _, mean, hi, _ in data])
+        band = seed_band(g.completed, "test_accuracy")
+        if len(band):
+            seeds = [per_seed(run, "test_accuracy") for run in sorted(g.completed, key=seed_order)]
+            top = pd.concat(seeds, axis=1).max(axis=1).reindex(band["step"]).to_numpy()
+            steps, mean, low, high = band_arrays(band)
+            data.append((g, steps.astype(int).tolist(), 100 * mean, 100 * top, 100 * low, 100 * high,
+                         [(s.index.tolist(), s.to_numpy()) for s in seeds if len(s)]))
+    zr = zoom_range([(list(mean), list(hi)) for _, _, mean, hi, *_ in data])
     zoom = zr is not None and sum(1 for d in data if d[2][-1] >= zr[0]) >= 2
     fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7.5, 5.2), squeeze=False)
     ax, panels = axes[0][0], list(axes[0])
-    for g, steps, mean, _, seeds in data:
+    for g, steps, mean, _, low, high, seeds in data:
         s = st[g.key]
         for a in panels:
             for seed_steps, acc in seeds:
-                a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.7, alpha=0.35)
+                a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.6, alpha=0.3)
+            a.fill_between(steps, low, high, color=s.color, alpha=0.25, linewidth=0)
             a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
                    label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
     ax.set_title("whole range" if zoom else "", fontsize=9)
@@ -129,7 +134,7 @@ def accuracy_figure(report: Report):
         zax = axes[0][1]
         zax.set_ylim(*zr)
         # x from the last evaluation before a curve enters the zoomed range
-        first = [f for _, steps, mean, _, _ in data
+        first = [f for _, steps, mean, *_ in data
                  if (f := next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)) is not None]
         last = max(d[1][-1] for d in data)
         x0 = min(first) if first and min(first) < last else min(d[1][0] for d in data)
@@ -141,13 +146,16 @@ def accuracy_figure(report: Report):
         x_lo, x_hi = zax.get_xlim()
         ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                linewidth=0.8, linestyle="-", label=None))
+    if data:  # a band of few seeds may reach past 100%: the axis stops there, as accuracy does
+        ax.set_ylim(top=min(ax.get_ylim()[1], 101.0))
     for a in panels:
         a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}){note}", fontsize=10)
     legend_below(fig, *ax.get_legend_handles_labels(),
-                 title=legend_title("bold: mean over seeds, light: each seed", style_note(report.groups)), top=0.97)
+                 title=legend_title("bold: mean over seeds, shaded: its 95% Student-t band, light: each seed",
+                                    style_note(report.groups)), top=0.97)
     return fig
 
 

@@ -383,9 +383,20 @@ def is_run_dir(path: Path) -> bool:
     return (path / SUMMARY).is_file() or (path / HYDRA_CONFIG).is_file()
 
 
+# The folder of a sweep that holds its aggregate TensorBoard runs (one per configuration: the mean over seeds and its
+# band, bnexp.report.aggregate; docs/tensorboard.md "over seeds"): never a run, never searched for runs.
+AGGREGATE_DIR = "aggregate"
+
+
+def is_aggregate_dir(path: Path) -> bool:
+    """True for a sweep's :data:`AGGREGATE_DIR` (by its name), unless it is itself a run directory."""
+    return Path(path).name == AGGREGATE_DIR and not is_run_dir(path)
+
+
 def find_run_dirs(sweep_dir: Path) -> list[Path]:
     """The sorted run directories under ``sweep_dir`` (itself included), searched recursively through
-    symlinked folders (a folder reached twice counts once) but not inside a run directory. A symlink
+    symlinked folders (a folder reached twice counts once) but not inside a run directory, nor inside a sweep's
+    aggregate folder (:data:`AGGREGATE_DIR`, :func:`is_aggregate_dir`: the mean over seeds is not a run). A symlink
     loop, a dangling symlink or an unreadable folder is skipped with a warning naming it."""
     found, seen = [], set()
 
@@ -406,7 +417,7 @@ def find_run_dirs(sweep_dir: Path) -> list[Path]:
             problem = symlink_problem(Path(root) / name)
             if problem:
                 log.warning("skipped %s: %s", Path(root) / name, problem)
-        dirs[:] = sorted(d for d in dirs if d != ".hydra")
+        dirs[:] = sorted(d for d in dirs if d != ".hydra" and not is_aggregate_dir(Path(root) / d))
     return sorted(found)
 
 

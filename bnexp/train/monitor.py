@@ -194,7 +194,7 @@ class ShiftMonitor:
                                          spread_max_values=max(max_values, shift_max_values)) for _ in range(2))
         self.probe_x = probe_x
         self.unit = unit
-        # the run's configuration (configuration_label): names its "at a glance" chart; None: no such chart
+        # the run's configuration (configuration_label): names its "each seed" chart; None: no such chart
         self.glance: str | None = None
         self.histograms = histograms
         self.max_values = max_values
@@ -347,12 +347,14 @@ class ShiftMonitor:
     def custom_scalars_layout(self, grad_ics: bool = False, bn_input: bool | None = None) -> dict:
         """TensorBoard Custom Scalars layout, categories in reading order (docs/tensorboard.md).
 
-        1. ``at a glance: <deepest layer> input to g, relative to its start`` (the first screen): with
-           :attr:`glance` set, one margin chart of this run's configuration (``with BN``, ``without BN``, ...;
-           tags ``glance/<configuration>/<layer>/<pNN>``). TensorBoard merges the layouts of all runs of a
+        1. ``each seed: <deepest layer> input to g, relative to its start``: with :attr:`glance` set, one
+           margin chart of this run's configuration (``with BN``, ``without BN``, ...; tags
+           ``glance/<configuration>/<layer>/<pNN>``). TensorBoard merges the layouts of all runs of a
            logdir, so a BN/no-BN sweep shows the two charts side by side, each with the runs of one
-           configuration only: the two cannot be mixed up, whatever colours TensorBoard gives the runs.
-           The deepest hidden layer is where a plain network's input drifts most (paper Fig. 1b, c).
+           configuration only (each on its own y axis: BN's small drift stays readable). The deepest hidden
+           layer is where a plain network's input drifts most (paper Fig. 1b, c). A sweep's aggregate runs
+           (``bnexp report``, :mod:`bnexp.report.aggregate`) put their category ``over seeds`` before it: BN and
+           no BN in one chart, on one scale (docs/tensorboard.md).
         2. ``training``: test accuracy, train loss, test loss, train accuracy.
         3. the typical unit, then one category per hidden layer from the deepest to the first, each with
            margin charts (median line, 15-85 band) of the input to g: relative to its initial spread
@@ -390,7 +392,7 @@ class ShiftMonitor:
 
         layout: dict = {}
         if self.glance:
-            layout[f"at a glance: {deepest} input to g, relative to its start (one chart per configuration)"] = {
+            layout[f"each seed: {deepest} input to g, relative to its start (one chart per configuration)"] = {
                 f"{self.glance.replace('_', ' ')}: {deepest}, ({mid} - initial {mid}) / initial {lo}-{hi} spread":
                     margin(f"glance/{self.glance}", deepest)}
         layout["training"] = {
