@@ -14,10 +14,6 @@ MAX_HEIGHT = 1000  # px
 # when `bnexp report` redraws it from its sweep (the page's stated source). The TensorBoard screenshots are
 # retaken with docs/tensorboard.md's screenshots.
 DRAWN_BEFORE = {
-    "docs/tensorboard/custom_scalars.png": "screenshot",
-    "docs/tensorboard/hparams.png": "screenshot",
-    "docs/tensorboard/hparams_parallel.png": "screenshot",
-    "docs/tensorboard/time_series.png": "screenshot",
     "docs/cifar/stability.png": "stability.png with more than 8 configurations",
     "docs/mnist/one_stage/stability.png": "stability.png with more than 8 configurations",
     "docs/mnist/stacked/stability.png": "stability.png with more than 8 configurations",
