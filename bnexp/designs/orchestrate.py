@@ -62,8 +62,9 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1), in two stages
     (docs/mnist/PLAN.md): every grid on the tuning seeds, then each network at its chosen rates on
     EVALUATION_SEEDS (default 0-4); one stage (the grid on the given seeds) when the overrides set ``seed``."""
-    from bnexp.designs import mnist
+    from bnexp.analysis.grid_edges import write_record
     from bnexp.analysis.tuning import EVALUATION_SEEDS
+    from bnexp.designs import mnist
 
     sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
     docs = env.docs_dir("DOCS_DIR", "docs/mnist", not extra)
@@ -94,13 +95,17 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
         if isinstance(st, ValueError):  # nothing runs: the report of the tuning runs shows why
             return Decision([], last=not evaluation)
         msgs, todo, on = st
-        suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else ""
-        return decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
-                               for b in todo], last=not evaluation)
+        suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else \
+            " (grid-edge rule: added rates)" if evaluation and msgs else ""
+        d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
+                            for b in todo], last=not evaluation)
+        if evaluation and msgs:  # the rule's record for the report (grid_edges.json), when the stage runs
+            d.prepare = lambda: write_record(sweep, mnist.edge_record(sweep, blocks_, seeds))
+        return d
 
     st = stage()
     text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation,
-                                        None if isinstance(st, ValueError) else st[:2])
+                                        None if isinstance(st, ValueError) else st)
     return [Part("MNIST", sweep, docs, decide(st), text, secs, decide,
                  validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_])]
 
@@ -312,8 +317,9 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
     chosen there (:func:`.studies.evaluation_batches`, the report's rule) on EVALUATION_SEEDS (0-4); one stage
     (the grids on the given seeds) when the overrides set ``seed``."""
-    from bnexp.designs import studies
+    from bnexp.analysis.grid_edges import rule_text, write_record
     from bnexp.analysis.tuning import TUNING_SEEDS
+    from bnexp.designs import studies
 
     study = studies.build_studies()[name]
     sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)
@@ -330,10 +336,10 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
         raise UserError(str(exc)) from None
     seeds = ", ".join(map(str, evaluation))
 
-    def stage2() -> tuple[list[str], list]:
+    def stage2() -> studies.StageTwo:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
-            return studies.evaluation_batches(study, sweep, evaluation, ex)
+            return studies.stage_two(study, sweep, evaluation, ex)
 
     def state(expanded=None) -> tuple[list[int], tuple | ValueError | None]:
         """From SWEEP_DIR now (each run read once): (stage 1's batches with a run to do, stage 2's (messages,
@@ -352,13 +358,19 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
             return decision([], [every[i] for i in pending], last=not evaluation)
         if isinstance(chosen, ValueError):  # nothing runs: the report of the tuning runs shows why
             return Decision([])
-        msgs, batches = chosen
+        msgs, batches = chosen.messages, chosen.batches
         todo = sorted({j.batch for j in studies.expand(studies.Study(name, "", tuple(batches)), ex2)
                        if not studies.is_done(sweep, j)})
-        return decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
-                         f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
-                        [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
-                         for i in todo])
+        if chosen.extending:
+            return decision([f"stage 1 goes on ({rule_text()}):", *msgs],
+                            [Block(batches[i].label, common + batches[i].all_overrides(), list(ex2)) for i in todo])
+        d = decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
+                      f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
+                     [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
+                      for i in todo])
+        if d.blocks:  # the rule's record for the report (grid_edges.json), when stage 2 runs
+            d.prepare = lambda: write_record(sweep, chosen.record)
+        return d
 
     st = state(jobs)
     first = decide(st)
@@ -367,11 +379,19 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
     seconds = est["seconds"]
     if evaluation:
+        text += f"\nstage 1's {rule_text()}"
         exact = not pending
         try:
             if isinstance(st[1], ValueError):
                 raise st[1]
-            batches = st[1][1] if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
+            if exact and st[1].extending:  # the rule's added rates first: stage 2 is chosen after them
+                add = studies.Study(name, "the grid-edge rule's added rates on the tuning seeds", tuple(st[1].batches))
+                est_add = studies.estimate(add, env.jobs, ex2, sweep_dir=sweep)
+                text = "\n".join([text, *st[1].messages, studies.plan_text(add, est_add, env.jobs, {
+                    i: shlex.join(b.command) for i, b in enumerate(first.blocks)})])
+                seconds += est_add["seconds"]
+                exact = False
+            batches = st[1].batches if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
         except ValueError as exc:
             batches, text = [], text + f"\nstage 2 not planned: {exc}"
         st2 = studies.Study(name, f"each configuration at its chosen rate(s) on the evaluation seeds {seeds}"

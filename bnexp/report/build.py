@@ -10,7 +10,9 @@ import pandas as pd
 
 from bnexp.analysis.tuning import SPEEDUP_TARGETS
 from bnexp.report.best_rate import best_rate_speedups, held_out_seeds
+from bnexp.analysis.grid_edges import read_record
 from bnexp.report.evidence import seed_advice
+from bnexp.report.multiplicity import adjust_page, mark_claims
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
 from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
@@ -108,6 +110,20 @@ def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
     return scored, table[~table["seed"].isin(list(tuning_seeds))]
 
 
+def evaluated_on(table: pd.DataFrame, tuning_seeds: Collection[int]) -> dict[str, list[str]]:
+    """Which split the runs read (the summary's ``evaluated_on``: "test", or "validation" with
+    ``data.validation``; a run without the field read the test set, as every run did before the key existed):
+    {"tuning": splits of the runs on ``tuning_seeds``, "evaluation": of the other runs} (sorted lists) in a
+    held-out sweep, {"all": ...} otherwise (docs/mnist/PLAN.md: tuning on the validation split, evaluation on
+    test)."""
+    col = table["summary.evaluated_on"] if "summary.evaluated_on" in table else pd.Series("test", index=table.index)
+    col = col.where(col.notna(), "test").astype(str)
+    if not tuning_seeds:
+        return {"all": sorted(set(col))}
+    tuned = table["seed"].isin(list(tuning_seeds))
+    return {"tuning": sorted(set(col[tuned])), "evaluation": sorted(set(col[~tuned]))}
+
+
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
     claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
@@ -157,6 +173,14 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
     held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
+    splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()))
+    claims = [] if study and study.get("tuning_seeds") else ics_claims(
+        *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
+        progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore)
+    page = [*claims, *speedups, *((study or {}).get("claims") or [])]  # the page's claims: one Holm family
+    mark_claims(page, read_record(sweep_dir))
+    for row in page:
+        row["evaluated_on"] = splits.get("evaluation") or splits.get("all")
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "duplicate_runs": duplicates,
@@ -166,10 +190,9 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                                    tuning_seeds=(study or {}).get("tuning_seeds") or held.get("tuning_seeds", ())),
         # a held-out study's claims are its study section's: its configurations run at different rates, and a
         # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
-        "claims": [] if study and study.get("tuning_seeds") else ics_claims(
-            *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
-            progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore), "ics": ics,
+        "claims": claims, "ics": ics,
         "best_rate_speedups": speedups, **held,
+        "evaluated_on": splits, "multiplicity": adjust_page(page), "grid_edges": read_record(sweep_dir),
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
