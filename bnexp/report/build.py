@@ -124,6 +124,20 @@ def evaluated_on(table: pd.DataFrame, tuning_seeds: Collection[int]) -> dict[str
     return {"tuning": sorted(set(col[tuned])), "evaluation": sorted(set(col[~tuned]))}
 
 
+def split_names(table: pd.DataFrame, splits: dict[str, list[str]]) -> dict[str, str]:
+    """report.json's ``tuning_split`` and ``evaluation_split`` of a held-out sweep (docs/mnist/PLAN.md): "test", or
+    "validation (10,000 held-out training images)" with the runs' ``data.validation``; {} otherwise."""
+    if "tuning" not in splits:
+        return {}
+    held = pd.to_numeric(table.get("data.validation", pd.Series(dtype=float)), errors="coerce").dropna()
+    n = sorted({int(v) for v in held if v > 0})
+
+    def name(ss):
+        return " and ".join(f"validation ({', '.join(f'{k:,}' for k in n)} held-out training images)"
+                            if x == "validation" and n else x for x in ss)
+    return {"tuning_split": name(splits["tuning"]), "evaluation_split": name(splits["evaluation"])}
+
+
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
     claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
@@ -192,7 +206,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
         "claims": claims, "ics": ics,
         "best_rate_speedups": speedups, **held,
-        "evaluated_on": splits, "multiplicity": adjust_page(page), "grid_edges": read_record(sweep_dir),
+        "evaluated_on": splits, **split_names(table, splits), "multiplicity": adjust_page(page), "grid_edges": read_record(sweep_dir),
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,
