@@ -14,7 +14,7 @@ from bnexp.analysis.grid_edges import read_record
 from bnexp.report.evidence import seed_advice
 from bnexp.report.multiplicity import adjust_page, mark_claims
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
-from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
+from bnexp.report.ics_stats import DEF21, gradient_long, ics_run_frame, ics_summary, probe_records, progress_records
 from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
 from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicates import drop_duplicate_seeds
@@ -190,7 +190,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()))
     claims = [] if study and study.get("tuning_seeds") else ics_claims(
         *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
-        progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore)
+        progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore,
+        {k: probe_records(sweep.metrics, gradient_long(sweep.ics), table, k) for k in DEF21})
     page = [*claims, *speedups, *((study or {}).get("claims") or [])]  # the page's claims: one Holm family
     mark_claims(page, read_record(sweep_dir))
     for row in page:
