@@ -63,13 +63,17 @@ def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(scr
     code, out, err, ran = script("ics", "trainer.max_steps=20", DRY_RUN="1", MNIST_TUNING_DIR=str(tuning), **ENV)
     assert code == 0 and ran == [], err
     printed = [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
-    mnist_cmds, cifar_cmds = printed[:3], printed[3:]
+    mnist_cmds, cifar_cmds = printed[:4], printed[4:]
     picked = [([a for a in c if a.startswith("bn=")][-1], [a for a in c if a.startswith("lr=")][-1],
                [a for a in c if a.startswith("seed=")][-1]) for c in mnist_cmds]
+    # the fourth block: BN at no BN's rate, for the equal-rate matching (docs/ics/PLAN.md, amendment)
     assert picked == [("bn=true", "lr=4", "seed=0,1,2,3,4"), ("bn=false", "lr=2", "seed=0,1,2,3,4"),
-                      ("bn=noisy", "lr=4", "seed=0,1,2,3,4")]
+                      ("bn=noisy", "lr=4", "seed=0,1,2,3,4"), ("bn=true", "lr=2", "seed=0,1,2,3,4")]
     assert "bn.noise_scale=1,3" in mnist_cmds[2] and any(a.startswith("hydra.sweep.subdir=") for a in mnist_cmds[0])
-    assert len(cifar_cmds) == 2 and all("seed=0,1,2" in c for c in cifar_cmds)
+    # CIFAR-10: BN and no BN, noisy BN, and BN and no BN at a constant rate in folders of their own
+    assert len(cifar_cmds) == 3 and all("seed=0,1,2" in c for c in cifar_cmds)
+    assert "optim.schedule=constant" in cifar_cmds[1] and not any("optim.schedule" in a for a in cifar_cmds[0])
+    assert any("schedule=constant," in a for a in cifar_cmds[1] if a.startswith("hydra.sweep.subdir="))
     assert "rates: each network at its own rate, chosen on held-out tuning seeds" in out
     assert "ICS study, MNIST part, noisy BN: 10 runs of 20 steps, 10 to run" in out
     # the run: exactly these commands, and the design record the report reads (report.json's seeds)
@@ -78,6 +82,7 @@ def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(scr
     design = json.loads((tmp_path / "im" / "ics_design.json").read_text())
     assert design["rates"] == {"BN": 4.0, "no BN": 2.0, "noisy BN": 4.0} and design["own_rates"] is True
     assert design["tuning_seeds"] == [100, 101, 102] and design["evaluation_seeds"] == [0, 1, 2, 3, 4]
+    assert design["equal_rate_lr"] == 2.0
     cifar = json.loads((tmp_path / "ic" / "ics_design.json").read_text())
     assert cifar["tuning_seeds"] == [] and cifar["evaluation_seeds"] == [0, 1, 2] and cifar["own_rates"] is False
 

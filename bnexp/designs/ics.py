@@ -22,7 +22,13 @@ TUNED_BLOCKS = {"BN": mnist.BLOCKS[0], "no BN": mnist.BLOCKS[1]}  # the normal-i
 MAX_STEPS = 50_000  # the trainer's default budget, as in the first run
 # each run's folder, named by its design coordinates (a second call finds and skips the complete ones)
 SUBDIR = {"plain": "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},lr=${lr},seed=${seed}'",
-          "noisy": "hydra.sweep.subdir='bn=noisy,noise_scale=${bn.noise_scale},lr=${lr},seed=${seed}'"}
+          "noisy": "hydra.sweep.subdir='bn=noisy,noise_scale=${bn.noise_scale},lr=${lr},seed=${seed}'",
+          # the CIFAR-10 part's constant-rate runs (docs/ics/PLAN.md, amendment): their own folders
+          "constant": "hydra.sweep.subdir='schedule=constant,bn=${hydra:runtime.choices.bn},seed=${seed}'"}
+# docs/ics/PLAN.md, amendment: BN also at no BN's chosen rate (MNIST), so the two nets meet at equal rates for the
+# matched-progress rows; and BN and no BN at the preset's rate with a constant schedule (CIFAR-10)
+EQUAL_RATE = "BN at no BN's rate"
+CONSTANT = ("optim.schedule=constant",)
 
 
 def held_out_rates(tuning_dir: Path, target: float = TARGET) -> tuple[dict[str, float], list[str]]:
@@ -64,14 +70,17 @@ def numbers(text: str | None, kind=float) -> tuple | None:
 
 def run_names(rates: dict[str, tuple[float, ...]], scales, seeds) -> dict[str, list[str]]:
     """The run folders of each block (:data:`SUBDIR`), e.g. "bn=true,lr=7.2,seed=0" and
-    "bn=noisy,noise_scale=3.0,lr=7.2,seed=0"."""
+    "bn=noisy,noise_scale=3.0,lr=7.2,seed=0"; with ``rates[EQUAL_RATE]`` also BN at no BN's rate (a block of its
+    own, last)."""
     def f(x):
         return repr(float(x))
 
+    equal = {EQUAL_RATE: [f"bn=true,lr={f(r)},seed={s}" for r in rates[EQUAL_RATE] for s in seeds]} \
+        if rates.get(EQUAL_RATE) else {}
     return {"BN": [f"bn=true,lr={f(r)},seed={s}" for r in rates["BN"] for s in seeds],
             "no BN": [f"bn=false,lr={f(r)},seed={s}" for r in rates["no BN"] for s in seeds],
             "noisy BN": [f"bn=noisy,noise_scale={f(n)},lr={f(r)},seed={s}" for n in scales
-                         for r in rates["noisy BN"] for s in seeds]}
+                         for r in rates["noisy BN"] for s in seeds], **equal}
 
 
 def plan_and_seconds(sweep_dir: Path, names: dict[str, list[str]], steps: int, jobs: int, head: list[str],

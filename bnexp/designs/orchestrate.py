@@ -249,27 +249,37 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
     def mnist_blocks(rates: dict | None) -> list[Block]:
         lr = {k: f"lr={v:g}" for k, v in rates.items()} if rates else dict.fromkeys(
             ("BN", "no BN", "noisy BN"), f"lr={ics.override_value(extra, 'lr') or 0.12}")  # the override wins
+        equal = [Block(f"{ics.EQUAL_RATE}, {lr['no BN']} (the equal-rate matching, docs/ics/PLAN.md)",
+                       common + ["bn=true", lr["no BN"], ics.SUBDIR["plain"]], extra)] if equal_rate(rates) else []
         return [Block(f"BN at {lr['BN']}", common + ["bn=true", lr["BN"], ics.SUBDIR["plain"]], extra),
                 Block(f"no BN at {lr['no BN']}", common + ["bn=false", lr["no BN"], ics.SUBDIR["plain"]], extra),
                 Block(f"noisy BN at strengths {noise}, {lr['noisy BN']}",
-                      common + ["bn=noisy", lr["noisy BN"], ics.SUBDIR["noisy"]], [f"bn.noise_scale={noise}", *extra])]
+                      common + ["bn=noisy", lr["noisy BN"], ics.SUBDIR["noisy"]], [f"bn.noise_scale={noise}", *extra]),
+                *equal]
+
+    def equal_rate(rates: dict | None) -> float | None:
+        """No BN's rate when each net has its own and BN's differs (BN runs there too), else None."""
+        return rates["no BN"] if rates and abs(rates["no BN"] - rates["BN"]) > 1e-12 * rates["BN"] else None
+
+    def per_block(rates: dict | None) -> dict:
+        per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
+                                                                              given or (0.12,))
+        return {**per, **({ics.EQUAL_RATE: (equal_rate(rates),)} if equal_rate(rates) else {})}
 
     def design(rates: dict | None) -> dict:
         return {"rates": rates or {}, "own_rates": rates is not None, "tuning_dir": str(tuning_dir) if rates else None,
                 "tuning_seeds": list(ics.TUNING_SEEDS) if rates else [], "evaluation_seeds": list(seeds),
                 "target": ics.TARGET, "rate_source": "the MNIST reproduction's tuning rule (bnexp.designs.mnist.choose)"
-                f" at {ics.TARGET:.0%} on its tuning seeds" if rates else "the lr override or the configs' rate"}
+                f" at {ics.TARGET:.0%} on its tuning seeds" if rates else "the lr override or the configs' rate",
+                "equal_rate_lr": equal_rate(rates)}
 
     def todo(rates: dict | None) -> list[Block]:
-        per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
-                                                                              given or (0.12,))
-        names = ics.run_names(per, scales, seeds)
+        names = ics.run_names(per_block(rates), scales, seeds)
         return [b for b, ns in zip(mnist_blocks(rates), names.values())
                 if any(not ics.mnist.is_done(mnist_dir, n) for n in ns)]
 
     rates, head, problem = decide()
-    per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
-                                                                          given or (0.12,))
+    per = per_block(rates)
     if problem:
         head = [f"the MNIST part's rates come from the MNIST reproduction's tuning grids: {problem}"
                 + ("; reproduce_all.sh runs the MNIST reproduction first, and this part chooses its rates when it "
@@ -300,9 +310,12 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
                                                *ICS_PROBES]
     cifar_seeds = ics.numbers(ics.override_value(user, "seed"), int) or ics.CIFAR_SEEDS
     cifar_design = {"rates": {}, "own_rates": False, "tuning_dir": None, "tuning_seeds": [],
-                    "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate"}
+                    "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate",
+                    "constant_rate_runs": list(ics.CONSTANT)}
     cifar = Part("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, Decision(
         [Block("BN and no BN", common_c + ["bn=true,false"], user),
+         Block("BN and no BN at a constant rate (the equal-rate matching, docs/ics/PLAN.md)",
+               common_c + ["bn=true,false", *ics.CONSTANT, ics.SUBDIR["constant"]], user),
          Block(f"noisy BN at strengths {noise}", common_c + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])],
         last=True, prepare=lambda: write_design(cifar_dir, cifar_design)))
     cifar.cost = lambda steps_, bn: ICS_CPU["overhead_s"] + steps_ / ICS_CPU["steps_per_s"]

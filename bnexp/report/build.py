@@ -138,6 +138,20 @@ def split_names(table: pd.DataFrame, splits: dict[str, list[str]]) -> dict[str, 
     return {"tuning_split": name(splits["tuning"]), "evaluation_split": name(splits["evaluation"])}
 
 
+def equal_rate_groups(groups: list[ConfigGroup], design: dict | None) -> tuple[list[ConfigGroup], list[ConfigGroup]]:
+    """The ICS design's BN-at-no-BN's-rate runs apart (``design["equal_rate_lr"]``, docs/ics/PLAN.md): (the groups
+    the own-rate claims pair: all but BN at that rate; BN and no BN at that rate, for the equal-rate rows; [] when
+    the design has no such rate)."""
+    from bnexp.report.groups import bn_variant
+
+    r = (design or {}).get("equal_rate_lr")
+    if not r:
+        return groups, []
+    at = [g for g in groups if g.lr is not None and abs(g.lr - r) <= 1e-9 * r and bn_variant(g) in ("BN", "no BN")]
+    extra = [g for g in at if bn_variant(g) == "BN"]
+    return [g for g in groups if g not in extra], at if extra else []
+
+
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
     claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
@@ -188,10 +202,14 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
     held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
     splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()))
+    progress = progress_records(sweep.metrics, gradient_long(sweep.ics))
+    probes = {k: probe_records(sweep.metrics, gradient_long(sweep.ics), table, k) for k in DEF21}
+    own, equal = equal_rate_groups(groups, design)
     claims = [] if study and study.get("tuning_seeds") else ics_claims(
-        *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
-        progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore,
-        {k: probe_records(sweep.metrics, gradient_long(sweep.ics), table, k) for k in DEF21})
+        *scored_runs(own, table, held.get("tuning_seeds", ())), targets, progress, ignore, probes)
+    if equal:  # BN at no BN's rate: the Def. 2.1 rows matched at equal rates (docs/ics/PLAN.md, amendment)
+        claims += [r for r in ics_claims(*scored_runs(equal, table, held.get("tuning_seeds", ())), targets, progress,
+                                         (), probes) if r["view"].endswith("at equal rates")]
     page = [*claims, *speedups, *((study or {}).get("claims") or [])]  # the page's claims: one Holm family
     mark_claims(page, read_record(sweep_dir))
     for row in page:

@@ -235,6 +235,11 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
                 ratios = {s_: None if not m or m["confounded"] else m["ratio"] for s_, m in extra["matched"].items()}
                 confounded = confounded_text({s_: m for s_, m in extra["matched"].items() if m and m["confounded"]},
                                              (num, den))
+                sched = {str(v).rsplit(".", 1)[-1] for x in (num, den) if "optim.schedule" in side[x]
+                         for v in side[x]["optim.schedule"].dropna()} - {"constant"}
+                if sched:  # equal steps are equal rates there: the same-steps row answers (docs/ics/PLAN.md)
+                    confounded = (f"the rate schedule decays ({', '.join(sorted(sched))}): matched progress is read on "
+                                  "the constant-rate runs; here the same-steps row carries the verdict")
                 extra["schedule_confounded"] = confounded is not None
             row = claim_row(spec.claim, side[num], side[den], (num, den), col,
                             *((premise, missing) if noisy else (confounded, None) if confounded else ()),
