@@ -1,7 +1,7 @@
 """Per-run training speed of a stack of R runs (hydra/launcher=stacked) against R separate trainer runs.
 
 For each case, R runs of one config (seeds 0..R-1, rates spread over 0.1..1.0) are built as bnexp trainers
-(:class:`bnexp.train.stacked.MemberTrainer`, the trainer of a stacked run) on the real data. Two step loops
+(:class:`bnexp.train.stack_loop.MemberTrainer`, the trainer of a stacked run) on the real data. Two step loops
 are timed, interleaved in blocks so that this shared machine's drifting speed hits both alike:
 
 * separate: each run steps alone through the trainer's own step (``Trainer._next_batch`` + ``_update``:
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bnexp.config.schema import compose_config  # noqa: E402
-from bnexp.nets.data import load_data  # noqa: E402
-from bnexp.train.stacked import MemberTrainer  # noqa: E402
+from bnexp.nets.datasets import load_data  # noqa: E402
+from bnexp.train.stack_loop import MemberTrainer  # noqa: E402
 from bnexp.train.stacked_net import StackedNet  # noqa: E402
 
 # the shared CIFAR-10 copy is re-encoded (../shared/README.md): its md5s are not the official ones

@@ -31,7 +31,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bnexp.config.schema import compose_config  # noqa: E402
-from bnexp.nets.data import BatchSampler, load_data  # noqa: E402
+from bnexp.nets.datasets import BatchSampler, load_data  # noqa: E402
 from bnexp.nets.models import build_model  # noqa: E402
 from bnexp.config.resources import default_num_threads  # noqa: E402
 

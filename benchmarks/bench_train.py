@@ -48,7 +48,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bnexp.config.schema import compose_config  # noqa: E402
-from bnexp.nets.data import BatchSampler, load_data  # noqa: E402
+from bnexp.nets.datasets import BatchSampler, load_data  # noqa: E402
 from bnexp.train.measurements import Measurement  # noqa: E402
 from bnexp.train.runtime import SignalGuard  # noqa: E402
 from bnexp.train.trainer import Trainer  # noqa: E402

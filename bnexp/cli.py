@@ -245,7 +245,7 @@ def _lead(cfg, run_dir: Path, multirun: bool, overrides, tell_followers):
     try:
         validate(cfg)  # before anything in the run directory changes (a refused attempt keeps it as it is)
         from bnexp.train import distributed  # torch: only once the config is valid (a typo is refused fast)
-        from bnexp.train.stacked import member_train  # train(), or this run's share of a stack
+        from bnexp.train.stack_loop import member_train  # train(), or this run's share of a stack
 
         distributed.check_bn_config(cfg)  # BN settings against the number of torchrun replicas
         if resume is not False:

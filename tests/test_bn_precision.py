@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bnexp.nets.bn.distributed import GhostBatchNorm
+from bnexp.nets.bn.sync_and_ghost import GhostBatchNorm
 from bnexp.nets.bn.reference import ReferenceBatchNorm
 
 LAYERS = {

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bnexp.config.schema import compose_config, validate
-from bnexp.nets.data import CIFAR_FILES, Augmenter, load_cifar10, make_augmenter
+from bnexp.nets.datasets import CIFAR_FILES, Augmenter, load_cifar10, make_augmenter
 from bnexp.errors import DataError
 
 from conftest import FAST
@@ -51,7 +51,7 @@ def test_non_canonical_copy_loads_with_one_warning(data_root, caplog, recwarn):
 def test_checked_and_unchecked_copies_load_through_one_reader(cifar, data_root, monkeypatch):
     # Declared official (its own md5s in place of torchvision's list), the same copy loads through the
     # checked path without a warning and gives exactly the tensors of the unchecked path.
-    import bnexp.nets.data as data
+    import bnexp.nets.datasets as data
     from torchvision.datasets.utils import calculate_md5
 
     md5 = {n: calculate_md5(str(data_root / "cifar-10-batches-py" / n)) for n in CIFAR_FILES}

@@ -84,7 +84,7 @@ def _preactivation_std(model: torch.nn.Module, x: torch.Tensor) -> list[float]:
 @pytest.fixture(scope="module")
 def cifar_images(data_root):
     cfg = compose_config(["+experiment=baseline", "data.verify_checksums=false", f"data.root={data_root}"])
-    from bnexp.nets.data import load_data
+    from bnexp.nets.datasets import load_data
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return load_data(cfg.data, torch.device("cpu")).train_x[:256]  # standardized per channel

@@ -135,7 +135,7 @@ def test_stacked_local_timeout_requeues_the_stack_and_resumes_every_run_bit_iden
     import sys
 
     from bnexp.config.schema import compose_config
-    from bnexp.train.stacked import train_stack
+    from bnexp.train.stack_loop import train_stack
 
     common = ["trainer.num_threads=1", "trainer.progress=false", "trainer.probe_size=200", "lr=0.5"]
     env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root))

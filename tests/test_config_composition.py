@@ -41,7 +41,7 @@ CASES: list[list[str]] = (
 # had passed with every key added or changed until then listed here: MNIST's data.augment 'False' -> 'false';
 # bn.norm, bn.groups, bn.position (docs/normalizers.md), trainer.async_records, the logger group, and
 # trainer.trust_checkpoint (bnexp.train.checkpoint), all at their defaults, which change no result.
-# Added since that rewrite: data.validation (the validation split, bnexp.nets.data.hold_out): 0, the test set.
+# Added since that rewrite: data.validation (the validation split, bnexp.nets.datasets.hold_out): 0, the test set.
 CHANGED: dict[str, tuple] = {}
 ADDED: dict[str, object] = {"data.validation": 0}
 

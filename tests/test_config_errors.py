@@ -108,7 +108,7 @@ def test_the_quoted_tilde_the_hint_suggests_is_expanded_by_bnexp(monkeypatch, tm
     from omegaconf import OmegaConf
 
     from bnexp.config.explain import TILDE_EXPANDED
-    from bnexp.nets.data import resolve_root
+    from bnexp.nets.datasets import resolve_root
 
     monkeypatch.setenv("HOME", str(tmp_path))
     for key in TILDE_EXPANDED:
@@ -256,7 +256,7 @@ sys.exit(cli.main(["train", "trainer.progress=false", "trainer.num_threads=1", "
 
 @pytest.mark.parametrize("where, first_line", [
     ("bnexp.cli:train_main", "interrupted (Ctrl-C) before training began; nothing was written."),
-    ("bnexp.train.stacked:member_train", "interrupted (SIGINT): checkpoint saved"),
+    ("bnexp.train.stack_loop:member_train", "interrupted (SIGINT): checkpoint saved"),
 ])
 def test_a_ctrl_c_that_lands_in_a_finalizer_still_stops_the_run(tmp_path, data_root, where, first_line):
     """CPython cannot raise a KeyboardInterrupt inside a finalizer (it prints "Exception ignored" and goes

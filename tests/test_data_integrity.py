@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bnexp.errors import DataError
-from bnexp.nets.data import CIFAR_FILES, CIFAR_FOLDER, check_cifar10_files, check_mnist_files
+from bnexp.nets.datasets import CIFAR_FILES, CIFAR_FOLDER, check_cifar10_files, check_mnist_files
 
 
 def _copy(data_root: Path, tmp_path: Path, dataset_dir: str, names: list[str], manifest: bool = True) -> Path:
@@ -108,7 +108,7 @@ def test_a_process_reads_the_data_files_once_until_one_changes(data_root, tmp_pa
     import torch
 
     from bnexp.config.schema import compose_config
-    from bnexp.nets import data as data_module
+    from bnexp.nets import datasets as data_module
 
     (tmp_path / "MNIST" / "raw").mkdir(parents=True)
     for name in data_module.MNIST_FILES:

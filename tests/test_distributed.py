@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bnexp.nets.bn import batch_norm_train
-from bnexp.nets.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
+from bnexp.nets.bn.sync_and_ghost import (CrossReplicaBatchNorm, GhostBatchNorm, convert_batch_norm, ghost_batch_norm,
                            replica_local, sync_batch_norm)
 from bnexp.train.distributed import BNPlan, Replicas, per_replica_batch_size, replica_share, step_seed
 from bnexp.errors import ConfigError, UserError
@@ -306,7 +306,7 @@ def test_torchrun_sync_bn_matches_one_process_and_only_rank0_writes(tmp_path, da
 
 def test_torchrun_per_replica_bn_matches_ghost_batches_in_one_process(tmp_path, data_root):
     """bn.sync=false with 2 replicas = one process with bn.ghost_batch_size = batch_size/2."""
-    from bnexp.nets.data import load_data
+    from bnexp.nets.datasets import load_data
     from bnexp.nets.models import build_model
 
     two = _torchrun(tmp_path, data_root, "two", "bn.sync=false", "trainer.max_steps=50")

@@ -153,7 +153,7 @@ def test_configurations_share_a_command_only_when_their_values_form_a_full_grid(
 
     import yaml
 
-    from bnexp.report.evidence import grid_commands, own_overrides
+    from bnexp.report.seed_advice import grid_commands, own_overrides
 
     def group(name, *overrides):
         d = tmp_path / name / ".hydra"
@@ -177,7 +177,7 @@ def test_a_tuning_configuration_lacks_its_missing_tuning_seeds():
     """In a held-out sweep (tuning seeds 100-102), a configuration run on tuning seeds alone completes its tuning
     grid first; a configuration with an evaluation seed, or a sweep without tuning seeds, takes the smallest
     seeds it lacks."""
-    from bnexp.report.evidence import seeds_to_add
+    from bnexp.report.seed_advice import seeds_to_add
 
     tune = (100, 101, 102)
     assert seeds_to_add([100, 102], 3, tune) == [101] and seeds_to_add([101], 3, tune) == [100, 102]
@@ -187,7 +187,7 @@ def test_a_tuning_configuration_lacks_its_missing_tuning_seeds():
 
 
 def test_advice_names_three_configurations_then_counts_the_rest(tmp_path):
-    from bnexp.report.evidence import seeds_to_add
+    from bnexp.report.seed_advice import seeds_to_add
 
     assert seeds_to_add([0]) == [1, 2] and seeds_to_add([1, 5]) == [0] and seeds_to_add([0, 1, 2]) == []
     root = tmp_path / "many"
@@ -201,7 +201,7 @@ def test_a_ladder_sweep_is_completed_by_its_script(tmp_path):
     """The Sec. 4.2 ladder is many multirun calls in one folder: no single multirun.yaml re-runs it, the script does."""
     from types import SimpleNamespace as NS
 
-    from bnexp.report.evidence import seed_advice
+    from bnexp.report.seed_advice import seed_advice
 
     groups = [NS(label=f"bn_x5 trainer.max_steps={b}", config={"experiment": "bn_x5"},
                  completed=[NS(seed=0), NS(seed=1)], runs=[]) for b in (375, 750)]

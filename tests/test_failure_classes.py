@@ -164,7 +164,7 @@ def test_dataset_content_is_checked_naming_the_file(run_bnexp, tmp_path, data_ro
     assert not (tmp_path / "r").exists()
 
     # CIFAR-10 batches of the wrong pixel type or with bad labels (read without checksums)
-    from bnexp.nets.data import CIFAR_FOLDER, _read_cifar_batch
+    from bnexp.nets.datasets import CIFAR_FOLDER, _read_cifar_batch
     from bnexp.errors import DataError
 
     batch = tmp_path / CIFAR_FOLDER / "data_batch_1"

@@ -165,7 +165,7 @@ def _mnist_copy(data_root: Path, dest: Path) -> Path:
 
 
 def rundir_names():
-    from bnexp.nets.data import MNIST_FILES
+    from bnexp.nets.datasets import MNIST_FILES
 
     return set(MNIST_FILES)
 

@@ -260,7 +260,7 @@ def test_an_upper_bound_passes_no_rule_and_a_lower_bound_fails_none():
     sec = analyze(pd.DataFrame(rows))
     m = sec["matched_accuracy"]["bn_x5"]
     assert m["speedup"] == pytest.approx(5.52, abs=0.01) and m["pass"] is None
-    from bnexp.report.sec42 import paper_claims
+    from bnexp.report.frontier_plan_v2 import paper_claims
     (seed,) = next(r for r in paper_claims(sec) if r["preset"] == "bn_x5")["per_seed"]
     assert seed["value"] == "<= 5.52x" and seed["pass"] is None
     rows = [{"preset": p, "budget_steps": b, "seed": 0, "final_test_accuracy": a, "final_train_accuracy": a}

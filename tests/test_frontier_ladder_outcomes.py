@@ -1,4 +1,4 @@
-"""Plan version 2 of the CIFAR-10 frontier on the report side (docs/cifar/PLAN.md; bnexp/report/sec42.py), on
+"""Plan version 2 of the CIFAR-10 frontier on the report side (docs/cifar/PLAN.md; bnexp/report/frontier_plan_v2.py), on
 SYNTHETIC frontiers and run folders (no training): the baseline converged by the rule vs stopped at the 192k
 cap, each outcome of the baseline_x5 control, baseline_sigmoid never training, which rule stopped each
 ladder (ladders.txt), Sec. 4.2's claims beside the paper's, the sweep's cost and the seed advice's command.
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bnexp.analysis.frontier import RATE_ALONE
-from bnexp.report.sec42 import control_verdict, convergence, ladder_stops, sweep_cost
+from bnexp.report.frontier_plan_v2 import control_verdict, convergence, ladder_stops, sweep_cost
 
 # ----------------------------------------------------------------------------- the baseline's convergence
 
@@ -290,7 +290,7 @@ def test_seed_advice_adds_seed_2_the_plans_way_and_its_command_is_valid(v2_repor
 def test_ladder_seed_command_keeps_the_presets_the_sweep_ran(tmp_path):
     from types import SimpleNamespace as NS
 
-    from bnexp.report.evidence import ladder_seed_command
+    from bnexp.report.seed_advice import ladder_seed_command
 
     g = lambda p: NS(config={"experiment": p})  # noqa: E731
     assert ladder_seed_command([g("baseline"), g("bn_x5"), g("bn_baseline")], [2], tmp_path / "s") == (

@@ -90,8 +90,8 @@ def test_stacked_steps_make_no_host_sync(tmp_path, data_root, monkeypatch):
     """A stack of 4 MLP runs (dropout masks from each run's own CUDA generator) steps without host syncs."""
     import dataclasses
 
-    from bnexp.nets.data import load_data
-    from bnexp.train.stacked import MemberTrainer
+    from bnexp.nets.datasets import load_data
+    from bnexp.train.stack_loop import MemberTrainer
     from bnexp.train.stacked_net import StackedNet
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
@@ -122,7 +122,7 @@ def test_stacked_steps_make_no_host_sync(tmp_path, data_root, monkeypatch):
 def test_stacked_run_matches_the_run_alone_on_cuda(tmp_path, data_root, monkeypatch):
     """On the GPU (TF32 products where supported) each run of a stack of 2 ends near the run alone: the same
     data order and initial weights, kernels that may differ in rounding."""
-    from bnexp.train.stacked import train_stack
+    from bnexp.train.stack_loop import train_stack
     from bnexp.train.trainer import train
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
@@ -229,7 +229,7 @@ def test_the_stacked_loop_syncs_only_where_something_is_due(tmp_path, data_root,
     """Two MLP runs as one stack (hydra/launcher=stacked) for 300 steps, the same cadences."""
     from conftest import StepSyncs
 
-    from bnexp.train import stacked
+    from bnexp.train import stack_loop as stacked
     from bnexp.train.stacked_net import StackedNet
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))

@@ -141,7 +141,7 @@ def test_a_study_extends_an_edge_choice_before_stage_2_and_the_report_reads_the_
     0.45, and the report, on the same runs, chooses 0.45 and shows no edge mark."""
     from bnexp.designs.studies import Study, build_studies, expand, stage_two
     from bnexp.analysis.runs import find_run_dirs, load_sweep
-    from bnexp.report.studies import MARKER
+    from bnexp.report.study_section import MARKER
     from bnexp.report.study_claims import study_section
 
     study = build_studies()["normalizer"]

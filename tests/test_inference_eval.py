@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from bnexp.nets.data import BatchSampler
+from bnexp.nets.datasets import BatchSampler
 from bnexp.train.inference_eval import ORDER_SEED, RESULT, evaluate_modes, main, needs_eval, read_result
 
 
@@ -80,7 +80,7 @@ def test_bad_input_is_refused():
 @pytest.mark.slow  # trains a run on real MNIST in this process, then evaluates it three ways (~4 s of CPU)
 def test_a_run_folder_is_evaluated_once_and_matches_the_trainers_evaluation(tmp_path, data_root, capsys):
     from bnexp.config.schema import compose_config
-    from bnexp.nets.data import load_data
+    from bnexp.nets.datasets import load_data
     from bnexp.train.measurements import evaluate
     from bnexp.nets.models import build_model
 

@@ -257,9 +257,9 @@ def test_every_part_of_bnexp_has_a_layer():
 
 def test_the_layer_checks_find_planted_upward_and_mutual_imports():
     graph = {"bnexp.config.schema": {"bnexp.train.loggers"}, "bnexp.train.loggers": {"bnexp.config.checks"},
-             "bnexp.report.evidence": {"bnexp.designs.ladder"}, "bnexp.designs.ladder": {"bnexp.analysis.rules"}}
+             "bnexp.report.seed_advice": {"bnexp.designs.ladder"}, "bnexp.designs.ladder": {"bnexp.analysis.rules"}}
     assert upward_imports(graph) == ["bnexp.config.schema -> bnexp.train.loggers (config -> train)",
-                                     "bnexp.report.evidence -> bnexp.designs.ladder (report -> designs)"]
+                                     "bnexp.report.seed_advice -> bnexp.designs.ladder (report -> designs)"]
     assert mutual_parts(graph) == [("config", "train")]
     assert upward_imports({"bnexp.designs.ladder": {"bnexp.analysis.rules", "bnexp.designs.stages"}}) == []
 
@@ -298,3 +298,13 @@ def test_development_md_names_every_module_of_each_folder_and_no_other():
         assert files | subs <= named and named <= deeper | subs, (
             f"bnexp/{folder}/: not in docs/development.md: {sorted(files | subs - named)}; "
             f"named there but absent: {sorted(named - deeper - subs)}")
+
+
+def test_no_two_modules_of_bnexp_share_a_file_name():
+    """A file name says which module it is: ``cli.py`` or ``stacked.py`` twice would need its folder to be
+    read (docs/development.md, modules by concept)."""
+    seen: dict[str, list[str]] = {}
+    for path in PKG.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(PKG)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}

@@ -180,7 +180,7 @@ def _summaries():
 
 
 def test_precision_record_lists_each_presets_rungs_per_precision_and_reads_the_verdict(tmp_path):
-    from bnexp.report.sec42 import precision_record
+    from bnexp.report.frontier_plan_v2 import precision_record
 
     P.write(tmp_path, P.verdict(fp32(), bf16(0.004), CPU, "cpu", (0, 1)))
     rec = precision_record(_summaries(), tmp_path)
@@ -202,7 +202,7 @@ def test_precision_record_lists_each_presets_rungs_per_precision_and_reads_the_v
 
 def test_the_page_says_the_verdict_its_cells_and_the_rungs_by_precision(tmp_path):
     from bnexp.report.fmt import render_template
-    from bnexp.report.sec42 import precision_record
+    from bnexp.report.frontier_plan_v2 import precision_record
 
     P.write(tmp_path, P.verdict(fp32(), bf16(-0.03), CPU, "cpu", (0, 1)))
     report = {"frontier_analysis": {"precision": json.loads(json.dumps(precision_record(_summaries(), tmp_path)))}}

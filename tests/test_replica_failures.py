@@ -359,7 +359,7 @@ _RANK_0_LOSES_A_REPLICA = r"""
 import os, signal, sys
 import torch
 import bnexp.cli as cli
-import bnexp.train.stacked as stacked
+import bnexp.train.stack_loop as stacked
 from bnexp.train import distributed
 
 distributed.setup = lambda device, **kw: distributed.Replicas(rank=0, world_size=2, backend="gloo")

@@ -181,11 +181,11 @@ def test_ctrl_c_while_the_report_modules_load_exits_130(monkeypatch, capsys):
     real_import = builtins.__import__
 
     def slow_import(name, *args, **kwargs):  # Ctrl-C while pandas and matplotlib load
-        if name == "bnexp.report.cli":
+        if name == "bnexp.report.command":
             raise KeyboardInterrupt
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.delitem(sys.modules, "bnexp.report.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "bnexp.report.command", raising=False)
     monkeypatch.setattr(builtins, "__import__", slow_import)
     assert bnexp.report.report_main(["anywhere"]) == 130
     err = capsys.readouterr().err

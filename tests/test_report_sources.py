@@ -204,7 +204,7 @@ def test_configurations_lacking_different_seeds_get_commands_that_retrain_none(t
 def test_advice_for_a_folder_with_odd_characters_parses_in_the_shell_and_in_hydra(tmp_path):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from bnexp.report.evidence import sweep_command
+    from bnexp.report.seed_advice import sweep_command
 
     folder = tmp_path / "sweeps" / "bn=true,lr=0.5 it's"
     cmd = sweep_command(folder, [1, 2], ["bn=true,false", "model.channels=[4,8]", "seed=0"])

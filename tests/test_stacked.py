@@ -211,7 +211,7 @@ RELU = {"acc": 1e-3, "loss": 1e-2, "pct": 0.05}
 def test_each_run_of_a_stack_of_4_is_the_run_alone(tmp_path, data_root, monkeypatch, variant, scale, tol):
     """MLP runs of 4 seeds and rates, 200 steps, fp32 on CPU, against the same config trained alone: test accuracy,
     relative test loss and every monitor percentile within ``tol`` (:data:`SMOOTH` or :data:`RELU`, above)."""
-    from bnexp.train.stacked import train_stack
+    from bnexp.train.stack_loop import train_stack
     from bnexp.train.trainer import train
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
@@ -237,7 +237,7 @@ def test_each_run_of_a_stack_of_4_is_the_run_alone(tmp_path, data_root, monkeypa
 def test_a_diverging_run_stops_and_the_others_go_on(tmp_path, data_root, monkeypatch):
     """lr=1e4 on the plain sigmoid net overflows within a few steps: that run ends ``diverged`` (its summary
     says at which step) while the two others train to the end."""
-    from bnexp.train.stacked import train_stack
+    from bnexp.train.stack_loop import train_stack
 
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     short = ["trainer.progress=false", "trainer.num_threads=1", "trainer.device=cpu", "trainer.max_steps=30",

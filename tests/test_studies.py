@@ -1,4 +1,4 @@
-"""The study section of the report (docs/studies/, bnexp/report/studies.py, study_claims.py): synthetic run
+"""The study section of the report (docs/studies/, bnexp/report/study_section.py, study_claims.py): synthetic run
 folders with known numbers -> the claim verdicts each study must give, computed by hand below; the
 section in report.json / report.md and its figure."""
 
@@ -18,7 +18,7 @@ from bnexp.analysis.runs import find_run_dirs, load_sweep
 from bnexp.analysis.tuning import best_rate
 from bnexp.analysis.rules import Censored
 from bnexp.analysis.study_runs import cells
-from bnexp.report.studies import MARKER
+from bnexp.report.study_section import MARKER
 from bnexp.report.study_claims import study_section
 from bnexp.report.claims import Claim
 from bnexp.runfolders.rundir import dumps
@@ -282,7 +282,7 @@ def test_depth_claims(tmp_path):
 
 def test_the_report_carries_the_study_section(tmp_path):
     from bnexp.report.build import build_report
-    from bnexp.report.cli import write_report
+    from bnexp.report.command import write_report
 
     for s in range(3):
         make_run(tmp_path, f"d3/bn_{s}", seed=s, depth=3, lr=3.6, reach=1000, budget=2000)

@@ -10,7 +10,7 @@ import pytest
 
 from bnexp.report.claims import SUPPORTED
 from bnexp.analysis.runs import find_run_dirs, load_sweep
-from bnexp.report.studies import MARKER
+from bnexp.report.study_section import MARKER
 from bnexp.report.study_claims import study_section
 from bnexp.analysis.study_runs import Selection, choose, study_cells
 from tests.test_studies import make_run
@@ -64,7 +64,7 @@ def test_runs_on_tuning_seeds_and_unchosen_rates_never_enter_a_claim(tmp_path):
 
 def test_the_report_shows_the_tuning_grid(tmp_path):
     from bnexp.report.build import build_report
-    from bnexp.report.cli import write_report
+    from bnexp.report.command import write_report
 
     write_report(build_report(normalizer_sweep(tmp_path)))
     data = json.loads((tmp_path / "report.json").read_text())
@@ -79,7 +79,7 @@ def test_a_held_out_study_makes_no_per_setting_claims_that_would_mix_tuning_and_
     section's alone. The same runs without study.json are a held-out sweep of the best-rate design: its claims
     table scores the evaluation seeds alone, and no rate ran both networks on them, so it has no row."""
     from bnexp.report.build import build_report
-    from bnexp.report.cli import write_report
+    from bnexp.report.command import write_report
 
     sweep = normalizer_sweep(tmp_path)
     write_report(build_report(sweep))

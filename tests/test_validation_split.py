@@ -1,4 +1,4 @@
-"""The validation split (``data.validation=N``, bnexp.nets.data.hold_out; docs/configuration.md): N training
+"""The validation split (``data.validation=N``, bnexp.nets.datasets.hold_out; docs/configuration.md): N training
 images, one fixed seeded draw, are evaluated instead of the test set, which the run then never reads; the rest
 train. Checked on synthetic tensors against the definition, on real MNIST against the raw files, and through a
 real run's summary.json."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bnexp.errors import DataError
-from bnexp.nets import data as D
+from bnexp.nets import datasets as D
 
 
 def _toy(n=50) -> D.TensorData:

@@ -23,18 +23,18 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
 * *converged*: the baseline's last ladder doubling gains < :data:`GAIN` (0.5 points). Plan version 2's
   ladder doubles the baseline while a doubling gains >= 0.5 points, up to :data:`BASELINE_CAP` (192k steps on
   the CPU ladder); stopped at the cap still gaining, it is "not converged, reached the 192k cap" and S(a*) is
-  measured at the cap's accuracy (:func:`bnexp.report.sec42.convergence` says which).
+  measured at the cap's accuracy (:func:`bnexp.report.frontier_plan_v2.convergence` says which).
 * *pass rules* (PLAN.md, plan version 2, before the results; :data:`CLAIMS`): S(a*) >= :data:`PASS_FACTOR`
   for ``bn_x5``; S(a*) > 1 for ``bn_baseline``; ``bn_x30`` above ``bn_x5`` at their largest common budget;
   ``bn_x5_sigmoid`` above chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`) where ``baseline_sigmoid``
   stays at or below it; ``baseline_x5``'s ``pass`` is "does not train at 5x the rate", and its three outcomes
   (needs BN; the rate alone, within :data:`RATE_ALONE` x B_bn_x5(a*); not the rate alone) are
-  :func:`bnexp.report.sec42.control_verdict`'s. The sweep's ladders (which runs exist) are
+  :func:`bnexp.report.frontier_plan_v2.control_verdict`'s. The sweep's ladders (which runs exist) are
   :mod:`bnexp.designs.ladder`'s; this module only measures the runs that are there.
 
 Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict;
 ``bnexp report`` adds plan version 2's convergence, control, claims table, cost and ladder stops:
-:func:`bnexp.report.sec42.plan_v2`),
+:func:`bnexp.report.frontier_plan_v2.plan_v2`),
 :func:`frontier_markdown` (the section's markdown; ``bnexp report`` writes it into report.md).
 """
 
@@ -54,7 +54,7 @@ from bnexp.runfolders.rundir import COMPLETE_STATUSES
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
 # the baseline_x5 control (plan version 2): "the rate alone is BN-x5's speedup" when baseline_x5 reaches a* within
 # RATE_ALONE x B_bn_x5(a*), i.e. S_baseline_x5(a*) >= S_bn_x5(a*) / RATE_ALONE (bnexp.designs.ladder's rule
-# "decided" and bnexp.report.sec42.control_verdict both read it)
+# "decided" and bnexp.report.frontier_plan_v2.control_verdict both read it)
 RATE_ALONE = 1.25
 BASELINE_CAP = {"cpu": 192000, "gpu": 160000}  # the baseline ladder's largest budget per scale (plan version 2)
 EARLY = 12000  # the CPU ladder's early budget: a net at chance through it does not train (PLAN.md, rule "chance")

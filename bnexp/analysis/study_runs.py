@@ -88,7 +88,7 @@ def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
 
 
 def study_cells(name: str, sweep) -> pd.DataFrame:
-    """The completed runs of study ``name``'s sweep (:func:`bnexp.report.studies.cells`) with steps to the
+    """The completed runs of study ``name``'s sweep (:func:`bnexp.report.study_section.cells`) with steps to the
     study's target: 95%, except the placement study's CNN runs, 97%."""
     if name != "placement":
         return cells(sweep, TARGET)

@@ -66,7 +66,7 @@ def _note(text: str) -> None:
     Console(stderr=True).print(f"bnexp: note: {text}", highlight=False, soft_wrap=True, markup=False)
 
 
-#: the keys whose value bnexp itself expands ``~`` in (:func:`bnexp.nets.data.resolve_root`); Hydra's run and sweep
+#: the keys whose value bnexp itself expands ``~`` in (:func:`bnexp.nets.datasets.resolve_root`); Hydra's run and sweep
 #: folders are not among them (a quoted ``"~/x"`` there makes a folder named ``~``)
 TILDE_EXPANDED = ("data.root",)
 

@@ -1,7 +1,7 @@
 """Which runs of a sweep train together in one stack (``hydra/launcher=stacked``, docs/stacked.md).
 
 Runs whose configs differ only in :data:`STACKABLE_KEYS` -- the seed, the rate, the init std, dropout,
-weight decay, noisy BN's noise scale -- can be one batched model (:mod:`bnexp.train.stacked`); anything
+weight decay, noisy BN's noise scale -- can be one batched model (:mod:`bnexp.train.stack_loop`); anything
 else (network, ``bn``, dataset, mini-batch size, budget, schedule, ...) puts them in different stacks.
 Only configs whose network has a stacked form that is proven equal to training alone are stacked
 (:func:`why_alone`); the others are stacks of one, i.e. ordinary runs.

@@ -11,20 +11,20 @@ import pandas as pd
 from bnexp.analysis.tuning import SPEEDUP_TARGETS
 from bnexp.report.best_rate import best_rate_speedups, held_out_seeds
 from bnexp.analysis.grid_edges import read_record
-from bnexp.report.evidence import seed_advice
+from bnexp.report.seed_advice import seed_advice
 from bnexp.report.multiplicity import adjust_page, mark_claims
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import DEF21, gradient_long, ics_run_frame, ics_summary, probe_records, progress_records
 from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
 from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
-from bnexp.report.duplicates import drop_duplicate_seeds
+from bnexp.report.duplicate_seeds import drop_duplicate_seeds
 from bnexp.analysis.runs import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
                                target_key)
 from bnexp.analysis.rules import STD_NOTE, optional
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE
 from bnexp.analysis.frontier import frontier_section
-from bnexp.report.sec42 import plan_v2
+from bnexp.report.frontier_plan_v2 import plan_v2
 from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section
 from bnexp.runfolders.rundir import symlink_problem
 
@@ -156,11 +156,11 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
     claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
     :func:`bnexp.report.ics_verdicts.ics_claims`), the seeds it lacks or the command that resumes an unfinished
-    sweep (``data["seed_advice"]``, :func:`bnexp.report.evidence.seed_advice`), the speedups at each network's
+    sweep (``data["seed_advice"]``, :func:`bnexp.report.seed_advice.seed_advice`), the speedups at each network's
     best rate (``data["best_rate_speedups"]``), the ICS section (``data["ics"]``), a study's section
     (``data["study"]``) and, when presets ran at several budgets, the Sec. 4.2 frontier (``data["frontier"]``,
     ``["matched_accuracy"]``, ``["frontier_analysis"]``: :func:`bnexp.analysis.frontier.frontier_section` and
-    :func:`bnexp.report.sec42.plan_v2`).
+    :func:`bnexp.report.frontier_plan_v2.plan_v2`).
 
     Raises:
         ReportError: ``sweep_dir`` does not exist, is not a folder (or a symlink leading nowhere) or holds

@@ -14,7 +14,7 @@ from bnexp.report.fmt import format_interval, format_target, md_table, render_te
 from bnexp.analysis.rules import CHANCE
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
-from bnexp.report.studies import table_md
+from bnexp.report.study_section import table_md
 
 
 class ViewDataError(ValueError):
@@ -115,7 +115,7 @@ def cifar_plan_v2(report: dict) -> str:
     """docs/cifar's plan-version-2 results (templates/frontier_v2.md.j2, as in report.md): whether the baseline
     converged or reached the cap, the rule that stopped each ladder, the baseline_x5 control's verdict, Sec. 4.2's
     claims beside the paper's (per seed) and the sweep's cost, from ``frontier_analysis`` (written by
-    :func:`bnexp.report.sec42.plan_v2`; a report.json of plan version 1 lacks them: :class:`ViewDataError`)."""
+    :func:`bnexp.report.frontier_plan_v2.plan_v2`; a report.json of plan version 1 lacks them: :class:`ViewDataError`)."""
     need(report, "frontier_analysis", "paper_claims")
     return render_template("frontier_v2.md.j2", report, {}).strip("\n")
 
@@ -227,7 +227,7 @@ def _study(report: dict) -> dict:
 @view("study")
 def study(report: dict) -> str:
     """A docs/studies page's results: the runs and measured wall time, the claims table, the per-configuration
-    table (:func:`bnexp.report.studies.table_md`) and the findings, from report.json's ``study`` section."""
+    table (:func:`bnexp.report.study_section.table_md`) and the findings, from report.json's ``study`` section."""
     return _text("study", sec=_study(report))
 
 

@@ -17,7 +17,7 @@ from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
 from bnexp.analysis.rules import CHANCE, DDOF, STD_NOTE
-from bnexp.report.studies import table_md
+from bnexp.report.study_section import table_md
 from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 
 # The ICS tables: (column of the configurations' ics measures, header)

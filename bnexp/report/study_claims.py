@@ -22,7 +22,7 @@ from bnexp.report.claims import Claim
 from bnexp.report.fmt import short_text
 from bnexp.analysis.runs import is_number
 from bnexp.analysis.rules import CHANCE, NORMALIZERS
-from bnexp.report.studies import (MARKER, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
+from bnexp.report.study_section import (MARKER, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
                                   read_marker, single_claim)
 from bnexp.analysis.study_runs import (CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, cells, select,
                                        study_cells)
@@ -304,7 +304,7 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
     """The ``study`` entry of report.json for a sweep with a ``study.json`` marker (else None): {"name",
     "title", "question" (study.json's, written by scripts/study.sh from :mod:`bnexp.designs.studies`), "page",
     "target", "claims" (rows of :func:`bnexp.report.claims.evaluate`),
-    "table" (:func:`bnexp.report.studies.config_rows` records), "columns", "findings" (sentences), "figure",
+    "table" (:func:`bnexp.report.study_section.config_rows` records), "columns", "findings" (sentences), "figure",
     "runs", "run_time_s" (the runs' summed wall time), "wall_time_s" (the script's, from study.json; None when
     not recorded), "jobs" (its parallel jobs) and "calls" (how many calls of the script trained), from
     study.json (None when absent)}."""

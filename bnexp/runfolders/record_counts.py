@@ -2,7 +2,7 @@
 minimum a verdict needs.
 
 ``bnexp report`` gives a verdict only from at least :data:`MIN_RECORDS` records per seed
-(:mod:`bnexp.report.evidence`); a sweep's summary (:mod:`bnexp.runfolders.sweepsummary`) says so, once, when
+(:mod:`bnexp.report.seed_advice`); a sweep's summary (:mod:`bnexp.runfolders.sweepsummary`) says so, once, when
 ``trainer.eval_every`` or ``trainer.hist_every`` would leave fewer.
 """
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from bnexp.runfolders import rundir
 from bnexp.nets.bn import bn_layers, recompute_population_statistics
-from bnexp.nets.data import BatchSampler, load_data
+from bnexp.nets.datasets import BatchSampler, load_data
 from bnexp.nets.models import build_model
 from bnexp.train.checkpoint import load_checkpoint
 

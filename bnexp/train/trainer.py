@@ -44,7 +44,7 @@ from bnexp.runfolders.rundir import PROBE_KINDS
 from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
-from bnexp.nets.data import BatchSampler, TensorData, load_data, make_augmenter
+from bnexp.nets.datasets import BatchSampler, TensorData, load_data, make_augmenter
 from bnexp.errors import ConfigError, OutputError, UserError
 from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
 from bnexp.nets.models import build_model

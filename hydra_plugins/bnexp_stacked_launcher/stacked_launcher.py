@@ -5,10 +5,10 @@ hydra-joblib-launcher). :meth:`StackedLauncher.launch` composes every job's conf
 configs differ only in stackable keys into stacks of at most ``max_stack`` runs
 (:func:`bnexp.config.stacks.group_runs`) and runs each stack -- ``n_jobs`` stacks at a time, each in its own
 process when ``n_jobs`` > 1 (joblib's loky backend, as hydra-joblib-launcher) -- with
-:class:`bnexp.train.stacked.StackCoordinator`: every run goes through Hydra's own ``run_job`` (its job
+:class:`bnexp.train.stack_loop.StackCoordinator`: every run goes through Hydra's own ``run_job`` (its job
 folder, ``.hydra/`` files, ``train.log``, callbacks) and bnexp's per-run path (:func:`bnexp.cli.run_job`:
 refusals, skip-if-finished, lock, resume), and the runs that train are stepped together
-(:func:`bnexp.train.stacked.train_stack`). Returns one ``JobReturn`` per job, in the sweep's order.
+(:func:`bnexp.train.stack_loop.train_stack`). Returns one ``JobReturn`` per job, in the sweep's order.
 
 Config (``hydra.launcher.*``): ``max_stack`` (default 32) runs per stack, ``n_jobs`` (default 1) stacks at once; a
 stack holds at most its share of the jobs (ceil(jobs / n_jobs)), so that every worker gets a stack.
@@ -66,7 +66,7 @@ def run_stack(hydra_context: HydraContext, config: DictConfig, task_function: Ta
         SystemExit: a run was interrupted (Ctrl-C, SIGTERM): the sweep stops as it would with another launcher,
             after every run of the stack saved its checkpoint.
     """
-    from bnexp.train.stacked import StackCoordinator, route_run_logs
+    from bnexp.train.stack_loop import StackCoordinator, route_run_logs
 
     setup_globals()
     if singleton_state is not None:

@@ -9,7 +9,7 @@ submitit job -- one SLURM array task, or one local process with ``executor=local
 in its workers).
 
 Time limit and preemption: submitit sends its signal (SIGUSR2) ``signal_delay_s`` before the limit; the stack's
-step loop (:func:`bnexp.train.stacked.train_stack`, :class:`bnexp.train.preemption.PreemptionGuard`) stops at the
+step loop (:func:`bnexp.train.stack_loop.train_stack`, :class:`bnexp.train.preemption.PreemptionGuard`) stops at the
 end of that step, every run of the stack saves its checkpoint and is recorded ``interrupted``, then submitit's
 handler calls :meth:`StackedSubmititLauncher.checkpoint` (this launcher is a ``submitit.helpers.Checkpointable``
 callable: it returns the same call again) and requeues the job, at most ``max_num_timeout`` times after a

@@ -7,7 +7,7 @@
 * :mod:`bnexp.nets.bn.noisy` -- :class:`NoisyBatchNorm` and :func:`sample_noise`, the "noisy BN"
   of Santurkar et al. 2018, Sec. 2.1 (``bn=noisy``), and :func:`held_noise` (one noise draw held over
   several forward calls, e.g. a monitor record's probe mini-batches).
-* :mod:`bnexp.nets.bn.distributed` -- statistics over other sets of examples than one process's
+* :mod:`bnexp.nets.bn.sync_and_ghost` -- statistics over other sets of examples than one process's
   mini-batch: :class:`CrossReplicaBatchNorm` (``bn.sync=true`` across data-parallel replicas,
   Alg. 1 with all-reduced sums) and :class:`GhostBatchNorm` (``bn.ghost_batch_size``).
 * :mod:`bnexp.nets.bn.population` -- finding a network's BN layers and the Alg. 2 recomputation
@@ -27,7 +27,7 @@ functional <- distributed; noisy and groupnorm stand alone), never on the rest o
 every other module can import them.
 """
 
-from bnexp.nets.bn.distributed import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,
+from bnexp.nets.bn.sync_and_ghost import (CrossReplicaBatchNorm, GhostBatchNorm, cross_replica_batch_norm,
                                   ghost_batch_norm, replica_local, sync_batch_norm)
 from bnexp.nets.bn.functional import (batch_norm_backward, batch_norm_inference, batch_norm_train,
                                  batch_norm_train_with_statistics, batch_statistics)

@@ -15,7 +15,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from bnexp.nets.bn.functional import batch_statistics
 from bnexp.nets.bn.reference import ReferenceBatchNorm
 
-# torch's BatchNorm1d/2d and SyncBatchNorm, bnexp.nets.bn.distributed's cross-replica and ghost-batch layers
+# torch's BatchNorm1d/2d and SyncBatchNorm, bnexp.nets.bn.sync_and_ghost's cross-replica and ghost-batch layers
 BN_TYPES = (_BatchNorm, ReferenceBatchNorm)
 
 

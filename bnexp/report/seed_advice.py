@@ -146,7 +146,7 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     The command repeats the folder's multirun.yaml, which holds only the last ``bnexp train -m`` call. When a
     configuration was trained by an earlier call (:func:`from_last_call`; scripts/ics_study.sh makes two calls),
     or the configurations lack different seeds (one command for all would retrain a seed some have, which the
-    report counts once, :mod:`bnexp.report.duplicates`), the commands come from the configurations' own overrides
+    report counts once, :mod:`bnexp.report.duplicate_seeds`), the commands come from the configurations' own overrides
     (:func:`grid_commands`). A ``ladder`` sweep (scripts/reproduce_cifar.sh's Sec. 4.2 frontier) is completed by
     that script. In a held-out sweep (``tuning_seeds``), a tuning configuration lacks its missing tuning seeds
     (:func:`seeds_to_add`). An unfinished sweep gets the command that resumes it instead

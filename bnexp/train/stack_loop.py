@@ -38,7 +38,7 @@ import torch
 from omegaconf import DictConfig
 
 from bnexp.errors import UserError
-from bnexp.nets.data import host_to_device, load_data
+from bnexp.nets.datasets import host_to_device, load_data
 from bnexp.runfolders import rundir
 from bnexp.train.background import Background
 from bnexp.train.measurements import Diverged, Schedule
