@@ -34,18 +34,24 @@ CONSTANT = ("optim.schedule=constant",)
 def held_out_rates(tuning_dir: Path, target: float = TARGET) -> tuple[dict[str, float], list[str]]:
     """Each network's rate for the ICS study: :func:`bnexp.designs.mnist.choose` (the MNIST report's rule,
     :func:`bnexp.analysis.tuning.choose_rates`) at ``target`` on the complete normal-init grid of BN and of no
-    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.analysis.tuning.TUNING_SEEDS`); noisy BN at BN's rate
+    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.analysis.tuning.TUNING_SEEDS`), grown by the grid-edge rule as
+    the MNIST reproduction's stage 1 grows it (:func:`bnexp.designs.mnist.extend`); noisy BN at BN's rate
     (Santurkar et al. 2018, Sec. 2.1, train noisy BN as BN).
 
     Returns:
         ({"BN": lr, "no BN": lr, "noisy BN": lr}, one line per network saying what was chosen).
 
     Raises:
-        ValueError: a tuning run of either grid is missing or unfinished (names the block and a run).
+        ValueError: a tuning run of either grid, or of the rates the grid-edge rule added, is missing or
+            unfinished (names the block and a run or the rates).
     """
     rates, lines = {}, []
     for name, block in TUNED_BLOCKS.items():
-        c = mnist.choose(tuning_dir, block, TUNING_SEEDS, (target,))[target]
+        grown = mnist.extend(tuning_dir, block, TUNING_SEEDS)  # the grid-edge rule's added rates, as MNIST's stage 1
+        if grown.todo:
+            raise ValueError(f"{block.name}: the grid-edge rule's added rate(s) lr "
+                             f"{', '.join(f'{r:g}' for r in grown.todo)} not complete on the tuning seeds")
+        c = grown.picks[target]
         rates[name] = float(c.rate)
         lines.append(f"  {name}: lr {c.rate:g}, chosen for {target:.0%} on the tuning seeds "
                      f"{', '.join(map(str, TUNING_SEEDS))} of {block.name} in {tuning_dir}"
