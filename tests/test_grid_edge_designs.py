@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bnexp.analysis.grid_edges import RECORD, read_record  # noqa: E402
 from bnexp.analysis.tuning import TUNING_SEEDS  # noqa: E402
+from test_orchestrate import script  # noqa: E402,F401  (the fixture)
 
 EVAL = (0, 1, 2, 3, 4)
 
@@ -189,3 +190,19 @@ def test_a_study_choice_still_at_an_edge_when_the_rule_stops_is_marked(tmp_path,
     assert entry["chosen"] == pytest.approx(chosen) and entry["added"] == added and entry["mark"] == mark
     choice = {"rate": entry["chosen"], "grid": [{"rate": r} for r in entry["rates"]]}
     assert mark_of(choice, st.record) == mark and mark_of(choice, []) .startswith("edge (the rule was not applied")
+
+
+@pytest.mark.slow  # plans real sweep folders through the orchestrator (Hydra's grammar, every block's config)
+def test_dry_run_prints_the_rule_before_any_run_and_the_added_rates_once_the_grids_are_complete(script, tmp_path):
+    """scripts/study.sh's DRY_RUN: on an empty folder the rule's sentence; once the normalizer grids are complete
+    with GroupNorm best below them, the block of added rates on the tuning seeds and exactly its command."""
+    from bnexp.designs.studies import build_studies, expand
+
+    code, out, err, ran = script("study", "normalizer", SWEEP_DIR=str(tmp_path / "s"), DRY_RUN="1")
+    assert code == 0 and ran == [] and "stage 1's grid-edge rule: a rate chosen at its grid's edge" in out, err
+    study = build_studies()["normalizer"]
+    _study_runs(tmp_path / "s", study, expand(study), {"batch": 2.4, "none": 5.4, "layer": 3.6, "group": 0.45})
+    code, out, err, ran = script("study", "normalizer", SWEEP_DIR=str(tmp_path / "s"), DRY_RUN="1")
+    assert code == 0 and "GroupNorm (4 groups) x rate: lr 0.45 added on the tuning seeds" in out, err
+    printed = [line for line in out.splitlines() if line.startswith("$ ")]
+    assert len(printed) == 1 and "lr=0.45" in printed[0] and "seed=100,101,102" in printed[0]

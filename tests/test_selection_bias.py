@@ -62,7 +62,7 @@ def test_choosing_on_tuning_seeds_and_scoring_fresh_seeds_is_unbiased_choosing_o
                              tuning_seeds=EVALUATION_SEEDS)
         on_scored.append(_log_mean(ev[ev["lr"] == ch.rate]))
     se = 0.2 / np.sqrt(len(EVALUATION_SEEDS) * REPS)  # the standard error of the held-out average
-    assert abs(np.mean(held_out) - TRUTH) < 4 * se  # unbiased (4 standard errors: 0.015)
+    assert abs(np.mean(held_out) - TRUTH) < 4 * se  # unbiased (4 standard errors: 0.021)
     # biased by the known amount (the rule minimises mean steps, not mean log-steps: a little less than the
     # minimum of the log means, within 0.03)
     assert np.mean(on_test_tuning) - TRUTH == pytest.approx(E_MIN_6 * 0.2 / np.sqrt(3), abs=0.03)
