@@ -159,6 +159,26 @@ def mnist_best_rate(report: dict) -> str:
     return _text("mnist_best_rate", rows=_speedup_rows(report))
 
 
+@view("mnist_shift_views")
+def mnist_shift_views(report: dict) -> str:
+    """One sentence for the pages that show Fig. 1(b, c): at the paper's init and the rates chosen for the main
+    target 95% (``best_rate_speedups``), how many initial 15-85 spreads each net's last-hidden-layer input moved
+    from the start (``configurations[].ics.measures["shift.w1_rel_first.last"]``, mean over the configuration's
+    seeds) and what the raw view shows instead (percentiles.png's two rows, bnexp/report/figures.py)."""
+    row = next((r for r in _speedup_rows(report) if r["variant"] == "BN" and r["init"] == "normal"
+                and abs(r["target"] - 0.95) < 1e-9), None)
+    if row is None:
+        raise ViewDataError("report.json's best_rate_speedups has no BN row for the normal init at 95%")
+    sides = {}
+    for side, bn, lr in (("bn", True, row["bn_lr"]), ("no_bn", False, row["no_bn_lr"])):
+        conf = next((c for c in need(report, "configurations") if c.get("bn") is bn and c.get("ics")
+                     and c["config"].get("model.init") == "normal" and c["config"].get("lr") == lr), None)
+        if conf is None:
+            raise ViewDataError(f"report.json has no {'BN' if bn else 'no-BN'} configuration with ics at lr={lr}")
+        sides[side] = {"lr": lr, "w1": need(conf, "ics", "measures", "shift.w1_rel_first.last")}
+    return _text("mnist_shift_views", **sides)
+
+
 # ----------------------------------------------------------------------------- ICS study (docs/ics)
 
 ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
