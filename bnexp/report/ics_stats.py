@@ -33,7 +33,7 @@ from bnexp.analysis.runs import Sweep
 from bnexp.report.stats import value_stat
 from bnexp.runfolders.rundir import PROBE_KINDS
 
-GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel")
+GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel", "one_minus_cos")
 LANDSCAPE_KEYS = tuple(f"{p}{k}" for p in ("fn_", "rel_", "") for k in
                        ("loss_variation", "grad_predictiveness", "beta_smoothness"))
 ICS_PREFIXES = ("shift.", "bn_input.", "grad.", "land.", "time.")
