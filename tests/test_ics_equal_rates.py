@@ -59,12 +59,12 @@ def test_identical_nets_on_one_decaying_schedule_are_not_called_different():
     eq = _per_seed(matched_at_equal_rates)
     assert all(not m.confounded and m.step_a == m.step_b for m in eq.values())
     assert all(m.ratio == pytest.approx(1.0) for m in eq.values())
-    assert evaluate(CLAIM, {s: m.ratio for s, m in eq.items()}, scale="log")["verdict"] != "supported"
+    assert evaluate(CLAIM, {s: m.ratio for s, m in eq.items()}, [], scale="log")["verdict"] != "supported"
     # the rate-blind matching (the committed one) scores the fast net early, at a high rate: "supported"
     blind = _per_seed(lambda a, b: matched_progress([(p.step, p.loss, p.value) for p in a],
                                                     [(p.step, p.loss, p.value) for p in b]))
     assert all(m.step_a < m.step_b for m in blind.values())
-    assert evaluate(CLAIM, {s: m.ratio for s, m in blind.items()}, scale="log")["verdict"] == "supported"
+    assert evaluate(CLAIM, {s: m.ratio for s, m in blind.items()}, [], scale="log")["verdict"] == "supported"
 
 
 def test_at_a_constant_rate_the_equal_rate_matching_is_the_committed_one():

@@ -43,7 +43,7 @@ def test_the_p_value_agrees_with_the_claims_own_95_percent_verdict():
     rng = np.random.default_rng(3)
     for _ in range(40):
         per_seed = dict(enumerate(np.exp(rng.normal(0.15, 0.2, 5)), start=0))
-        row = evaluate(claim, per_seed, scale="log")
+        row = evaluate(claim, per_seed, [], scale="log")
         p = claim_p_value(row)
         assert (p <= 0.05) == (row["verdict"] != "inconclusive"), (p, row["verdict"])
 
@@ -59,9 +59,9 @@ def test_the_holm_verdict_of_a_page():
     """Four claims: one clearly supported (stays), two supported at 95% alone with p = 0.028 each (after Holm with
     m = 3: 2 x 0.028 = 0.055 for both, inconclusive), one premise not met (stays, not counted)."""
     c = Claim("c", "ratio", ">", 1.0)
-    strong = evaluate(c, {0: 3.0, 1: 3.2, 2: 2.9, 3: 3.1, 4: 3.05}, scale="log")
-    weak = [evaluate(c, {0: 1.08, 1: 1.25, 2: 1.12, 3: 1.02, 4: 1.2}, scale="log") for _ in range(2)]  # t test p 0.028
-    gone = evaluate(c, {0: 1.0}, premise="no BN run", scale="log")
+    strong = evaluate(c, {0: 3.0, 1: 3.2, 2: 2.9, 3: 3.1, 4: 3.05}, [], scale="log")
+    weak = [evaluate(c, {0: 1.08, 1: 1.25, 2: 1.12, 3: 1.02, 4: 1.2}, [], scale="log") for _ in range(2)]  # t test p 0.028
+    gone = evaluate(c, {0: 1.0}, [], premise="no BN run", scale="log")
     assert strong["verdict"] == weak[0]["verdict"] == "supported"
     meta = adjust_page([strong, *weak, gone])
     assert meta["claims_tested"] == 3 and meta["claims"] == 4
@@ -77,7 +77,7 @@ def test_the_holm_verdict_of_a_page():
 def test_the_detectable_effect_has_80_percent_power():
     """exp((t_.975,4 + t_.8,4) s / sqrt(5)) on log ratios: simulated one-sample t tests at that true effect
     reject about 80% of the time (the formula is the usual approximation: within 0.75-0.85)."""
-    row = evaluate(Claim("c", "r", ">", 1.0), {0: 1.1, 1: 0.8, 2: 1.3, 3: 1.0, 4: 0.9}, scale="log")
+    row = evaluate(Claim("c", "r", ">", 1.0), {0: 1.1, 1: 0.8, 2: 1.3, 3: 1.0, 4: 0.9}, [], scale="log")
     s = np.log([1.1, 0.8, 1.3, 1.0, 0.9]).std(ddof=1)
     d = detectable(row)
     assert d == pytest.approx(np.exp((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * s / np.sqrt(5)))
@@ -85,7 +85,7 @@ def test_the_detectable_effect_has_80_percent_power():
     x = rng.normal(np.log(d), s, (20000, 5))
     power = (stats.ttest_1samp(x, 0.0, axis=1).pvalue < 0.05).mean()
     assert 0.75 < power < 0.85
-    raw = evaluate(Claim("c", "points", ">", 0.0), {0: 0.4, 1: -0.2, 2: 0.9}, scale="raw")
+    raw = evaluate(Claim("c", "points", ">", 0.0), {0: 0.4, 1: -0.2, 2: 0.9}, [], scale="raw")
     assert detectable(raw) == pytest.approx((stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2))
                                             * np.std([0.4, -0.2, 0.9], ddof=1) / np.sqrt(3))
 
@@ -93,13 +93,13 @@ def test_the_detectable_effect_has_80_percent_power():
 def test_marks_edge_and_budget_bound():
     c = Claim("c", "ratio", ">", 1.0)
     bound = {s: Censored(30_000, "lower") / Censored(1000.0 + 100 * s) for s in range(5)}
-    row = evaluate(c, bound, scale="log")
+    row = evaluate(c, bound, [], scale="log")
     assert budget_bound(row) and row["verdict"] == "supported"
     edge = {"rate": 2.4, "grid": [{"rate": r} for r in (0.15, 0.3, 0.6, 1.2, 2.4)]}
     inside = {"rate": 0.6, "grid": edge["grid"]}
     record = [{"chosen": 2.4, "rates": [0.15, 0.3, 0.6, 1.2, 2.4], "mark": "edge (3 rates added beyond it)"}]
     row["choices"] = [edge, inside]
-    plain = evaluate(c, {s: 2.0 + 0.1 * s for s in range(5)}, scale="log")
+    plain = evaluate(c, {s: 2.0 + 0.1 * s for s in range(5)}, [], scale="log")
     plain["bn_choice"] = inside
     mark_claims([row, plain], record)
     assert row["marks"] == ["edge (3 rates added beyond it)", "budget-bound"]
