@@ -1,4 +1,4 @@
-"""The grid-edge rule (bnexp.designs.grid_edges; docs/studies/PLAN.md, "Amendment (2026-11-29)"): which rate is
+"""The grid-edge rule (bnexp.analysis.grid_edges; docs/studies/PLAN.md, "Amendment (2026-11-29)"): which rate is
 added beyond an edge, when the rule stops and the mark a claim then carries, on hand-made grids; and, played
 out against a synthetic tuning curve through the project's own rate choice, that it walks an edge choice to
 the interior optimum."""
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from bnexp.designs.grid_edges import MAX_ADDED, edge_state, rule_text
+from bnexp.analysis.grid_edges import MAX_ADDED, edge_state, rule_text
 from bnexp.analysis.tuning import TUNING_SEEDS, TuningRun, choose_rates
 
 GRID = [0.15, 0.3, 0.6, 1.2]

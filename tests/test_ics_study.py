@@ -22,8 +22,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_orchestrate import script, trains  # noqa: E402,F401  (the fixture)
 from test_report import make_run  # noqa: E402
 
-# steps to (90%, 95%) on every tuning seed: BN lr 4 and no BN lr 2 are the fastest to 95%
-STEPS = {(True, 1.0): (500, 1500), (True, 4.0): (250, 1000), (False, 1.0): (2000, 4000), (False, 2.0): (1500, 3000)}
+# steps to (90%, 95%) on every tuning seed: BN lr 4 and no BN lr 2 are the fastest to 95%; both at the top of
+# their grids, so the grid-edge rule adds 8 and 4 (slower), and 0.5 below (no rate reaches 97%: every rate failed,
+# the tie went to the smallest)
+STEPS = {(True, 1.0): (500, 1500), (True, 4.0): (250, 1000), (False, 1.0): (2000, 4000), (False, 2.0): (1500, 3000),
+         (True, 8.0): (500, 1500), (True, 0.5): (1000, 3000), (False, 4.0): (2000, 4000), (False, 0.5): (3000, 5000)}
+ADDED = {True: (0.5, 8.0), False: (0.5, 4.0)}
 ENV = dict(MNIST_DIR="im", CIFAR_DIR="ic", NOISE_SCALES="1,3", VERIFY_CHECKSUMS="false")
 
 
@@ -34,7 +38,7 @@ def tuning(tmp_path, monkeypatch) -> Path:
     blocks = {k: mnist.replace(b, rates=(1.0, 4.0) if b.bn else (1.0, 2.0)) for k, b in ics.TUNED_BLOCKS.items()}
     monkeypatch.setattr(ics, "TUNED_BLOCKS", blocks)
     for b in blocks.values():
-        for lr in b.rates:
+        for lr in b.rates + ADDED[b.bn]:
             for seed in mnist.SEEDS:
                 s90, s95 = STEPS[b.bn, lr]
                 d = make_run(sweep, mnist.run_name(b, lr, seed), bn=b.bn, lr=lr, seed=seed,
@@ -56,6 +60,10 @@ def test_held_out_rates_are_the_fastest_to_95_percent_on_the_tuning_seeds(tuning
     rates, lines = ics.held_out_rates(tuning)
     assert rates == {"BN": 4.0, "no BN": 2.0, "noisy BN": 4.0}
     assert lines[0].startswith("  BN: lr 4, chosen for 95% on the tuning seeds 100, 101, 102")
+    # the grid-edge rule's added rates count as part of the grid: one missing, no choice
+    (tuning / mnist.run_name(ics.TUNED_BLOCKS["BN"], 8.0, 100) / "summary.json").unlink()
+    with pytest.raises(ValueError, match=r"BN, normal init: the grid-edge rule's added rate\(s\) lr 8 not complete"):
+        ics.held_out_rates(tuning)
 
 
 @pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU
@@ -63,13 +71,17 @@ def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(scr
     code, out, err, ran = script("ics", "trainer.max_steps=20", DRY_RUN="1", MNIST_TUNING_DIR=str(tuning), **ENV)
     assert code == 0 and ran == [], err
     printed = [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
-    mnist_cmds, cifar_cmds = printed[:3], printed[3:]
+    mnist_cmds, cifar_cmds = printed[:4], printed[4:]
     picked = [([a for a in c if a.startswith("bn=")][-1], [a for a in c if a.startswith("lr=")][-1],
                [a for a in c if a.startswith("seed=")][-1]) for c in mnist_cmds]
+    # the fourth block: BN at no BN's rate, for the equal-rate matching (docs/ics/PLAN.md, amendment)
     assert picked == [("bn=true", "lr=4", "seed=0,1,2,3,4"), ("bn=false", "lr=2", "seed=0,1,2,3,4"),
-                      ("bn=noisy", "lr=4", "seed=0,1,2,3,4")]
+                      ("bn=noisy", "lr=4", "seed=0,1,2,3,4"), ("bn=true", "lr=2", "seed=0,1,2,3,4")]
     assert "bn.noise_scale=1,3" in mnist_cmds[2] and any(a.startswith("hydra.sweep.subdir=") for a in mnist_cmds[0])
-    assert len(cifar_cmds) == 2 and all("seed=0,1,2" in c for c in cifar_cmds)
+    # CIFAR-10: BN and no BN, noisy BN, and BN and no BN at a constant rate in folders of their own
+    assert len(cifar_cmds) == 3 and all("seed=0,1,2" in c for c in cifar_cmds)
+    assert "optim.schedule=constant" in cifar_cmds[1] and not any("optim.schedule" in a for a in cifar_cmds[0])
+    assert any("schedule=constant," in a for a in cifar_cmds[1] if a.startswith("hydra.sweep.subdir="))
     assert "rates: each network at its own rate, chosen on held-out tuning seeds" in out
     assert "ICS study, MNIST part, noisy BN: 10 runs of 20 steps, 10 to run" in out
     # the run: exactly these commands, and the design record the report reads (report.json's seeds)
@@ -78,6 +90,7 @@ def test_the_mnist_part_runs_each_network_at_its_chosen_rate_on_seeds_0_to_4(scr
     design = json.loads((tmp_path / "im" / "ics_design.json").read_text())
     assert design["rates"] == {"BN": 4.0, "no BN": 2.0, "noisy BN": 4.0} and design["own_rates"] is True
     assert design["tuning_seeds"] == [100, 101, 102] and design["evaluation_seeds"] == [0, 1, 2, 3, 4]
+    assert design["equal_rate_lr"] == 2.0
     cifar = json.loads((tmp_path / "ic" / "ics_design.json").read_text())
     assert cifar["tuning_seeds"] == [] and cifar["evaluation_seeds"] == [0, 1, 2] and cifar["own_rates"] is False
 

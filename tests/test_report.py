@@ -698,7 +698,7 @@ def test_ics_claims_of_the_two_settings(ics_sweep):
     matched = next(r for r in rows.values() if r["setting"] == "lr=0.5" and r["view"] == "matched training progress")
     assert matched["preregistered"] and matched["per_seed"] == pytest.approx({0: 2.0, 1: 2.0})
     assert matched["matched"][0] == pytest.approx({"level": 0.9, "step_a": 1000, "step_b": 1000, "value_a": 2.5,
-                                                   "value_b": 1.25, "ratio": 2.0})
+                                                   "value_b": 1.25, "ratio": 2.0, "rate_a": 0.5, "rate_b": 0.5})
     raw = rows[("lr=0.5", "BN smooths the landscape",
                 "BN / no-BN effective beta-smoothness along the gradient, raw (beta_smoothness)")]
     assert raw["preregistered"] and raw["per_seed"] == pytest.approx({0: 0.2, 1: 0.2})  # 3 / 15 (BN / no BN raw)

@@ -122,12 +122,13 @@ def test_the_report_of_an_incomplete_tuning_grid_draws_the_study_figure(tmp_path
 
 def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):
     """The normalizer study's tuning grid written where stage 1 puts it (no BN fastest at 5.4, BN at 1.2,
-    LayerNorm at 3.6, GroupNorm at 0.9 on the tuning seeds): stage 2 trains each at the report's choice on
-    seeds 0-4, in folders named as stage 1 names them."""
+    LayerNorm at 3.6, GroupNorm at 1.8 on the tuning seeds, each inside its grid: tests/test_grid_edge_designs.py
+    has the edge choices): stage 2 trains each at the report's choice on seeds 0-4, in folders named as stage 1
+    names them."""
     from bnexp.designs.studies import build_studies, evaluation_batches, expand, Study
 
     study = build_studies()["normalizer"]
-    best = {"'true'": 1.2, "'false'": 5.4, "layer": 3.6, None: 0.9}
+    best = {"'true'": 1.2, "'false'": 5.4, "layer": 3.6, None: 1.8}
     norm = {"'true'": "batch", "'false'": "none", "layer": "layer", None: "group"}
     for j in expand(study):
         ov = dict(o.split("=", 1) for o in j.overrides)
@@ -137,14 +138,14 @@ def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_pa
     msgs, batches = evaluation_batches(study, tmp_path)
     rates = {j.folder for j in expand(Study("normalizer", "", tuple(batches)))}  # 4 configurations x 5 seeds
     assert "bn=false,lr=5.4,seed=0" in rates and "bn=true,lr=1.2,seed=4" in rates
-    assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=0.9,seed=3" in rates and len(rates) == 20
+    assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=1.8,seed=3" in rates and len(rates) == 20
     # each message names its configuration by its block and its keys (e.g. a depth study's "12 hidden layers: ...")
     assert any(m.startswith(f"  {study.batches[0].label}: bn=layer: steps lr 3.6") for m in msgs), msgs
     # the report's choice on the same runs
     (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
     sec = study_section(tmp_path, load_sweep(find_run_dirs(tmp_path)))
     assert {t["family"]: t["choice"]["rate"] for t in sec["tuning"]} == {"BN": 1.2, "no BN": 5.4, "LayerNorm": 3.6,
-                                                                       "GroupNorm": 0.9}
+                                                                       "GroupNorm": 1.8}
     # incomplete tuning grid: no stage 2
     import shutil
     shutil.rmtree(tmp_path / "bn=layer,lr=3.6,seed=101")

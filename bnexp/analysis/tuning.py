@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from bnexp.analysis.rules import optional
+from bnexp.analysis.rules import CHANCE, optional
 
 TUNING_SEEDS = (100, 101, 102)
 EVALUATION_SEEDS = (0, 1, 2, 3, 4)
@@ -83,8 +83,10 @@ class RateChoice:
         rule: the rule, one sentence.
         tuning_seeds: the seeds the choice used, sorted.
         censored: objective "steps" and every rate had a failed tuning seed.
-        grid: per rate, ascending: {"rate", "n", "failed" (steps) or "diverged", "mean_steps" (failed
-            seeds at the budget) or "mean_accuracy" (None when no seed has one), "chosen"}.
+        grid: per rate, ascending: {"rate", "n", "failed" (steps: never reached the target or diverged;
+            accuracy: diverged or ended at chance, final test accuracy <= :data:`bnexp.analysis.rules.CHANCE`, or
+            no accuracy), "diverged" (accuracy), "mean_steps" (failed seeds at the budget) or "mean_accuracy"
+            (None when no seed has one), "chosen"}.
     """
 
     network: tuple[str, ...]
@@ -111,8 +113,9 @@ def _grid_row(rate: float, runs: list[TuningRun], objective: str, budget: int | 
     diverged = sum(r.diverged for r in runs)
     accs = [r.accuracy for r in runs if not r.diverged and r.accuracy is not None]
     mean = sum(accs) / len(accs) if accs else None
+    failed = sum(r.diverged or r.accuracy is None or r.accuracy <= CHANCE for r in runs)
     return (diverged, -mean if mean is not None else math.inf, rate), {
-        "rate": rate, "n": len(runs), "diverged": diverged, "mean_accuracy": mean}
+        "rate": rate, "n": len(runs), "diverged": diverged, "mean_accuracy": mean, "failed": failed}
 
 
 def runs_from_table(rows, network: tuple[str, ...], steps: str | None = None,

@@ -22,24 +22,36 @@ TUNED_BLOCKS = {"BN": mnist.BLOCKS[0], "no BN": mnist.BLOCKS[1]}  # the normal-i
 MAX_STEPS = 50_000  # the trainer's default budget, as in the first run
 # each run's folder, named by its design coordinates (a second call finds and skips the complete ones)
 SUBDIR = {"plain": "hydra.sweep.subdir='bn=${hydra:runtime.choices.bn},lr=${lr},seed=${seed}'",
-          "noisy": "hydra.sweep.subdir='bn=noisy,noise_scale=${bn.noise_scale},lr=${lr},seed=${seed}'"}
+          "noisy": "hydra.sweep.subdir='bn=noisy,noise_scale=${bn.noise_scale},lr=${lr},seed=${seed}'",
+          # the CIFAR-10 part's constant-rate runs (docs/ics/PLAN.md, amendment): their own folders
+          "constant": "hydra.sweep.subdir='schedule=constant,bn=${hydra:runtime.choices.bn},seed=${seed}'"}
+# docs/ics/PLAN.md, amendment: BN also at no BN's chosen rate (MNIST), so the two nets meet at equal rates for the
+# matched-progress rows; and BN and no BN at the preset's rate with a constant schedule (CIFAR-10)
+EQUAL_RATE = "BN at no BN's rate"
+CONSTANT = ("optim.schedule=constant",)
 
 
 def held_out_rates(tuning_dir: Path, target: float = TARGET) -> tuple[dict[str, float], list[str]]:
     """Each network's rate for the ICS study: :func:`bnexp.designs.mnist.choose` (the MNIST report's rule,
     :func:`bnexp.analysis.tuning.choose_rates`) at ``target`` on the complete normal-init grid of BN and of no
-    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.analysis.tuning.TUNING_SEEDS`); noisy BN at BN's rate
+    BN in ``tuning_dir`` (tuning seeds :data:`bnexp.analysis.tuning.TUNING_SEEDS`), grown by the grid-edge rule as
+    the MNIST reproduction's stage 1 grows it (:func:`bnexp.designs.mnist.extend`); noisy BN at BN's rate
     (Santurkar et al. 2018, Sec. 2.1, train noisy BN as BN).
 
     Returns:
         ({"BN": lr, "no BN": lr, "noisy BN": lr}, one line per network saying what was chosen).
 
     Raises:
-        ValueError: a tuning run of either grid is missing or unfinished (names the block and a run).
+        ValueError: a tuning run of either grid, or of the rates the grid-edge rule added, is missing or
+            unfinished (names the block and a run or the rates).
     """
     rates, lines = {}, []
     for name, block in TUNED_BLOCKS.items():
-        c = mnist.choose(tuning_dir, block, TUNING_SEEDS, (target,))[target]
+        grown = mnist.extend(tuning_dir, block, TUNING_SEEDS)  # the grid-edge rule's added rates, as MNIST's stage 1
+        if grown.todo:
+            raise ValueError(f"{block.name}: the grid-edge rule's added rate(s) lr "
+                             f"{', '.join(f'{r:g}' for r in grown.todo)} not complete on the tuning seeds")
+        c = grown.picks[target]
         rates[name] = float(c.rate)
         lines.append(f"  {name}: lr {c.rate:g}, chosen for {target:.0%} on the tuning seeds "
                      f"{', '.join(map(str, TUNING_SEEDS))} of {block.name} in {tuning_dir}"
@@ -64,14 +76,17 @@ def numbers(text: str | None, kind=float) -> tuple | None:
 
 def run_names(rates: dict[str, tuple[float, ...]], scales, seeds) -> dict[str, list[str]]:
     """The run folders of each block (:data:`SUBDIR`), e.g. "bn=true,lr=7.2,seed=0" and
-    "bn=noisy,noise_scale=3.0,lr=7.2,seed=0"."""
+    "bn=noisy,noise_scale=3.0,lr=7.2,seed=0"; with ``rates[EQUAL_RATE]`` also BN at no BN's rate (a block of its
+    own, last)."""
     def f(x):
         return repr(float(x))
 
+    equal = {EQUAL_RATE: [f"bn=true,lr={f(r)},seed={s}" for r in rates[EQUAL_RATE] for s in seeds]} \
+        if rates.get(EQUAL_RATE) else {}
     return {"BN": [f"bn=true,lr={f(r)},seed={s}" for r in rates["BN"] for s in seeds],
             "no BN": [f"bn=false,lr={f(r)},seed={s}" for r in rates["no BN"] for s in seeds],
             "noisy BN": [f"bn=noisy,noise_scale={f(n)},lr={f(r)},seed={s}" for n in scales
-                         for r in rates["noisy BN"] for s in seeds]}
+                         for r in rates["noisy BN"] for s in seeds], **equal}
 
 
 def plan_and_seconds(sweep_dir: Path, names: dict[str, list[str]], steps: int, jobs: int, head: list[str],

@@ -136,14 +136,15 @@ def plan(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None 
 
 def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: dict | None = None,
                      startup_s: float = STARTUP_S, evaluation_seeds=(),
-                     stage: tuple[list[str], list[Block]] | None = None) -> tuple[str, float]:
+                     stage: tuple[list[str], list[Block], tuple[int, ...]] | None = None) -> tuple[str, float]:
     """The DRY_RUN text: each block's runs (marked "done" when SWEEP_DIR holds the run finished or
     diverged), the totals, and the estimated wall time of what is left with ``jobs`` parallel jobs;
     and that wall time in seconds. A block's runs have equal length, so a block takes
     ceil(runs to do / jobs) x one run's time (:func:`run_seconds`); the blocks run one after the other.
     Each run is counted once (a seed or rate listed twice in ``extra`` names the same run folder).
-    ``stage``: the (messages, blocks) of :func:`stage_blocks` for this folder as it is, when the caller has
-    them (the tuning runs are then not read again); None: computed here once stage 1 is complete."""
+    ``stage``: :func:`stage_blocks` for this folder as it is, when the caller has it (the tuning runs are then
+    not read again); None: computed here once stage 1 is complete. The grid-edge rule's sentence is printed
+    with the rates it adds (:func:`extend`) while it runs."""
     blocks, seeds, steps, other = apply_overrides(extra)
     lines, total_runs, todo_runs, todo_steps, wall = [], 0, 0, 0, 0.0
     for b in blocks:
@@ -158,12 +159,27 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
                      f"{len(names)} runs, {todo} to run, ~{t:.0f} s each, ~{block_wall / 60:.1f} min")
         lines += [f"  {n}{'  (done)' if n in done else ''}" for n in names]
     if evaluation_seeds:
+        from bnexp.analysis.grid_edges import rule_text
+
         n_seeds = len(evaluation_seeds)
         stage1_done = todo_runs == 0
-        if not stage1_done:
-            msgs, chosen = [], blocks
-        else:
-            msgs, chosen = stage if stage is not None else stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds)[:2]
+        st = None if not stage1_done else stage if stage is not None else \
+            stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds)
+        msgs, chosen = [], blocks
+        lines.append(f"stage 1's {rule_text()}")
+        if st is not None and st[1] and tuple(st[2]) == tuple(seeds):  # the rule's added rates, on the tuning seeds
+            lines += st[0]
+            for b in st[1]:
+                names = [run_name(b, lr, s) for lr in b.rates for s in seeds]
+                todo = sum(not is_done(sweep_dir, n) for n in names)
+                t = run_seconds(b.bn, steps, steps_per_s, startup_s)
+                total_runs, todo_runs, todo_steps, wall = total_runs + len(names), todo_runs + todo, \
+                    todo_steps + todo * steps, wall + math.ceil(todo / max(1, jobs)) * t
+                lines += [f"  {b.name}: {len(names)} runs on the tuning seeds, {todo} to run"]
+                lines += [f"    {n}{'  (done)' if is_done(sweep_dir, n) else ''}" for n in names]
+            stage1_done = False  # stage 2 is chosen once the rule has stopped
+        elif st is not None:
+            msgs, chosen = st[:2]
         lines += [f"stage 2 (evaluation): each network at the rate(s) chosen on seeds {', '.join(map(str, seeds))} "
                   f"for {', '.join(f'{t:.0%}' for t in SPEEDUP_TARGETS)}, on the fresh seeds "
                   f"{', '.join(map(str, evaluation_seeds))}"
@@ -211,27 +227,110 @@ def choose(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> dic
                               budget, tuning_seeds=seeds)[0] for tgt in targets}
 
 
-def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,
-                 evaluation_seeds) -> tuple[list[str], list[Block], tuple[int, ...]]:
-    """The blocks still to run, stage by stage (docs/mnist/PLAN.md): the grid blocks with a run not complete
-    on ``seeds`` (stage 1, tuning); once every grid is complete, each network at its chosen rates
-    (:func:`choose`) on ``evaluation_seeds`` (stage 2; nothing when that is empty: a one-stage sweep), as a
-    block whose ``rates`` are the chosen ones; nothing when every run is complete.
+@dataclass(frozen=True)
+class Extended:
+    """One network's tuning grid under the grid-edge rule (:mod:`bnexp.analysis.grid_edges`), replayed from the
+    sweep folder: ``block`` with every rate run or to run (the design's grid and the rates the rule added),
+    ``todo`` the added rates still to run on the tuning seeds (empty: the rule has stopped), ``picks`` {target:
+    :class:`RateChoice`} and ``states`` {target: :class:`bnexp.analysis.grid_edges.EdgeState`} on the rates run
+    (empty while ``todo`` is not)."""
 
-    Returns:
-        (messages: the choices, one line per network; the blocks; the seeds they run on).
+    block: Block
+    todo: tuple[float, ...]
+    picks: dict
+    states: dict
+
+
+def extend(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> Extended:
+    """The grid-edge rule (docs/mnist/PLAN.md, docs/studies/PLAN.md amendment item 1) on ``block``, whose grid
+    is complete on ``seeds``: choose per target (:func:`choose`); where a choice is at an edge, add the rate
+    :func:`bnexp.analysis.grid_edges.choice_state` names and choose again on the grown grid, as long as those
+    rates are complete in ``sweep_dir``. Deterministic: every call replays the rule from the design's grid, so
+    the rates it added are found again by their run folders.
+
+    Raises:
+        ValueError: from :func:`choose` (the design's grid is not complete).
+    """
+    from bnexp.analysis.grid_edges import same_rate, choice_state
+
+    rates = list(block.rates)
+    while True:
+        grown = replace(block, rates=tuple(sorted(rates)))
+        todo = tuple(r for r in grown.rates if r not in block.rates
+                     and any(not is_done(sweep_dir, run_name(block, r, s)) for s in seeds))
+        if todo:
+            return Extended(grown, todo, {}, {})
+        picks = choose(sweep_dir, grown, seeds, targets)
+        states = {t: choice_state(block.rates, c) for t, c in picks.items()}
+        new = sorted({st.next_rate for st in states.values() if st.next_rate is not None
+                      and not any(same_rate(st.next_rate, r) for r in rates)})
+        if not new:
+            return Extended(grown, (), picks, states)
+        rates += new
+
+
+def edge_lines(ext: Extended) -> list[str]:
+    """The plan's lines on one network's grid-edge rule: the rates it adds, or the marks of the choices it left
+    at an edge."""
+    from bnexp.analysis.grid_edges import rule_text
+
+    b = ext.block
+    if ext.todo:
+        return [f"  {b.name}: {rule_text().split(':')[0]}: a choice at its grid's edge; adds lr "
+                f"{', '.join(f'{r:g}' for r in ext.todo)} on the tuning seeds"]
+    return [f"  {b.name}: {t:.0%} lr {c.rate:g}: {st.mark}" for t, c in ext.picks.items()
+            for st in [ext.states[t]] if st.mark]
+
+
+def edge_record(sweep_dir: Path, blocks: list[Block], seeds, targets=SPEEDUP_TARGETS) -> list[dict]:
+    """The grid-edge rule's record of every network and target (:func:`bnexp.analysis.grid_edges.record_entry`)
+    once every design grid is complete on ``seeds``; [] before.
 
     Raises:
         ValueError: from :func:`choose`.
     """
+    from bnexp.analysis.grid_edges import record_entry
+
+    if any(not is_done(sweep_dir, run_name(b, lr, s)) for b in blocks for lr in b.rates for s in seeds):
+        return []
+    out = []
+    for b in blocks:
+        e = extend(sweep_dir, b, seeds, targets)
+        out += [record_entry(b.name, f"steps to {t:.0%}", b.rates, c, e.states[t]) for t, c in e.picks.items()]
+    return out
+
+
+def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,
+                 evaluation_seeds) -> tuple[list[str], list[Block], tuple[int, ...]]:
+    """The blocks still to run, stage by stage (docs/mnist/PLAN.md): the grid blocks with a run not complete
+    on ``seeds`` (stage 1, tuning); once every grid is complete, the rates the grid-edge rule adds beyond a
+    choice at an edge (:func:`extend`: stage 1 goes on, on ``seeds``, a block whose ``rates`` are the added
+    ones); once it has stopped for every network, each network at its chosen rates (:func:`choose` on its
+    grown grid) on ``evaluation_seeds`` (stage 2; nothing when that is empty: a one-stage sweep, which the rule
+    does not extend), as a block whose ``rates`` are the chosen ones; nothing when every run is complete.
+
+    Returns:
+        (messages: the rule's extensions, or the choices, one line per network; the blocks; the seeds they run
+        on).
+
+    Raises:
+        ValueError: from :func:`choose`.
+    """
+    from bnexp.analysis.grid_edges import rule_text
+
     todo = [b for b in blocks if any(not is_done(sweep_dir, run_name(b, lr, s)) for lr in b.rates for s in seeds)]
     if todo or not evaluation_seeds:
         return [], todo, tuple(seeds)
+    grown = [extend(sweep_dir, b, seeds) for b in blocks]
+    if any(e.todo for e in grown):
+        return ([f"stage 1 goes on ({rule_text()}):", *(line for e in grown if e.todo for line in edge_lines(e))],
+                [replace(e.block, rates=e.todo) for e in grown if e.todo], tuple(seeds))
     msgs, out = [f"stage 2 (evaluation seeds {', '.join(map(str, evaluation_seeds))}): the rates chosen on the "
                  f"tuning seeds {', '.join(map(str, seeds))}:"], []
-    for b in blocks:
-        picks = choose(sweep_dir, b, seeds)
+    for e in grown:
+        b, picks = e.block, e.picks
         msgs.append(f"  {b.name}: " + ", ".join(f"{t:.0%} lr {c.rate:g}{' (censored)' if c.censored else ''}"
+                                                 + (f" [{e.states[t].mark}]" if e.states[t].mark else "")
                                                  for t, c in picks.items()))
         chosen = replace(b, rates=tuple(sorted({c.rate for c in picks.values()})))
         if any(not is_done(sweep_dir, run_name(chosen, lr, s)) for lr in chosen.rates for s in evaluation_seeds):

@@ -62,8 +62,9 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1), in two stages
     (docs/mnist/PLAN.md): every grid on the tuning seeds, then each network at its chosen rates on
     EVALUATION_SEEDS (default 0-4); one stage (the grid on the given seeds) when the overrides set ``seed``."""
-    from bnexp.designs import mnist
+    from bnexp.analysis.grid_edges import write_record
     from bnexp.analysis.tuning import EVALUATION_SEEDS
+    from bnexp.designs import mnist
 
     sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
     docs = env.docs_dir("DOCS_DIR", "docs/mnist", not extra)
@@ -94,13 +95,17 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
         if isinstance(st, ValueError):  # nothing runs: the report of the tuning runs shows why
             return Decision([], last=not evaluation)
         msgs, todo, on = st
-        suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else ""
-        return decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
-                               for b in todo], last=not evaluation)
+        suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else \
+            " (grid-edge rule: added rates)" if evaluation and msgs else ""
+        d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
+                            for b in todo], last=not evaluation)
+        if evaluation and msgs:  # the rule's record for the report (grid_edges.json), when the stage runs
+            d.prepare = lambda: write_record(sweep, mnist.edge_record(sweep, blocks_, seeds))
+        return d
 
     st = stage()
     text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation,
-                                        None if isinstance(st, ValueError) else st[:2])
+                                        None if isinstance(st, ValueError) else st)
     return [Part("MNIST", sweep, docs, decide(st), text, secs, decide,
                  validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_])]
 
@@ -244,27 +249,37 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
     def mnist_blocks(rates: dict | None) -> list[Block]:
         lr = {k: f"lr={v:g}" for k, v in rates.items()} if rates else dict.fromkeys(
             ("BN", "no BN", "noisy BN"), f"lr={ics.override_value(extra, 'lr') or 0.12}")  # the override wins
+        equal = [Block(f"{ics.EQUAL_RATE}, {lr['no BN']} (the equal-rate matching, docs/ics/PLAN.md)",
+                       common + ["bn=true", lr["no BN"], ics.SUBDIR["plain"]], extra)] if equal_rate(rates) else []
         return [Block(f"BN at {lr['BN']}", common + ["bn=true", lr["BN"], ics.SUBDIR["plain"]], extra),
                 Block(f"no BN at {lr['no BN']}", common + ["bn=false", lr["no BN"], ics.SUBDIR["plain"]], extra),
                 Block(f"noisy BN at strengths {noise}, {lr['noisy BN']}",
-                      common + ["bn=noisy", lr["noisy BN"], ics.SUBDIR["noisy"]], [f"bn.noise_scale={noise}", *extra])]
+                      common + ["bn=noisy", lr["noisy BN"], ics.SUBDIR["noisy"]], [f"bn.noise_scale={noise}", *extra]),
+                *equal]
+
+    def equal_rate(rates: dict | None) -> float | None:
+        """No BN's rate when each net has its own and BN's differs (BN runs there too), else None."""
+        return rates["no BN"] if rates and abs(rates["no BN"] - rates["BN"]) > 1e-12 * rates["BN"] else None
+
+    def per_block(rates: dict | None) -> dict:
+        per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
+                                                                              given or (0.12,))
+        return {**per, **({ics.EQUAL_RATE: (equal_rate(rates),)} if equal_rate(rates) else {})}
 
     def design(rates: dict | None) -> dict:
         return {"rates": rates or {}, "own_rates": rates is not None, "tuning_dir": str(tuning_dir) if rates else None,
                 "tuning_seeds": list(ics.TUNING_SEEDS) if rates else [], "evaluation_seeds": list(seeds),
                 "target": ics.TARGET, "rate_source": "the MNIST reproduction's tuning rule (bnexp.designs.mnist.choose)"
-                f" at {ics.TARGET:.0%} on its tuning seeds" if rates else "the lr override or the configs' rate"}
+                f" at {ics.TARGET:.0%} on its tuning seeds" if rates else "the lr override or the configs' rate",
+                "equal_rate_lr": equal_rate(rates)}
 
     def todo(rates: dict | None) -> list[Block]:
-        per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
-                                                                              given or (0.12,))
-        names = ics.run_names(per, scales, seeds)
+        names = ics.run_names(per_block(rates), scales, seeds)
         return [b for b, ns in zip(mnist_blocks(rates), names.values())
                 if any(not ics.mnist.is_done(mnist_dir, n) for n in ns)]
 
     rates, head, problem = decide()
-    per = {k: (v,) for k, v in rates.items()} if rates else dict.fromkeys(("BN", "no BN", "noisy BN"),
-                                                                          given or (0.12,))
+    per = per_block(rates)
     if problem:
         head = [f"the MNIST part's rates come from the MNIST reproduction's tuning grids: {problem}"
                 + ("; reproduce_all.sh runs the MNIST reproduction first, and this part chooses its rates when it "
@@ -295,9 +310,12 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
                                                *ICS_PROBES]
     cifar_seeds = ics.numbers(ics.override_value(user, "seed"), int) or ics.CIFAR_SEEDS
     cifar_design = {"rates": {}, "own_rates": False, "tuning_dir": None, "tuning_seeds": [],
-                    "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate"}
+                    "evaluation_seeds": list(cifar_seeds), "rate_source": "the bn_baseline preset's rate",
+                    "constant_rate_runs": list(ics.CONSTANT)}
     cifar = Part("ICS study, CIFAR-10 part", cifar_dir, cifar_docs, Decision(
         [Block("BN and no BN", common_c + ["bn=true,false"], user),
+         Block("BN and no BN at a constant rate (the equal-rate matching, docs/ics/PLAN.md)",
+               common_c + ["bn=true,false", *ics.CONSTANT, ics.SUBDIR["constant"]], user),
          Block(f"noisy BN at strengths {noise}", common_c + ["bn=noisy"], [f"bn.noise_scale={noise}", *user])],
         last=True, prepare=lambda: write_design(cifar_dir, cifar_design)))
     cifar.cost = lambda steps_, bn: ICS_CPU["overhead_s"] + steps_ / ICS_CPU["steps_per_s"]
@@ -312,8 +330,9 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
     chosen there (:func:`.studies.evaluation_batches`, the report's rule) on EVALUATION_SEEDS (0-4); one stage
     (the grids on the given seeds) when the overrides set ``seed``."""
-    from bnexp.designs import studies
+    from bnexp.analysis.grid_edges import rule_text, write_record
     from bnexp.analysis.tuning import TUNING_SEEDS
+    from bnexp.designs import studies
 
     study = studies.build_studies()[name]
     sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)
@@ -330,10 +349,10 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
         raise UserError(str(exc)) from None
     seeds = ", ".join(map(str, evaluation))
 
-    def stage2() -> tuple[list[str], list]:
+    def stage2() -> studies.StageTwo:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # runs in progress or failed: treated as not complete
-            return studies.evaluation_batches(study, sweep, evaluation, ex)
+            return studies.stage_two(study, sweep, evaluation, ex)
 
     def state(expanded=None) -> tuple[list[int], tuple | ValueError | None]:
         """From SWEEP_DIR now (each run read once): (stage 1's batches with a run to do, stage 2's (messages,
@@ -352,13 +371,19 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
             return decision([], [every[i] for i in pending], last=not evaluation)
         if isinstance(chosen, ValueError):  # nothing runs: the report of the tuning runs shows why
             return Decision([])
-        msgs, batches = chosen
+        msgs, batches = chosen.messages, chosen.batches
         todo = sorted({j.batch for j in studies.expand(studies.Study(name, "", tuple(batches)), ex2)
                        if not studies.is_done(sweep, j)})
-        return decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
-                         f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
-                        [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
-                         for i in todo])
+        if chosen.extending:
+            return decision([f"stage 1 goes on ({rule_text()}):", *msgs],
+                            [Block(batches[i].label, common + batches[i].all_overrides(), list(ex2)) for i in todo])
+        d = decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
+                      f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
+                     [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
+                      for i in todo])
+        if d.blocks:  # the rule's record for the report (grid_edges.json), when stage 2 runs
+            d.prepare = lambda: write_record(sweep, chosen.record)
+        return d
 
     st = state(jobs)
     first = decide(st)
@@ -367,11 +392,19 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
     seconds = est["seconds"]
     if evaluation:
+        text += f"\nstage 1's {rule_text()}"
         exact = not pending
         try:
             if isinstance(st[1], ValueError):
                 raise st[1]
-            batches = st[1][1] if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
+            if exact and st[1].extending:  # the rule's added rates first: stage 2 is chosen after them
+                add = studies.Study(name, "the grid-edge rule's added rates on the tuning seeds", tuple(st[1].batches))
+                est_add = studies.estimate(add, env.jobs, ex2, sweep_dir=sweep)
+                text = "\n".join([text, *st[1].messages, studies.plan_text(add, est_add, env.jobs, {
+                    i: shlex.join(b.command) for i, b in enumerate(first.blocks)})])
+                seconds += est_add["seconds"]
+                exact = False
+            batches = st[1].batches if exact else studies.evaluation_estimate_batches(study, evaluation, ex)
         except ValueError as exc:
             batches, text = [], text + f"\nstage 2 not planned: {exc}"
         st2 = studies.Study(name, f"each configuration at its chosen rate(s) on the evaluation seeds {seeds}"

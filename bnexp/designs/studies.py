@@ -257,14 +257,17 @@ def networks(study: Study, extra: tuple[str, ...] = ()) -> dict[tuple, list[Job]
     return out
 
 
-def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seeds) -> Batch:
+def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seeds, evaluate: bool = True) -> Batch:
     """The stage-2 multirun of one network: stage 1's batch ``index`` with the network's values fixed, ``lr``
     the chosen ``rates``, ``seed`` the evaluation ``seeds`` and the batch's ``evaluate`` overrides; its run
     folders are named as stage 1 names them (the keys stage 1 sweeps, plus those ``evaluate`` sweeps), e.g.
-    ``m=2/bn=layer,lr=0.3,seed=0``."""
+    ``m=2/bn=layer,lr=0.3,seed=0``. ``evaluate=False``: without the ``evaluate`` overrides (stage 1's own
+    settings: the grid-edge rule's added rates on the tuning seeds)."""
     from bnexp.runfolders.runnames import swept_name
 
     b = study.batches[index]
+    if not evaluate:
+        b = replace(b, evaluate=())
     keys = {o.split("=", 1)[0] for o in net}
     fixed = [o for o in b.overrides if o.split("=", 1)[0] not in keys | {"lr", "seed"}
              and o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in b.evaluate}]
@@ -278,46 +281,104 @@ def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seed
                               *b.evaluate))
 
 
-def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
-                       extra: tuple[str, ...] = ()) -> tuple[list[str], list[Batch]]:
-    """Stage 2 of a study whose tuning runs (stage 1 with ``extra``) are all complete in ``sweep_dir``: per
-    network, per objective of the study (:data:`bnexp.analysis.study_runs.OBJECTIVES`), the rate that
-    :func:`bnexp.analysis.study_runs.choose` picks on the tuning runs (the report's rule), as one
-    :func:`evaluation_batch` each (a rate chosen twice trained once).
+@dataclass
+class StageTwo:
+    """What follows a study's complete stage-1 grids (:func:`stage_two`): ``messages`` (one line per network),
+    ``batches`` (the grid-edge rule's added rates on the tuning seeds while ``extending``, else stage 2's
+    evaluation batches) and ``record`` (the rule's record, :func:`bnexp.analysis.grid_edges.record_entry` per
+    network and objective; [] while extending)."""
 
-    Returns:
-        (messages: one line per network with its choices, or why none was made; the batches).
+    messages: list[str]
+    batches: list[Batch]
+    extending: bool
+    record: list[dict]
+
+
+def stage_two(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS, extra: tuple[str, ...] = ()) -> StageTwo:
+    """What a study runs once its tuning runs (stage 1 with ``extra``) are all complete in ``sweep_dir``.
+
+    First the grid-edge rule (docs/studies/PLAN.md, amendment item 1; :mod:`bnexp.analysis.grid_edges`), replayed
+    from the design's grids: per network and objective of the study
+    (:data:`bnexp.analysis.study_runs.OBJECTIVES`), the rate :func:`bnexp.analysis.study_runs.choose` picks on
+    every tuning run of the network so far (the report's rule); a choice at an edge adds the next factor-2 rate
+    beyond it on the tuning seeds (one :func:`evaluation_batch` per network, ``evaluate=False``), until the rule
+    stops for every network. Then stage 2: per network the chosen rates, as one :func:`evaluation_batch` each on
+    ``seeds`` (a rate chosen twice trained once).
 
     Raises:
-        ValueError: a tuning run is missing or unfinished.
+        ValueError: a tuning run of the design's grids is missing or unfinished.
     """
-    from bnexp.analysis.runs import load_sweep
-    from bnexp.analysis.runs import native
-    from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES, choose, study_cells
-    from bnexp.analysis.tuning import RateChoice
+    from bnexp.analysis.grid_edges import choice_state, record_entry, same_rate
+    from bnexp.analysis.runs import load_sweep, native
+    from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES, choose, family_label, study_cells
+    from bnexp.analysis.tuning import TUNING_SEEDS, RateChoice
 
     nets = networks(study, extra)
     jobs = [j for js in nets.values() for j in js]
     missing = [j.folder for j in jobs if not is_done(sweep_dir, j)]
     if missing:
         raise ValueError(f"{len(missing)} tuning run(s) not complete, e.g. {missing[0]}")
-    c = study_cells(study.name, load_sweep([Path(sweep_dir) / j.folder for j in jobs]))
+    no_lr = tuple(o for o in extra if o.split("=", 1)[0] not in ("lr", "seed"))
+    original = {k: sorted({float(dict(o.split("=", 1) for o in j.overrides)["lr"]) for j in js})
+                for k, js in nets.items()}
+    added: dict[tuple, list[float]] = {k: [] for k in nets}
     keys = FAMILY_KEYS[study.name]
-    choices = {o: choose(c, keys, o) for o in OBJECTIVES[study.name]}
-    family = {Path(r["run"]).resolve(): tuple(native(r[k]) for k in keys) for _, r in c.iterrows()}
-    msgs, out = [], []
-    for (index, net), js in nets.items():
-        combo = family.get((Path(sweep_dir) / js[0].folder).resolve())
-        picks = {o: ch.get(combo) for o, ch in choices.items()}
-        label = ": ".join(x for x in (study.batches[index].label, " ".join(net)) if x)  # e.g. 12 hidden layers: bn='true'
-        if not all(isinstance(p, RateChoice) for p in picks.values()):
-            msgs.append(f"  {label}: not evaluated: " + "; ".join(str(p) for p in picks.values()
-                                                                  if not isinstance(p, RateChoice)))
+    labels = {k: ": ".join(x for x in (study.batches[k[0]].label, " ".join(k[1])) if x) for k in nets}
+    while True:
+        grown = {k: evaluation_batch(study, k[0], k[1], rates, TUNING_SEEDS, evaluate=False)
+                 for k, rates in added.items() if rates}
+        more = {k: expand(Study(study.name, "", (b,)), no_lr) for k, b in grown.items()}
+        todo = {k for k, js in more.items() if any(not is_done(sweep_dir, j) for j in js)}
+        if todo:
+            left = {k: [r for r in added[k] if any(not is_done(sweep_dir, j) for j in more[k]
+                                                   if same_rate(float(dict(o.split("=", 1) for o in j.overrides)["lr"]), r))]
+                    for k in todo}
+            return StageTwo([f"  {labels[k]}: lr {', '.join(f'{r:g}' for r in left[k])} added on the tuning seeds"
+                             for k in nets if k in todo],
+                            [replace(evaluation_batch(study, k[0], k[1], left[k], TUNING_SEEDS, evaluate=False),
+                                     label=f"{labels[k]} (grid-edge rule: added rates)") for k in nets if k in todo],
+                            True, [])
+        folders = [j.folder for j in jobs] + [j.folder for js in more.values() for j in js]
+        c = study_cells(study.name, load_sweep([Path(sweep_dir) / f for f in folders]))
+        choices = {o: choose(c, keys, o) for o in OBJECTIVES[study.name]}
+        family = {Path(r["run"]).resolve(): tuple(native(r[k]) for k in keys) for _, r in c.iterrows()}
+        picks = {k: {o: ch.get(family.get((Path(sweep_dir) / js[0].folder).resolve())) for o, ch in choices.items()}
+                 for k, js in nets.items()}
+        states = {(k, o): choice_state(original[k], p) for k, ps in picks.items() for o, p in ps.items()
+                  if isinstance(p, RateChoice)}
+        new = False
+        for (k, o), st in states.items():
+            if st.next_rate is not None and not any(same_rate(st.next_rate, r) for r in original[k] + added[k]):
+                added[k].append(st.next_rate)
+                new = True
+        if not new:
+            break
+    msgs, out, record = [], [], []
+    for k, ps in picks.items():
+        index, net = k
+        combo = family.get((Path(sweep_dir) / nets[k][0].folder).resolve())
+        if not all(isinstance(p, RateChoice) for p in ps.values()):
+            msgs.append(f"  {labels[k]}: not evaluated: " + "; ".join(str(p) for p in ps.values()
+                                                                      if not isinstance(p, RateChoice)))
             continue
-        msgs.append(f"  {label}: " + ", ".join(f"{o} lr {p.rate:g}{' (censored)' if p.censored else ''}"
-                                               for o, p in picks.items()))
-        out.append(evaluation_batch(study, index, net, [p.rate for p in picks.values()], seeds))
-    return msgs, out
+        msgs.append(f"  {labels[k]}: " + ", ".join(
+            f"{o} lr {p.rate:g}{' (censored)' if p.censored else ''}"
+            + (f" [{states[k, o].mark}]" if states[k, o].mark else "") for o, p in ps.items()))
+        record += [record_entry(family_label(keys, combo) if combo else labels[k], o, original[k], p, states[k, o])
+                   for o, p in ps.items()]
+        out.append(evaluation_batch(study, index, net, [p.rate for p in ps.values()], seeds))
+    return StageTwo(msgs, out, False, record)
+
+
+def evaluation_batches(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS,
+                       extra: tuple[str, ...] = ()) -> tuple[list[str], list[Batch]]:
+    """(messages, batches) of :func:`stage_two`: the grid-edge rule's added rates while it extends, else stage 2.
+
+    Raises:
+        ValueError: a tuning run is missing or unfinished.
+    """
+    st = stage_two(study, sweep_dir, seeds, extra)
+    return st.messages, st.batches
 
 
 def evaluation_estimate_batches(study: Study, seeds=EVALUATION_SEEDS, extra: tuple[str, ...] = ()) -> list[Batch]:

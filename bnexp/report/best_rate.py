@@ -77,12 +77,13 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
         except ValueError as exc:
             lr, selection, why = None, None, f"no rate chosen ({exc})"
         scored = rows[~rows["seed"].isin(TUNING_SEEDS)]
-    group = next((g for g in family if lr is not None and abs(g.lr - lr) < 1e-12), None)
+    at = [g for g in family if lr is not None and abs(g.lr - lr) < 1e-12]  # tuning and evaluation runs of one
+    group = at[-1] if at else None  # rate may differ in the split they read (data.validation): one rate, all
     if group is None:
         return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "runs": {},
                 "choice": None, "why": why or "no rate of the grid has a completed run"}
-    mine = scored[(scored["group"] == group.key)].dropna(subset=["seed"])
-    return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, [g.lr for g in family]),
+    mine = scored[scored["group"].isin([g.key for g in at])].dropna(subset=["seed"])
+    return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, sorted({g.lr for g in family})),
             "budget": group.max_steps, "runs": {int(r.seed): i for i, r in mine.iterrows()},
             "steps": {int(r.seed): optional(r[col], int) for _, r in mine.iterrows()},
             "choice": choice.as_dict() if choice else None, "why": None}
@@ -132,12 +133,14 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
     families: dict[str, list[ConfigGroup]] = {}
     for g in groups:
         if g.lr is not None and not g.key.startswith("summary:"):
-            families.setdefault(config_key(g.config, ("lr",)), []).append(g)
+            # the split a run reads (data.validation: tuning on held-out training images, evaluation on test;
+            # docs/mnist/PLAN.md) is not part of the network: one family across it
+            families.setdefault(config_key(g.config, ("lr", "data.validation")), []).append(g)
     settings: dict[str, dict[str, list[ConfigGroup]]] = {}
-    for fam in (sorted(f, key=lambda g: g.lr) for f in families.values() if len(f) > 1):
+    for fam in (sorted(f, key=lambda g: g.lr) for f in families.values() if len({g.lr for g in f}) > 1):
         v = normalizer_label(fam[0].config)  # BN and noisy BN against no BN; other normalizers have no row
         if v in ("BN", "noisy BN", "no BN"):
-            settings.setdefault(config_key(fam[0].config, ("lr", "bn", "experiment")), {})[v] = fam
+            settings.setdefault(config_key(fam[0].config, ("lr", "bn", "experiment", "data.validation")), {})[v] = fam
     rows = [_speedup_row(setting[variant], setting["no BN"], groups, table, target) for target in targets
             for setting in settings.values() for variant in ("BN", "noisy BN")
             if variant in setting and "no BN" in setting]

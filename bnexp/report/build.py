@@ -10,9 +10,11 @@ import pandas as pd
 
 from bnexp.analysis.tuning import SPEEDUP_TARGETS
 from bnexp.report.best_rate import best_rate_speedups, held_out_seeds
+from bnexp.analysis.grid_edges import read_record
 from bnexp.report.seed_advice import seed_advice
+from bnexp.report.multiplicity import adjust_page, mark_claims
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
-from bnexp.report.ics_stats import gradient_long, ics_run_frame, ics_summary, progress_records
+from bnexp.report.ics_stats import DEF21, gradient_long, ics_run_frame, ics_summary, probe_records, progress_records
 from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
 from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicate_seeds import drop_duplicate_seeds
@@ -110,6 +112,48 @@ def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
     return scored, table[~table["seed"].isin(list(tuning_seeds))]
 
 
+def evaluated_on(table: pd.DataFrame, tuning_seeds: Collection[int]) -> dict[str, list[str]]:
+    """Which split the runs read (the summary's ``evaluated_on``: "test", or "validation" with
+    ``data.validation``; a run without the field read the test set, as every run did before the key existed):
+    {"tuning": splits of the runs on ``tuning_seeds``, "evaluation": of the other runs} (sorted lists) in a
+    held-out sweep, {"all": ...} otherwise (docs/mnist/PLAN.md: tuning on the validation split, evaluation on
+    test)."""
+    col = table["summary.evaluated_on"] if "summary.evaluated_on" in table else pd.Series("test", index=table.index)
+    col = col.where(col.notna(), "test").astype(str)
+    if not tuning_seeds:
+        return {"all": sorted(set(col))}
+    tuned = table["seed"].isin(list(tuning_seeds))
+    return {"tuning": sorted(set(col[tuned])), "evaluation": sorted(set(col[~tuned]))}
+
+
+def split_names(table: pd.DataFrame, splits: dict[str, list[str]]) -> dict[str, str]:
+    """report.json's ``tuning_split`` and ``evaluation_split`` of a held-out sweep (docs/mnist/PLAN.md): "test", or
+    "validation (10,000 held-out training images)" with the runs' ``data.validation``; {} otherwise."""
+    if "tuning" not in splits:
+        return {}
+    held = pd.to_numeric(table.get("data.validation", pd.Series(dtype=float)), errors="coerce").dropna()
+    n = sorted({int(v) for v in held if v > 0})
+
+    def name(ss):
+        return " and ".join(f"validation ({', '.join(f'{k:,}' for k in n)} held-out training images)"
+                            if x == "validation" and n else x for x in ss)
+    return {"tuning_split": name(splits["tuning"]), "evaluation_split": name(splits["evaluation"])}
+
+
+def equal_rate_groups(groups: list[ConfigGroup], design: dict | None) -> tuple[list[ConfigGroup], list[ConfigGroup]]:
+    """The ICS design's BN-at-no-BN's-rate runs apart (``design["equal_rate_lr"]``, docs/ics/PLAN.md): (the groups
+    the own-rate claims pair: all but BN at that rate; BN and no BN at that rate, for the equal-rate rows; [] when
+    the design has no such rate)."""
+    from bnexp.report.groups import bn_variant
+
+    r = (design or {}).get("equal_rate_lr")
+    if not r:
+        return groups, []
+    at = [g for g in groups if g.lr is not None and abs(g.lr - r) <= 1e-9 * r and bn_variant(g) in ("BN", "no BN")]
+    extra = [g for g in at if bn_variant(g) == "BN"]
+    return [g for g in groups if g not in extra], at if extra else []
+
+
 def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     """Read the sweep folder (or a single run directory) once, group its runs and compute every statistic and
     claim at ``targets`` (None: the summaries'): the claims table (``data["claims"]``,
@@ -159,6 +203,19 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
     held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
+    splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()))
+    progress = progress_records(sweep.metrics, gradient_long(sweep.ics))
+    probes = {k: probe_records(sweep.metrics, gradient_long(sweep.ics), table, k) for k in DEF21}
+    own, equal = equal_rate_groups(groups, design)
+    claims = [] if study and study.get("tuning_seeds") else ics_claims(
+        *scored_runs(own, table, held.get("tuning_seeds", ())), targets, progress, ignore, probes)
+    if equal:  # BN at no BN's rate: the Def. 2.1 rows matched at equal rates (docs/ics/PLAN.md, amendment)
+        claims += [r for r in ics_claims(*scored_runs(equal, table, held.get("tuning_seeds", ())), targets, progress,
+                                         (), probes) if r["view"].endswith("at equal rates")]
+    page = [*claims, *speedups, *((study or {}).get("claims") or [])]  # the page's claims: one Holm family
+    mark_claims(page, read_record(sweep_dir))
+    for row in page:
+        row["evaluated_on"] = splits.get("evaluation") or splits.get("all")
     report.data.update({
         "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "duplicate_runs": duplicates,
@@ -168,10 +225,9 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                                    tuning_seeds=(study or {}).get("tuning_seeds") or held.get("tuning_seeds", ())),
         # a held-out study's claims are its study section's: its configurations run at different rates, and a
         # pairing of BN and no BN at equal rates would mix tuning and evaluation seeds (docs/studies/PLAN.md)
-        "claims": [] if study and study.get("tuning_seeds") else ics_claims(
-            *scored_runs(groups, table, held.get("tuning_seeds", ())), targets,
-            progress_records(sweep.metrics, gradient_long(sweep.ics)), ignore), "ics": ics,
+        "claims": claims, "ics": ics,
         "best_rate_speedups": speedups, **held,
+        "evaluated_on": splits, **split_names(table, splits), "multiplicity": adjust_page(page), "grid_edges": read_record(sweep_dir),
         **(design_fields(design, table["seed"].dropna()) if design is not None else {}),  # the ICS study's seeds
         **(frontier or {}),  # "frontier", "matched_accuracy", "frontier_analysis"
         "study": study,

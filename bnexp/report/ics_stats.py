@@ -5,8 +5,10 @@ from the sweep's record frames (:class:`bnexp.analysis.runs.Sweep`); docs/ics/me
   inputs to the nonlinearity, ``bn_input_shift_metrics`` of BN's input Wu), the last record's mean over the
   hidden layers; ``<key>.last``: the last hidden layer; ``*_prev`` keys: mean over the records after the first.
   Scale-free ``ks_first``, ``w1_rel_first`` beside the raw ``w1_first``; sampling-noise floors ``*_floor``.
-* ``grad.<key>``: gradient-based ICS (Santurkar et al. 2018, Def. 2.1; ics.jsonl ``grad_ics``), mean over
-  probes and layers 2..K (layer 1 is 0 by definition; the classifier is no hidden layer).
+* ``grad.<key>``: gradient-based ICS (ics.jsonl ``grad_ics``), mean over probes and layers 2..K (layer 1 is 0 by
+  definition; the classifier is no hidden layer): ``l2`` = ||G - G'||_2 is Santurkar et al. 2018's Def. 2.1 as
+  defined and ``one_minus_cos`` = 1 - cos(G, G') its Fig. 3 companion; ``l2_rel`` = ||G - G'|| / ||G|| and
+  ``l2_rel_per_move`` (that per relative movement of the earlier layers) are normalized variants, not Def. 2.1.
 * ``land.<key>``: landscape probes (Sec. 3.1; ics.jsonl ``landscape``), mean over probes: filter-normalized
   ``fn_*`` (Li et al. 2018), scale-invariant ``rel_*``, raw.
 * ``time.<kind>``: summary.json ``probe_time_s`` (seconds per run).
@@ -31,7 +33,7 @@ from bnexp.analysis.runs import Sweep
 from bnexp.report.stats import value_stat
 from bnexp.runfolders.rundir import PROBE_KINDS
 
-GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel")
+GRAD_KEYS = ("l2_rel_per_move", "l2_rel", "l2", "cos", "move_rel", "one_minus_cos")
 LANDSCAPE_KEYS = tuple(f"{p}{k}" for p in ("fn_", "rel_", "") for k in
                        ("loss_variation", "grad_predictiveness", "beta_smoothness"))
 ICS_PREFIXES = ("shift.", "bn_input.", "grad.", "land.", "time.")
@@ -81,6 +83,7 @@ def ics_run_frame(sweep: Sweep) -> pd.DataFrame:
     parts = [_distribution(sweep.shift, "shift_metrics", "shift"),
              _distribution(sweep.shift, "bn_input_shift_metrics", "bn_input"),
              grad.unstack().filter(items=GRAD_KEYS).add_prefix("grad."),
+             (1.0 - grad.unstack().filter(items=["cos"])).rename(columns={"cos": "grad.one_minus_cos"}),
              land.filter(items=LANDSCAPE_KEYS).apply(pd.to_numeric, errors="coerce").groupby(land["run"]).mean()
              .add_prefix("land."),
              pd.DataFrame.from_dict(times, orient="index").filter(items=PROBE_KINDS).add_prefix("time.")]
@@ -176,4 +179,121 @@ def progress_records(metrics: pd.DataFrame, grad: pd.DataFrame, key: str = "l2_r
                 for ((_, step), value), i in zip(series.items(), ends) if i]
         if recs:
             out[str(run)] = recs
+    return out
+
+
+# --- matched progress at equal learning rates (docs/ics/PLAN.md, amendment of 2026-11-29) --------------------
+
+RATE_TOL = 0.01  # two probes' learning rates agree when they differ by at most 1% (relative)
+DEF21 = {"l2": "||G - G'||_2", "one_minus_cos": "1 - cos(G, G')"}  # Santurkar et al. Def. 2.1 and Fig. 3
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One gradient-ICS probe of a run: its ``step``, the learning rate there (``rate``), the evaluation loss
+    there smoothed over one probe interval either side (``loss``, nats; None without evaluation records) and the
+    probe's ``value`` (mean over layers 2..K of one measure)."""
+
+    step: int
+    rate: float
+    loss: float | None
+    value: float
+
+
+def rate_at(lr: float, schedule: str, decay_rate: float, decay_steps: int, step: int) -> float:
+    """The learning rate at ``step`` of a run's schedule (:func:`bnexp.train.runtime.lr_lambda`, the trainer's own
+    multiplier): ``lr`` x the multiplier."""
+    from bnexp.train.runtime import lr_lambda
+
+    return float(lr) * float(lr_lambda(str(schedule).rsplit(".", 1)[-1], float(decay_rate), int(decay_steps))(step))
+
+
+def smoothed(evals: Sequence[tuple[int, float]], step: int, half: float) -> float | None:
+    """The mean evaluation loss of the records within ``half`` steps either side of ``step`` (None: none)."""
+    near = [loss for s, loss in evals if abs(s - step) <= half and math.isfinite(loss)]
+    return sum(near) / len(near) if near else None
+
+
+@dataclass(frozen=True)
+class RateMatched:
+    """The equal-rate comparison of one pair of runs (a over b): the loss ``level`` (nats), each side's matched
+    ``step_a``, ``step_b``, its ``rate_a``, ``rate_b`` and ``value_a``, ``value_b``, ``ratio`` = value_a /
+    value_b; ``confounded``: no probe pair had equal rates, so the values are those of the rate-blind matching
+    (:func:`matched_progress`'s rule on the smoothed loss) and the ratio carries no verdict."""
+
+    level: float
+    step_a: int
+    step_b: int
+    rate_a: float
+    rate_b: float
+    value_a: float
+    value_b: float
+    ratio: float | None
+    confounded: bool
+
+
+def same_rate(a: float, b: float, tol: float = RATE_TOL) -> bool:
+    """Whether two learning rates agree within ``tol`` (relative)."""
+    return abs(a - b) <= tol * max(abs(a), abs(b))
+
+
+def matched_at_equal_rates(a: Sequence[Probe], b: Sequence[Probe], tol: float = RATE_TOL) -> RateMatched | None:
+    """Compare two runs where both have reached the same evaluation loss **at the same learning rate**
+    (docs/ics/PLAN.md, amendment): the candidate pairs are the probe pairs (pa, pb) whose rates agree within
+    ``tol``; the level L is the higher of the two runs' lowest smoothed losses over their candidate probes; the
+    matched pair is the first candidate pair (by a's step, then b's) with both losses at or below L. Without a
+    candidate pair, or without one at the common level, the rate-blind matching on the smoothed loss is returned
+    with ``confounded`` True. None when either run has no probe with a loss.
+
+    Example: a constant rate on both sides makes every pair a candidate, and the result is the committed
+    matching's; one decaying schedule on both sides pairs equal steps only, so a net that reaches the level
+    early is compared where the other reaches it too, at that step's rate.
+    """
+    a = sorted((p for p in a if p.loss is not None and math.isfinite(p.value)), key=lambda p: p.step)
+    b = sorted((p for p in b if p.loss is not None and math.isfinite(p.value)), key=lambda p: p.step)
+    if not a or not b:
+        return None
+    pairs = [(pa, pb) for pa in a for pb in b if same_rate(pa.rate, pb.rate, tol)]
+    if pairs:
+        level = max(min(pa.loss for pa, _ in pairs), min(pb.loss for _, pb in pairs))
+        ok = [(pa, pb) for pa, pb in pairs if pa.loss <= level and pb.loss <= level]
+        if ok:
+            pa, pb = min(ok, key=lambda q: (q[0].step, q[1].step))
+            return RateMatched(level, pa.step, pb.step, pa.rate, pb.rate, pa.value, pb.value,
+                               pa.value / pb.value if pb.value else None, False)
+    level = max(min(p.loss for p in a), min(p.loss for p in b))
+    pa, pb = next(p for p in a if p.loss <= level), next(p for p in b if p.loss <= level)
+    return RateMatched(level, pa.step, pb.step, pa.rate, pb.rate, pa.value, pb.value,
+                       pa.value / pb.value if pb.value else None, True)
+
+
+def probe_records(metrics: pd.DataFrame, grad: pd.DataFrame, table: pd.DataFrame, key: str) -> dict[str, list[Probe]]:
+    """Each run's :class:`Probe` s of measure ``key`` ("l2", "one_minus_cos" = 1 - cos, "l2_rel_per_move", ...;
+    the mean over layers 2..K of :func:`gradient_long`): the rate from the run's ``lr`` and ``optim.*`` schedule
+    keys in ``table`` (the per-run table; a run without ``optim.schedule`` ran at a constant rate), the loss
+    from metrics.jsonl's ``test_loss`` smoothed over one probe interval (the median spacing of its probes)
+    either side. {run id: probes}; runs without probes left out."""
+    out: dict[str, list[Probe]] = {}
+    src = "cos" if key == "one_minus_cos" else key
+    if grad.empty:
+        return out
+    probes = grad[grad["key"] == src].groupby(["run", "step"])["value"].mean()
+    if key == "one_minus_cos":
+        probes = 1.0 - probes
+    has_loss = not metrics.empty and "test_loss" in metrics
+    for run, series in probes.groupby(level="run"):
+        steps = [int(s) for s in series.index.get_level_values("step")]
+        half = float(pd.Series(steps).diff().median()) if len(steps) > 1 else 0.0
+        half = half if math.isfinite(half) else 0.0
+        row = table.loc[run] if run in table.index else {}
+        get = (lambda k, d: row[k] if k in row and not pd.isna(row[k]) else d)
+        lr, sched = get("lr", math.nan), get("optim.schedule", "constant")
+        rate, dr, ds = float(lr), get("optim.decay_rate", 1.0), get("optim.decay_steps", 1000)
+        evals = []
+        if has_loss:
+            own = metrics[metrics["run"] == run]
+            evals = [(int(s), float(v)) for s, v in zip(own["step"], pd.to_numeric(own["test_loss"], errors="coerce"))
+                     if not pd.isna(v)]
+        out[str(run)] = [Probe(s, rate_at(rate, sched, dr, ds, s), smoothed(evals, s, half), float(v))
+                         for s, v in zip(steps, series.values)]
     return out

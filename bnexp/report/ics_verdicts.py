@@ -21,7 +21,7 @@ import pandas as pd
 from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
-from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_by_seed
+from bnexp.report.ics_stats import DEF21, GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
 from bnexp.analysis.rules import Censored
 from bnexp.report.stats import value_stat
@@ -74,6 +74,17 @@ SPECS: tuple[Spec, ...] = (
     Spec(Claim("Noisy BN still faster than no BN", "no-BN / noisy-BN steps to the main target", ">", 1.0), "no BN",
          "noisy BN", "steps"),
 )
+# Santurkar et al.'s Def. 2.1 as defined (docs/ics/PLAN.md, amendment of 2026-11-29): the raw ||G - G'||_2 and
+# 1 - cos(G, G'), at the same steps and matched at equal learning rates (RATE_MATCHED + the measure)
+RATE_MATCHED = "grad.rate_matched:"
+SPECS = SPECS + tuple(
+    Spec(Claim("BN reduces gradient ICS", f"BN / no-BN {what} (Santurkar et al. Def. 2.1{', raw' if key == 'l2' else ', Fig. 3'}"
+               f"), mean over layers 2..K{suffix}", "<", 1.0), "BN", "no BN", col, f"Def. 2.1 {name}, {view}", False)
+    for key, what, name in (("l2", DEF21["l2"], "raw L2"), ("one_minus_cos", DEF21["one_minus_cos"], "1 - cos"))
+    for col, view, suffix in ((f"grad.{key}", "same steps", ""),
+                              (RATE_MATCHED + key, "matched progress at equal rates",
+                               ", at the first probe pair at equal learning rates where both nets reach the lowest "
+                               "smoothed evaluation loss both reach")))
 CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
 
 
@@ -154,15 +165,55 @@ def matched_rows(a: pd.DataFrame, b: pd.DataFrame, progress: Mapping[str, list])
     return {s: asdict(m) if m else None for s, m in matched_by_seed(*runs).items()}
 
 
+def rate_matched_rows(a: pd.DataFrame, b: pd.DataFrame, probes: Mapping[str, list]) -> dict[int, dict | None]:
+    """Per seed, :func:`bnexp.report.ics_stats.matched_at_equal_rates` of side ``a``'s run with side ``b``'s (seed
+    frames; ``probes``: run id -> :class:`~bnexp.report.ics_stats.Probe` s of one measure), as a dict; None where a
+    run has no probes."""
+    runs = [{int(s): probes[r] for s, r in side["run_id"].items() if r in probes} for side in (a, b)]
+    out = {}
+    for s in sorted(set(runs[0]) | set(runs[1])):
+        m = matched_at_equal_rates(runs[0][s], runs[1][s]) if s in runs[0] and s in runs[1] else None
+        out[s] = asdict(m) if m else None
+    return out
+
+
+def _rate(side: pd.DataFrame, seed: int, step: int) -> float | None:
+    """The learning rate of ``side``'s run of ``seed`` at ``step`` (its lr and optim schedule keys)."""
+    if seed not in side.index or "lr" not in side or pd.isna(side["lr"][seed]):
+        return None
+    get = (lambda k, d: side[k][seed] if k in side and not pd.isna(side[k][seed]) else d)
+    return rate_at(float(side["lr"][seed]), get("optim.schedule", "constant"), get("optim.decay_rate", 1.0),
+                   get("optim.decay_steps", 1000), int(step))
+
+
+def confounded_text(matched: Mapping[int, dict | None], names: tuple[str, str]) -> str | None:
+    """"schedule-confounded: ..." when a seed's matched probes lie at learning rates more than 1% apart (the
+    rates compared, per seed), else None."""
+    from bnexp.report.ics_stats import same_rate
+
+    apart = [(s, m) for s, m in matched.items() if m and m.get("rate_a") is not None and m.get("rate_b") is not None
+             and not same_rate(m["rate_a"], m["rate_b"])]
+    if not apart:
+        return None
+    return ("schedule-confounded: the matched probes lie at different learning rates ("
+            + "; ".join(f"seed {s}: {names[0]} step {m['step_a']:,} at {m['rate_a']:.3g}, {names[1]} step "
+                        f"{m['step_b']:,} at {m['rate_b']:.3g}" for s, m in apart) + ")")
+
+
 def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float],
-               progress: Mapping[str, list] | None = None, ignore: tuple[str, ...] = ()) -> list[dict]:
+               progress: Mapping[str, list] | None = None, ignore: tuple[str, ...] = (),
+               probes: Mapping[str, Mapping[str, list]] | None = None) -> list[dict]:
     """The claims table: :data:`SPECS` evaluated for every set of matching BN / no-BN (and noisy-BN)
     configurations (:func:`comparison_sets`, the config keys ``ignore`` left out of the match: ("lr",) when
     each net ran at its own rate) at :func:`main_target`; each row as :func:`bnexp.report.claims.evaluate`
     returns it plus "setting" (e.g. "lr=0.5", "" when one), "view" and "preregistered" (:class:`Spec`), for the
     matched-progress row "matched" ({seed: level, steps and values, or None}; ``progress``: run id -> records
     of :func:`bnexp.report.ics_stats.progress_records`, None: none recorded) and, for the noisy-BN claims,
-    "noise_scale" (the strength evaluated, None when the premise is not met)."""
+    "noise_scale" (the strength evaluated, None when the premise is not met). The Def. 2.1 rows matched at equal
+    rates (:data:`RATE_MATCHED`) read ``probes`` ({measure: {run id: probes}},
+    :func:`bnexp.report.ics_stats.probe_records`); where a seed has no equal-rate pair the row is "premise not
+    met", its reason "schedule-confounded" with the rates compared. The pre-registered matched row keeps its
+    verdict and gains "rates" per seed and, where they differ, "second_reading" (docs/ics/PLAN.md, amendment)."""
     t, rows = main_target(targets), []
     for s in comparison_sets(groups, ignore):
         side = {v: seed_frame(table, s[v], t) for v in ("BN", "no BN") if s[v] is not None}
@@ -179,10 +230,29 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
         for spec in (spec for spec in SPECS if spec.num in side and spec.den in side):
             num, den, col, extra, ratios = spec.num, spec.den, spec.col, {}, None
             noisy = "noisy BN" in (num, den)
+            confounded = None
             if col == MATCHED:
                 col, extra["matched"] = "grad.l2_rel_per_move", matched_rows(side[num], side[den], progress or {})
                 ratios = {s_: (m or {}).get("ratio") for s_, m in extra["matched"].items()}
-            row = claim_row(spec.claim, side[num], side[den], (num, den), col, *((premise, missing) if noisy else ()),
+                for s_, m in extra["matched"].items():
+                    if m:
+                        m.update(rate_a=_rate(side[num], s_, m["step_a"]), rate_b=_rate(side[den], s_, m["step_b"]))
+                if (second := confounded_text(extra["matched"], (num, den))) is not None:
+                    extra["second_reading"] = second + "; it is no evidence about BN (docs/ics/PLAN.md, amendment)"
+            elif col.startswith(RATE_MATCHED):
+                key = col[len(RATE_MATCHED):]
+                col, extra["matched"] = f"grad.{key}", rate_matched_rows(side[num], side[den], (probes or {}).get(key, {}))
+                ratios = {s_: None if not m or m["confounded"] else m["ratio"] for s_, m in extra["matched"].items()}
+                confounded = confounded_text({s_: m for s_, m in extra["matched"].items() if m and m["confounded"]},
+                                             (num, den))
+                sched = {str(v).rsplit(".", 1)[-1] for x in (num, den) if "optim.schedule" in side[x]
+                         for v in side[x]["optim.schedule"].dropna()} - {"constant"}
+                if sched:  # equal steps are equal rates there: the same-steps row answers (docs/ics/PLAN.md)
+                    confounded = (f"the rate schedule decays ({', '.join(sorted(sched))}): matched progress is read on "
+                                  "the constant-rate runs; here the same-steps row carries the verdict")
+                extra["schedule_confounded"] = confounded is not None
+            row = claim_row(spec.claim, side[num], side[den], (num, den), col,
+                            *((premise, missing) if noisy else (confounded, None) if confounded else ()),
                             ratios=ratios)
             at = (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the start exceeds no "
                   "BN's in every seed") if noisy and chosen else ""

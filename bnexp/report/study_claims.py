@@ -266,6 +266,41 @@ def analyze_depth(sweep) -> dict:
                         ("to_target_text", "steps to 95% (reached)")]}
 
 
+# the configurations (family label, objective) whose rate choices each claim rests on: their grid-edge marks
+# (bnexp.analysis.grid_edges.mark_of) mark the claim (docs/studies/PLAN.md, amendment item 2)
+RESTS_ON = {
+    "BS_ADV_60": [("no BN, m = 60", "steps"), ("BN, m = 60", "steps")],
+    "BS_ADV_4": [("no BN, m = 4", "steps"), ("BN, m = 4", "steps")],
+    "BS_LN_2": [("LayerNorm, m = 2", "accuracy"), ("BN, m = 2", "accuracy")],
+    "BS_DROP": [(f"{n}, m = {m}", "accuracy") for n in ("BN", "LayerNorm") for m in (16, 2)],
+    "BS_GHOST": [("BN, m = 60", "accuracy"), ("ghost BN, g = 2, m = 60", "accuracy")],
+    "IS_AGREE_60": [("m = 60", "accuracy")], "IS_GAP_GROWS": [("m = 2", "accuracy"), ("m = 60", "accuracy")],
+    "IS_POP_60": [("m = 60", "accuracy")], "IS_POP_2": [("m = 2", "accuracy")], "IS_SLOW_EMA": [("m = 2", "accuracy")],
+    "NM_BN": [("no BN", "steps"), ("BN", "steps")], "NM_LN": [("no BN", "steps"), ("LayerNorm", "steps")],
+    "NM_BN_LN": [("LayerNorm", "steps"), ("BN", "steps")], "NM_BN_GN": [("GroupNorm", "steps"), ("BN", "steps")],
+    "DP_BN_12": [("12 layers, BN", "accuracy")], "DP_NOBN_12": [("12 layers, no BN", "accuracy")],
+    "DP_ADV_6": [("6 layers, no BN", "steps"), ("6 layers, BN", "steps")],
+    "DP_BN_SLOWDOWN": [("12 layers, BN", "steps"), ("3 layers, BN", "steps")],
+    **{(m, a): [(f"{m.upper()}, {a}, BN {p} g", "steps") for p in ("before", "after")] for m, a in PLACEMENT_CASES},
+}
+
+
+def attach_choices(sec: dict, sweep_dir: Path) -> None:
+    """Give each tuning entry of a study section its grid-edge "mark" and each claim row the "choices" it rests on
+    (:data:`RESTS_ON`), in place; the marks use the designs' record in ``sweep_dir``
+    (:func:`bnexp.analysis.grid_edges.read_record`)."""
+    from bnexp.analysis.grid_edges import mark_of, read_record
+
+    record = read_record(sweep_dir)
+    tuning = {(t["family"], t["objective"]): t for t in sec.get("tuning") or []}
+    for t in tuning.values():
+        t["mark"] = mark_of(t["choice"], record) if t.get("choice") else None
+    key_of = {c.name: k for k, c in C.items()} | {c.name: k for k, c in PLACEMENT_CLAIMS.items()}
+    for row in sec.get("claims") or []:
+        rests = RESTS_ON.get(key_of.get(row["name"]), [])
+        row["choices"] = [tuning[r]["choice"] for r in rests if r in tuning and tuning[r].get("choice")]
+
+
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
 STUDY_FIGURES = {name: f"study_{name}.png" for name in ANALYSES}  # the figure of each study's report
@@ -287,6 +322,7 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
         log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
         return None
     sec = ANALYSES[name](sweep)
+    attach_choices(sec, sweep_dir)
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna()
     sec = {"title": sec.pop("title"), "question": marker.get("question") or "", **sec}

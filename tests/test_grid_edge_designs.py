@@ -1,0 +1,208 @@
+"""The grid-edge rule wired into the held-out designs (docs/studies/PLAN.md and docs/mnist/PLAN.md, amendment item
+1; bnexp.analysis.grid_edges): once the design's grids are complete on the tuning seeds, a choice at an edge adds
+the next factor-2 rate beyond it on the tuning seeds, stage after stage, until the choice is interior, the rate
+added fails on every tuning seed, or three were added; only then does stage 2 train the chosen rates. Synthetic
+run folders whose steps to each target follow a hand-set curve, so every choice is known in advance."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bnexp.analysis.grid_edges import RECORD, read_record  # noqa: E402
+from bnexp.analysis.tuning import TUNING_SEEDS  # noqa: E402
+from test_orchestrate import script  # noqa: E402,F401  (the fixture)
+
+EVAL = (0, 1, 2, 3, 4)
+
+
+# --- MNIST ---------------------------------------------------------------------------------------------------
+
+def _mnist_run(sweep, block, lr, seed, best):
+    """One MNIST tuning run whose steps to 90/95/97% grow with the distance (in doublings) of ``lr`` from the
+    network's ``best`` rate: 1,000 x (2, 4, 6) x (1 + d^2 / 8) steps, on the 250-step evaluation grid, not reached
+    past the 30,000-step budget."""
+    import yaml
+    from test_report import make_run
+
+    from bnexp.designs import mnist
+
+    d = abs(math.log2(lr / best))
+    knots = [(0, 0.1)] + [(int(1000 * k * (1 + d * d / 8)) // 250 * 250, a)
+                          for k, a in ((2, 0.9), (4, 0.95), (6, 0.97))]
+    run = make_run(sweep, mnist.run_name(block, lr, seed), bn=block.bn, lr=lr, seed=seed, knots=knots,
+                   max_steps=30_000, every=250, targets=[0.9, 0.95, 0.97])
+    cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+    cfg["model"]["init"] = block.init
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def _materialize(sweep, blocks, seeds, best):
+    from bnexp.designs import mnist
+
+    for b in blocks:
+        for lr in b.rates:
+            for s in seeds:
+                if not mnist.is_done(sweep, mnist.run_name(b, lr, s)):
+                    _mnist_run(sweep, b, lr, s, best[b.bn])
+
+
+@pytest.mark.slow  # writes ~40 run folders of 30,000 steps
+def test_mnist_an_edge_choice_runs_the_next_rate_on_the_tuning_seeds_before_stage_2(tmp_path):
+    """BN on {1, 2} is best at 8 (two doublings past the top): the rule adds 4, then 8, then 16 (8 is then
+    interior) before stage 2 trains 8; no BN on {1, 2, 4} is best at 2 (interior): nothing added."""
+    from bnexp.designs import mnist
+
+    blocks = [mnist.Block(True, "normal", (1.0, 2.0), (1.0, 2.0)), mnist.Block(False, "normal", (1.0, 2.0, 4.0),
+                                                                                (1.0, 4.0))]
+    best = {True: 8.0, False: 2.0}
+    sweep = tmp_path / "m"
+    _materialize(sweep, blocks, TUNING_SEEDS, best)
+    added = []
+    for _ in range(5):
+        msgs, todo, on = mnist.stage_blocks(sweep, blocks, TUNING_SEEDS, EVAL)
+        if on != TUNING_SEEDS:
+            break
+        assert [b.name for b in todo] == ["BN, normal init"] and "grid-edge rule" in msgs[0]
+        added += list(todo[0].rates)
+        _materialize(sweep, todo, TUNING_SEEDS, best)
+    assert added == [4.0, 8.0, 16.0]
+    assert on == EVAL and [(b.name, b.rates) for b in todo] == [("BN, normal init", (8.0,)),
+                                                                  ("no BN, normal init", (2.0,))]
+    assert "  BN, normal init: 90% lr 8, 95% lr 8, 97% lr 8" in msgs
+    record = mnist.edge_record(sweep, blocks, TUNING_SEEDS)
+    assert {(e["network"], e["status"], e["chosen"]) for e in record} == {("BN, normal init", "interior", 8.0),
+                                                                          ("no BN, normal init", "interior", 2.0)}
+
+
+@pytest.mark.slow  # writes ~30 run folders of 30,000 steps
+def test_mnist_the_rule_stops_after_three_added_rates_and_marks_the_choice(tmp_path):
+    """BN best at 64 from {1, 2}: 4, 8, 16 are added, 16 is still the top edge: stage 2 trains 16, marked."""
+    from bnexp.designs import mnist
+
+    blocks = [mnist.Block(True, "normal", (1.0, 2.0), (1.0, 2.0))]
+    sweep = tmp_path / "m"
+    _materialize(sweep, blocks, TUNING_SEEDS, {True: 64.0})
+    for _ in range(5):
+        msgs, todo, on = mnist.stage_blocks(sweep, blocks, TUNING_SEEDS, EVAL)
+        if on != TUNING_SEEDS:
+            break
+        _materialize(sweep, todo, TUNING_SEEDS, {True: 64.0})
+    assert on == EVAL and todo[0].rates == (16.0,)
+    assert "  BN, normal init: 90% lr 16 [edge (3 rates added beyond it)]" in msgs[1]
+    assert {e["mark"] for e in mnist.edge_record(sweep, blocks, TUNING_SEEDS)} == {"edge (3 rates added beyond it)"}
+
+
+def test_mnist_dry_run_prints_the_rule_and_the_rates_it_adds(tmp_path, monkeypatch):
+    from bnexp.designs import mnist
+
+    blocks = [mnist.Block(True, "normal", (1.0, 2.0), (1.0, 2.0))]
+    monkeypatch.setattr(mnist, "BLOCKS", tuple(blocks))
+    sweep = tmp_path / "m"
+    _materialize(sweep, blocks, TUNING_SEEDS, {True: 8.0})
+    st = mnist.stage_blocks(sweep, blocks, TUNING_SEEDS, EVAL)
+    text, _ = mnist.plan_and_seconds(sweep, 2, [], evaluation_seeds=EVAL,
+                                     stage=st)
+    assert "grid-edge rule: a rate chosen at its grid's edge gets the next factor-2 rate" in text
+    assert "  BN, normal init: 3 runs on the tuning seeds, 3 to run" in text
+    assert "bn=true,init=normal,lr=4.0,seed=100" in text
+
+
+# --- the studies ------------------------------------------------------------------------------------------------
+
+def _study_runs(sweep, study, jobs, best):
+    """Each job's run folder for the normalizer study: steps to 95% = 1,000 x (1 + d^2 / 8) (d: doublings from the
+    normalizer's best rate), on the 200-step evaluation grid, never reached past 8,000."""
+    from test_studies import make_run
+
+    norm = {"'true'": "batch", "'false'": "none", "layer": "layer", "group": "group"}
+    from bnexp.designs.studies import is_done
+    for j in jobs:
+        if is_done(sweep, j):
+            continue
+        ov = dict(o.split("=", 1) for o in j.overrides)
+        n = norm[ov.get("bn", "group")]
+        lr = float(ov["lr"])
+        d = abs(math.log2(lr / best[n]))
+        steps = int(round(1000 * (1 + d * d / 8) / 200)) * 200
+        make_run(sweep, j.folder, seed=int(ov["seed"]), norm=n, lr=lr, budget=8000, every=200,
+                 reach=steps if steps <= 8000 else None, final=0.97 if steps <= 8000 else 0.9)
+
+
+@pytest.mark.slow  # writes ~140 run folders
+def test_a_study_extends_an_edge_choice_before_stage_2_and_the_report_reads_the_same_choice(tmp_path):
+    """The normalizer study (grid 0.9 ... 21.6): GroupNorm is best at 0.45, one halving below the grid, so the
+    rule adds 0.45 and 0.225 (0.45 is then interior); the others are best inside. Stage 2 trains GroupNorm at
+    0.45, and the report, on the same runs, chooses 0.45 and shows no edge mark."""
+    from bnexp.designs.studies import Study, build_studies, expand, stage_two
+    from bnexp.analysis.runs import find_run_dirs, load_sweep
+    from bnexp.report.study_section import MARKER
+    from bnexp.report.study_claims import study_section
+
+    study = build_studies()["normalizer"]
+    best = {"batch": 2.4, "none": 5.4, "layer": 3.6, "group": 0.45}
+    _study_runs(tmp_path, study, expand(study), best)
+    added = []
+    for _ in range(5):
+        st = stage_two(study, tmp_path)
+        if not st.extending:
+            break
+        assert len(st.batches) == 1 and "GroupNorm" in st.batches[0].label and "grid-edge rule" in st.batches[0].label
+        jobs = expand(Study("normalizer", "", tuple(st.batches)))
+        assert {int(dict(o.split("=", 1) for o in j.overrides)["seed"]) for j in jobs} == set(TUNING_SEEDS)
+        added.append(sorted({j.folder.split("lr=")[1].split(",")[0] for j in jobs}))
+        _study_runs(tmp_path, study, jobs, best)
+    assert added == [["0.45"], ["0.225"]]
+    rates = {j.folder for j in expand(Study("normalizer", "", tuple(st.batches)))}
+    assert "bn=group,groups=4/lr=0.45,seed=0" in rates and len(rates) == 20
+    assert {(e["network"], e["status"]) for e in st.record} >= {("GroupNorm", "interior"), ("BN", "interior")}
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    (tmp_path / RECORD).write_text(json.dumps({"entries": st.record}))
+    sec = study_section(tmp_path, load_sweep(find_run_dirs(tmp_path)))
+    tuning = {t["family"]: t for t in sec["tuning"]}
+    assert tuning["GroupNorm"]["choice"]["rate"] == 0.45 and tuning["GroupNorm"]["mark"] is None
+    assert read_record(tmp_path) == st.record
+
+
+@pytest.mark.slow  # writes ~150 run folders
+@pytest.mark.parametrize("best, chosen, added, mark", [
+    (0.05, 0.1125, 3, "edge (3 rates added beyond it)"),  # still improving after three halvings
+    (0.0001, 0.45, 1, "edge (the next rate beyond it failed on every tuning seed)")])  # no rate ever reaches 95%
+def test_a_study_choice_still_at_an_edge_when_the_rule_stops_is_marked(tmp_path, best, chosen, added, mark):
+    from bnexp.designs.studies import Study, build_studies, expand, stage_two
+    from bnexp.analysis.grid_edges import mark_of
+
+    study = build_studies()["normalizer"]
+    rates = {"batch": 2.4, "none": 5.4, "layer": 3.6, "group": best}
+    _study_runs(tmp_path, study, expand(study), rates)
+    for _ in range(6):
+        st = stage_two(study, tmp_path)
+        if not st.extending:
+            break
+        _study_runs(tmp_path, study, expand(Study("normalizer", "", tuple(st.batches))), rates)
+    (entry,) = [e for e in st.record if e["network"] == "GroupNorm"]
+    assert entry["chosen"] == pytest.approx(chosen) and entry["added"] == added and entry["mark"] == mark
+    choice = {"rate": entry["chosen"], "grid": [{"rate": r} for r in entry["rates"]]}
+    assert mark_of(choice, st.record) == mark and mark_of(choice, []) .startswith("edge (the rule was not applied")
+
+
+@pytest.mark.slow  # plans real sweep folders through the orchestrator (Hydra's grammar, every block's config)
+def test_dry_run_prints_the_rule_before_any_run_and_the_added_rates_once_the_grids_are_complete(script, tmp_path):
+    """scripts/study.sh's DRY_RUN: on an empty folder the rule's sentence; once the normalizer grids are complete
+    with GroupNorm best below them, the block of added rates on the tuning seeds and exactly its command."""
+    from bnexp.designs.studies import build_studies, expand
+
+    code, out, err, ran = script("study", "normalizer", SWEEP_DIR=str(tmp_path / "s"), DRY_RUN="1")
+    assert code == 0 and ran == [] and "stage 1's grid-edge rule: a rate chosen at its grid's edge" in out, err
+    study = build_studies()["normalizer"]
+    _study_runs(tmp_path / "s", study, expand(study), {"batch": 2.4, "none": 5.4, "layer": 3.6, "group": 0.45})
+    code, out, err, ran = script("study", "normalizer", SWEEP_DIR=str(tmp_path / "s"), DRY_RUN="1")
+    assert code == 0 and "GroupNorm (4 groups) x rate: lr 0.45 added on the tuning seeds" in out, err
+    printed = [line for line in out.splitlines() if line.startswith("$ ")]
+    assert len(printed) == 1 and "lr=0.45" in printed[0] and "seed=100,101,102" in printed[0]
