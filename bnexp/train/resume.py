@@ -148,7 +148,7 @@ def _precision(config: dict) -> str | None:
     """What a run of ``config`` would compute in here (None: its device or precision is refused later)."""
     from bnexp.errors import UserError
     from bnexp.train.precision import effective_precision
-    from bnexp.train.runtime import resolve_device
+    from bnexp.train.device import resolve_device
 
     trainer = config.get("trainer") or {}
     try:
