@@ -121,7 +121,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
 
     - a run folder holds one configuration: a folder whose run is complete or resumable and was
       made with a different result-changing value is refused (:func:`_refuse_other_config`);
-      the keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count;
+      the keys of ``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS`` never count;
     - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
       re-run of a sweep does only what is left and never overwrites a finished run;
     - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
