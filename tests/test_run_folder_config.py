@@ -45,7 +45,8 @@ def test_changed_keys_ignores_the_result_neutral_keys():
     old["data"]["augment"] = "False"
     del old["monitor"]["landscape_rel_step_sizes"]
     assert changed_keys(old, resolved(compose_config(["trainer.max_steps=100"]))) == []
-    assert all(k in neutral_keys.RESULT_NEUTRAL_KEYS for k in ("trainer.ckpt_every", "monitor.histograms", "trainer.resume"))
+    assert all(k in neutral_keys.RESULT_NEUTRAL_KEYS
+               for k in ("trainer.ckpt_every", "monitor.histograms", "trainer.resume"))
 
 
 @pytest.mark.parametrize("status,checkpoint,what", [("finished", False, "a finished"), ("diverged", True, "a finished"),

@@ -10,9 +10,10 @@ Adding a measurement: write a subclass here, give it a field of :class:`Measurem
 build it (with its config key) in :func:`build_measurements`, and take it in the trainer's
 step loop where it runs (docs/development.md, "Adding a measurement"). The records of
 ``metrics.jsonl``, ``shift.jsonl`` and ``ics.jsonl`` go through a :class:`RecordLog` each,
-which the trainer checkpoints and rewrites on resume. Checkpoints are written by the loop, not by a measurement. Work that
-needs nothing more of its step than what it took there goes to ``ctx.defer`` (the records
-thread, :mod:`bnexp.train.background`), which runs it in order beside the loop.
+which the trainer checkpoints and rewrites on resume. Checkpoints are written by the loop,
+not by a measurement. Work that needs nothing more of its step than what it took there goes
+to ``ctx.defer`` (the records thread, :mod:`bnexp.train.background`), which runs it in order
+beside the loop.
 
 A measurement that finds the run numerically broken raises :class:`Diverged`; the run
 ends with status ``diverged``.

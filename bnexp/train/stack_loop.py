@@ -37,13 +37,12 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from bnexp.errors import UserError
+from bnexp.errors import Interrupted, UserError
 from bnexp.nets.datasets import host_to_device, load_data
 from bnexp.runfolders import rundir
 from bnexp.train.background import Background
 from bnexp.train.measurements import Diverged
 from bnexp.train.preemption import Preempted, PreemptionGuard
-from bnexp.errors import Interrupted
 from bnexp.train.device import resolve_device
 from bnexp.train.lr_schedule import learning_rate
 from bnexp.train.progress import Progress

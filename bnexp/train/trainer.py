@@ -3,10 +3,11 @@
 One call of :func:`train` is one run: it loads the data onto the device, builds the network, trains for
 ``trainer.max_steps`` mini-batch SGD steps and writes the run directory (see :mod:`bnexp.runfolders.rundir`). What is
 measured along the way -- test evaluation, train loss, the covariate-shift monitor, gradient ICS, the
-landscape probe -- are objects of :mod:`bnexp.train.measurements`, each with its own cadence; the loop hands them a
-:class:`~bnexp.train.measurements.StepContext` before or after the update of a step, and writes the checkpoints
-itself; evaluations and monitor records are written on a second thread (:mod:`bnexp.train.background`).
-:meth:`Trainer.run` reads top to bottom.
+landscape probe -- are objects of :mod:`bnexp.train.measurements`, each with its own cadence; the loop takes each
+where it runs, one line naming it and its cadence (:meth:`Trainer.measure_before_update`,
+:meth:`Trainer.measure_after_update`), hands it a :class:`~bnexp.train.measurement_schedule.StepContext`, and
+writes the checkpoints itself; evaluations and monitor records are written on a second thread
+(:mod:`bnexp.train.background`). :meth:`Trainer.run` reads top to bottom.
 
 Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model with BN running
 statistics, optimizer, scheduler, every RNG, the sampler's position, the monitor, records so far) is written
@@ -146,7 +147,7 @@ class Trainer:
         self.train_time = 0.0  # seconds in the step loop, summed over resumptions
         # seconds spent in each timed measurement (inside train_time), reported separately in summary.json
         self.probe_time = {k: 0.0 for k in PROBE_KINDS}
-        # takes each measurement where the step loop finds it due (bnexp.train.measurements.Schedule)
+        # takes each measurement where the step loop finds it due (bnexp.train.measurement_schedule.Schedule)
         self.schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
                                  self._measuring, sync=self.agree.average_buffers)
         self.resumed_from: int | None = None
@@ -330,7 +331,7 @@ class Trainer:
         }
 
     def _context(self) -> StepContext:
-        """The measurements' view of this run (:class:`~bnexp.train.measurements.StepContext`)."""
+        """The measurements' view of this run (:class:`~bnexp.train.measurement_schedule.StepContext`)."""
         cfg = self.cfg
         return StepContext(model=self.model, optimizer=self.optimizer, test_x=self.data.test_x,
                            test_y=self.data.test_y, max_steps=self.max_steps, run_dir=self.run_dir,
