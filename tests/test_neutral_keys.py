@@ -1,7 +1,7 @@
 """The result-neutral keys (``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS``), in two kinds that
-docs/reliability.md names apart: the bit-neutral ones leave a run's records the same bit for bit; the rounding ones (another thread
-count, device, launcher stack) change the order of floating-point sums, so they may move results in the last bits
-and are not listed as unable to alter results."""
+docs/reliability.md names apart: the bit-neutral ones leave a run's records the same bit for bit; the rounding
+ones (another thread count, device, launcher stack) change the order of floating-point sums, so they may move
+results in the last bits and are not listed as unable to alter results."""
 
 from __future__ import annotations
 
