@@ -201,12 +201,17 @@ class Schedule:
         self.next_before = self.next_after = NEVER
         self.due_at = -1  # the last step at which a measurement was due (on every replica alike)
         self.pending: Diverged | None = None  # found before the update, handed over after it
+        self._takings: dict[str, Taking] = {}
 
     def taking(self, method: str, ctx: StepContext, step: int | None = None) -> "Taking":
         """A :class:`Taking` of one phase: ``method`` is ``"start"`` (step 0 of a fresh run, ``step``
         None), ``"before_update"`` (update ``step``'s mini-batch) or ``"after_update"`` (``step``
-        updates done)."""
-        return Taking(self, method, ctx, step)
+        updates done). One object per method, used again at every step (the loop asks twice a step)."""
+        taking = self._takings.get(method)
+        if taking is None:
+            taking = self._takings[method] = Taking(self, method)
+        taking.begin(ctx, step)
+        return taking
 
     def pop_pending(self) -> Diverged | None:
         """The :class:`Diverged` found before this step's update (then forgotten), else None."""
@@ -284,10 +289,16 @@ class Taking:
         diverged: the :class:`Diverged` a measurement of this phase raised, else None.
     """
 
-    def __init__(self, schedule: Schedule, method: str, ctx: StepContext, step: int | None):
-        self.schedule, self.method, self.ctx, self.step = schedule, method, ctx, step
+    def __init__(self, schedule: Schedule, method: str):
+        self.schedule, self.method = schedule, method
+        self.ctx: StepContext | None = None
+        self.step: int | None = None
         self.diverged: Diverged | None = None
         self._open: contextlib.ExitStack | None = None
+
+    def begin(self, ctx: StepContext, step: int | None) -> None:
+        """Start the phase of ``step`` (None: step 0 of a fresh run, before any update) with nothing taken."""
+        self.ctx, self.step, self.diverged, self._open = ctx, step, None, None
 
     def __enter__(self) -> "Taking":
         return self
@@ -316,6 +327,7 @@ class Taking:
     def __exit__(self, *exc) -> bool:
         if self._open is not None:
             self._open.close()
+            self._open = None
         if self.method == "before_update":
             self.schedule.pending = self.diverged
         return False
