@@ -141,3 +141,25 @@ def test_a_checkpoint_that_cannot_be_written_says_whether_one_remains(fail_at, t
         assert torch.load(run_dir / "checkpoint.pt", weights_only=False)["step"] == 5
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == msg
+
+
+@pytest.mark.slow  # the module's reference run, then two resumes
+@pytest.mark.parametrize("earlier_wall", [None, 1500.0])
+def test_a_resumed_runs_wall_time_covers_its_train_time(reference, tmp_path, data_root, monkeypatch, earlier_wall):
+    """train_time_s sums the step loop over every session (the checkpoint keeps it); wall_time_s does too, so a
+    resumed run never reports more training than wall time: an earlier session of 1,000 s of training (and
+    1,500 s of wall time, or unknown in a checkpoint written before wall time was kept) is in both."""
+    monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    state = {k: v for k, v in reference["state"].items() if k != "wall_time"}
+    state["train_time"] = 1000.0
+    if earlier_wall is not None:
+        state["wall_time"] = earlier_wall
+    torch.save(state, run_dir / "checkpoint.pt")
+    summary = train(_cfg(), run_dir)
+    assert summary["resumed_from_step"] == 20
+    assert summary["train_time_s"] >= 1000.0 and summary["wall_time_s"] >= summary["train_time_s"]
+    assert summary["wall_time_s"] >= (earlier_wall or 1000.0)
+    saved = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert saved["wall_time"] >= saved["train_time"] >= 1000.0

@@ -48,7 +48,7 @@ def test_seed_interval_mean_std_and_t_interval_match_hand_and_scipy_values():
 
 def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     # log ratios log 2, log 2.5, log 3: geometric mean (2 * 2.5 * 3)^(1/3) = 2.466
-    row = evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0}, scale="log")
+    row = evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0}, scale="log", never_learned=[])
     logs = [math.log(v) for v in (2.0, 2.5, 3.0)]
     lo, hi = sps.t.interval(0.95, 2, loc=statistics.mean(logs), scale=statistics.stdev(logs) / math.sqrt(3))
     assert row["mean"] == pytest.approx(15 ** (1 / 3)) and row["verdict"] == SUPPORTED
@@ -57,17 +57,17 @@ def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     # seed 2 never reached the target with no BN: its ratio is only a lower bound, so the upper side is open;
     # the lower side still decides "supported"
     bound = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "lower", "not reached within 300 steps")}
-    row = evaluate(RATIO, bound, scale="log")
+    row = evaluate(RATIO, bound, scale="log", never_learned=[])
     assert row["ci_high"] is None and row["ci_low"] == pytest.approx(math.exp(lo))
     assert row["verdict"] == SUPPORTED and row["bounds"] == {2: "lower"} and "upper side is open" in row["reason"]
     cells = claims_cells([row])[0]  # the estimate is then a lower bound too, and the open side is written so
     assert cells["mean"] == f">= {15 ** (1 / 3):.3g}" and cells["95% interval"] == f"[{math.exp(lo):.3g}, open]"
     # an upper-bound seed opens the lower side: a ">" claim cannot be supported, nor refuted by the open side
     up = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "upper")}
-    assert evaluate(RATIO, up, scale="log")["verdict"] == INCONCLUSIVE
+    assert evaluate(RATIO, up, scale="log", never_learned=[])["verdict"] == INCONCLUSIVE
     # a seed bounded from both sides leaves no interval
     unknown = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "unknown")}
-    row = evaluate(RATIO, unknown, scale="log")
+    row = evaluate(RATIO, unknown, scale="log", never_learned=[])
     assert row["ci_low"] is None and row["ci_high"] is None and row["verdict"] == INCONCLUSIVE
     assert row["std"] == pytest.approx(statistics.stdev([2.0, 2.5]))  # the unknown seed says nothing of the spread
 
@@ -76,7 +76,7 @@ def test_seeds_where_neither_run_reached_the_target_show_no_mean_and_no_std():
     """Both runs of every seed stopped at the same budget short of the target: each ratio is budget / budget = 1
     bounded on both sides ("~1"), which says nothing; the row shows no mean and no std (not a std of 0 that reads
     as "equally fast in every seed")."""
-    row = evaluate(RATIO, {s: Censored(1.0, "unknown") for s in range(3)}, scale="log")
+    row = evaluate(RATIO, {s: Censored(1.0, "unknown") for s in range(3)}, scale="log", never_learned=[])
     assert row["mean"] is None and row["std"] is None and row["verdict"] == INCONCLUSIVE
     cells = claims_cells([row])[0]
     assert cells["per seed"] == "0: ~1, 1: ~1, 2: ~1" and cells["mean"] == "-" and cells["std (ddof=1)"] == "-"
@@ -97,25 +97,25 @@ def test_seed_interval_degenerate_inputs():
     ({0: 2.0, 1: 3.0}, INCONCLUSIVE),               # 2 seeds < 3
 ])
 def test_verdict_follows_the_interval_and_the_seed_count(values, verdict):
-    row = evaluate(RATIO, values)
+    row = evaluate(RATIO, values, never_learned=[])
     assert row["verdict"] == verdict, row["reason"]
     assert row["per_seed"] == values and row["threshold"] == 1.0
 
 
 def test_direction_below_mirrors_above():
     claim = Claim("BN lowers gradient ICS", "BN / no-BN", "<", 1.0)
-    assert evaluate(claim, {0: 0.5, 1: 0.6, 2: 0.7})["verdict"] == SUPPORTED
-    assert evaluate(claim, {0: 2.0, 1: 2.5, 2: 3.0})["verdict"] == NOT_SUPPORTED
+    assert evaluate(claim, {0: 0.5, 1: 0.6, 2: 0.7}, never_learned=[])["verdict"] == SUPPORTED
+    assert evaluate(claim, {0: 2.0, 1: 2.5, 2: 3.0}, never_learned=[])["verdict"] == NOT_SUPPORTED
 
 
 def test_premise_and_chance_override_the_numbers():
     strong = {0: 5.0, 1: 6.0, 2: 7.0}
-    assert evaluate(RATIO, strong, premise="no noise strength shifts more than no BN")["verdict"] == PREMISE_NOT_MET
+    assert evaluate(RATIO, strong, premise="no noise strength shifts more than no BN", never_learned=[])["verdict"] == PREMISE_NOT_MET
     row = evaluate(RATIO, strong, never_learned=[2])
     assert row["verdict"] == INCONCLUSIVE and "2" in row["reason"]
-    row = evaluate(RATIO, {}, missing="ks_first is not in the records of BN")
+    row = evaluate(RATIO, {}, missing="ks_first is not in the records of BN", never_learned=[])
     assert row["verdict"] == INCONCLUSIVE and row["reason"] == "ks_first is not in the records of BN"
-    assert evaluate(RATIO, {}, premise="p", missing="m")["verdict"] == PREMISE_NOT_MET
+    assert evaluate(RATIO, {}, premise="p", missing="m", never_learned=[])["verdict"] == PREMISE_NOT_MET
 
 
 def test_bad_claims_are_refused_and_the_table_renders():
@@ -123,18 +123,18 @@ def test_bad_claims_are_refused_and_the_table_renders():
         Claim("x", "q", ">=", 1.0)
     with pytest.raises(ValueError, match="threshold"):
         Claim("x", "q", ">", float("nan"))
-    md = macro("claims", [evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0})])
+    md = macro("claims", [evaluate(RATIO, {0: 2.0, 1: 2.5, 2: 3.0}, never_learned=[])])
     assert "BN reduces shift" in md and "supported" in md and "0: 2" in md
-    grad = macro("claims", [evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5})]).splitlines()
+    grad = macro("claims", [evaluate(Claim("g", "||G - G'|| / ||G||", "<", 1.0), {0: 0.5}, never_learned=[])]).splitlines()
     assert "\\|\\|G - G'\\|\\|" in grad[2] and grad[2].count(" | ") == 8  # "|" in a cell is escaped
     assert macro("claims", []) == ""
 
 
 def test_table_from_report_json_rows_names_the_setting_and_sorts_seeds_as_numbers():
-    rows = json.loads(json.dumps([evaluate(RATIO, {10: 2.0, 2: 2.5, 0: 3.0}) | {"setting": "lr=0.5"}]))
+    rows = json.loads(json.dumps([evaluate(RATIO, {10: 2.0, 2: 2.5, 0: 3.0}, never_learned=[]) | {"setting": "lr=0.5"}]))
     cells = claims_cells(rows)  # report.json's per_seed keys are text
     assert [c["setting"] for c in cells] == ["lr=0.5"] and cells[0]["per seed"] == "0: 3, 2: 2.5, 10: 2"
-    assert "setting" not in claims_cells([evaluate(RATIO, {0: 1.0})])[0]
+    assert "setting" not in claims_cells([evaluate(RATIO, {0: 1.0}, never_learned=[])])[0]
 
 
 def test_one_std_convention_in_every_statistic():

@@ -287,3 +287,16 @@ def test_a_parallel_jobs_progress_is_labelled_lines_one_per_tenth():
     assert lines[0].startswith("bn=true,seed=1: step 0/1000 (0%), -/s, ETA -, loss -, test acc -")
     assert [line.split("step ")[1].split("/")[0] for line in lines] == [str(s) for s in range(0, 1001, 100)]
     assert "loss 0.5000, test acc 0.9100" in lines[-1] and "(100%)" in lines[-1]
+
+
+def test_the_end_of_run_table_says_a_run_resumed(capsys):
+    from bnexp.runfolders.sweepsummary import print_summary
+
+    base = {"status": "finished", "model": "mlp", "bn": True, "act": "sigmoid", "lr": 0.5, "seed": 0, "step": 4000,
+            "max_steps": 4000, "final_test_accuracy": 0.97, "best_test_accuracy": 0.97, "best_step": 4000,
+            "wall_time_s": 60.5, "steps_per_s": 66.0, "run_dir": "outputs/runs/x"}
+    print_summary({**base, "resumed_from_step": 1000})
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "resumed from the checkpoint of step 1,000" in out and "wall time (all sessions) 60.5 s" in out
+    print_summary({**base, "resumed_from_step": None})
+    assert "resumed" not in capsys.readouterr().out

@@ -173,7 +173,7 @@ def test_views_read_what_the_frontier_analysis_writes():
 
 
 def test_claims_view_renders_evaluate_rows():
-    row = evaluate(Claim("BN reduces shift", "no-BN / BN scale-free W1", ">", 1.0), {0: 1.5, 1: 2.5, 2: 3.5})
+    row = evaluate(Claim("BN reduces shift", "no-BN / BN scale-free W1", ">", 1.0), {0: 1.5, 1: 2.5, 2: 3.5}, never_learned=[])
     cells = _cells(VIEWS["claims"]({"claims": [row]}))
     assert cells[0][:3] == ["claim", "quantity", "rule"]
     got = dict(zip(cells[0], cells[1], strict=True))
@@ -200,7 +200,7 @@ def test_cifar_run_names_steps_winner_and_ranges_exact_speedups_by_hand():
 def _speedup(target, init, per_seed, bn_steps, no_bn_steps, lower=(), bn_lr=7.2, no_bn_lr=3.6):
     """A best_rate_speedups row as best_rate.py writes it (evaluate + the extra fields), through JSON."""
     row = evaluate(Claim(f"BN trains in fewer steps to {target:.0%} ({init} init)", "no-BN / BN steps", ">", 1.0),
-                   per_seed, scale="log") | {
+                   per_seed, scale="log", never_learned=[]) | {
         "target": target, "init": init, "variant": "BN", "bn": "BN", "no_bn": "no BN", "bn_lr": bn_lr,
         "no_bn_lr": no_bn_lr, "bn_selection": "all seeds", "no_bn_selection": "all seeds", "bn_edge": None,
         "no_bn_edge": None, "bn_steps": bn_steps, "no_bn_steps": no_bn_steps, "bn_budget": 30000,
@@ -279,8 +279,8 @@ def test_ics_overview_orders_bn_noisy_by_strength_no_bn_by_hand():
 
 
 def _study_report(wall=750.0, jobs=2, calls=1):
-    c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.8, 1: 2.0, 2: 2.2})
-    c2 = evaluate(Claim("LayerNorm keeps up", "steps, LN / BN", "<", 1.25), {0: 3.0, 1: None, 2: None})
+    c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.8, 1: 2.0, 2: 2.2}, never_learned=[])
+    c2 = evaluate(Claim("LayerNorm keeps up", "steps, LN / BN", "<", 1.25), {0: 3.0, 1: None, 2: None}, never_learned=[])
     sec = {"name": "placement", "claims": [json.loads(json.dumps(c)) for c in (c1, c2)], "runs": 72,
            "wall_time_s": wall, "jobs": jobs, "calls": calls, "findings": ["MLP sigmoid: best rate 0.6."],
            "columns": [["position", "position"], ["to_target", "steps to 95%"]],

@@ -73,7 +73,7 @@ def test_csv_and_mlflow_loggers_hold_the_runs_own_records(run_bnexp, tmp_path):
     run = client.get_run((run_dir / "mlflow_run_id.txt").read_text().strip())
     assert run.info.status == "FINISHED" and run.info.run_name == "run"
     assert client.get_experiment(run.info.experiment_id).name == "first-hour"
-    assert run.data.params["lr"] == "0.3" and run.data.params["bn"] == "True"
+    assert run.data.params["lr"] == "0.3" and run.data.params["bn"] == "true"  # as Hydra writes it
     assert run.data.tags["bnexp.run_dir"] == str(run_dir)
     history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "Test/accuracy")}
     assert history == pytest.approx(expected)
@@ -191,3 +191,35 @@ def test_an_mlflow_store_that_cannot_be_used_is_one_warning_and_the_run_goes_on(
     assert len(warnings) == 1 and f"logger.mlflow_tracking_uri=sqlite:///{db}" in warnings[0], warnings
     assert "The run goes on without MLflow" in warnings[0]
     assert (run_dir / "scalars.csv").read_text().splitlines()[1] == "0,Train/loss,1.0"
+
+
+@pytest.mark.slow  # imports mlflow in this process: over the fast tier's 2.5 s of CPU
+def test_mlflow_params_read_as_typed_and_the_runs_files_are_artifacts(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from bnexp.train.loggers import MLflowScalars
+
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact store (./mlruns) lands here, not in the checkout
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("lr: 0.5\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- bn=true\n")
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sink = MLflowScalars(run_dir, store, "x", {"bn": True, "bn.noise": False, "lr": 0.5, "experiment": "none"})
+    sink.scalar("Test/accuracy", 0.5, 0)
+    sink.close()
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run(sink.run_id)
+    assert run.data.params == {"bn": "true", "bn.noise": "false", "lr": "0.5", "experiment": "none"}
+    top = {a.path for a in client.list_artifacts(sink.run_id)}
+    assert top == {"config.yaml", ".hydra", "metrics.jsonl"}  # shift.jsonl: none in this run folder
+    assert {a.path for a in client.list_artifacts(sink.run_id, ".hydra")} == {".hydra/overrides.yaml"}
+
+
+def test_mlflow_db_and_its_artifacts_are_ignored_by_git():
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / ".gitignore").read_text().split()
+    assert {"mlflow.db", "mlruns/", "mlartifacts/"} <= set(lines)

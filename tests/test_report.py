@@ -6,6 +6,7 @@ the convention the report documents) from the accuracy curves written below.
 
 from __future__ import annotations
 
+import io
 import csv
 import math
 import json
@@ -298,7 +299,7 @@ def test_single_run_report_goes_to_report_subfolder(tmp_path, capsys):
         data = json.loads((out / "report.json").read_text())
         assert data["runs"] == 1 and data["sweep_dir"] == str(run)  # report/ is not read as a run
         assert data["configurations"][0]["steps_to_target"]["0.95"]["mean"] == 1000
-    assert str(out / "report.md") in capsys.readouterr().out.replace("\n", "")
+    assert str(out / "report.md") in "".join(capsys.readouterr().out.split())  # the summary's last line
     # A sweep folder still gets its report at its top level, and no report/ subfolder.
     assert report_main([str(tmp_path)]) == 0
     assert (tmp_path / "report.md").is_file() and not (tmp_path / "report").exists()
@@ -733,7 +734,8 @@ def test_ics_report_files(ics_sweep, capsys):
     assert len(data["claims"]) == 22 and set(rep.ICS_FILES) <= set(data["files"])
     assert "matched training progress (pre-registered)" in md and "filter-normalized (pre-registered)" not in md
     out = capsys.readouterr().out
-    assert rep.ICS_TITLE in out and "BN smooths the landscape" in out
+    flat = " ".join(out.split())  # the terminal lists the claims (a cell wraps at 80 columns); ICS tables: report.md
+    assert "BN smooths the" in flat and "landscape (raw)" in flat
 
 
 @pytest.mark.slow  # renders the report's figures (> 2.5 s of CPU)
@@ -817,3 +819,64 @@ def test_a_run_that_diverged_after_learning_ends_at_chance_for_every_section(tmp
     assert [r["final_test_accuracy"] for r in conf["seeds"]] == pytest.approx([1 / NUM_CLASSES, 0.9])
     front = runs_table(s)
     assert front.set_index("seed").loc[0, "final_test_accuracy"] == 1 / NUM_CLASSES
+
+
+@pytest.fixture
+def quick_sweep(tmp_path, monkeypatch) -> Path:
+    """The README's 3-minute sweep in form: BN and no BN x seeds 0-2 at one rate, the distribution view of the
+    ICS recorded (on by default), the gradient ICS and the landscape not (off by default)."""
+    monkeypatch.setitem(NOISY_KNOTS[0.5], 2, NOISY_KNOTS[0.5][1])
+    root = tmp_path / "quick"
+    for variant in ("BN", "no BN"):
+        for seed in (0, 1, 2):
+            make_ics_run(root, variant, 0.5, seed, grad=False, land=False)
+    return root
+
+
+def _terminal(sweep_dir: Path, width: int) -> str:
+    from rich.console import Console
+
+    from bnexp.report.command import print_table
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    print_table(build_report(sweep_dir), console)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("which", ["quick_sweep", "sweep"])
+def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, width):
+    text = _terminal(request.getfixturevalue(which), width)
+    lines = text.splitlines()
+    assert "…" not in text  # rich cuts a word wider than its column with an ellipsis
+    assert max(map(len, lines)) <= width
+    assert len(lines) < (60 if which == "quick_sweep" else 80), text  # two settings, failed runs: longer
+    assert text.count("Mean ± sd") == 1  # said once, not in every cell
+    assert str(request.getfixturevalue(which) / "report.md") in "".join(text.split())  # folded, never cut
+    if which == "sweep":  # lr=0.5: no BN needs 10x, 10x and >= 20000/2100 of BN's steps (test_report.py)
+        assert ">= 9.84" in text and "2 seed(s), fewer than 3" in text  # lr=5: a reason, once as a note
+            # no BN lr=5: 2 diverged, 1 failed; BN lr=5: 1 failed (summary.json lost)
+        assert " ".join(text.split()).count("lr=5, seed") == 4 and "(RuntimeError: boom)" in text
+
+
+def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick_sweep):
+    text = " ".join(_terminal(quick_sweep, 80).split())
+    assert text.count("add monitor.grad_ics=true") == 1 and text.count("add monitor.landscape=true") == 1
+    assert "BN reduces gradient ICS (matched training progress, same steps)" in text
+    assert "BN smooths the landscape (raw, filter-normalized)" in text
+    claims = text.split("Claims")[1].split("Not measured")[0]
+    assert "gradient ICS" not in claims and "landscape" not in claims and "BN reduces shift" in claims
+    # report.json keeps every row, inconclusive, with the key that records the measure
+    rows = [r for r in build_report(quick_sweep).data["claims"] if r.get("needs")]
+    assert sorted({r["needs"] for r in rows}) == ["monitor.grad_ics", "monitor.landscape"]
+    assert len(rows) == 4 and {r["verdict"] for r in rows} == {"inconclusive"}
+
+
+def test_bnexp_report_follows_COLUMNS(quick_sweep, monkeypatch, capsys):
+    import bnexp.report.command as cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(cli, "write_report", lambda report: [])  # the files are tested elsewhere; text only
+    assert report_main([str(quick_sweep)]) == 0
+    out = capsys.readouterr().out.split("wrote into ")[0]  # then one line of file names, as long as they are
+    assert "Claims" in out and max(len(line) for line in out.splitlines()) <= 80 and "…" not in out

@@ -125,7 +125,7 @@ def test_a_rescaled_copy_cannot_manufacture_bn_reduces_shift(tmp_path):
     # the raw W1 would have "supported" it: the verdict would then be made by the unit scale
     raw_ratio = {s: raw[("no BN", s)] / raw[("BN", s)] for s in (0, 1, 2)}
     assert raw_ratio == pytest.approx({0: 8.0, 1: 8.0, 2: 8.0})
-    assert evaluate(Claim("raw", "no-BN / BN raw W1", ">", 1.0), raw_ratio)["verdict"] == SUPPORTED
+    assert evaluate(Claim("raw", "no-BN / BN raw W1", ">", 1.0), raw_ratio, never_learned=[])["verdict"] == SUPPORTED
     conf = {c["label"]: c["ics"]["measures"] for c in build_report(root).data["configurations"]}
     assert conf["no BN"]["shift.w1_first"]["mean"] == pytest.approx(8 * conf["BN"]["shift.w1_first"]["mean"])
 

@@ -190,3 +190,4 @@ def test_ctrl_c_while_the_report_modules_load_exits_130(monkeypatch, capsys):
     assert bnexp.report.report_main(["anywhere"]) == 130
     err = capsys.readouterr().err
     assert "bnexp report: interrupted" in err and "Traceback" not in err
+

@@ -11,9 +11,11 @@ right part of the paper (MNIST: Sec. 4.1, Fig. 1; CIFAR-10: Sec. 4.2).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from test_report import BN_05, make_ics_run, make_run
@@ -154,27 +156,53 @@ def test_percentile_figure_one_column_per_variant_no_empty_panel(mnist):
     fig = percentiles_figure(report)
     _check_axes_and_legend(fig)
     axes = _visible(fig)
-    assert len(axes) == 6  # the 2 settings with every variant, 3 variants each; BN lr=5 alone is left out
+    assert len(axes) == 12  # the 2 settings with every variant, 3 variants each, raw and relative; BN lr=5 left out
     assert not [a for a in fig.axes if not a.get_visible()]  # no hidden (empty) panel either
     titles = [a.get_title() for a in axes]
-    first_lines = [t.split("\n")[0] for t in titles]
-    assert first_lines[:3] == ["no BN lr=0.12", "BN lr=0.12", "noisy BN lr=0.12"]
+    first_lines = [" ".join(t.split("\n")[:-1]) for t in titles]
+    assert first_lines[:6] == ["no BN lr=0.12", "BN lr=0.12", "noisy BN lr=0.12"] * 2
     assert not any("lr=5" in t or "no run" in t for t in titles)
     assert "2 of 3 settings" in fig._suptitle.get_text()
     # one y scale per row: no BN and BN of a setting compare directly
     assert axes[0].get_ylim() == axes[1].get_ylim() == axes[2].get_ylim()
+    assert axes[3].get_ylim() == axes[4].get_ylim() == axes[5].get_ylim()
+    assert [a.get_ylabel().split(":")[0] for a in axes[:6]] == ["raw"] * 3 + ["relative"] * 3
 
 
 def test_percentile_figure_rows_fit_a_screen():
-    """At most three settings, those with every variant, spread over the list (first, middle, last)."""
+    """At most two settings (two rows each: raw and relative), those with every variant, spread over the list
+    (first, last)."""
     from bnexp.report.figures import MAX_PERCENTILE_ROWS, shown_rows
 
     full = [{"no BN": f"n{i}", "BN": f"b{i}"} for i in range(7)]
     rows = full[:3] + [{"BN": "lone"}] + full[3:]
-    assert MAX_PERCENTILE_ROWS == 3
-    assert shown_rows(["no BN", "BN"], rows) == [full[0], full[3], full[6]]
+    assert MAX_PERCENTILE_ROWS == 2
+    assert shown_rows(["no BN", "BN"], rows) == [full[0], full[6]]
     assert shown_rows(["no BN", "BN"], full[:2] + [{"BN": "lone"}]) == full[:2]
     assert shown_rows(["no BN", "BN"], [{"BN": "a"}, {"no BN": "b"}]) == [{"BN": "a"}, {"no BN": "b"}]
+
+
+@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
+def test_percentile_figure_relative_view_is_the_band_over_its_initial_spread(tmp_path):
+    # test_report._shift: no BN's median drifts from 0 to 0.3 + 0.1 * seed, its 15-85 spread grows from 2 to 3;
+    # BN's stays at median 0, spread 2. Relative: (percentile - initial median) / initial spread.
+    root = tmp_path / "s"
+    for bn in (True, False):
+        make_run(root, f"bn={bn},seed=0", bn=bn, lr=0.5, seed=0, knots=BN_05[0])
+    recs = [json.loads(line) for line in (root / "bn=False,seed=0" / "shift.jsonl").read_text().splitlines()]
+    p15, p50, p85 = (np.array([r["unit"][k] for r in recs]) for k in ("p15", "p50", "p85"))
+    fig = percentiles_figure(build_report(root))
+    _check_axes_and_legend(fig)
+    axes = _visible(fig)  # columns no BN, BN; rows raw, relative
+    assert [a.get_ylabel().split(":")[0] for a in axes] == ["raw", "raw", "relative", "relative"]
+    raw, rel = axes[0], axes[2]
+    np.testing.assert_allclose(raw.get_lines()[0].get_ydata(), p50)
+    np.testing.assert_allclose(rel.get_lines()[0].get_ydata(), (p50 - p50[0]) / (p85[0] - p15[0]))
+    band = rel.collections[0].get_paths()[0].vertices[:, 1]
+    lo, hi = (p15 - p50[0]) / 2.0, (p85 - p50[0]) / 2.0  # the initial spread is 2: the band starts at -0.5..0.5
+    assert (lo[0], hi[0]) == (-0.5, 0.5)
+    assert band.min() == pytest.approx(lo.min()) and band.max() == pytest.approx(hi.max())
+    assert fig.get_size_inches()[1] * 100 <= 1000  # percentiles.png's dpi: at most 1,000 px tall
 
 
 def test_percentile_figure_pairs_no_bn_with_plain_bn_and_across_rates_when_asked():
@@ -206,11 +234,11 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
 
     from bnexp.report.figstyle import typed_labels
 
-    def group(key, *overrides):
+    def group(key, *overrides, config=None):
         d = tmp_path / key
         (d / ".hydra").mkdir(parents=True)
         (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-        return SimpleNamespace(key=key, runs=[SimpleNamespace(path=d)])
+        return SimpleNamespace(key=key, runs=[SimpleNamespace(path=d)], config=config or {})
 
     a = group("a", "bn='false'", "lr=0.5", "seed=1", "trainer.max_steps=3000", "trainer.progress=false")
     b = group("b", "bn='true'", "lr=0.5", "seed=1", "trainer.max_steps=3000")
@@ -231,6 +259,13 @@ def test_legend_labels_are_the_swept_overrides_as_typed(tmp_path):
     odd = group("odd", "+experiment=baseline", "trainer.max_steps=6000", "optim.decay_steps=600",
                 "trainer.eval_every=1500", "seed=0")
     assert typed_labels(ladder + [odd])["odd"] == "experiment=baseline trainer.max_steps=6000 optim.decay_steps=600"
+    # LayerNorm and GroupNorm by name, not as "bn=true bn.norm=layer"; BN and no BN then by name too
+    norms = [group(k, *o, "lr=0.9", "seed=0", config={"bn.enabled": on, "bn.norm": norm}) for k, on, norm, o in (
+        ("ln", True, "layer", ("bn='true'", "bn.norm=layer")), ("gn", True, "group", ("bn='true'", "bn.norm=group")),
+        ("bn", True, "batch", ("bn='true'",)), ("no", False, "batch", ("bn='false'",)))]
+    assert typed_labels(norms) == {"ln": "LayerNorm", "gn": "GroupNorm", "bn": "BN", "no": "no BN"}
+    norms.append(group("ln2", "bn=layer", "lr=1.8", "seed=0", config={"bn.enabled": True, "bn.norm": "layer"}))
+    assert typed_labels(norms)["ln2"] == "LayerNorm lr=1.8" and typed_labels(norms)["bn"] == "BN lr=0.9"
 
 
 def test_stability_figure_units_hatches_and_legend_outside(mnist):
@@ -322,3 +357,44 @@ def test_configurations_of_one_setting_and_family_get_a_shade_each():
     plt = pyplot()
     assert st[groups[0].key].color == tuple(plt.get_cmap("Blues")(0.75))
     assert st[groups[1].key].color == tuple(plt.get_cmap("Oranges")(0.75))
+
+
+def test_percentile_figure_splits_bn_by_place_when_the_sweep_places_it_both_ways():
+    """The placement study (every run with BN, before or after the nonlinearity): a column per place, before
+    and after of one setting on one row."""
+    from bnexp.report.figures import figure_rows
+    from bnexp.report.groups import ConfigGroup
+
+    def g(key, position, act):
+        return ConfigGroup(key, {"bn.enabled": True, "bn.position": position, "act": act, "lr": 0.5})
+
+    columns, rows = figure_rows([g("b1", "before", "relu"), g("a1", "after", "relu"), g("a2", "after", "sigmoid"),
+                                 g("b2", "before", "sigmoid")])
+    assert columns == ["BN", "BN after g"]
+    assert [{c: x.key for c, x in r.items()} for r in rows] == [{"BN": "b1", "BN after g": "a1"},
+                                                                 {"BN after g": "a2", "BN": "b2"}]
+    assert figure_rows([g("b1", "before", "relu"), g("b2", "before", "sigmoid")])[0] == ["BN"]  # one place
+
+
+def test_at_most_keeps_each_ladders_top_rung_then_spreads_the_rest():
+    from bnexp.report.figures import at_most
+    from bnexp.report.groups import ConfigGroup
+
+    ladder = [ConfigGroup(f"{p}{b}", {"experiment": p, "trainer.max_steps": b, "optim.decay_steps": b // 5})
+              for p in ("baseline", "bn_baseline", "bn_x5") for b in (1500, 3000, 6000, 12000)]
+    assert [g.key for g in at_most(ladder)] == ["baseline12000", "bn_baseline12000", "bn_x512000"]
+    lrs = [ConfigGroup(f"lr{i}", {"lr": 0.1 * i}) for i in range(1, 16)]
+    assert [g.key for g in at_most(lrs)] == ["lr1", "lr3", "lr5", "lr7", "lr9", "lr11", "lr13", "lr15"]
+    assert at_most(lrs[:8]) == lrs[:8]
+
+
+@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
+def test_stability_figure_names_at_most_eight_configurations(tmp_path):
+    root = tmp_path / "many"
+    for lr in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
+        for bn in (True, False):
+            make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
+    fig = stability_figure(build_report(root))
+    _check_axes_and_legend(fig)
+    assert len(fig.legends[0].get_texts()) == 8 and "8 of 12 configurations" in fig._suptitle.get_text()
+    assert fig.get_size_inches()[1] * 100 <= 1000  # stability.png's dpi

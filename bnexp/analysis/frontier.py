@@ -47,8 +47,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bnexp.analysis.runs import Sweep, experiment_name, find_run_dirs, load_sweep
+from bnexp.analysis.runs import Sweep, find_run_dirs, load_sweep, numeric
 from bnexp.analysis.rules import CHANCE, CHANCE_TEXT, Censored
+from bnexp.analysis.tuning import best_rate
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 GAIN, PASS_FACTOR = 0.005, 5.0  # 0.5 points: a doubling that gains less is "converged"; the pass rule's 5x
@@ -90,11 +91,11 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
         (from the run's config, NaN when absent), ``run_dir``, ``precision`` (the step loop's, fp32 or bf16, from
         summary.json; None when absent) and ``steps_per_s`` (summary.json's, NaN when absent); diverged runs at chance accuracy
         (1 / :data:`bnexp.analysis.rules.NUM_CLASSES`). Unfinished runs, and finished ones without a final test
-        accuracy (NaN: a hand edit), are left out with a warning.
+        accuracy (NaN: a hand edit) or without a seed (seeds are what the per-seed frontiers pair; a missing one is
+        never taken for seed 0), are left out with a warning.
     """
     t = sweep.table
-    preset = pd.Series([experiment_name(r.config) or r.summary.get("experiment") for r in sweep.runs], index=t.index)
-    t = t[preset.notna() & t["budget"].map(lambda v: isinstance(v, int) and not isinstance(v, bool))]
+    t = t[t["preset"].notna() & t["budget"].map(lambda v: isinstance(v, int) and not isinstance(v, bool))]
     for _, r in t[~t["status"].isin(COMPLETE_STATUSES)].iterrows():
         st = r.get("summary.status")
         warnings.warn(f"{r['path']}: status {st if isinstance(st, str) else None!r}, left out of the frontier "
@@ -103,13 +104,16 @@ def runs_table(sweep: Sweep) -> pd.DataFrame:
     for path in t.loc[t["final_test_accuracy"].isna(), "path"]:  # a hand edit: no result, not a divergence
         warnings.warn(f"{path}: no final test accuracy (summary.json's final_test_accuracy and metrics.jsonl's last "
                       "test_accuracy are not numbers), left out of the frontier")
-    t = t[t["final_test_accuracy"].notna()]
-    col = lambda k: pd.to_numeric(t[k], errors="coerce") if k in t else pd.Series(math.nan, index=t.index)  # noqa: E731
+    for path in t.loc[t["seed"].isna() & t["final_test_accuracy"].notna(), "path"]:  # a seed is what is paired
+        warnings.warn(f"{path}: no seed (summary.json's seed and the config's are missing or not numbers), left out "
+                      "of the frontier")
+    t = t[t["final_test_accuracy"].notna() & t["seed"].notna()]
+    col = lambda k: numeric(t[k]).set_axis(t.index) if k in t else pd.Series(math.nan, index=t.index)  # noqa: E731
     return pd.DataFrame({  # a diverged run is at chance in the per-run table already
-        "preset": preset[t.index], "budget_steps": t["budget"].astype(int), "seed": t["seed"].fillna(0).astype(int),
+        "preset": t["preset"], "budget_steps": t["budget"].astype(int), "seed": t["seed"].astype(int),
         "final_test_accuracy": col("final_test_accuracy"),
         "final_train_accuracy": col("final_train_accuracy"), "status": t["status"],
-        "lr": col("lr").fillna(col("summary.lr")), "base_lr": col("scale.base_lr"), "dropout": col("model.dropout"),
+        "lr": col("rate"), "base_lr": col("scale.base_lr"), "dropout": col("model.dropout"),
         "weight_decay": col("optim.weight_decay"), "run_dir": t["path"],
         "precision": t["summary.precision"] if "summary.precision" in t else pd.Series(None, index=t.index, dtype=object),
         "steps_per_s": col("summary.steps_per_s")}).reset_index(drop=True)
@@ -126,12 +130,15 @@ def _config(df: pd.DataFrame) -> pd.Series:
 
 
 def tuning_table(runs: pd.DataFrame) -> dict | None:
-    """The baseline's tuning stage: its configurations at the budget where most of them ran (>= 2).
+    """The baseline's tuning stage: its configurations at the budget where most of them ran (>= 2), the winner
+    chosen by the one-stage rate rule (:func:`bnexp.analysis.tuning.best_rate` without a target: the highest
+    seed-mean final test accuracy, a diverged run at chance; ties to the smallest rate, then dropout, then weight
+    decay).
 
     Returns:
         None without such a budget; else {"budget_steps", "rows": [{"lr", "dropout", "seeds",
-        "mean_test_accuracy", "per_seed"}] by rate and dropout, "winner": index of the highest seed-mean
-        final test accuracy (the first of equals), "config": the winner's label}.
+        "mean_test_accuracy", "per_seed"}] by rate and dropout, "winner": the index of the chosen configuration,
+        "config": the winner's label}.
     """
     base = runs[runs.preset == BASELINE]
     if base.empty or "lr" not in base:
@@ -147,7 +154,8 @@ def tuning_table(runs: pd.DataFrame) -> dict | None:
              "per_seed": {str(int(k)): float(v) for k, v in zip(g.seed, g.final_test_accuracy)}}
             for cfg, g in at.groupby("config", sort=False)]
     rows.sort(key=lambda r: (r["lr"], r["dropout"]))
-    win = max(range(len(rows)), key=lambda i: (rows[i]["mean_test_accuracy"], -i))
+    chosen, _ = best_rate(at, steps=None, by=["lr", "dropout", "weight_decay"])
+    win = [r["config"] for r in rows].index(_config(pd.DataFrame([chosen], columns=["lr", "dropout", "weight_decay"]))[0])
     return {"budget_steps": budget, "rows": rows, "winner": win, "config": rows[win]["config"]}
 
 

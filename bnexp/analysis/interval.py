@@ -30,11 +30,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from bnexp.analysis.rules import DDOF, Censored, finite, stat
+from bnexp.analysis.rules import DDOF, Bound, Censored, finite, stat
 
 LEVEL = 0.95
-EXACT, LOWER, UPPER, UNKNOWN = "", ">=", "<=", "?"
-CENSOR_MARKS = (EXACT, LOWER, UPPER, UNKNOWN)
+EXACT, LOWER, UPPER, UNKNOWN = (Bound(n) for n in Bound.MARKS)  # the bounds a seed may carry
 SCALES = ("raw", "log")
 
 
@@ -117,16 +116,15 @@ class SeedInterval:
         return "straddles"
 
 
-def _marks(censored, n: int) -> list[str]:
+def _marks(censored, n: int) -> list[Bound]:
     if censored is None:
         return [EXACT] * n
-    marks = [EXACT if c is None else str(c) for c in censored]
-    if len(marks) != n:
-        raise ValueError(f"censored has {len(marks)} entries for {n} values")
-    bad = sorted({c for c in marks if c not in CENSOR_MARKS})
-    if bad:
-        raise ValueError(f"censored entries must be one of '', '>=', '<=', '?' or None; got {bad}")
-    return marks
+    if len(censored) != n:
+        raise ValueError(f"censored has {len(censored)} entries for {n} values")
+    try:
+        return [Bound(c) for c in censored]
+    except ValueError as exc:
+        raise ValueError(f"censored entries must be one of '', '>=', '<=', '?' (or a bound's name) or None: {exc}") from None
 
 
 def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | None] | None = None,
@@ -136,8 +134,9 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
     Args:
         values: one value per seed on the claim's scale (a ratio for ``scale="log"``, > 0; a difference
             or any additive quantity for "raw"). An unknown seed's value ("?") is ignored (may be None).
-        censored: per seed None/"" (exact), ">=" (the true value is at least this), "<=" (at most
-            this) or "?" (unknown); None: every seed exact.
+        censored: per seed a :class:`bnexp.analysis.rules.Bound`, by name or mark: None/"" (exact), ">=" or
+            "lower" (the true value is at least this), "<=" or "upper" (at most this), "?" or "unknown"; None: every
+            seed exact.
         scale: "raw" (interval of the mean) or "log" (of the mean log, exponentiated).
         level: the two-sided confidence level.
 
@@ -195,18 +194,15 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
         elif low_open:
             reason = f"{marks.count(UPPER)} seed(s) only an upper bound: the lower side is open"
     return SeedInterval(method=method, scale=scale, level=float(level), n=n, n_censored=n_cens,
-                        estimate=estimate, estimate_bound=bound, low=low, high=high, low_open=low_open,
-                        high_open=high_open, seed_min=seed_min, seed_max=seed_max, seed_min_bound=min_mark,
-                        seed_max_bound=max_mark, reason=reason)
+                        estimate=estimate, estimate_bound=bound.mark, low=low, high=high, low_open=low_open,
+                        high_open=high_open, seed_min=seed_min, seed_max=seed_max, seed_min_bound=min_mark.mark,
+                        seed_max_bound=max_mark.mark, reason=reason)
 
 
 def row_interval(row: dict) -> SeedInterval | None:
     """The :class:`SeedInterval` a claims row (live or read back from report.json) holds under "interval",
     None without one."""
     return SeedInterval(**row["interval"]) if row.get("interval") else None
-
-
-_MARK = {"exact": EXACT, "lower": LOWER, "upper": UPPER, "unknown": UNKNOWN}  # Censored.bound -> interval mark
 
 
 def seed_interval(values, confidence: float = LEVEL) -> dict:
@@ -234,6 +230,6 @@ def seed_values(per_seed: Mapping, scale: str = "raw") -> tuple[dict, dict, Seed
         if c.bound != "exact" and (ok or c.bound == "unknown"):
             bounds[int(s)] = c.bound
     counted = [s for s in vals if vals[s] is not None or bounds.get(s) == "unknown"]
-    iv = seed_mean_interval([vals[s] for s in counted], [_MARK[bounds.get(s, "exact")] for s in counted],
+    iv = seed_mean_interval([vals[s] for s in counted], [bounds.get(s) for s in counted],
                             scale) if counted else None
     return vals, bounds, iv

@@ -10,8 +10,8 @@ the normalizer vocabulary and how a config option is read. Every section of the 
 * **Std** (:data:`DDOF`): every std over seeds is the sample std (ddof=1); one value has none ("(1 seed)").
 * **Bounds** (:class:`Censored`): a run that never reached a target counts as its budget, a *lower* bound
   on its steps. A ratio of bounds is a bound (:meth:`Censored.__truediv__`); in a claim a bound opens that
-  side of the seed interval (:mod:`bnexp.analysis.interval`); it is written ">= 3.00x". Against a threshold a
-  bound decides only on its own side (:meth:`Censored.above`).
+  side of the seed interval (:mod:`bnexp.analysis.interval`); it is written ">= 3.00x" (:meth:`Bound.written`, the
+  one way a bound becomes text). Against a threshold a bound decides only on its own side (:meth:`Censored.above`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it:
 CHANCE_TEXT = f"{100 * CHANCE:g}%"  # CHANCE as the pages write it: "15%"
 DDOF = 1  # the sample std over seeds, in every table and claim
 STD_NOTE = f"std is the sample standard deviation over seeds (ddof={DDOF})"
-PREFIX = {"exact": "", "lower": ">= ", "upper": "<= ", "unknown": "~"}
-_FLIP = {"lower": "upper", "upper": "lower"}
 
 
 def finite(values) -> np.ndarray:
@@ -58,6 +56,42 @@ def stat(values) -> dict:
             "std": float(x.std(ddof=DDOF)) if x.size > DDOF else None}
 
 
+class Bound(str):
+    """Which side of a value is known, the one type every section uses: "exact", "lower" (the true value is at least
+    the number), "upper" (at most) or "unknown" (bounds on both sides of a ratio: no side is known). A bound is its
+    name (a ``str``: ``Bound("lower") == "lower"``, and JSON writes the name); report.json's intervals record it by
+    its :attr:`mark` ("", ">=", "<=", "?"), and ``Bound(">=")`` reads a mark back. :meth:`written` is the one way a
+    bound is written into text.
+
+    Raises:
+        ValueError: neither a bound's name nor its mark (None and "" are "exact").
+    """
+
+    MARKS = {"exact": "", "lower": ">=", "upper": "<=", "unknown": "?"}
+    _PREFIX = {"exact": "", "lower": ">= ", "upper": "<= ", "unknown": "~"}
+
+    def __new__(cls, v: str | None = None) -> Bound:
+        name = "exact" if v in (None, "") else next((n for n, m in cls.MARKS.items() if v in (n, m)), None)
+        if name is None:
+            raise ValueError(f"a bound is one of {', '.join(cls.MARKS)} or a mark {', '.join(map(repr, cls.MARKS.values()))}"
+                             f"; got {v!r}")
+        return super().__new__(cls, name)
+
+    @property
+    def mark(self) -> str:
+        """The bound's mark in report.json's intervals: "" (exact), ">=", "<=" or "?"."""
+        return self.MARKS[self]
+
+    def flipped(self) -> Bound:
+        """The bound of the reciprocal: lower <-> upper (exact and unknown stay)."""
+        return Bound({"lower": "upper", "upper": "lower"}.get(self, self))
+
+    def written(self, number: str) -> str:
+        """``number`` (already formatted, with its unit) as the pages write this bound: ">= 3.00x", "<= 0.50x",
+        "~3.00x" (unknown), "3.00x" (exact)."""
+        return self._PREFIX[self] + number
+
+
 @dataclass(frozen=True)
 class Censored:
     """A per-seed value that may be only a bound.
@@ -70,8 +104,11 @@ class Censored:
     """
 
     value: float | None
-    bound: str = "exact"
+    bound: Bound = Bound("exact")
     why: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "bound", Bound(self.bound))  # "lower" or ">=" alike: one type
 
     @classmethod
     def steps(cls, reached: float | None, budget: float | None, scale: float = 1.0) -> Censored:
@@ -89,7 +126,7 @@ class Censored:
         missing value (None, NaN, a zero denominator) makes no value."""
         if self.value is None or other.value is None or not other.value or not math.isfinite(self.value / other.value):
             return Censored(None)  # a missing value on either side: no value, nothing to say about bounds
-        kinds = {self.bound, _FLIP.get(other.bound, other.bound)} - {"exact"}
+        kinds = {self.bound, other.bound.flipped()} - {"exact"}
         bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
         return Censored(self.value / other.value, bound, self.why or other.why)
 
@@ -109,8 +146,8 @@ class Censored:
         ``missing`` without a value."""
         if self.value is None:
             return missing
-        return f"{PREFIX[self.bound]}{self.value:,.{digits}f}{unit}" + (" (both bounds)" if self.bound == "unknown"
-                                                                         else "")
+        return self.bound.written(f"{self.value:,.{digits}f}{unit}") + (" (both bounds)" if self.bound == "unknown"
+                                                                          else "")
 
 
 def option_text(v) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer
+from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer, option_text
 from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
 from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL, SHIFT,
                                      SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
@@ -311,12 +311,35 @@ def _first(*values):
     return next((v for v in values if v is not None), None)
 
 
+def coordinates(runs: list[Run]) -> dict[str, list]:
+    """The coordinates the designs vary, one value per run, each read once from the run's reduced config (else
+    its summary.json): ``preset`` (the experiment preset, :func:`experiment_name`; None: a plain run), ``rate``
+    (``lr`` as read, NaN when absent: a hand edit may make it text, which the readers refuse), ``ghost``
+    (bn.ghost_batch_size), ``groups`` (bn.groups), ``momentum`` (bn.momentum), ``position`` (bn.position as text,
+    "before" by default), ``nonlinearity`` (``act`` as text), ``net`` (model.name, "mlp" by default), ``depth``
+    (hidden layers of an MLP, None for another net) and ``wall_time_s`` (summary.json's)."""
+    def first(r: Run, key: str, field: str, default=None):
+        return r.config.get(key, r.summary.get(field, default))
+
+    return {"preset": [experiment_name(r.config) or r.summary.get("experiment") for r in runs],
+            "rate": [first(r, "lr", "lr", math.nan) for r in runs],
+            "ghost": [r.config.get("bn.ghost_batch_size") for r in runs],
+            "groups": [r.config.get("bn.groups") for r in runs],
+            "momentum": [r.config.get("bn.momentum") for r in runs],
+            "position": [option_text(r.config.get("bn.position", "before")) for r in runs],
+            "nonlinearity": [option_text(first(r, "act", "act")) for r in runs],
+            "net": [str(first(r, "model.name", "model", "mlp")) for r in runs],
+            "depth": [len(h) if isinstance(h := r.config.get("model.hidden"), list) else None for r in runs],
+            "wall_time_s": [r.summary.get("wall_time_s") for r in runs]}
+
+
 def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) -> pd.DataFrame:
     """The per-run table, one row per run (index ``run`` = :attr:`Run.id`), every number under one rule:
 
     path, seed, status, error, the reduced config's keys, the summary's top-level fields (``summary.<f>``);
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
-    ``norm`` (the normalizer code, :func:`bnexp.analysis.rules.normalizer`); ``max_test_accuracy``
+    ``norm`` (the normalizer code, :func:`bnexp.analysis.rules.normalizer`); the designs' :func:`coordinates`
+    (preset, rate, ghost, groups, momentum, position, nonlinearity, net, depth, wall_time_s); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
     1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
@@ -333,6 +356,8 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     t["budget"] = pd.Series([_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"),
                                     r.summary.get("step")) for r in runs], index=t.index, dtype=object)
     t["norm"] = [normalizer(r.config) for r in runs]
+    for name, values in coordinates(runs).items():
+        t[name] = pd.Series(values, index=t.index, dtype=object)  # Python values as read: 2 stays 2, None None
     summ = {k: numeric([r.summary.get(k) for r in runs]).set_axis(t.index)
             for k in ("best_test_accuracy", "final_test_accuracy")}
     acc = numeric(metrics.get("test_accuracy", [])).set_axis(metrics.index)

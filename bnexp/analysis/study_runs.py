@@ -20,17 +20,19 @@ from __future__ import annotations
 import json
 import logging
 import math
+from pathlib import Path
 
 import pandas as pd
 
-from bnexp.analysis.rules import NORMALIZERS, option_text, optional
+from bnexp.analysis.rules import NORMALIZERS, optional
 from bnexp.analysis.runs import is_number, native
+from bnexp.runfolders.rundir import COMPLETE_STATUSES
 from bnexp.analysis.tuning import HELD_OUT, TUNING_SEEDS, RateChoice, best_rate, choose_rates, runs_from_table
 
 log = logging.getLogger("bnexp.report")
 
 CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
-                "depth", "budget", "final", "steps", "wall_time_s"]
+                "depth", "budget", "final", "steps", "left_chance", "wall_time_s"]
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
 # the cells' columns that make one configuration of each study (its runs differ in lr and seed only)
@@ -43,31 +45,29 @@ OBJECTIVES = {"batch_size": ("steps", "accuracy"), "inference_statistics": ("acc
 
 def cells(sweep, target: float, extra=None) -> pd.DataFrame:
     """The completed runs (finished or diverged, with a seed) of the per-run table of ``sweep``
-    (:class:`bnexp.analysis.runs.Sweep`), one row each: run (path), seed, status, norm (the normalizer code,
-    :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m, lr, momentum, position, act, model, depth
-    (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``, None:
-    not reached), wall_time_s, the columns ``extra(run)`` returns (a dict), and final_test_accuracy (= final).
-    A run whose lr is not a number (a hand edit) is left out with a warning naming it."""
+    (:class:`bnexp.analysis.runs.Sweep`; its :func:`bnexp.analysis.runs.coordinates` and numbers, nothing read
+    again), one row each: run (path), seed, status, norm (the normalizer code,
+    :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
+    model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
+    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the columns ``extra(path)`` returns (a dict, from the run folder ``path``),
+    and final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
+    naming it."""
     t, reach, rows = sweep.table, sweep.reach(target), []
-    for r in sweep.runs:
-        if not r.completed or r.seed is None:
-            continue
-        c, row = r.config, t.loc[r.id]
-        hidden, lr = c.get("model.hidden"), c.get("lr", r.summary.get("lr", math.nan))
+    done = t[t["status"].isin(COMPLETE_STATUSES) & t["seed"].notna()]
+    for rid, row in zip(done.index, done.to_dict("records")):
+        lr = row["rate"]
         if not is_number(lr) and not (isinstance(lr, float) and math.isnan(lr)):
-            log.warning("%s: key lr is %s, not a number; the run is left out of the study", r.path,
+            log.warning("%s: key lr is %s, not a number; the run is left out of the study", row["path"],
                         json.dumps(lr, default=str))
             continue
         rows.append({
-            "run": str(r.path), "seed": int(r.seed), "status": r.status, "norm": row["norm"],
-            "ghost": c.get("bn.ghost_batch_size"), "groups": c.get("bn.groups"), "m": optional(row["m"], int) or 60,
-            "lr": float(lr), "momentum": c.get("bn.momentum"),
-            "position": option_text(c.get("bn.position", "before")),
-            "act": option_text(c.get("act", r.summary.get("act"))),
-            "model": str(c.get("model.name", r.summary.get("model", "mlp"))),
-            "depth": len(hidden) if isinstance(hidden, list) else None, "budget": row["budget"],
-            "final": optional(row["final_test_accuracy"]), "steps": optional(reach.loc[r.id, "steps"], int),
-            "wall_time_s": r.summary.get("wall_time_s"), **(extra(r) if extra else {})})
+            "run": row["path"], "seed": int(row["seed"]), "status": row["status"], "norm": row["norm"],
+            "ghost": row["ghost"], "groups": row["groups"], "m": optional(row["m"], int) or 60, "lr": float(lr),
+            "momentum": row["momentum"], "position": row["position"], "act": row["nonlinearity"], "model": row["net"],
+            "depth": row["depth"], "budget": row["budget"], "final": optional(row["final_test_accuracy"]),
+            "steps": optional(reach.loc[rid, "steps"], int), "left_chance": bool(row["left_chance"]),
+            "wall_time_s": row["wall_time_s"],
+            **(extra(Path(row["path"])) if extra else {})})
     out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CELL_COLUMNS])
     return out.assign(final_test_accuracy=out["final"])
 

@@ -183,21 +183,25 @@ def choose_rates(runs: Iterable[TuningRun], objective: str = "steps", budget: in
     return choices
 
 
-def best_rate(rows, steps: str = "steps") -> tuple[float | None, str]:
+def best_rate(rows, steps: str | None = "steps", by: str | list[str] = "lr") -> tuple[float | tuple | None, str]:
     """(best rate, rule) of one configuration's rate grid: ``rows`` are its completed runs (a DataFrame with
     columns ``lr``, ``status``, ``final_test_accuracy`` and ``steps``, NaN or None: not reached). The fewest mean steps to
     the target among the rates where every completed seed reached it and none diverged (a diverging rate is
-    too high; :data:`EVERY_SEED`); when no rate qualifies, the highest mean final test accuracy
-    (:data:`HIGHEST_FINAL`); (None, "no runs") without rows. Shared by the MNIST speedups and the studies
-    (docs/studies/README.md)."""
+    too high; :data:`EVERY_SEED`); when no rate qualifies, or without a target (``steps`` None), the highest mean
+    final test accuracy (:data:`HIGHEST_FINAL`); ties go to the smallest rate; (None, "no runs") without rows.
+    Shared by the MNIST speedups, the studies (docs/studies/README.md) and the CIFAR-10 baseline's tuning stage,
+    which chooses a configuration (``by`` = its columns, e.g. ["lr", "dropout", "weight_decay"]; the choice is then
+    the tuple of their values, ties to the smallest in that order) rather than a rate."""
     import pandas as pd  # here: the sweep scripts read this module's seeds without loading pandas
 
     if rows.empty:
         return None, "no runs"
-    by_lr = list(rows.groupby("lr"))
-    ok = [(pd.to_numeric(g[steps]).mean(), lr) for lr, g in by_lr
-          if pd.to_numeric(g[steps]).notna().all() and (g["status"] != "diverged").all()]
+    by_lr = list(rows.groupby(by, sort=True, dropna=isinstance(by, str)))  # a configuration may lack a dropout
+    choice = (lambda key: float(key)) if isinstance(by, str) else (lambda key: tuple(map(float, key)))  # noqa: E731
+    ok = [(pd.to_numeric(g[steps]).mean(), i) for i, (_, g) in enumerate(by_lr)
+          if steps is not None and pd.to_numeric(g[steps]).notna().all() and (g["status"] != "diverged").all()]
     if ok:
-        return float(min(ok)[1]), EVERY_SEED
-    finals = [(-m, lr) for lr, g in by_lr if not math.isnan(m := pd.to_numeric(g["final_test_accuracy"]).mean())]
-    return (float(min(finals)[1]), HIGHEST_FINAL) if finals else (None, "no runs")
+        return choice(by_lr[min(ok)[1]][0]), EVERY_SEED
+    finals = [(-m, i) for i, (_, g) in enumerate(by_lr)
+              if not math.isnan(m := pd.to_numeric(g["final_test_accuracy"]).mean())]
+    return (choice(by_lr[min(finals)[1]][0]), HIGHEST_FINAL) if finals else (None, "no runs")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, evaluate, per_seed_text
+from bnexp.report.claims import Claim, evaluate
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.analysis.runs import config_key, target_key
 from bnexp.analysis.rules import Censored, format_target, normalizer_label, optional
@@ -142,12 +142,6 @@ def best_rate_speedups(groups: list[ConfigGroup], table: pd.DataFrame, targets=S
             for setting in settings.values() for variant in ("BN", "noisy BN")
             if variant in setting and "no BN" in setting]
     return sorted(rows, key=lambda r: (r["init"] != "normal", r["init"], r["variant"], r["target"]))
-
-
-def per_seed_ratios(row: dict, unit: str = "") -> str:
-    """The per-seed no-BN / BN ratios of a :func:`best_rate_speedups` row (:func:`bnexp.report.claims.per_seed_text`
-    with 2 decimals): "1: 2.80x, 2: >= 3.00x, 3: -"."""
-    return per_seed_text(row, lambda v: f"{v:.2f}", unit)
 
 
 def held_out_seeds(rows: list[dict]) -> dict[str, list[int]]:

@@ -77,7 +77,8 @@ def _run_record(run: Run, report_rows: pd.DataFrame, sweep: Sweep, targets: list
 
 def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) -> dict:
     """All statistics of one configuration over its completed runs, as stored in report.json: {"label",
-    "config", "bn", "experiment", "max_steps", "runs", "completed", "diverged", "failed", "incomplete",
+    "config", "bn", "experiment", "max_steps", "runs", "completed", "diverged", "failed", "incomplete", "left_chance"
+    (of the completed runs, those that left chance: :data:`bnexp.analysis.rules.CHANCE`),
     "max_test_accuracy", "final_test_accuracy", "steps_to_target": {target: reach_stat}, "stability",
     "ics" (:func:`ics_summary`), "seeds": [per-run records]}."""
     rows = report.table[report.table["group"] == group.key]
@@ -87,6 +88,7 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
         "label": group.label, "config": group.config, "bn": group.bn, "experiment": group.experiment,
         "max_steps": group.max_steps, "runs": len(rows), "completed": len(done),
         **{k: int(counts.get(k, 0)) for k in ("diverged", "failed", "incomplete")},
+        "left_chance": int(done["left_chance"].sum()),  # completed runs that left chance (the chance rule)
         "max_test_accuracy": value_stat(done["max_test_accuracy"]),
         "final_test_accuracy": value_stat(done["final_test_accuracy"]),
         "steps_to_target": {target_key(t): reach_stat(done[f"steps_to_{target_key(t)}"]) for t in targets},

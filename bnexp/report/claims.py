@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from bnexp.analysis.interval import seed_values
-from bnexp.analysis.rules import PREFIX, Censored, stat
+from bnexp.analysis.rules import Censored, stat
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -56,7 +56,7 @@ class Claim:
             raise ValueError(f"claim {self.name!r}: threshold must be finite, got {self.threshold!r}")
 
 
-def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int] | None = None,
+def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], never_learned: list[int],
              premise: str | None = None, missing: str | None = None, scale: str = "raw") -> dict:
     """One claims-table row: the claim's fields, per-seed values, the seed interval, verdict (module docstring),
     reason.
@@ -66,7 +66,9 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         per_seed: seed -> the quantity for that seed (None or NaN when missing: not counted), or a
             :class:`bnexp.analysis.rules.Censored` value: a bound enters the interval as a bound (it opens one
             side, :mod:`bnexp.analysis.interval`), a seed with no known side opens both.
-        never_learned: seeds whose run(s) never left chance; any makes the verdict ``inconclusive``.
+        never_learned: seeds whose run(s) never left chance (:data:`bnexp.analysis.rules.CHANCE`); any makes the
+            verdict ``inconclusive``. Required, so that no claim skips the chance rule: ``[]`` only where every
+            run left chance, or where the claim's threshold is chance itself ("does not train").
         premise: a reason the comparison does not exist; makes the verdict ``premise not met``.
         missing: what the records lack for this claim; makes the verdict ``inconclusive`` (after ``premise``).
         scale: "raw" (differences, accuracies) or "log" (ratios: the interval of the mean log ratio).
@@ -85,7 +87,7 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
                            "mean": iv.estimate if iv else None, "std": std,
                            "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
                            "interval": iv.as_dict() if iv else None}
-    bad, t, up = sorted(never_learned or []), claim.threshold, claim.direction == ">"
+    bad, t, up = sorted(never_learned), claim.threshold, claim.direction == ">"
     if premise:
         verdict, reason = PREMISE_NOT_MET, premise
     elif missing:
@@ -108,18 +110,3 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         if iv.reason:
             reason += f"; {iv.reason}"
     return row | {"verdict": verdict, "reason": reason}
-
-
-def by_seed(per_seed: Mapping) -> list[tuple]:
-    """(seed, value) pairs of a per-seed map in seed order; the seeds are ints, or strings after a JSON round
-    trip (report.json), so they are ordered as numbers (10 after 9)."""
-    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
-
-
-def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
-    """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
-    (">=" / "<=": a bound, :data:`bnexp.analysis.rules.PREFIX`; "-": no value); "-" without seeds."""
-    bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
-    bounds = {str(k): b for k, b in bounds.items()}
-    return ", ".join(f"{s}: " + ("-" if v is None else f"{PREFIX[bounds.get(str(s), 'exact')]}{fmt(v)}{unit}")
-                     for s, v in by_seed(row["per_seed"])) or "-"

@@ -23,15 +23,14 @@ from bnexp.runfolders.rundir import replace_files
 
 
 def print_table(report: Report, console=None) -> None:
-    """Print the terminal summary (:func:`bnexp.report.render.render_summary`) with rich's Markdown, at least 200
-    columns wide when the output is not a terminal."""
+    """Print the terminal summary (:func:`bnexp.report.render.render_summary`) with rich's Markdown, fitted to the
+    console's width (rich's: the terminal's, else ``COLUMNS``, else 80), naming report.md for the rest."""
     from rich.console import Console
     from rich.markdown import Markdown
 
-    if console is None:
-        console = Console()
-        console = console if console.is_terminal else Console(width=max(console.width, 200))
-    console.print(Markdown(render_summary(report.data, report.sweep_dir)))
+    console = console or Console()
+    console.print(Markdown(render_summary(report.data, report.sweep_dir, report.out_dir / "report.md",
+                                          console.width)))
 
 
 def report_files(report: Report) -> dict[Path, bytes]:
@@ -131,7 +130,7 @@ def _run(ns: argparse.Namespace) -> int:
         raise ReportError(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}); the files "
                           "already there are unchanged.") from None
     print_table(report)
-    print("wrote " + ", ".join(map(str, paths)))
+    print(f"wrote into {report.out_dir}: " + ", ".join(p.name for p in paths))
     return 0
 
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from bnexp.analysis.interval import row_interval
 from bnexp.report.fmt import format_interval, format_target, md_table, render_template
-from bnexp.analysis.rules import CHANCE
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.study_section import table_md
@@ -159,6 +158,26 @@ def mnist_best_rate(report: dict) -> str:
     return _text("mnist_best_rate", rows=_speedup_rows(report))
 
 
+@view("mnist_shift_views")
+def mnist_shift_views(report: dict) -> str:
+    """One sentence for the pages that show Fig. 1(b, c): at the paper's init and the rates chosen for the main
+    target 95% (``best_rate_speedups``), how many initial 15-85 spreads each net's last-hidden-layer input moved
+    from the start (``configurations[].ics.measures["shift.w1_rel_first.last"]``, mean over the configuration's
+    seeds) and what the raw view shows instead (percentiles.png's two rows, bnexp/report/figures.py)."""
+    row = next((r for r in _speedup_rows(report) if r["variant"] == "BN" and r["init"] == "normal"
+                and abs(r["target"] - 0.95) < 1e-9), None)
+    if row is None:
+        raise ViewDataError("report.json's best_rate_speedups has no BN row for the normal init at 95%")
+    sides = {}
+    for side, bn, lr in (("bn", True, row["bn_lr"]), ("no_bn", False, row["no_bn_lr"])):
+        conf = next((c for c in need(report, "configurations") if c.get("bn") is bn and c.get("ics")
+                     and c["config"].get("model.init") == "normal" and c["config"].get("lr") == lr), None)
+        if conf is None:
+            raise ViewDataError(f"report.json has no {'BN' if bn else 'no-BN'} configuration with ics at lr={lr}")
+        sides[side] = {"lr": lr, "w1": need(conf, "ics", "measures", "shift.w1_rel_first.last")}
+    return _text("mnist_shift_views", **sides)
+
+
 # ----------------------------------------------------------------------------- ICS study (docs/ics)
 
 ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
@@ -238,21 +257,25 @@ def study_verdicts(report: dict) -> str:
     return _text("study_verdicts", sec=_study(report))
 
 
+# the rate at which docs/studies/normalizer.md quotes no BN's steps to 95%: the one-stage batch_size study's rate at
+# m = 60 (lr = 0.01 m, docs/studies/batch_size.md)
+BATCH_SIZE_RATE_60 = 0.6
+
+
 @view("mnist_rates")
 def mnist_rates(report: dict) -> str:
     """The MNIST sweep's rates the study designs lean on, from report.json (normal init, m = 60): each
-    network's best rate per target (``best_rate_speedups``), the highest no-BN rate at which every seed left
-    chance (:data:`bnexp.analysis.rules.CHANCE`, from the seeds' best test accuracy) and no BN's steps and
-    examples to 95% at lr 0.6, the batch_size study's rate at m = 60 (seed means)."""
+    network's best rate per target (``best_rate_speedups``), the highest no-BN rate whose every completed seed
+    left chance (a configuration's ``left_chance`` count, the report's chance rule, equal to its ``completed``) and
+    no BN's steps and examples to 95% at :data:`BATCH_SIZE_RATE_60` (seed means). Raises :class:`ViewDataError`
+    for a report.json without these fields."""
     rows = [r for r in _speedup_rows(report) if r["init"] == "normal" and r["variant"] == "BN"]
     plain = [c for c in need(report, "configurations") if c.get("bn") is False
              and c["config"].get("model.init") == "normal"]
     if not rows or not plain:
         raise ViewDataError("report.json has no normal-init BN and no-BN rate grids")
-
-    trained = [c["config"]["lr"] for c in plain if c["seeds"] and all(
-        (s.get("max_test_accuracy") or 0) > CHANCE for s in c["seeds"] if s["status"] in ("finished", "diverged"))]
-    at = next((c for c in plain if c["config"].get("lr") == 0.6), None)
+    trained = [c["config"]["lr"] for c in plain if c["completed"] and need(c, "left_chance") == c["completed"]]
+    at = next((c for c in plain if c["config"].get("lr") == BATCH_SIZE_RATE_60), None)
     m = int(plain[0]["config"].get("trainer.batch_size", 60))
-    return _text("mnist_rates", rows=rows, trained=max(trained), m=m,
+    return _text("mnist_rates", rows=rows, trained=max(trained), m=m, rate=BATCH_SIZE_RATE_60,
                  steps=(at or {}).get("steps_to_target", {}).get("0.95", {}))

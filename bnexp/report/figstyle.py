@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
-from bnexp.analysis.rules import BN_OPTIONS, colour_family as colour_family_of, variant
+from bnexp.analysis.rules import BN_OPTIONS, NORMALIZERS, colour_family as colour_family_of, normalizer, variant
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 
@@ -122,8 +122,10 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and the
     quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, :data:`UNTOLD` keys and the
-    run-length keys of :func:`schedule_keys_to_drop` left out). {} when a configuration has no readable
-    overrides or two configurations would read alike."""
+    run-length keys of :func:`schedule_keys_to_drop` left out); where LayerNorm or GroupNorm is among them, the
+    ``bn`` and ``bn.norm`` overrides are replaced by the normalizer's name ("LayerNorm lr=0.9", not "bn=true
+    bn.norm=layer lr=0.9"). {} when a configuration has no readable overrides or two configurations would read
+    alike."""
     per: dict[str, dict[str, str]] = {}
     for g in groups:
         found = next((o for o in (run_overrides(r.path) for r in g.runs) if o is not None), None)
@@ -135,7 +137,13 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]
     drop = schedule_keys_to_drop({k: [kv.get(k) for kv in per.values()] for k in varying}, budget_only=True)
     varying = [k for k in varying if k not in drop]
-    labels = {gk: " ".join(f"{k}={kv[k]}" for k in varying if k in kv) for gk, kv in per.items()}
+    named = {g.key: NORMALIZERS.get(normalizer(g.config) or "") for g in groups}
+    if {"bn", "bn.norm"} & set(varying) and {"LayerNorm", "GroupNorm"} & set(named.values()):
+        # "bn=true bn.norm=layer" -> "LayerNorm": the normalizer by its name (no BN, BN, LayerNorm, ...)
+        varying = ["normalizer"] + [k for k in varying if k not in ("bn", "bn.norm")]
+        per = {gk: {"normalizer": named[gk], **kv} for gk, kv in per.items()}
+    labels = {gk: " ".join(kv[k] if k == "normalizer" else f"{k}={kv[k]}" for k in varying if kv.get(k) is not None)
+              for gk, kv in per.items()}
     return labels if varying and len(set(labels.values())) == len(labels) else {}
 
 

@@ -15,16 +15,17 @@ import numpy as np
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (STEP_LABEL, Style, colour_family, legend_below, legend_label, legend_title, pyplot,
-                                   refs, schedule_keys_to_drop, style_note, styles, wrap_title)
+from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, legend_below, legend_label,
+                                   legend_title, pyplot, refs, schedule_keys_to_drop, style_note, styles, wrap_title)
 from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
-from bnexp.analysis.runs import Run, Sweep, numeric, ordered_keys, seed_order
-from bnexp.analysis.rules import normalizer, normalizer_label
+from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
+from bnexp.analysis.rules import normalizer, normalizer_label, option_text
 from bnexp.report.stats import band_keys, config_stability
 
 MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
            "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
-MAX_PERCENTILE_ROWS = 3  # settings the percentile figure shows: it fits a screen (report.md lists every one)
+MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
+MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
 
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
@@ -160,15 +161,24 @@ def figure_rows(groups: list[ConfigGroup],
                 ignore: tuple[str, ...] = ()) -> tuple[list[str], list[dict[str, ConfigGroup]]]:
     """(column names, rows as {column: configuration}) of the percentile figure: one row per
     setting (:func:`pair_key` without the keys ``ignore``, e.g. ("lr",) where each ran at its own rate), one
-    column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones). Two
-    configurations of one setting and family (two BN presets) go to separate rows; plain BN (not ghost
-    batches) takes the row with no BN."""
-    present = {colour_family(g) or "configuration" for g in groups}
-    columns = [c for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration") if c in present]
+    column per normalizer family present (no BN, BN, noisy BN, LayerNorm, GroupNorm, then unknown ones), each
+    split by place ("BN", "BN after g") where the configurations place their normalizer both before and after
+    the nonlinearity (``bn.position``, the placement study). Two configurations of one setting and column (two
+    BN presets) go to separate rows; plain BN (not ghost batches) takes the row with no BN."""
+    places = {option_text(g.config.get("bn.position")) for g in groups if normalizer(g.config) != "none"}
+
+    def column(g: ConfigGroup) -> str:
+        name = colour_family(g) or "configuration"
+        after = len(places) > 1 and name != "no BN" and option_text(g.config.get("bn.position")) == "after"
+        return name + (" after g" if after else "")
+
+    present = {column(g) for g in groups}
+    columns = [c + p for c in ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", "configuration")
+               for p in ("", " after g") if c + p in present]
     rows: list[dict[str, ConfigGroup]] = []
     row_of: dict[str, list[int]] = {}
     for g in sorted(groups, key=lambda g: normalizer(g.config) == "ghost"):
-        col, own = colour_family(g) or "configuration", row_of.setdefault(pair_key(g, ignore), [])
+        col, own = column(g), row_of.setdefault(pair_key(g, ignore), [])
         idx = next((i for i in own if col not in rows[i]), None)
         if idx is None:
             rows.append({})
@@ -188,9 +198,12 @@ def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[d
     return [full[i] for i in picks]
 
 
-def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color) -> bool:
-    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the
-    configuration's lowest seed; False (the panel says so) without shift.jsonl records."""
+def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, relative: bool = False) -> bool:
+    """One panel of Fig. 1(b, c): the typical unit's median and 15-85 band over steps, of the configuration's
+    lowest seed, in raw pre-activation units or, with ``relative``, as (percentile - initial median) / initial
+    15-85 spread on a symlog axis (the band starts at -0.5..0.5 whatever the unit's scale: a net whose initial
+    spread is tiny moves by many spreads); False (the panel says so) without shift.jsonl records or, relative,
+    with an initial spread of 0."""
     from matplotlib.ticker import MaxNLocator
 
     run = lowest_seed_shift(sweep, group)
@@ -200,23 +213,41 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color) -
         ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
         return False
     (lo, mid, hi), steps = keys, rows["step"].tolist()
-    ax.fill_between(steps, numeric(rows[f"unit.{lo}"]), numeric(rows[f"unit.{hi}"]), alpha=0.3, color=color,
-                    linewidth=0, label=f"{lo[1:]}-{hi[1:]}th percentile band")
-    ax.plot(steps, numeric(rows[f"unit.{mid}"]), color=color, label=f"median ({mid[1:]}th)",
-            marker="o" if len(rows) < 3 else None)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    band = {k: np.asarray(numeric(rows[f"unit.{k}"]), dtype=float) for k in (lo, mid, hi)}
     index, layer = (rows[f"unit.{k}"].iloc[0] if f"unit.{k}" in rows else None for k in ("index", "layer"))
     index = int(index) if isinstance(index, (int, float)) and np.isfinite(index) else index
+    if relative:
+        spread = band[hi][0] - band[lo][0]
+        if not np.isfinite(spread) or spread <= 0:
+            ax.set_title(f"{label}\ninitial 15-85 spread is 0: no relative view", fontsize=8)
+            return False
+        band = {k: (v - band[mid][0]) / spread for k, v in band.items()}
+    ax.fill_between(steps, band[lo], band[hi], alpha=0.3, color=color, linewidth=0,
+                    label=f"{lo[1:]}-{hi[1:]}th percentile band")
+    ax.plot(steps, band[mid], color=color, label=f"median ({mid[1:]}th)", marker="o" if len(rows) < 3 else None)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    if relative:  # linear within one initial spread, logarithmic beyond: a band of 0.5 and one of 10^4 both show
+        from matplotlib.ticker import FuncFormatter
+
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.yaxis.set_major_formatter(FuncFormatter(  # -10,000 and 0.55, not -10^4 and 5.5x10^-1
+            lambda v, _: f"{v:,.0f}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"))
     ax.set_title(f"{label}\nseed {run.seed}, unit {index} of {layer}", fontsize=8)
     return True
 
 
+VIEWS = ((False, "raw: input to the nonlinearity\n(pre-activation, a.u.)"),
+         (True, "relative: from the initial median\n(initial 15-85 spreads, symlog)"))  # percentiles.png's two rows
+
+
 def percentiles_figure(report: Report):
     """Fig. 1(b, c) (Sec. 4.1): percentiles of the input to a typical last-hidden-layer unit over
-    training, one row per setting and one column per BN variant (:func:`figure_rows`), y axis
-    shared within a row; at most :data:`MAX_PERCENTILE_ROWS` settings, those with every variant
-    (:func:`shown_rows`; the title says how many of how many), so the figure fits a screen. In a held-out
-    sweep, the configurations of :func:`chosen_groups` on their evaluation seeds, paired across rates."""
+    training, one column per BN variant (:func:`figure_rows`) and per setting two rows: the raw view
+    (pre-activation units) and the relative view ((percentile - initial median) / initial 15-85 spread,
+    :func:`_percentile_panel`), each labelled on its y axis, y axis shared within a row; at most
+    :data:`MAX_PERCENTILE_ROWS` settings, those with every variant (:func:`shown_rows`; the title says how many
+    of how many), so the figure fits a screen. In a held-out sweep, the configurations of :func:`chosen_groups`
+    on their evaluation seeds, paired across rates."""
     plt = pyplot()
     groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
@@ -228,24 +259,27 @@ def percentiles_figure(report: Report):
         return fig
     ncol = len(columns)
     width_in = max((4.6 if ncol < 4 else 3.6) * ncol, 6.5)  # four families (the normalizer study) still fit
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(width_in, 2.9 * len(rows) + 1.3), squeeze=False)
+    fig, axes = plt.subplots(len(VIEWS) * len(rows), ncol, figsize=(width_in, 2.05 * len(VIEWS) * len(rows) + 1.3),
+                             squeeze=False)
     handles: list = []
     labels: list[str] = []
-    for row, ax_row in zip(rows, axes):
-        missing = " or ".join(MISSING[c] for c in columns if c not in row)
+    for k, (row, (relative, ylabel)) in enumerate((r, v) for r in rows for v in VIEWS):
+        ax_row = axes[k]
+        missing = " or ".join(MISSING.get(c, f"with {c}") for c in columns if c not in row)
         for col, ax in zip(columns, ax_row):
             g = row.get(col)
             if g is None:
                 ax.set_visible(False)
                 continue
             label = st[g.key].label + (f" (no run {missing} with these settings)" if missing else "")
-            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, 58), st[g.key].color):
+            if not _percentile_panel(ax, report.sweep, g, wrap_title(label, int(width_in / ncol * 13)),
+                                     st[g.key].color, relative):
                 ax.set_axis_off()
                 continue
             if not handles:
                 handles, labels = ax.get_legend_handles_labels()
             ax.set_xlabel(STEP_LABEL, fontsize=8)
-            ax.set_ylabel("input to the nonlinearity\n(pre-activation, a.u.)", fontsize=8)
+            ax.set_ylabel(ylabel, fontsize=8)
             ax.grid(alpha=0.3)
         drawn = [a for a in ax_row if a.get_visible() and a.axison]
         if len(drawn) > 1:  # one y scale per row: no BN and BN of a setting compare directly
@@ -255,21 +289,44 @@ def percentiles_figure(report: Report):
     shown = f"; {len(rows)} of {total} settings (report.md lists all)" if len(rows) < total else ""
     width, height = fig.get_size_inches()
     title = wrap_title(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
-                       f"{shown}", int(width * 12))  # about 12 characters per inch at font size 10: never clipped
-    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
+                       f"{shown}; per setting raw units, then relative to the unit's start", int(width * 12))
+    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""  # ~12 characters per inch at size 10
     fig.suptitle(title, fontsize=10)
     legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
     return fig
+
+
+def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGroup]:
+    """At most ``limit`` of ``groups`` (all when they fit), for a figure whose legend names each: first each
+    configuration's longest run only among those that differ only in run length (:data:`SCHEDULE_KEYS`: the
+    CIFAR-10 ladder's rungs, shown by their top rung), then, if still more, ``limit`` spread evenly over the
+    list in its order (first and last included)."""
+    if len(groups) <= limit:
+        return list(groups)
+    longest: dict[str, ConfigGroup] = {}
+    for g in groups:
+        key = config_key(g.config, SCHEDULE_KEYS)
+        budget = g.config.get("trainer.max_steps") or 0
+        if key not in longest or budget > (longest[key].config.get("trainer.max_steps") or 0):
+            longest[key] = g
+    kept = [g for g in groups if g in longest.values()]
+    if len(kept) <= limit:
+        return kept
+    return [kept[i] for i in sorted({round(i * (len(kept) - 1) / (limit - 1)) for i in range(limit)})]
 
 
 def stability_figure(report: Report):
     """Per-layer stability bars (Fig. 1(b, c) in numbers): |median_end - median_first| of each
     hidden layer's input to the nonlinearity and its 15-85 spread ratio end / first, mean over
     finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
-    evaluation seeds)."""
+    evaluation seeds), at most :data:`MAX_LEGEND` of them (:func:`at_most`; the title says how many of how
+    many)."""
     plt = pyplot()
     shown, note, st = _shown(report)
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
+    total, confs = len(confs), [c for c in confs if c[0] in at_most([g for g, _ in confs])]
+    shown = (f"; {len(confs)} of {total} configurations (the longest run of each; report.md lists all)"
+             if len(confs) < total else "")
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
@@ -292,11 +349,14 @@ def stability_figure(report: Report):
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-    fig.suptitle(f"How far each layer's input distribution moved, first to last monitor step "
-                 f"({refs(report.data)['stability']}){note}", fontsize=10)
+    width, height = fig.get_size_inches()
+    title = wrap_title(f"How far each layer's input distribution moved, first to last monitor step "
+                       f"({refs(report.data)['stability']}){shown}", int(width * 12))
+    title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
+    fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
                  title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
-                 top=0.91 if note else 0.96)
+                 top=1 - (0.04 + 0.18 * (title.count("\n") + 1)) / height)
     return fig
 
 

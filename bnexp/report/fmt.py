@@ -11,9 +11,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Mapping
 
-from bnexp.analysis.interval import EXACT, SeedInterval
-from bnexp.analysis.rules import format_target  # noqa: F401 (the formatters' home for callers and templates)
+from bnexp.analysis.interval import SeedInterval
+from bnexp.analysis.rules import Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
 def format_steps(st: dict) -> str:
@@ -79,6 +80,27 @@ def grid_text(choice: dict) -> str:
     return text + (" (censored)" if choice["censored"] else "")
 
 
+def by_seed(per_seed: Mapping) -> list[tuple]:
+    """(seed, value) pairs of a per-seed map in seed order; the seeds are ints, or strings after a JSON round
+    trip (report.json), so they are ordered as numbers (10 after 9)."""
+    return sorted(per_seed.items(), key=lambda kv: int(kv[0]))
+
+
+def per_seed_text(row: dict, fmt=lambda v: f"{v:.3g}", unit: str = "") -> str:
+    """The per-seed values of a claims row, live or read back from report.json: "1: 2.80, 2: >= 3.00, 3: -"
+    (">=" / "<=": a bound, :meth:`bnexp.analysis.rules.Bound.written`; "-": no value); "-" without seeds."""
+    bounds = row.get("bounds") or {s: "lower" for s in row.get("lower_bound_seeds", [])}  # older rows: lower only
+    bounds = {str(k): b for k, b in bounds.items()}
+    return ", ".join(f"{s}: " + ("-" if v is None else Bound(bounds.get(str(s))).written(f"{fmt(v)}{unit}"))
+                     for s, v in by_seed(row["per_seed"])) or "-"
+
+
+def per_seed_ratios(row: dict, unit: str = "") -> str:
+    """The per-seed no-BN / BN ratios of a :func:`best_rate_speedups` row (:func:`per_seed_text`
+    with 2 decimals): "1: 2.80x, 2: >= 3.00x, 3: -"."""
+    return per_seed_text(row, lambda v: f"{v:.2f}", unit)
+
+
 def _num(v: float, digits: int) -> str:
     return f"{v:.{digits}g}"
 
@@ -94,8 +116,8 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
         unit: appended to every number ("x" for ratios, "" or " points" otherwise).
         digits: significant digits.
     """
-    def num(v, mark=EXACT):
-        return f"{mark + ' ' if mark else ''}{_num(v, digits)}{unit}"
+    def num(v, mark=None):
+        return Bound(mark).written(f"{_num(v, digits)}{unit}")
 
     if iv.estimate is None:
         head = "unknown"
@@ -129,7 +151,7 @@ def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
     "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
     if iv is None or iv.estimate is None:
         return "n/a"
-    head = f"{iv.estimate_bound + ' ' if iv.estimate_bound else ''}{_num(iv.estimate, digits)}"
+    head = Bound(iv.estimate_bound).written(_num(iv.estimate, digits))
     cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
     return head if cell == "-" else f"{head} {cell}"
 
@@ -137,19 +159,18 @@ def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
 @lru_cache(maxsize=1)
 def _templates():
     """The Jinja2 environment of bnexp/report/templates/: a block tag's line leaves no trace, no escaping
-    (markdown), ``{% do %}`` on; filters ``format_target``, :func:`table` and ``md`` (a DataFrame as a markdown
-    table); globals: the helpers the macros of tables.md.j2 call."""
+    (markdown), ``{% do %}`` on; filters ``format_target``, :func:`table`, ``bounded`` (a number written with its
+    :class:`bnexp.analysis.rules.Bound`) and ``md`` (a DataFrame as a markdown table); globals: the helpers the macros
+    of tables.md.j2 call (this module's and the analysis layer's rules; fmt imports no section of the report)."""
     import jinja2
 
-    from bnexp.report.best_rate import per_seed_ratios
-    from bnexp.report.claims import by_seed, per_seed_text
     from bnexp.analysis.rules import DDOF
     from bnexp.analysis.tuning import ACCURACY_RULE, HIGHEST_FINAL, STEPS_RULE
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
                              extensions=["jinja2.ext.do"])
-    env.filters.update(format_target=format_target, table=table,
+    env.filters.update(format_target=format_target, table=table, bounded=lambda text, b: Bound(b).written(str(text)),
                        md=lambda frame: "\n".join(md_table(list(frame.columns), frame.values.tolist())))
     env.globals.update(HIGHEST_FINAL=HIGHEST_FINAL, per_seed_ratios=per_seed_ratios, by_seed=by_seed,
                        per_seed_text=per_seed_text, interval_cell=interval_cell, DDOF=DDOF,
@@ -163,6 +184,6 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
 
 
-def macro(name: str, *args) -> str:
-    """The text of the macro ``name`` of templates/tables.md.j2 (the claims table, ...) for ``args``."""
-    return str(getattr(_templates().get_template("tables.md.j2").module, name)(*args))
+def macro(name: str, *args, template: str = "tables.md.j2") -> str:
+    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``."""
+    return str(getattr(_templates().get_template(template).module, name)(*args))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -34,6 +35,7 @@ import pandas as pd
 
 from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
                                      budget_to_reach, does_not_train, last_gain, mean_frontier, speedup_pass, trains)
+from bnexp.report.fmt import macro
 from bnexp.report.frontier_text import headline_bound, pct, seed_bounds, speedup_text
 from bnexp.analysis.rules import CHANCE, CHANCE_TEXT
 
@@ -83,24 +85,15 @@ def convergence(budgets, accs, stop_line: str | None = None) -> dict:
     gain = last_gain(y)
     at_cap = (stop_line or "").split(": ", 1)[-1].startswith("stopped by cap") if stop_line else \
         b[-1] in BASELINE_CAP.values()
-    best = pct(max(y))
-    if gain is None:
-        state, text = "unknown", "whether the baseline converged is unknown (it ran at one budget)"
-    elif gain < GAIN:
-        state = "converged"
-        text = (f"the baseline **converged by the rule**: its last doubling (to {b[-1]:,} steps) gained "
-                f"{100 * gain:+.2f} points, < 0.5; a\\* = {best}%")
-    elif at_cap:
-        state = "cap"
-        text = (f"the baseline **did not converge: it reached the {_k(b[-1])} cap** (its last doubling, to "
-                f"{b[-1]:,} steps, still gained {100 * gain:+.2f} points, >= 0.5), so S(a\\*) is measured at the "
-                f"cap's accuracy, a\\* = {best}%")
-    else:
-        state = "not_converged"
-        text = (f"the baseline had **not converged** when its ladder stopped at {b[-1]:,} steps, below the cap "
-                f"(its last doubling gained {100 * gain:+.2f} points, >= 0.5), so S(a\\*) is measured at its best "
-                f"accuracy so far, a\\* = {best}%")
-    return {"state": state, "largest_budget": b[-1], "last_gain": gain, "sentence": text}
+    state = "unknown" if gain is None else "converged" if gain < GAIN else "cap" if at_cap else "not_converged"
+    return {"state": state, "largest_budget": b[-1], "last_gain": gain,
+            "sentence": _words("convergence", state=state, last=b[-1], gain=gain, best=max(y))}
+
+
+def _words(verdict: str, **v) -> str:
+    """The sentence of ``verdict`` ("convergence" or "control") for the values ``v``: the macro of
+    templates/frontier_v2_verdicts.md.j2 (the wording lives there)."""
+    return macro(verdict, v, SimpleNamespace(pct=pct, speedup_text=speedup_text), template="frontier_v2_verdicts.md.j2")
 
 
 def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, early: int = EARLY) -> dict:
@@ -129,41 +122,27 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
     out = {"budget_control": b_c, "budget_bn_x5": b_x, "limit": limit, "speedup_control": s(b_c),
            "speedup_bn_x5": s(b_x), "factor": None, "factor_is_lower_bound": False, "decided_at": None,
            "best": float(cy.max())}
-    name, last, astar = "Baseline-x5 (the tuned baseline at 5x its rate)", int(cb[-1]), pct(a_star)
-    gain = last_gain(cy)
+    last, gain = int(cb[-1]), last_gain(cy)
+    words = dict(best=float(cy.max()), last=last, early=early, a_star=a_star, limit=limit, budget_bn_x5=b_x,
+                 budget_control=b_c, control_censored=c_cens, bn_x5_censored=x_cens, speedup_control=s(b_c),
+                 speedup_bn_x5=s(b_x), last_accuracy=float(cy[-1]), gain=gain, rate_alone=RATE_ALONE,
+                 chance_text=CHANCE_TEXT)
+
+    def say(outcome: str, case: str, **more) -> dict:
+        return {**out, "outcome": outcome, **more, "sentence": _words("control", case=case, **words, **more)}
+
     if cy.max() <= CHANCE + TOL:
-        if last >= early:
-            return {**out, "outcome": "needs_bn", "sentence": (
-                f"{name} never left chance: best seed-mean accuracy {pct(cy.max())}% through {last:,} steps, at or "
-                f"below chance + 5 points ({CHANCE_TEXT}; a diverged run counts as chance): **the 5x rate needs BN**.")}
-        return {**out, "outcome": "undecided", "sentence": (
-            f"{name} is at chance so far ({pct(cy.max())}% through {last:,} steps); its ladder runs to {early:,} "
-            "steps before the plan calls it: **undecided**.")}
+        return say("needs_bn", "needs_bn") if last >= early else say("undecided", "at_chance_so_far")
     if b_x is None:
-        return {**out, "outcome": "undecided", "sentence": (
-            f"{name} trains (best {pct(cy.max())}%), but bn_x5 has not reached a\\* = {astar}%, so the plan's "
-            "comparison at a\\* is not defined: **undecided**.")}
-    lim = f"{RATE_ALONE:g} x B_bn_x5(a\\*) = {limit:,.0f} steps (bn_x5: {b_x:,.0f})"
+        return say("undecided", "no_bn_x5")
     if b_c is not None and b_c <= limit * (1 + 1e-9) and not x_cens:
-        return {**out, "outcome": "rate_alone", "sentence": (
-            f"{name} reaches a\\* = {astar}% at {'at most ' if c_cens else ''}{b_c:,.0f} steps, within {lim}: "
-            f"S(a\\*) {speedup_text(s(b_c), 'lower' if c_cens else None)} vs bn_x5's {s(b_x):.2f}x: **the rate "
-            "alone explains BN-x5's speedup** (within 25%).")}
+        return say("rate_alone", "rate_alone")
     if b_c is not None and b_c > limit and not c_cens:
-        f = b_c / b_x
-        return {**out, "outcome": "bn_adds_speed", "factor": f, "factor_is_lower_bound": x_cens, "sentence": (
-            f"{name} reaches a\\* = {astar}% at {b_c:,.0f} steps, later than {lim}: **the rate alone is not "
-            f"BN-x5's speedup**; BN adds a factor {speedup_text(f, 'lower' if x_cens else None)} "
-            "(S_bn_x5(a\\*) / S_baseline_x5(a\\*)).")}
+        return say("bn_adds_speed", "later", factor=b_c / b_x, factor_is_lower_bound=x_cens)
     if b_c is None and (last >= limit or (gain is not None and gain < GAIN)):
-        why = (f"at {last:,} steps, at or past {lim}" if last >= limit else
-               f"it converged below a\\* by {last:,} steps (its last doubling gained {100 * gain:+.2f} points)")
-        return {**out, "outcome": "bn_adds_speed", "decided_at": last, "factor_is_lower_bound": True, "sentence": (
-            f"{name} trains (best {pct(cy.max())}%) but has not reached a\\* = {astar}%: {pct(cy[-1])}% {why}: "
-            f"**the rate alone is not BN-x5's speedup**; BN adds at least {RATE_ALONE:g}x.")}
-    return {**out, "outcome": "undecided", "sentence": (
-        f"{name} trains (best {pct(cy.max())}%), below a\\* = {astar}% at {last:,} steps, short of {lim}: its "
-        "ladder goes on: **undecided**.")}
+        return say("bn_adds_speed", "past_limit" if last >= limit else "converged_below", decided_at=last,
+                   factor_is_lower_bound=True)
+    return say("undecided", "running")
 
 
 def paper_claims(section: dict, control: dict | None = None, conv: dict | None = None) -> list[dict]:

@@ -101,9 +101,15 @@ def exceeds(noisy: pd.DataFrame, plain: pd.DataFrame, col: str = PREMISE_KEY) ->
     return bool((pair.iloc[:, 0] > pair.iloc[:, 1]).all()) if len(pair) else None
 
 
+def monitor_key(measure: str) -> str | None:
+    """The config key that records a measure off by default ("monitor.grad_ics" for the gradient ICS,
+    "monitor.landscape" for the landscape); None for the others (recorded by default)."""
+    return "monitor.grad_ics" if measure in GRAD_KEYS else "monitor.landscape" if measure in LANDSCAPE_KEYS else None
+
+
 def _turn_on(measure: str) -> str:
     """How to record a measure that is off by default (gradient ICS, landscape); "" for the others."""
-    key = "monitor.grad_ics" if measure in GRAD_KEYS else "monitor.landscape" if measure in LANDSCAPE_KEYS else None
+    key = monitor_key(measure)
     return f" (it is recorded with {key}=true, off by default: add it to the sweep's command)" if key else ""
 
 
@@ -113,10 +119,13 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     """:func:`bnexp.report.claims.evaluate` of the per-seed ratio ``a[col] / b[col]`` (sides named ``names``;
     steps as :class:`bnexp.analysis.rules.Censored` ratios), or of the given per-seed ``ratios`` (the
     matched-progress comparison; ``col`` is then the measure both sides must have), with the chance check, a
-    missing measure and BN's noise floor in the reason."""
+    missing measure and BN's noise floor in the reason. A measure off by default that a side lacks names its
+    key in ``"needs"`` ("monitor.grad_ics"; None otherwise), which the terminal summary lists once instead of
+    as inconclusive rows."""
     lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
                if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
+    needs = monitor_key(key) if lacking and not missing else None
     missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}{_turn_on(key)}" if lacking else None)
     if ratios is not None and not missing and not any(v is not None for v in ratios.values()):
         missing = ("no seed has gradient-ICS probes with a training loss (metrics.jsonl train_loss) in both runs: "
@@ -133,6 +142,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
         seeds = ", ".join(str(int(s)) for s in at.index[at])
         row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "
                           f"in seed(s) {seeds}: not resolved from sampling noise")
+    row["needs"] = needs
     return row
 
 

@@ -12,7 +12,7 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier_text import MD as FRONTIER_MD, headline_bound, speedup_text
-from bnexp.report.fmt import format_acc, format_stat, format_target, md_table, render_template
+from bnexp.report.fmt import format_acc, format_stat, format_target, interval_cell, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
@@ -84,16 +84,90 @@ def render_markdown(d: dict) -> str:
         "stability_table": stability_table, "noise_table": noise_table, "table_md": table_md})
 
 
-def render_summary(d: dict, sweep_dir) -> str:
-    """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
-    for the sweep folder ``sweep_dir``; its ICS table is the shift and gradient columns of :func:`ics_frames`."""
-    def ics_summary(d: dict) -> pd.DataFrame:
-        t = ics_frames(d)
-        return pd.concat([t["distribution"].iloc[:, [0, 2, 5]], t["gradient"].iloc[:, [2, 6]]], axis=1)
+def _compact_stat(st: dict | None, fmt: str, scale: float = 1.0) -> str:
+    """A statistic over seeds as the terminal summary writes it, its "over N seeds" said once above the table:
+    "97.12 ± 0.05", one value alone ("97.12"), "-" without a mean."""
+    if st is None or st.get("mean") is None:
+        return "-"
+    mean = fmt.format(scale * st["mean"])
+    return mean if st.get("n") == 1 or st.get("std") is None else f"{mean} ± {fmt.format(scale * st['std'])}"
 
+
+def _compact_steps(st: dict) -> str:
+    """Steps to a target for the terminal summary: "1,200 ± 163", with "(2/3)" when only some seeds reached it,
+    "not reached", "n/a" without completed runs."""
+    if st["n"] == 0:
+        return "n/a"
+    if st["reached"] == 0:
+        return "not reached"
+    text = _compact_stat({**st, "n": st["reached"]}, "{:,.0f}")
+    return text + (f" ({st['reached']}/{st['n']})" if st["not_reached"] else "")
+
+
+def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
+    """The terminal summary's table of report.json's dict ``d``: per configuration its runs, final test accuracy
+    (%) and steps to the targets that fit ``width`` columns, the main target
+    (:func:`bnexp.report.ics_verdicts.main_target`) always, then the others lowest first; no cell is cut (a
+    column is as wide as its longest cell). report.md holds every target and the maximum accuracy."""
+    from bnexp.report.ics_verdicts import main_target
+
+    confs, targets = d["configurations"], d["targets"]
+    cols = {"configuration": [s["label"] for s in confs],
+            "runs": [f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"]) for s in confs],
+            "final acc (%)": [_compact_stat(s["final_test_accuracy"], "{:.2f}", 100.0) for s in confs]}
+    steps = {t: [_compact_steps(s["steps_to_target"][target_key(t)]) for s in confs] for t in targets}
+
+    def used(columns: dict) -> int:  # rich's table: each column its longest cell or header word plus 3
+        return sum(3 + max(max(map(len, cells), default=0), max(map(len, str(h).split()))) for h, cells in
+                   columns.items())
+
+    shown = {}
+    for t in sorted(targets, key=lambda t: (t != main_target(targets), t)) if targets else []:
+        trial = {**shown, t: steps[t]}
+        if not shown or used({**cols, **{f"steps to {format_target(x)}": v for x, v in trial.items()}}) <= width:
+            shown = trial
+    cols.update({f"steps to {format_target(t)}": steps[t] for t in sorted(shown)})
+    return pd.DataFrame(cols, dtype=object)
+
+
+def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]], list[str]]:
+    """The claims as the terminal summary lists them: (the rows with a measure, each as {"claim", "rule",
+    "value", "interval", "verdict", "note"} with ``note`` the number of its reason among the notes, None for a
+    supported row; {config key: {claim: its views}} for the rows whose measure a run lacks because it is off by
+    default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named once over
+    the settings; the distinct reasons, numbered from 1)."""
+    shown, needs, notes = [], {}, []
+    several = len({r.get("setting") or "" for r in rows}) > 1
+    for r in rows:
+        view = r.get("view")
+        name = r["name"] + (f" ({view})" if view and view != "one view" else "")
+        name = (f"{r['setting']}: " if several and r.get("setting") else "") + name
+        if r.get("needs"):
+            views = needs.setdefault(r["needs"], {}).setdefault(r["name"], [])
+            if view and view != "one view" and view not in views:
+                views.append(view)
+            continue
+        bound = (r.get("interval") or {}).get("estimate_bound")
+        value = "-" if r.get("mean") is None else (f"{bound} " if bound in (">=", "<=") else "") + f"{r['mean']:.3g}"
+        note = None
+        if r["verdict"] != "supported" and r.get("reason"):
+            if r["reason"] not in notes:
+                notes.append(r["reason"])
+            note = notes.index(r["reason"]) + 1
+        shown.append({"claim": name, "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
+                      "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
+    return shown, needs, notes
+
+
+def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
+    """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
+    for the sweep folder ``sweep_dir``, to fit ``width`` columns: :func:`terminal_table`, the claims of
+    :func:`terminal_claims` (claim, value, interval, verdict), the measures no run recorded named once with the
+    key that records them, and the path ``report_md`` of report.md for the rest."""
     return render_template("summary.md.j2", d, {
-        "sweep_dir": sweep_dir, "main_table": main_table, "ICS_TITLE": ICS_TITLE,
-        "ics_summary": ics_summary, "speedup_text": speedup_text, "headline_bound": headline_bound})
+        "sweep_dir": sweep_dir, "report_md": report_md, "table": terminal_table(d, width),
+        "claims": terminal_claims(d.get("claims") or []), "DDOF": DDOF,
+        "speedup_text": speedup_text, "headline_bound": headline_bound})
 
 
 def render_csv(d: dict) -> str:

@@ -21,15 +21,15 @@ from bnexp.analysis.interval import seed_interval, seed_values
 from bnexp.report.claims import Claim
 from bnexp.report.fmt import short_text
 from bnexp.analysis.runs import is_number
-from bnexp.analysis.rules import CHANCE, NORMALIZERS
-from bnexp.report.study_section import (MARKER, config_rows, diff_claim, differences, per_seed, ratio_claim, ratios,
-                                  read_marker, single_claim)
+from bnexp.analysis.rules import NORMALIZERS
+from bnexp.report.study_section import (CHANCE_POINTS, MARKER, config_rows, diff_claim, differences, per_seed,
+                                        ratio_claim, ratios, read_marker, single_claim)
 from bnexp.analysis.study_runs import (CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, cells, select,
                                        study_cells)
 
 log = logging.getLogger("bnexp")
 # {study: {NAME: Claim}} of study_claims.yaml ("chance": 100 * CHANCE)
-STUDY_CLAIMS = {study: {k: Claim(n, q, d, 100 * CHANCE if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
+STUDY_CLAIMS = {study: {k: Claim(n, q, d, CHANCE_POINTS if t == "chance" else float(t)) for k, (n, q, d, t) in c.items()}
                 for study, c in yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text()).items()}
 C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
@@ -51,13 +51,16 @@ def analyze_batch_size(sweep) -> dict:
     def at(norm, m, objective="steps", ghost=None):  # the family's scored runs at its rate (study_tuning)
         return sel.rows((norm, ghost, m), objective)[0]
 
-    fin = {(n, m): per_seed(at(n, m, "accuracy"), "final") for n in ("batch", "layer") for m in (2, 16, 60)}
+    acc = {(n, m): at(n, m, "accuracy") for n in ("batch", "layer") for m in (2, 16, 60)}
+    fin = {k: per_seed(runs, "final") for k, runs in acc.items()}
+    ghost = at("ghost", 60, "accuracy", 2)
     claims = [
         ratio_claim(C["BS_ADV_60"], at("none", 60), at("batch", 60), "examples"),
         ratio_claim(C["BS_ADV_4"], at("none", 4), at("batch", 4), "examples"),
-        diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)]),
-        diff_claim(C["BS_DROP"], *(differences(fin[(n, 16)], fin[(n, 2)]) for n in ("batch", "layer"))),
-        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(at("ghost", 60, "accuracy", 2), "final")),
+        diff_claim(C["BS_LN_2"], fin[("layer", 2)], fin[("batch", 2)], (acc[("layer", 2)], acc[("batch", 2)])),
+        diff_claim(C["BS_DROP"], *(differences(fin[(n, 16)], fin[(n, 2)]) for n in ("batch", "layer")),
+                   [acc[(n, m)] for n in ("batch", "layer") for m in (16, 2)]),
+        diff_claim(C["BS_GHOST"], fin[("batch", 60)], per_seed(ghost, "final"), (acc[("batch", 60)], ghost)),
     ]
     findings = []
     ms = sorted(int(m) for m in c["m"].unique())
@@ -85,18 +88,18 @@ def analyze_batch_size(sweep) -> dict:
 INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
 
 
-def _inference_extra(run) -> dict:
+def _inference_extra(path: Path) -> dict:
     from bnexp.train.inference_eval import RESULT, read_result
 
-    res = read_result(run.path)
-    if res is None and (run.path / RESULT).is_file():
-        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", run.path / RESULT)
+    res = read_result(path)
+    if res is None and (path / RESULT).is_file():
+        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", path / RESULT)
     acc = (res or {}).get("accuracy") or {}
     if not isinstance(acc, dict):
-        log.warning("%s: key accuracy is not an object of accuracies; ignored", run.path / RESULT)
+        log.warning("%s: key accuracy is not an object of accuracies; ignored", path / RESULT)
         acc = {}
     for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
-        log.warning("%s: key accuracy.%s is not a number; ignored", run.path / RESULT, k)
+        log.warning("%s: key accuracy.%s is not a number; ignored", path / RESULT, k)
         acc = {**acc, k: None}
     return {f"acc_{k}": acc.get(k) for k in INFERENCE_KINDS}
 
@@ -123,13 +126,15 @@ def analyze_inference_statistics(sweep) -> dict:
     def at(m, mom):  # m's scored runs at its rate (held out: chosen at momentum 0.1, both momenta trained)
         return select(sel.rows((m,), "accuracy")[0], momentum=mom)
 
-    ema60, ema2 = _gap(at(60, 0.1), "ema", "batch", True), _gap(at(2, 0.1), "ema", "batch", True)
-    pop2 = _gap(at(2, 0.1), "population", "ema")
-    claims = [single_claim(C["IS_AGREE_60"], ema60, missing),
-              single_claim(C["IS_GAP_GROWS"], differences(ema2, ema60), missing),
-              single_claim(C["IS_POP_60"], _gap(at(60, 0.1), "population", "ema", True), missing),
-              single_claim(C["IS_POP_2"], pop2, missing),
-              single_claim(C["IS_SLOW_EMA"], differences(pop2, _gap(at(2, 0.01), "population", "ema")), missing)]
+    m60, m2, m2_slow = at(60, 0.1), at(2, 0.1), at(2, 0.01)
+    ema60, ema2 = _gap(m60, "ema", "batch", True), _gap(m2, "ema", "batch", True)
+    pop2 = _gap(m2, "population", "ema")
+    claims = [single_claim(C["IS_AGREE_60"], ema60, (m60,), missing),
+              single_claim(C["IS_GAP_GROWS"], differences(ema2, ema60), (m2, m60), missing),
+              single_claim(C["IS_POP_60"], _gap(m60, "population", "ema", True), (m60,), missing),
+              single_claim(C["IS_POP_2"], pop2, (m2,), missing),
+              single_claim(C["IS_SLOW_EMA"], differences(pop2, _gap(m2_slow, "population", "ema")), (m2, m2_slow),
+                           missing)]
     lr = [("lr", "lr")] if sel.held_out else []
     table = config_rows(scored, ["m", "momentum"] + [k for k, _ in lr], TARGET)
     for row in table:
@@ -241,7 +246,8 @@ def analyze_depth(sweep) -> dict:
     def finals(d, n):  # final test accuracy (%) per seed
         return {s: None if v is None else 100 * v for s, v in per_seed(by_acc[(d, n)][0], "final").items()}
 
-    claims = [single_claim(C["DP_BN_12"], finals(12, "batch")), single_claim(C["DP_NOBN_12"], finals(12, "none")),
+    claims = [single_claim(C["DP_BN_12"], finals(12, "batch"), (by_acc[(12, "batch")][0],)),
+              single_claim(C["DP_NOBN_12"], finals(12, "none"), (by_acc[(12, "none")][0],)),
               ratio_claim(C["DP_ADV_6"], best[(6, "none")][0], best[(6, "batch")][0]),
               ratio_claim(C["DP_BN_SLOWDOWN"], best[(12, "batch")][0], best[(3, "batch")][0])]
     table = _mark_best(config_rows(sel.scored, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])

@@ -27,11 +27,12 @@ from bnexp.analysis.interval import seed_interval
 from bnexp.report.claims import Claim, evaluate
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.analysis.runs import is_number, native, read_sweep_record
-from bnexp.analysis.rules import NORMALIZERS, Censored, optional
+from bnexp.analysis.rules import CHANCE, NORMALIZERS, Censored, optional
 
 log = logging.getLogger("bnexp.report")
 
 MARKER = "study.json"
+CHANCE_POINTS = 100 * CHANCE  # the chance rule in percent: a "does not train" claim's threshold (study_claims.yaml)
 
 
 # study.json's optional fields: how to tell a value of the right type, and what it should be
@@ -77,25 +78,39 @@ def differences(a: dict, b: dict, scale: float = 1.0) -> dict:
     return {s: None if a[s] is None or b[s] is None else scale * (a[s] - b[s]) for s in sorted(set(a) & set(b))}
 
 
+def chance_seeds(claim: Claim, runs) -> list[int]:
+    """The chance rule every study claim applies: the seeds whose run, in any of the frames ``runs`` (cells, the
+    runs the claim's values come from), never left chance (:data:`bnexp.analysis.rules.CHANCE`); any makes the
+    claim inconclusive (:func:`bnexp.report.claims.evaluate`). A claim that its quantity stays below chance ("does
+    not train": threshold :data:`CHANCE_POINTS`, direction "<") applies the rule as its threshold instead, so for it
+    none is returned."""
+    if claim.direction == "<" and claim.threshold == CHANCE_POINTS:
+        return []
+    return sorted({int(s) for f in runs if len(f) for s in f.loc[~f["left_chance"].astype(bool), "seed"]})
+
+
 def ratio_claim(claim: Claim, num: pd.DataFrame, den: pd.DataFrame, unit: str = "steps",
                 premise: str | None = None) -> dict:
-    """Evaluate ``claim`` on the per-seed :func:`ratios` num / den (log scale); a configuration without runs
-    makes the premise fail."""
+    """Evaluate ``claim`` on the per-seed :func:`ratios` num / den (log scale) with the chance rule
+    (:func:`chance_seeds`); a configuration without runs makes the premise fail."""
     if premise is None and (num.empty or den.empty):
         premise = "no completed runs of one of the two configurations"
-    return evaluate(claim, ratios(num, den, unit), premise=premise, scale="log")
+    return evaluate(claim, ratios(num, den, unit), chance_seeds(claim, (num, den)), premise=premise, scale="log")
 
 
-def diff_claim(claim: Claim, a: dict, b: dict, premise: str | None = None, scale: float = 100.0) -> dict:
-    """Evaluate ``claim`` on the per-seed :func:`differences` (a - b) * ``scale`` (accuracies -> points)."""
+def diff_claim(claim: Claim, a: dict, b: dict, runs, premise: str | None = None, scale: float = 100.0) -> dict:
+    """Evaluate ``claim`` on the per-seed :func:`differences` (a - b) * ``scale`` (accuracies -> points), with the
+    chance rule on ``runs`` (the frames of cells the values come from, :func:`chance_seeds`)."""
     if premise is None and (not a or not b):
         premise = "no completed runs of one of the two configurations"
-    return evaluate(claim, differences(a, b, scale), premise=premise)
+    return evaluate(claim, differences(a, b, scale), chance_seeds(claim, runs), premise=premise)
 
 
-def single_claim(claim: Claim, values: dict, premise: str | None = None) -> dict:
-    """Evaluate ``claim`` on per-seed values of one configuration; none makes the premise fail."""
-    return evaluate(claim, values, premise=premise or (None if values else "no completed runs of this configuration"))
+def single_claim(claim: Claim, values: dict, runs, premise: str | None = None) -> dict:
+    """Evaluate ``claim`` on per-seed values of one configuration, with the chance rule on ``runs`` (the frames of
+    cells the values come from, :func:`chance_seeds`); none makes the premise fail."""
+    return evaluate(claim, values, chance_seeds(claim, runs),
+                    premise=premise or (None if values else "no completed runs of this configuration"))
 
 
 def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str = "steps") -> list[dict]:

@@ -116,7 +116,8 @@ class SweepSummary(Callback):
 
 
 def print_summary(summary: dict) -> None:
-    """The end-of-run rich table: status, accuracies, steps-to-target, time."""
+    """The end-of-run rich table: status, accuracies, steps-to-target, whether the run resumed (from which
+    step's checkpoint), time."""
     from rich.console import Console
     from rich.table import Table
 
@@ -137,7 +138,11 @@ def print_summary(summary: dict) -> None:
                                         f"(step {summary.get('best_step', 0):,})")
     for target, step in (summary.get("steps_to_target") or {}).items():
         table.add_row(f"steps to {float(target):.0%}", f"{step:,}" if step is not None else "not reached")
-    table.add_row("wall time", f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
+    resumed = summary.get("resumed_from_step")
+    if resumed is not None:  # the times are summed over the run's sessions
+        table.add_row("resumed", f"from the checkpoint of step {resumed:,}")
+    table.add_row("wall time" + (" (all sessions)" if resumed is not None else ""),
+                  f"{summary.get('wall_time_s', 0):.1f} s ({summary.get('steps_per_s') or 0:.0f} steps/s)")
     console = Console()
     console.print(table)
     console.print(f"run dir: {summary.get('run_dir')}", highlight=False, soft_wrap=True)  # never cut

@@ -13,7 +13,9 @@ the loggers.
 - ``logger=mlflow``: an MLflow run in the store ``logger.mlflow_tracking_uri`` (default
   ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the folder bnexp runs from: a local file, no
   server; MLflow 3 refuses new plain-folder stores), experiment ``logger.mlflow_experiment``, named after the run
-  folder; the HParams columns (:func:`bnexp.train.tblog.flat_hparams`) as params; the tag ``bnexp.run_dir``.
+  folder; the HParams columns (:func:`bnexp.train.tblog.flat_hparams`) as params, booleans as Hydra writes them
+  (``bn=true``); the tag ``bnexp.run_dir``; when it closes, the run's config and records as artifacts
+  (:data:`ARTIFACTS`, in MLflow's artifact store: ``./mlruns`` beside a local store unless set otherwise).
   Its id is kept in the run folder (``mlflow_run_id.txt``), so a resumed run logs into the same MLflow run.
 
 A resumed run (``resumed_from`` = the checkpoint's step) drops what the CSV file holds after that step, as
@@ -39,6 +41,9 @@ from bnexp.errors import UserError
 
 CSV_FILE = "scalars.csv"
 MLFLOW_RUN_ID = "mlflow_run_id.txt"
+# the run folder's files an MLflow run keeps as artifacts when it closes (the config as resolved and as typed,
+# the records so far; summary.json is written after the loggers close, and stays in the run folder)
+ARTIFACTS = ("config.yaml", ".hydra/overrides.yaml", "metrics.jsonl", "shift.jsonl")
 MLFLOW_BATCH = 900  # metrics per log_batch call (MLflow accepts at most 1000)
 log = logging.getLogger("bnexp")
 
@@ -151,6 +156,7 @@ class MLflowScalars:
             logging.getLogger(name).setLevel(logging.WARNING)  # (after the import: mlflow sets INFO on import)
 
         self.uri = tracking_uri or default_tracking_uri()
+        self.run_dir = Path(run_dir)
         self.name = f"logger=mlflow ({self.uri})"
         self.pending: list = []
         id_file = Path(run_dir) / MLFLOW_RUN_ID
@@ -166,7 +172,7 @@ class MLflowScalars:
             run = self.client.create_run(exp_id, run_name=Path(run_dir).name,
                                          tags={"bnexp.run_dir": str(Path(run_dir).absolute())})
             self.run_id = run.info.run_id
-            self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+            self.client.log_batch(self.run_id, params=[Param(k, param_text(v)) for k, v in params.items()])
         except Exception as exc:  # MLflow raises its own exceptions (and sqlalchemy's) for a store it cannot use
             if isinstance(exc, UserError):
                 raise
@@ -188,8 +194,23 @@ class MLflowScalars:
             self.client.log_batch(self.run_id, metrics=batch)
 
     def close(self, status: str = "FINISHED") -> None:
+        """Flush the metrics, log the run folder's :data:`ARTIFACTS` that exist, and end the MLflow run with
+        ``status``."""
         self.flush()
+        for name in ARTIFACTS:
+            path = self.run_dir / name
+            if path.is_file():
+                folder = str(Path(name).parent)
+                self.client.log_artifact(self.run_id, str(path), artifact_path=None if folder == "." else folder)
         self.client.set_terminated(self.run_id, status=status)
+
+
+def param_text(value) -> str:
+    """A HParams value as an MLflow param, written as Hydra's overrides write it: ``true``/``false`` for a bool
+    (``bn=true``, not Python's ``True``), ``null`` for None, else ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
 
 
 class RunLoggers:

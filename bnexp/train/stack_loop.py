@@ -331,7 +331,7 @@ def _interrupt_all(active: list[_Run], results: list, stop: Interrupted, records
             except OSError as err:
                 log.warning("TensorBoard events could not be completed: %s", err.strerror or err)
             run.summary.update({"status": "interrupted", "step": mb.step, "signal": str(stop),
-                                "train_time_s": mb.train_time, "wall_time_s": time.time() - mb.t_start})
+                                "train_time_s": mb.train_time, "wall_time_s": mb.wall_time()})
             rundir.write_json(mb.run_dir / "summary.json", run.summary)
 
         if _guarded(run, results, save) is not _FAILED:

@@ -145,6 +145,7 @@ class Trainer:
         self.measurements = build_measurements(cfg, self.monitor, self.logs, self.device)
         self.step = 0
         self.train_time = 0.0  # seconds in the step loop, summed over resumptions
+        self.wall_before = 0.0  # wall-clock seconds of the earlier sessions of a resumed run (its checkpoint's)
         # seconds spent in each timed measurement (inside train_time), reported separately in summary.json
         self.probe_time = {k: 0.0 for k in PROBE_KINDS}
         # takes each measurement where the step loop finds it due (bnexp.train.measurement_schedule.Schedule)
@@ -186,6 +187,7 @@ class Trainer:
             "measurements": {m.name: m.state_dict() for m in self.measurements},
             "logs": {name: list(rec_log.records) for name, rec_log in self.logs.items()},
             "train_time": self.train_time,
+            "wall_time": self.wall_time(),
             "probe_time": dict(self.probe_time),
             "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
         }
@@ -209,7 +211,14 @@ class Trainer:
             if m.name in state["measurements"]:
                 m.load_state_dict(state["measurements"][m.name])
         self.train_time = float(state["train_time"])
+        # a checkpoint written before "wall_time" was kept: its train time is the best lower bound
+        self.wall_before = max(float(state.get("wall_time", 0.0)), self.train_time)
         self.probe_time.update(state.get("probe_time", {}))
+
+    def wall_time(self) -> float:
+        """Wall-clock seconds of the run, summed over its sessions (a resumed run's earlier ones from its
+        checkpoint): never less than ``train_time``, whose stretches lie inside them."""
+        return self.wall_before + time.time() - self.t_start
 
     def _noisy_layers(self) -> list[NoisyBatchNorm]:
         return [m for m in self.model.modules() if isinstance(m, NoisyBatchNorm)]
@@ -511,7 +520,7 @@ class Trainer:
             self._close_writer()
             self.save_checkpoint()
             summary.update({"status": "interrupted", "step": self.step, "signal": sig.name,
-                            "train_time_s": self.train_time, "wall_time_s": time.time() - self.t_start})
+                            "train_time_s": self.train_time, "wall_time_s": self.wall_time()})
             rundir.write_json(self.run_dir / "summary.json", summary)
             preemption.hand_over()
         raise Preempted(sig)
@@ -563,7 +572,7 @@ class Trainer:
                 self.save_checkpoint()
             except UserError as exc:  # the run is complete: its summary must still be written
                 log.warning("final checkpoint not saved: %s", exc)
-        summary["wall_time_s"] = time.time() - self.t_start
+        summary["wall_time_s"] = self.wall_time()
         rundir.write_json(self.run_dir / "summary.json", summary)
         return summary
 
@@ -585,7 +594,7 @@ class Trainer:
         except OSError as err:  # the checkpoint is what matters here; the events stop where they stopped
             log.warning("TensorBoard events could not be completed: %s", err.strerror or err)
         summary.update({"status": "interrupted", "step": self.step, "signal": str(exc),
-                        "train_time_s": self.train_time, "wall_time_s": time.time() - self.t_start})
+                        "train_time_s": self.train_time, "wall_time_s": self.wall_time()})
         rundir.write_json(self.run_dir / "summary.json", summary)
         wait_for_sweep_siblings(self.run_dir)
         raise exc
