@@ -49,8 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bnexp.config.schema import compose_config  # noqa: E402
 from bnexp.nets.datasets import BatchSampler, load_data  # noqa: E402
-from bnexp.train.measurements import Measurement  # noqa: E402
-from bnexp.train.runtime import SignalGuard  # noqa: E402
+from bnexp.train.signal_guard import SignalGuard  # noqa: E402
 from bnexp.train.trainer import Trainer  # noqa: E402
 
 
@@ -92,21 +91,29 @@ class BareLoop:
         self.steps += steps
 
 
-class BareBlocks(Measurement):
+class BareBlocks:
     """Benchmark only: after every ``block`` updates of bnexp's loop, ``block`` bare steps -- once the
-    records thread is idle (``busy()`` False), so the bare loop never shares the machine with it."""
-
-    name = "bench_bare_blocks"
+    records thread is idle (``busy()`` False), so the bare loop never shares the machine with it.
+    :meth:`wrap` puts it right after each update of a trainer (``Trainer._update``)."""
 
     def __init__(self, bare: BareLoop, block: int, busy):
-        super().__init__(0)
         self.bare, self.block, self.busy, self.owed = bare, block, busy, 0
 
-    def observe(self, ctx) -> None:
+    def after_update(self) -> None:
         self.owed += 1
         if self.owed >= self.block and not self.busy():
             self.bare.run(self.owed)
             self.owed = 0
+
+    def wrap(self, trainer: Trainer) -> None:
+        update = trainer._update
+
+        def update_then_bare(x, y):
+            out = update(x, y)
+            self.after_update()
+            return out
+
+        trainer._update = update_then_bare
 
 
 def interleaved(cfg, block: int) -> tuple[float, float, float, float]:
@@ -116,7 +123,7 @@ def interleaved(cfg, block: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory() as d, SignalGuard():
         c0 = time.process_time()
         trainer = Trainer(cfg, Path(d))
-        trainer.measurements.append(BareBlocks(bare, block, lambda: trainer.records.busy()))
+        BareBlocks(bare, block, lambda: trainer.records.busy()).wrap(trainer)
         summary = trainer.run()
         cpu = time.process_time() - c0
     steps = summary["step"]

@@ -121,7 +121,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
 
     - a run folder holds one configuration: a folder whose run is complete or resumable and was
       made with a different result-changing value is refused (:func:`_refuse_other_config`);
-      the keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count;
+      the keys of ``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS`` never count;
     - a run whose summary.json says it is complete (finished or diverged) is skipped, so a
       re-run of a sweep does only what is left and never overwrites a finished run;
     - an unfinished run with a checkpoint (killed, interrupted) resumes from it; a failed
@@ -142,7 +142,7 @@ def run_job(cfg, run_dir: Path, multirun: bool, overrides: list[str] | None = No
         return _lead(cfg, run_dir, multirun, overrides, lambda go: None)
     from bnexp.runfolders.start import HeldLog
     from bnexp.train import distributed
-    from bnexp.train.runtime import resolve_device
+    from bnexp.train.device import resolve_device
 
     def refused_start() -> None:  # nothing of a start refused before it joined its peers stays behind
         fresh = _is_fresh(run_dir)
@@ -183,7 +183,7 @@ def _follow(cfg, run_dir: Path, replicas):
     from bnexp.train import distributed
     from bnexp.config.schema import validate
     from bnexp.train.replica_endings import a_collective_failed, record_lost_rank0, replica_refusal_line
-    from bnexp.train.runtime import SignalGuard
+    from bnexp.train.signal_guard import SignalGuard
     from bnexp.train.trainer import Interrupted, train
 
     if not distributed.broadcast_object(None, replicas):

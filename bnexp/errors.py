@@ -15,8 +15,8 @@ import signal as _signal
 
 class Interrupted(Exception):
     """Raised inside the step loop by SIGINT/SIGTERM; carries the signal number (raised by
-    :mod:`bnexp.train.runtime`; defined here, without torch, so that ``bnexp train`` can catch it
-    before torch is imported)."""
+    :mod:`bnexp.train.trainer` once :class:`bnexp.train.signal_guard.SignalGuard` saw the signal; defined
+    here, without torch, so that ``bnexp train`` can catch it before torch is imported)."""
 
     def __init__(self, signum: int):
         super().__init__(_signal.Signals(signum).name)

@@ -7,7 +7,7 @@ so a Ctrl-C of a starting ``bnexp train`` could be lost and the run would train 
 :func:`caught` makes a Ctrl-C stick: its handler records the signal before raising, a KeyboardInterrupt
 that a finalizer swallowed is not printed, and :func:`raise_if_pending` raises it again at the next
 point that can handle it (``bnexp train`` asks just before training; the training loop's
-:class:`bnexp.train.runtime.SignalGuard` takes a pending one over as a stop before step 1).
+:class:`bnexp.train.signal_guard.SignalGuard` takes a pending one over as a stop before step 1).
 
 Standard library only: :func:`bnexp.cli.main` enters :func:`caught` before anything else is imported.
 """

@@ -13,7 +13,7 @@ import torch
 from bnexp.train import precision
 from bnexp.config.schema import compose_config, validate
 from bnexp.nets.models import CNN, build_model, hidden_layers
-from bnexp.train.runtime import lr_lambda
+from bnexp.train.lr_schedule import lr_lambda
 
 from conftest import FAST
 

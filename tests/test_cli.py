@@ -248,7 +248,7 @@ def test_progress_bar_fits_80_columns_and_shows_no_nan_before_the_first_loss():
 
     from rich.console import Console
 
-    from bnexp.train.runtime import Progress
+    from bnexp.train.progress import Progress
 
     def frames(updates):
         buf = io.StringIO()
@@ -275,7 +275,7 @@ def test_a_parallel_jobs_progress_is_labelled_lines_one_per_tenth():
 
     from rich.console import Console
 
-    from bnexp.train.runtime import Progress
+    from bnexp.train.progress import Progress
 
     buf = io.StringIO()
     bar = Progress(True, 1000, 0, console=Console(file=buf, width=80, color_system=None), label="bn=true,seed=1")

@@ -33,7 +33,7 @@ def test_a_second_signal_records_interrupted_and_removes_partial_files(tmp_path)
         import sys, time
         from pathlib import Path
         from bnexp.runfolders import start
-        from bnexp.train.runtime import SignalGuard
+        from bnexp.train.signal_guard import SignalGuard
         run_dir = Path({str(run_dir)!r})
         with SignalGuard() as guard:
             guard.on_exit = lambda signum: start.abandon_run(run_dir, signum)

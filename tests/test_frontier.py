@@ -389,7 +389,7 @@ def test_ladder_runs_compose_to_the_presets_with_the_ladder_schedule():
     """Each planned run, composed through the presets: its own budget, the rate halving 5 times over it,
     bn_x5 = Sec. 4.2.1 applied to the winner (5x its rate, no dropout, weight decay / 5)."""
     from bnexp.config.schema import compose_config
-    from bnexp.train.runtime import lr_lambda
+    from bnexp.train.lr_schedule import lr_lambda
 
     base_wd = compose_config(["+experiment=baseline"]).optim.weight_decay
     for preset, b, mult, dropout, wd in (("baseline", 12000, 1, 0.3, base_wd), ("bn_baseline", 1500, 1, 0.3, base_wd),

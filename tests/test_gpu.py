@@ -50,7 +50,7 @@ def _trainer(tmp_path, data_root, monkeypatch, overrides):
 
 
 def test_auto_device_is_cuda():
-    from bnexp.train.runtime import resolve_device
+    from bnexp.train.device import resolve_device
 
     assert resolve_device("auto").type == "cuda"
 

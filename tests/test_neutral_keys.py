@@ -1,7 +1,7 @@
-"""The result-neutral keys (``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS``), in two kinds that docs/reliability.md
-names apart: the bit-neutral ones leave a run's records the same bit for bit; the rounding ones (another thread
-count, device, launcher stack) change the order of floating-point sums, so they may move results in the last bits
-and are not listed as unable to alter results."""
+"""The result-neutral keys (``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS``), in two kinds that
+docs/reliability.md names apart: the bit-neutral ones leave a run's records the same bit for bit; the rounding
+ones (another thread count, device, launcher stack) change the order of floating-point sums, so they may move
+results in the last bits and are not listed as unable to alter results."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from conftest import SHORT_RUN
 
-from bnexp.runfolders.rundir import BIT_NEUTRAL_KEYS, RESULT_NEUTRAL_KEYS, ROUNDING_KEYS, read_jsonl
+from bnexp.runfolders.neutral_keys import BIT_NEUTRAL_KEYS, RESULT_NEUTRAL_KEYS, ROUNDING_KEYS
+from bnexp.runfolders.rundir import read_jsonl
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reliability.md"
 

@@ -1,6 +1,6 @@
 """A run folder holds one configuration (docs/reliability.md): a folder whose run is finished or
 resumable refuses a command with a different result-changing value, naming the keys and the two
-ways out; the result-neutral keys (one list, ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS``) never block.
+ways out; the result-neutral keys (one list, ``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS``) never block.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bnexp import cli
-from bnexp.runfolders import rundir
+from bnexp.runfolders import neutral_keys, rundir
 from bnexp.config.oneconfig import changed_keys
 from bnexp.config.schema import compose_config, resolved
 from bnexp.errors import UserError
@@ -45,7 +45,8 @@ def test_changed_keys_ignores_the_result_neutral_keys():
     old["data"]["augment"] = "False"
     del old["monitor"]["landscape_rel_step_sizes"]
     assert changed_keys(old, resolved(compose_config(["trainer.max_steps=100"]))) == []
-    assert all(k in rundir.RESULT_NEUTRAL_KEYS for k in ("trainer.ckpt_every", "monitor.histograms", "trainer.resume"))
+    assert all(k in neutral_keys.RESULT_NEUTRAL_KEYS
+               for k in ("trainer.ckpt_every", "monitor.histograms", "trainer.resume"))
 
 
 @pytest.mark.parametrize("status,checkpoint,what", [("finished", False, "a finished"), ("diverged", True, "a finished"),
@@ -74,7 +75,7 @@ def test_result_neutral_keys_do_not_name_run_folders():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", return_hydra_config=True)
     excluded = list(cfg.hydra.job.config.override_dirname.exclude_keys)
-    assert excluded == [k for k in rundir.RESULT_NEUTRAL_KEYS if not k.startswith("hydra.")]
+    assert excluded == [k for k in neutral_keys.RESULT_NEUTRAL_KEYS if not k.startswith("hydra.")]
 
 
 def test_rerunning_a_finished_folder(run_bnexp, tmp_path):

@@ -22,7 +22,7 @@ import torch
 import bnexp.train.measurements as measurements_mod
 import bnexp.train.trainer as trainer_mod
 from bnexp.config.schema import compose_config
-from bnexp.train.runtime import Interrupted
+from bnexp.errors import Interrupted
 
 from conftest import SHORT_RUN, before_call, steps_of, train_in_process, wait_for
 
@@ -166,7 +166,7 @@ def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch
     for (until the timeout); one that is interrupted, finished or unlocked is not; outside a sweep
     under SweepSignals nothing is waited for."""
     from bnexp.runfolders import rundir
-    from bnexp.train.runtime import SWEEP_ENV, wait_for_sweep_siblings
+    from bnexp.runfolders.sweepsignals import SWEEP_ENV, wait_for_sweep_siblings
 
     sweep = tmp_path / "sweep"
     mine, busy, done = sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"
@@ -201,7 +201,7 @@ def test_sweep_workers_wait_only_for_siblings_still_saving(tmp_path, monkeypatch
 def test_sweep_signals_callback_ignores_sigint_in_a_joblib_launcher_only(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from bnexp.train.runtime import SWEEP_ENV, SweepSignals
+    from bnexp.runfolders.sweepsignals import SWEEP_ENV, SweepSignals
 
     monkeypatch.delenv(SWEEP_ENV, raising=False)
     before = signal.getsignal(signal.SIGINT)

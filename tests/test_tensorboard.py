@@ -278,7 +278,7 @@ def test_grad_ics_layout_skips_layer1_and_bn_input_charts_follow_each_layer():
 
 
 def test_percentile_figure_one_row_per_layer_with_labelled_axes():
-    from bnexp.train.monitor import plot_percentile_bands
+    from bnexp.train.percentile_figure import plot_percentile_bands
 
     def stats(x):
         return {"p15": x - 1, "p50": x, "p85": x + 1, "mean": x, "std": 1.0}

@@ -22,9 +22,10 @@ import numpy as np
 import pandas as pd
 
 from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer, option_text
-from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL,
-                                     RESULT_NEUTRAL_KEYS, SHIFT, SUMMARY, find_run_dirs, first_reached, flatten,
-                                     is_run_dir, read_config, read_records, read_summary)
+from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL, SHIFT,
+                                     SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
+                                     read_records, read_summary)
 
 log = logging.getLogger("bnexp.report")
 

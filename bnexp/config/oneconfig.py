@@ -12,13 +12,14 @@ from typing import Any
 from bnexp.config.schema import resolved
 from bnexp.errors import UserError
 from bnexp.runfolders import rundir
-from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS, flatten
+from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
+from bnexp.runfolders.rundir import flatten
 
 
 def changed_keys(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     """The result-changing differences between two resolved configs: [(key, old value, new value)].
 
-    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` (and keys under them) never count, nor keys the
+    Keys of ``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS`` (and keys under them) never count, nor keys the
     old config lacks (added to bnexp after that run was made). Texts compare case-insensitively
     (``'False'``, the old spelling of data.augment's default, is ``'false'``).
     """
@@ -36,7 +37,7 @@ def refuse_other_config(cfg, run_dir: Path) -> None:
     """A run folder holds one configuration: refuse a folder whose complete or resumable run was
     made with a different result-changing value (its ``config.yaml``, written when it started).
 
-    Keys of ``bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`` never count (:func:`changed_keys`).
+    Keys of ``bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS`` never count (:func:`changed_keys`).
 
     Raises:
         UserError: naming the differing keys (old -> new) and the two ways out.

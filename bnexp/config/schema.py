@@ -340,7 +340,7 @@ def _div(a, *divisors) -> int:
 
 def _neutral_keys() -> list[str]:
     """``${bnexp_neutral_keys:}``: the result-neutral keys (leave them out of run-folder names)."""
-    from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS
+    from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
 
     return [k for k in RESULT_NEUTRAL_KEYS if not k.startswith("hydra.")]
 

@@ -16,8 +16,8 @@ from bnexp.config.checks import option_value
 #: the keys in which the runs of one stack may differ
 STACKABLE_KEYS = ("seed", "lr", "model.init_std", "model.dropout", "optim.weight_decay", "bn.noise_scale")
 
-#: keys that never change a run's result (bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS) may differ too
-from bnexp.runfolders.rundir import RESULT_NEUTRAL_KEYS  # noqa: E402
+#: keys that never change a run's result (bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS) may differ too
+from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS  # noqa: E402
 
 
 def why_alone(cfg: DictConfig) -> str | None:

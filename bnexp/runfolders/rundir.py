@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from bnexp.runfolders.runlock import RunLock  # noqa: F401  (the run-folder lock, re-exported)
+from bnexp.runfolders.neutral_keys import IGNORED_FOR_RESUME
 
 from bnexp.errors import OutputError
 
@@ -523,26 +524,6 @@ def set_aside_unreadable_checkpoint(run_dir: Path, reason: object) -> Path:
         "records and TensorBoard events of the earlier attempt were removed so that no step appears twice",
         src, reason, dst.name, removed)
     return dst
-
-
-# The one list of config keys that do not change what a run measures: where the data lives and whether
-# it is fetched or checksum-checked; display (progress bar, TensorBoard histograms); how often a
-# checkpoint is written and whether the last one is kept; resuming; the launcher (hydra.launcher.*).
-# trainer.device and trainer.num_threads are here too: another device or thread count changes the
-# order of floating-point sums, so results may differ in the last bits (a run resumed elsewhere is
-# not bit-identical to an uninterrupted one), but not the experiment, and a run must be able to move
-# between machines. A checkpoint resumes, and a complete run is skipped, across changes of these
-# keys; any other difference refuses the run folder (bnexp.cli). They do not name run folders either.
-# Two kinds (docs/reliability.md lists each): ROUNDING_KEYS may move results in the last bits (another thread
-# count, device, or stack of the stacked launcher sums in another order); BIT_NEUTRAL_KEYS leave them bit for bit.
-RESULT_NEUTRAL_KEYS = ("trainer.resume", "trainer.progress", "trainer.num_threads", "trainer.async_records",
-                       "trainer.device",
-                       "trainer.ckpt_every", "trainer.save_checkpoint", "monitor.histograms",
-                       "trainer.trust_checkpoint",
-                       "data.root", "data.download", "data.verify_checksums", "logger", "hydra.launcher")
-ROUNDING_KEYS = ("trainer.num_threads", "trainer.device", "hydra.launcher")
-BIT_NEUTRAL_KEYS = tuple(k for k in RESULT_NEUTRAL_KEYS if k not in ROUNDING_KEYS)
-IGNORED_FOR_RESUME = (*RESULT_NEUTRAL_KEYS, "hydra.")
 
 
 def run_overrides(run_dir: Path) -> list[str] | None:

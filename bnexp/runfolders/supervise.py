@@ -5,7 +5,7 @@ Each command starts in its own session (``start_new_session``), so its process g
 every process it starts (Hydra's joblib/loky workers included) and nothing else: a terminal's Ctrl-C then
 reaches the supervisor only, and the supervisor sends the signal on once, to the whole group. A second
 delivery would matter: a run that gets a second SIGINT/SIGTERM exits at once without its checkpoint
-(:class:`bnexp.train.runtime.SignalGuard`).
+(:class:`bnexp.train.signal_guard.SignalGuard`).
 
 On the first SIGINT or SIGTERM the supervisor forwards it to the running command's group (and SIGCONT, so
 a stopped member takes it), waits up to ``grace_s`` seconds for the group to empty (each run saves its

@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 
 from bnexp.runfolders.resumecmd import resume_command, sweep_resume_command
-from bnexp.runfolders.rundir import IGNORED_FOR_RESUME, run_overrides
+from bnexp.runfolders.neutral_keys import IGNORED_FOR_RESUME
+from bnexp.runfolders.rundir import run_overrides
 from bnexp.runfolders.runnames import read_sweep_overrides
 
 MULTIRUN = "multirun.yaml"
@@ -20,7 +21,7 @@ NAMED = 3  # incomplete runs named in the advice; the rest are counted
 
 def job_key(overrides: list[str]) -> frozenset | None:
     """One job's overrides as a comparable set of (key, value): ``hydra.*`` overrides and result-neutral keys
-    left out (:data:`bnexp.runfolders.rundir.IGNORED_FOR_RESUME`: a complete sweep run again with
+    left out (:data:`bnexp.runfolders.neutral_keys.IGNORED_FOR_RESUME`: a complete sweep run again with
     ``trainer.num_threads=1`` skips its runs, whose folders keep the first call's overrides), quotes and case
     dropped (a job's ``bn='true'`` is ``bn=true``), a deletion's value None. None when Hydra's override
     grammar refuses them."""

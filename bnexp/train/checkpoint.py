@@ -6,7 +6,7 @@ Two rules:
   restricted unpickler builds tensors, dicts, lists, tuples, numbers and strings and nothing else, so a
   file from someone else (a shared sweep, a copied run folder) cannot run code when ``bnexp train``
   resumes it. What bnexp writes needs nothing more: the generator states are uint8 tensors and numpy's
-  RNG state is stored as a tensor (:func:`bnexp.train.runtime.rng_state`). Checkpoints of earlier
+  RNG state is stored as a tensor (:func:`bnexp.train.rng.rng_state`). Checkpoints of earlier
   versions held numpy's state as an ``ndarray``; numpy's array reconstruction is allowed for them
   (:data:`EARLIER_VERSION_GLOBALS`: it builds an array from its bytes and calls nothing else). A file
   that asks for anything more is refused (:class:`~bnexp.errors.UntrustedCheckpoint`, one line naming

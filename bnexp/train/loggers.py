@@ -7,7 +7,7 @@ to TensorBoard when ``logger.tensorboard`` is on and nowhere otherwise. The run'
 (``metrics.jsonl``, ``shift.jsonl``, ``summary.json``: what ``bnexp report`` reads) are written whatever
 the loggers.
 
-- ``logger=tensorboard`` (default): the event files in the run folder (:func:`bnexp.train.runtime.open_writer`).
+- ``logger=tensorboard`` (default): the event files in the run folder (:func:`bnexp.train.event_writer.open_writer`).
 - ``logger=csv``: ``scalars.csv`` in the run folder, one row ``step,tag,value`` per scalar (long format:
   ``pandas.read_csv(...).pivot_table(index="step", columns="tag", values="value")`` gives one column per tag).
 - ``logger=mlflow``: an MLflow run in the store ``logger.mlflow_tracking_uri`` (default
@@ -273,7 +273,7 @@ def open_loggers(cfg, run_dir: Path, resumed_from: int | None, params: dict) -> 
         UserError: logger=mlflow without mlflow installed.
         OSError: a file of the run folder cannot be written.
     """
-    from bnexp.train.runtime import open_writer
+    from bnexp.train.event_writer import open_writer
 
     lg = cfg.get("logger") or {"tensorboard": True}
     sinks: list = []

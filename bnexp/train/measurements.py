@@ -1,62 +1,48 @@
 """Measurements taken during training, each a small object with its own cadence.
 
-The step loop (:meth:`bnexp.train.trainer.Trainer.run`) knows nothing about what is measured:
-it draws the mini-batch, lets the measurements due *before* the update see it, does
-forward, loss, backward and the SGD update, then lets the measurements due *after* the
-update see the result. A :class:`Schedule` tells it the next step at which anything is
-due, so on all other steps the loop does one integer comparison per phase.
+The run's measurements, in the order a step takes them: gradient ICS and the landscape probe
+before the update (on its mini-batch), then the train loss, the test evaluation and the
+covariate-shift record after it; :func:`build_measurements` builds those a config asks for,
+each with its cadence, as :class:`Measurements`. What a measurement is and how the step loop
+takes it: :mod:`bnexp.train.measurement_schedule`.
 
-What a measurement sees is a :class:`StepContext` -- the step, the model, the optimizer,
-the current learning rate, the mini-batch, this step's loss and logits, the TensorBoard
-writer, the progress bar and the few run facts it needs -- never the trainer itself.
+Adding a measurement: write a subclass here, give it a field of :class:`Measurements` and
+build it (with its config key) in :func:`build_measurements`, and take it in the trainer's
+step loop where it runs (docs/development.md, "Adding a measurement"). The records of
+``metrics.jsonl``, ``shift.jsonl`` and ``ics.jsonl`` go through a :class:`RecordLog` each,
+which the trainer checkpoints and rewrites on resume. Checkpoints are written by the loop,
+not by a measurement. Work that needs nothing more of its step than what it took there goes
+to ``ctx.defer`` (the records thread, :mod:`bnexp.train.background`), which runs it in order
+beside the loop.
 
-A measurement (:class:`Measurement`) has
-
-* ``every`` -- its cadence in steps (0: never), ``phase`` -- ``"before"`` or ``"after"``
-  the update, ``at_end`` -- also due at the last step, ``at_start`` -- also taken once
-  before the first step of a fresh run;
-* :meth:`~Measurement.before_update` / :meth:`~Measurement.after_update` -- the work at a
-  due step; :meth:`~Measurement.observe` -- a cheap look at every step (the train loss);
-* :meth:`~Measurement.state_dict` / :meth:`~Measurement.load_state_dict` -- whatever it
-  carries between steps, saved in checkpoints so that resume is exact;
-* :meth:`~Measurement.finish` -- after the last step.
-
-Adding a measurement: write a subclass here and add it (with its config key) to
-:func:`build_measurements`. The records of ``metrics.jsonl``, ``shift.jsonl`` and
-``ics.jsonl`` go through a :class:`RecordLog` each, which the trainer checkpoints and
-rewrites on resume. Checkpoints are written by the loop, not by a measurement. Work that
-needs nothing more of its step than what it took there goes to ``ctx.defer`` (the records
-thread, :mod:`bnexp.train.background`), which runs it in order beside the loop.
-
-A measurement that finds the run numerically broken raises :class:`Diverged`; the
-schedule hands it to the loop, which stops the run with status ``diverged`` (with N
-data-parallel replicas, all of them at the same step).
+A measurement that finds the run numerically broken raises :class:`Diverged`; the run
+ends with status ``diverged``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Iterator
 
 import torch
 from torch import nn
 
 from bnexp.runfolders import rundir
-from bnexp.train.distributed import Replicas, all_sum
+from bnexp.train.distributed import all_sum
 from bnexp.errors import Diverged  # the package's one divergence signal (re-exported here)
 from bnexp.train.ics import gradient_ics, landscape_probe, layer_param_groups
+# what a measurement is and how the loop takes it (Schedule: also importable from here)
+from bnexp.train.measurement_schedule import Measurement, Schedule, StepContext  # noqa: F401
 from bnexp.nets.models import hidden_layers
+from bnexp.train.percentile_figure import plot_percentile_bands
 from bnexp.train.precision import autocast
 
 log = logging.getLogger("bnexp")
-
-NEVER = float("inf")
 
 
 class RecordLog:
@@ -110,114 +96,6 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 50
     model.train(was_training)
     loss_sum, correct = torch.stack([loss_sum.double(), correct.double()]).tolist()  # one host read, exact
     return loss_sum / len(y), correct / len(y)
-
-
-@dataclass(eq=False)
-class StepContext:
-    """What a measurement sees: filled by the step loop, read by the measurements.
-
-    Run facts (set once): ``model``, ``optimizer``, ``test_x`` (T, C, H, W) and ``test_y`` (T,),
-    ``max_steps``, ``run_dir``, ``title`` (of the figures: ``bn=... act=... lr=... seed=...``),
-    ``amp_dtype`` (``trainer.precision``'s autocast dtype, None for fp32), ``replicas``,
-    ``t_start`` (the run's wall-clock start, seconds since the epoch), ``writer`` (TensorBoard
-    ``SummaryWriter``, None on replicas other than rank 0), ``progress`` (:class:`bnexp.train.runtime.Progress`),
-    ``defer`` (runs a job after the earlier ones, on the records thread or at once:
-    :meth:`bnexp.train.background.Background.submit`; the job must not read the context, which moves on).
-
-    Per step (the loop updates these):
-
-    * ``step`` -- updates done so far (a ``before`` measurement is taken for update ``step + 1``);
-    * ``epoch`` -- passes over the training set begun by the mini-batch sampler;
-    * ``lr`` -- the learning rate of the next update (:func:`bnexp.train.runtime.learning_rate`, read
-      once per step after the scheduler's step), the one source of the current rate;
-    * ``x``, ``y`` -- the step's global mini-batch, (B, C, H, W) inputs and (B,) labels;
-    * ``loss``, ``logits``, ``labels`` -- this replica's share of the step after the update: the
-      detached mean cross-entropy (nats, 0-d), (B/N, classes) logits and (B/N,) labels.
-    """
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    max_steps: int
-    run_dir: Path
-    title: str = ""
-    amp_dtype: torch.dtype | None = None
-    replicas: Replicas = Replicas()
-    t_start: float = 0.0
-    writer: Any = None
-    progress: Any = None
-    defer: Callable[[Callable[[], None]], None] = staticmethod(lambda job: job())
-    step: int = 0
-    epoch: int = 0
-    lr: float = 0.0
-    x: torch.Tensor | None = None
-    y: torch.Tensor | None = None
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    labels: torch.Tensor | None = None
-
-
-class Measurement:
-    """Base class: a measurement taken every ``every`` steps, before or after the update.
-
-    Args:
-        every: cadence in steps; 0 means never.
-
-    Class attributes:
-        name: key of the measurement (in checkpoints; in ``summary.json`` ``probe_time_s``
-            when ``timed``).
-        phase: ``"after"`` (default) -- called after the update of step s with s the new step
-            count; ``"before"`` -- called before the update that makes step s, with its mini-batch.
-        at_start: also taken (by :meth:`start`) before the first step of a fresh run.
-        at_end: also due at the last step (``trainer.max_steps``).
-        timed: its seconds are reported separately from the training time.
-        all_replicas: taken on every data-parallel replica (it has a collective part);
-            otherwise on rank 0 only, with the full model and the whole global mini-batch.
-    """
-
-    name = "measurement"
-    phase = "after"
-    at_start = False
-    at_end = False
-    timed = False
-    all_replicas = False
-
-    def __init__(self, every: int):
-        self.every = int(every)
-
-    def due(self, step: int, max_steps: int) -> bool:
-        """Whether it is due at ``step`` (for ``before`` measurements: the step the update will make)."""
-        return (self.every > 0 and step % self.every == 0) or (self.at_end and step == max_steps)
-
-    def next_due(self, step: int, max_steps: int) -> float:
-        """The first step after ``step`` at which it may be due (``NEVER`` if none); may be early, never late."""
-        nxt = (step // self.every + 1) * self.every if self.every > 0 else NEVER
-        if self.at_end and step < max_steps:
-            nxt = min(nxt, max_steps)
-        return nxt
-
-    def start(self, ctx: StepContext) -> None:
-        """Taken once before the first step of a fresh run (only if ``at_start``)."""
-
-    def before_update(self, ctx: StepContext) -> None:
-        """Work before the update that makes step ``ctx.step + 1``, on its mini-batch ``ctx.x``, ``ctx.y``."""
-
-    def observe(self, ctx: StepContext) -> None:
-        """A look at every step right after its update (cheap: no host transfer); ``ctx.step`` updates done."""
-
-    def after_update(self, ctx: StepContext) -> None:
-        """Work after the update at a due step; ``ctx.step`` is the number of updates done."""
-
-    def finish(self, ctx: StepContext) -> None:
-        """After the last step of a finished or diverged run."""
-
-    def state_dict(self) -> dict:
-        """What it carries between steps (for checkpoints)."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`."""
 
 
 class TrainLoss(Measurement):
@@ -378,8 +256,8 @@ class ShiftRecord(Measurement):
         if self.monitor.history:
             from bnexp.train.tblog import add_png
 
-            png = rundir.save_figure(self.monitor.figure(ctx.title), ctx.run_dir / "percentiles.png", dpi=100,
-                                     close=True)  # atomic
+            figure = plot_percentile_bands(self.monitor.history, self.monitor.percentiles, ctx.title)
+            png = rundir.save_figure(figure, ctx.run_dir / "percentiles.png", dpi=100, close=True)  # atomic
             add_png(ctx.writer, "shift/percentile_bands", png, ctx.step)  # the same pixels, drawn once
 
     def state_dict(self) -> dict:
@@ -465,118 +343,31 @@ class Landscape(Measurement):
         self.ics.append({"step": step, "kind": "landscape", **res})
 
 
-class Schedule:
-    """The measurements of a run in call order, and the next step at which any is due.
+@dataclass(eq=False)
+class Measurements:
+    """A run's measurements by name, None where the config does not ask for one; iterating gives those
+    present in the order a step takes them (before the update, then after it), the order of a
+    checkpoint's ``measurements`` too. The step loop names each where it takes it
+    (:meth:`bnexp.train.trainer.Trainer.measure_after_update`)."""
 
-    Every replica keeps the whole list, so that the due steps -- where the loop may run a
-    collective (averaging per-replica BN statistics) -- are the same on every replica; only
-    rank 0 calls the measurements that are not ``all_replicas``.
+    train_loss: TrainLoss
+    evaluation: TestEvaluation
+    shift: ShiftRecord
+    grad_ics: GradientICS | None = None
+    landscape: Landscape | None = None
 
-    Args:
-        measurements: in the order they are called at a step where several are due.
-        max_steps: the last step.
-        is_main: this process is rank 0 (or the only one).
-        probe_time: seconds per ``timed`` measurement name, added to (the trainer's, checkpointed).
-        probes: a context-manager factory entered around the measurements of a step (rank 0's
-            measurements with synchronized BN layers run them locally); None: nothing.
-        sync: called on every replica before the ``after`` measurements of a due step (the trainer
-            averages per-replica BN statistics there, so the measurements see their average).
-
-    Attributes:
-        next_before / next_after: the next step (count after the update) at which a
-            ``before`` / ``after`` measurement may be due; the loop compares against these.
-        due_at: the last step at which a ``before`` or ``after`` measurement was due (-1: none yet):
-            the same steps on every replica, where the replicas may read what they agreed on.
-    """
-
-    def __init__(self, measurements: list[Measurement], max_steps: int, is_main: bool = True,
-                 probe_time: dict[str, float] | None = None, probes: Callable[[], Any] | None = None,
-                 sync: Callable[[], None] | None = None):
-        self.all = list(measurements)
-        self.max_steps = int(max_steps)
-        self.calls = [m for m in self.all if is_main or m.all_replicas]
-        self.before = [m for m in self.all if m.phase == "before"]
-        self.after = [m for m in self.all if m.phase == "after"]
-        self.observers = [m for m in self.calls if type(m).observe is not Measurement.observe]
-        self.probe_time = probe_time if probe_time is not None else {}
-        self.probes = probes or contextlib.nullcontext
-        self.sync = sync
-        self.next_before = self.next_after = NEVER
-        self.due_at = -1  # the last step at which a measurement was due (on every replica alike)
-        self.pending: Diverged | None = None  # found before the update, handed over after it
-
-    def reset(self, step: int) -> None:
-        """Compute the next due steps from ``step`` (at the start or after a resume)."""
-        self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
-        self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
-
-    def _run(self, method: str, due: list[Measurement], ctx: StepContext) -> Diverged | None:
-        """Call ``method`` of each of ``due`` this process takes; the first :class:`Diverged` stops and is returned."""
-        with self.probes():
-            for m in due:
-                if m not in self.calls:
-                    continue
-                t0 = time.time()
-                try:
-                    getattr(m, method)(ctx)
-                except Diverged as exc:
-                    return exc
-                finally:
-                    if m.timed:
-                        self.probe_time[m.name] = self.probe_time.get(m.name, 0.0) + time.time() - t0
-        return None
-
-    def start(self, ctx: StepContext) -> Diverged | None:
-        """The ``at_start`` measurements, before the first step of a fresh run.
-
-        Returns:
-            the :class:`Diverged` a measurement raised (e.g. non-finite values at step 0), else None.
-        """
-        return self._run("start", [m for m in self.all if m.at_start], ctx)
-
-    def before_update(self, ctx: StepContext) -> None:
-        """The ``before`` measurements due at step ``ctx.step + 1`` (call when ``ctx.step + 1 >= next_before``).
-
-        A :class:`Diverged` one of them raises is returned by the step's :meth:`after_update`.
-        """
-        step = self.due_at = ctx.step + 1
-        self.pending = self._run("before_update", [m for m in self.before if m.due(step, self.max_steps)], ctx)
-        self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
-
-    def after_update(self, ctx: StepContext) -> Diverged | None:
-        """Every step: the observers; at a due step the ``after`` measurements due at ``ctx.step``.
-
-        Returns:
-            the :class:`Diverged` a measurement raised (the later ones of the step are skipped), else None.
-        """
-        for m in self.observers:
-            m.observe(ctx)
-        step = ctx.step
-        if self.pending is not None:
-            diverged, self.pending = self.pending, None
-            return diverged
-        if step < self.next_after:
-            return None
-        self.due_at = step
-        if self.sync is not None:
-            self.sync()
-        diverged = self._run("after_update", [m for m in self.after if m.due(step, self.max_steps)], ctx)
-        self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
-        return diverged
-
-    def finish(self, ctx: StepContext) -> None:
-        """Every measurement's :meth:`Measurement.finish` (those this process takes)."""
-        for m in self.calls:
-            m.finish(ctx)
+    def __iter__(self) -> Iterator[Measurement]:
+        return iter([m for m in (self.grad_ics, self.landscape, self.train_loss, self.evaluation, self.shift)
+                     if m is not None])
 
 
-def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.device) -> list[Measurement]:
-    """The measurements a config asks for, in call order.
+def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.device) -> Measurements:
+    """The measurements a config asks for, each with its cadence.
 
-    Before the update: gradient ICS (``monitor.grad_ics``), landscape probe (``monitor.landscape``).
-    After it: train loss (``trainer.log_every``), test evaluation (``trainer.eval_every``),
-    covariate-shift monitor (``trainer.hist_every``). Checkpoints (``trainer.ckpt_every``) are
-    the loop's.
+    Before the update: gradient ICS (``monitor.grad_ics``, every ``monitor.grad_ics_every`` steps),
+    landscape probe (``monitor.landscape``, every ``monitor.landscape_every``). After it: train loss
+    (every ``trainer.log_every``), test evaluation (``trainer.eval_every``), covariate-shift monitor
+    (``trainer.hist_every``). Checkpoints (``trainer.ckpt_every``) are the loop's.
 
     Args:
         cfg: the run config.
@@ -586,15 +377,13 @@ def build_measurements(cfg, monitor, logs: dict[str, RecordLog], device: torch.d
     """
     tcfg, mcfg = cfg.trainer, cfg.monitor
     train_loss = TrainLoss(tcfg.log_every, tcfg.batch_size, device)
-    out: list[Measurement] = []
-    if mcfg.grad_ics:
-        out.append(GradientICS(mcfg.grad_ics_every, logs["ics"]))
-    if mcfg.landscape:
-        # the filter-normalized probe takes the relative steps too: alpha = the fraction of its
-        # own norm every filter moves (no key of its own, so configs stay as they are)
-        out.append(Landscape(mcfg.landscape_every, list(mcfg.landscape_step_sizes), logs["ics"],
-                             list(mcfg.landscape_rel_step_sizes), list(mcfg.landscape_rel_step_sizes)))
-    out += [train_loss,
-            TestEvaluation(tcfg.eval_every, train_loss, logs["metrics"]),
-            ShiftRecord(tcfg.hist_every, monitor, logs["shift"])]
-    return out
+    # the filter-normalized landscape probe takes the relative steps too: alpha = the fraction of its
+    # own norm every filter moves (no key of its own, so configs stay as they are)
+    return Measurements(
+        train_loss=train_loss,
+        evaluation=TestEvaluation(tcfg.eval_every, train_loss, logs["metrics"]),
+        shift=ShiftRecord(tcfg.hist_every, monitor, logs["shift"]),
+        grad_ics=GradientICS(mcfg.grad_ics_every, logs["ics"]) if mcfg.grad_ics else None,
+        landscape=Landscape(mcfg.landscape_every, list(mcfg.landscape_step_sizes), logs["ics"],
+                            list(mcfg.landscape_rel_step_sizes), list(mcfg.landscape_rel_step_sizes))
+        if mcfg.landscape else None)

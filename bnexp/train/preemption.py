@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 
-from bnexp.train.runtime import Interrupted
+from bnexp.errors import Interrupted
 
 
 class Preempted(Interrupted):

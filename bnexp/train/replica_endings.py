@@ -2,7 +2,7 @@
 replica fails".
 
 torchrun's agent watches its replicas: as soon as one exits non-zero it sends SIGTERM to the others
-(SIGKILL 30 s later). Outside the training loop's :class:`~bnexp.train.runtime.SignalGuard` that SIGTERM
+(SIGKILL 30 s later). Outside the training loop's :class:`~bnexp.train.signal_guard.SignalGuard` that SIGTERM
 ends a process at once, so each ending below keeps it from cutting a record or a message short:
 
 - a replica of rank > 0 that refuses what rank 0 refuses too does not exit first, or rank 0 could be
@@ -34,7 +34,7 @@ RANK_0_SAYS_IT_S = 20.0
 def rank_0_ended_it(stopped=lambda: False) -> bool:
     """A replica of rank > 0 refusing what rank 0 refuses too: wait until torchrun's agent ends this
     process (its SIGTERM, sent once rank 0 has exited; ``stopped()`` says so where a
-    :class:`~bnexp.train.runtime.SignalGuard` holds the signal) or Ctrl-C, for at most
+    :class:`~bnexp.train.signal_guard.SignalGuard` holds the signal) or Ctrl-C, for at most
     :data:`RANK_0_SAYS_IT_S`. Exiting first would make the agent stop rank 0, perhaps before it printed
     the refusal (the run would end with exit code 2 and no word).
 

@@ -4,7 +4,7 @@ Three answers (:meth:`bnexp.train.trainer.Trainer.try_resume` acts on them):
 
 * it is this run's checkpoint: resume from it;
 * it is a checkpoint of *another run* -- another config (keys that cannot change results aside,
-  :data:`bnexp.runfolders.rundir.RESULT_NEUTRAL_KEYS`) or another number of data-parallel replicas --:
+  :data:`bnexp.runfolders.neutral_keys.RESULT_NEUTRAL_KEYS`) or another number of data-parallel replicas --:
   refuse with :class:`~bnexp.errors.CheckpointMismatch` and leave it where it is, so the right
   command can still resume it;
 * it is not a readable checkpoint of this run -- keys missing (:func:`missing_keys`), a network of
@@ -148,7 +148,7 @@ def _precision(config: dict) -> str | None:
     """What a run of ``config`` would compute in here (None: its device or precision is refused later)."""
     from bnexp.errors import UserError
     from bnexp.train.precision import effective_precision
-    from bnexp.train.runtime import resolve_device
+    from bnexp.train.device import resolve_device
 
     trainer = config.get("trainer") or {}
     try:

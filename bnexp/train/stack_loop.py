@@ -37,14 +37,18 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from bnexp.errors import UserError
+from bnexp.errors import Interrupted, UserError
 from bnexp.nets.datasets import host_to_device, load_data
 from bnexp.runfolders import rundir
 from bnexp.train.background import Background
-from bnexp.train.measurements import Diverged, Schedule
+from bnexp.train.measurements import Diverged
 from bnexp.train.preemption import Preempted, PreemptionGuard
-from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, resolve_device, rng_state,
-                                 set_rng_state, wait_for_sweep_siblings)
+from bnexp.train.device import resolve_device
+from bnexp.train.lr_schedule import learning_rate
+from bnexp.train.progress import Progress
+from bnexp.train.rng import rng_state, set_rng_state
+from bnexp.runfolders.sweepsignals import wait_for_sweep_siblings
+from bnexp.train.signal_guard import SignalGuard
 from bnexp.train.stacked_net import StackedNet
 from bnexp.train.trainer import Trainer, train
 
@@ -98,6 +102,14 @@ class MemberTrainer(Trainer):
             self.rng.update(now)
             _set_rng(outer, dev, full)
 
+    def _measuring(self):
+        """:meth:`Trainer._measuring` under this run's RNG state: the measurements of a due step draw what
+        they would draw alone."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.own_rng())
+        stack.enter_context(super()._measuring())
+        return stack
+
     def state_dict(self) -> dict:
         """:meth:`Trainer.state_dict` with this run's RNG state and its own copies of the tensors that view
         the stack (a view would save the whole stack's storage)."""
@@ -121,11 +133,10 @@ def _set_rng(state: dict, device: torch.device, full: bool) -> None:
 
 @dataclasses.dataclass
 class _Run:
-    """A member's loop state: its trainer, schedule, context and summary so far."""
+    """A member's loop state: its trainer, context and summary so far."""
 
     trainer: MemberTrainer
     index: int
-    schedule: Schedule | None = None
     ctx: object = None
     summary: dict | None = None
 
@@ -190,14 +201,13 @@ def _loop(runs: list[_Run], results: list, signals: SignalGuard, preemption: Pre
                 _interrupt_all(active, results, stop, records, preemption)
                 return
             xs, ys, failed = [], [], []
-            for run in active:
+            for run in active:  # each run's mini-batch, and its measurements due before the update
                 mb, ctx = run.trainer, run.ctx
                 ctx.x, ctx.y, ctx.epoch = mb._next_batch()
                 xs.append(ctx.x)
                 ys.append(ctx.y)
-                if mb.step + 1 >= run.schedule.next_before:
-                    if _guarded(run, results, lambda run=run: _before_update(run)) is _FAILED:
-                        failed.append(run)
+                if _guarded(run, results, lambda mb=mb, ctx=ctx: mb.measure_before_update(ctx)) is _FAILED:
+                    failed.append(run)
             if failed:  # a file of a run could not be written: that run has ended, the others make this step
                 keep = [i for i, run in enumerate(active) if run not in failed]
                 active, xs, ys = [active[i] for i in keep], [xs[i] for i in keep], [ys[i] for i in keep]
@@ -263,29 +273,16 @@ def _begin(run: _Run, records: Background, signals: SignalGuard, preemption: Pre
     run.summary = mb._begin()
     mb.records = records
     ctx = run.ctx = mb._context()
-    run.schedule = Schedule(mb.measurements, mb.max_steps, True, mb.probe_time, mb._probe_context)
     ctx.progress, ctx.defer, mb._t_loop = Progress(False, mb.max_steps, mb.step), records.submit, time.time()
-    end = None
     if mb.step == 0 and not mb.history:
-        with mb.own_rng():
-            end = run.schedule.start(ctx)  # may find Diverged at step 0
-    run.schedule.reset(mb.step)
-    return end
-
-
-def _before_update(run: _Run) -> None:
-    """The measurements due before a run's update (gradient ICS, landscape), on its own model and RNG."""
-    mb = run.trainer
-    with mb.own_rng(), mb._probe_context():
-        run.schedule.before_update(run.ctx)
+        return mb.measure_start(ctx)  # may find Diverged at step 0
+    return None
 
 
 def _after_update(run: _Run):
-    """The measurements after a run's update (under its RNG when any is due) and its checkpoint."""
-    mb, schedule, ctx = run.trainer, run.schedule, run.ctx
-    due = schedule.pending is not None or mb.step >= schedule.next_after
-    with mb.own_rng() if due else contextlib.nullcontext():
-        end = schedule.after_update(ctx)
+    """The measurements after a run's update (:meth:`Trainer.measure_after_update`) and its checkpoint."""
+    mb = run.trainer
+    end = mb.measure_after_update(run.ctx)
     if end is None and mb.step % mb.ckpt_every == 0 and mb.step < mb.max_steps:
         with mb.own_rng():
             mb._checkpoint_in_loop()
@@ -303,7 +300,7 @@ def _leave(run: _Run, results: list, end: Diverged | None, records: Background) 
             log.warning("training diverged: %s (lr=%g); stopping this run, the others of its stack go on",
                         end, mb.cfg.lr)
         with mb.own_rng():
-            run.schedule.finish(run.ctx)
+            mb.measure_finish(run.ctx)
             return mb._finish(run.summary, end)
 
     out = _guarded(run, results, finish)

@@ -7,7 +7,7 @@ code 1 whatever the replicas said. This wrapper runs the same launcher (``torch.
 same options) and turns those two endings into bnexp's: no traceback, the exit code of the replica
 that failed first (2 for a refusal, which rank 0 printed as one line), or 128 + N for signal N (every
 replica has then saved its checkpoint and rank 0 recorded ``interrupted``, see
-:class:`bnexp.train.runtime.SignalGuard`). The agent's own log lines are kept to errors of the agent itself.
+:class:`bnexp.train.signal_guard.SignalGuard`). The agent's own log lines are kept to errors of the agent itself.
 docs/cluster.md, "Data-parallel runs", shows the command.
 
 Plain ``torchrun`` cannot be made to end quietly from the replicas' side: its entry point

@@ -3,10 +3,11 @@
 One call of :func:`train` is one run: it loads the data onto the device, builds the network, trains for
 ``trainer.max_steps`` mini-batch SGD steps and writes the run directory (see :mod:`bnexp.runfolders.rundir`). What is
 measured along the way -- test evaluation, train loss, the covariate-shift monitor, gradient ICS, the
-landscape probe -- are objects of :mod:`bnexp.train.measurements`, each with its own cadence; the loop hands them a
-:class:`~bnexp.train.measurements.StepContext` before or after the update of a step, and writes the checkpoints
-itself; evaluations and monitor records are written on a second thread (:mod:`bnexp.train.background`).
-:meth:`Trainer.run` reads top to bottom.
+landscape probe -- are objects of :mod:`bnexp.train.measurements`, each with its own cadence; the loop takes each
+where it runs, one line naming it and its cadence (:meth:`Trainer.measure_before_update`,
+:meth:`Trainer.measure_after_update`), hands it a :class:`~bnexp.train.measurement_schedule.StepContext`, and
+writes the checkpoints itself; evaluations and monitor records are written on a second thread
+(:mod:`bnexp.train.background`). :meth:`Trainer.run` reads top to bottom.
 
 Reliability: every ``trainer.ckpt_every`` steps and at the end the complete state (model with BN running
 statistics, optimizer, scheduler, every RNG, the sampler's position, the monitor, records so far) is written
@@ -45,8 +46,9 @@ from bnexp.train.background import Background
 from bnexp.nets.bn import NoisyBatchNorm, recompute_population_statistics, replica_local, sync_batch_norm
 from bnexp.config.checks import option_value, uses_batch_statistics
 from bnexp.nets.datasets import BatchSampler, TensorData, load_data, make_augmenter
-from bnexp.errors import ConfigError, OutputError, UserError
-from bnexp.train.measurements import Diverged, RecordLog, Schedule, StepContext, build_measurements, evaluate
+from bnexp.errors import ConfigError, Interrupted, OutputError, UserError
+from bnexp.train.measurement_schedule import Schedule, StepContext
+from bnexp.train.measurements import Diverged, RecordLog, build_measurements, evaluate
 from bnexp.nets.models import build_model
 from bnexp.train.monitor import ShiftMonitor, configuration_label
 from bnexp.train.precision import apply_precision, autocast, channels_last_input, is_conv_net, to_channels_last
@@ -54,9 +56,13 @@ from bnexp.train.preemption import Preempted, PreemptionGuard
 from bnexp.config.resources import default_num_threads
 from bnexp.train.resume import check_same_run, incompatibility, read_checkpoint
 from bnexp.train.loggers import open_loggers
-from bnexp.train.runtime import (Interrupted, Progress, SignalGuard, learning_rate, lr_lambda, resolve_device,
-                                 rng_state, seed_everything, set_rng_state, shares_terminal, wait_for_sweep_siblings,
-                                 writer_failure)
+from bnexp.train.device import resolve_device
+from bnexp.train.event_writer import writer_failure
+from bnexp.train.lr_schedule import learning_rate, lr_lambda
+from bnexp.train.progress import Progress, shares_terminal
+from bnexp.train.rng import rng_state, seed_everything, set_rng_state
+from bnexp.runfolders.sweepsignals import wait_for_sweep_siblings
+from bnexp.train.signal_guard import SignalGuard
 from bnexp.train.tblog import flat_hparams, metric_names, not_reached_value, write_hparams_end, write_hparams_start
 
 __all__ = ["Trainer", "train", "Interrupted", "evaluate"]
@@ -142,6 +148,9 @@ class Trainer:
         self.wall_before = 0.0  # wall-clock seconds of the earlier sessions of a resumed run (its checkpoint's)
         # seconds spent in each timed measurement (inside train_time), reported separately in summary.json
         self.probe_time = {k: 0.0 for k in PROBE_KINDS}
+        # takes each measurement where the step loop finds it due (bnexp.train.measurement_schedule.Schedule)
+        self.schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
+                                 self._measuring, sync=self.agree.average_buffers)
         self.resumed_from: int | None = None
         self._t_loop = 0.0
 
@@ -150,8 +159,10 @@ class Trainer:
         """True in the process that measures and writes (rank 0, or the only process)."""
         return self.replicas.is_main
 
-    def _probe_context(self):
-        """Rank 0's measurements on the full model: synchronized BN layers run locally."""
+    def _measuring(self):
+        """The context the measurements of a phase run in, entered where one is due (and around the
+        recomputed population statistics): rank 0 measures the full model, its synchronized BN layers
+        run locally."""
         return replica_local(self.model) if self.plan.sync else contextlib.nullcontext()
 
     @property
@@ -329,7 +340,7 @@ class Trainer:
         }
 
     def _context(self) -> StepContext:
-        """The measurements' view of this run (:class:`~bnexp.train.measurements.StepContext`)."""
+        """The measurements' view of this run (:class:`~bnexp.train.measurement_schedule.StepContext`)."""
         cfg = self.cfg
         return StepContext(model=self.model, optimizer=self.optimizer, test_x=self.data.test_x,
                            test_y=self.data.test_y, max_steps=self.max_steps, run_dir=self.run_dir,
@@ -344,8 +355,9 @@ class Trainer:
 
         Each step: draw the global mini-batch -> the measurements due before the update ->
         forward (this replica's share), loss, backward, update -> the measurements due after
-        it (:mod:`bnexp.train.measurements`) -> the replicas' agreement (a no-op for one process) ->
-        a checkpoint every ``trainer.ckpt_every`` steps.
+        it -> the replicas' agreement (a no-op for one process) -> a checkpoint every
+        ``trainer.ckpt_every`` steps. What is measured at which step is read in
+        :meth:`measure_before_update` and :meth:`measure_after_update`, one line per measurement.
 
         Args:
             signals: the SIGINT/SIGTERM guard already in place (:func:`train` installs one before
@@ -363,10 +375,9 @@ class Trainer:
         """
         summary = self._begin()
         ctx = self._context()
-        schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
-                            self._probe_context, sync=self.agree.average_buffers)
         # CUDA replicas read what they agreed at due steps only (bnexp.train.distributed.StepAgreement)
-        self.agree.read_now = lambda: self.step in (schedule.due_at, self.max_steps) or self.step % self.ckpt_every == 0
+        self.agree.read_now = lambda: (self.step in (self.schedule.due_at, self.max_steps)
+                                       or self.step % self.ckpt_every == 0)
         progress = Progress(self.cfg.trainer.progress and self.is_main, self.max_steps, self.step,
                             label=self.run_dir.name if shares_terminal() else None)  # a parallel job: lines
         # a SIGINT/SIGTERM stops the loop at the end of a step, never inside one
@@ -374,21 +385,20 @@ class Trainer:
         with signals or SignalGuard() as signals, PreemptionGuard() as preemption, progress, self.records:
             ctx.progress, ctx.defer, self._t_loop = progress, self.records.submit, time.time()
             end = self._settle(signals, preemption, None)  # a signal while loading: stop before step 1
-            if end is None and self.step == 0 and not self.history:
-                end = self._settle(signals, preemption, schedule.start(ctx))  # may find Diverged at step 0
-            schedule.reset(self.step)
+            if end is None and self.step == 0 and not self.history:  # a fresh run: step 0 is measured too
+                end = self._settle(signals, preemption, self.measure_start(ctx))  # may find Diverged
             while end is None and self.step < self.max_steps:
                 if self.reseed:  # each replica its own dropout masks, the same ones after a resume
                     torch.manual_seed(distributed.step_seed(self.cfg.seed, self.replicas.rank, self.step))
                 ctx.x, ctx.y, ctx.epoch = self._next_batch()  # the global mini-batch, the same on every replica
-                if self.step + 1 >= schedule.next_before:
-                    schedule.before_update(ctx)
+                self.measure_before_update(ctx)  # gradient ICS, landscape: on this mini-batch, when due
                 ctx.loss, ctx.logits, ctx.labels = self._update(ctx.x, ctx.y)
                 self.step = ctx.step = self.step + 1
                 ctx.lr = learning_rate(self.optimizer)
-                end = self._settle(signals, preemption, schedule.after_update(ctx))
+                # train loss, test evaluation, shift record, when due
+                end = self._settle(signals, preemption, self.measure_after_update(ctx))
                 if end is None and self.step % self.ckpt_every == 0 and self.step < self.max_steps:
-                    self._checkpoint_in_loop()
+                    self._checkpoint_in_loop()  # every trainer.ckpt_every steps (and at the end: _finish)
             self.records.drain()  # every record written, inside the loop's time
             self.train_time += time.time() - self._t_loop
             if isinstance(end, Preempted):
@@ -397,8 +407,57 @@ class Trainer:
             return self._finish_interrupted(summary, end)
         if isinstance(end, Diverged):  # from any measurement (loss, parameters, pre-activations)
             log.warning("training diverged: %s (lr=%g); stopping this run", end, self.cfg.lr)
-        schedule.finish(ctx)
+        self.measure_finish(ctx)
         return self._finish(summary, end)
+
+    # ----- what is measured when (bnexp.train.measurements): one line per measurement, in the order taken -----
+    def measure_start(self, ctx: StepContext) -> Diverged | None:
+        """Step 0 of a fresh run, before the first update.
+
+        Returns:
+            the :class:`Diverged` a measurement found (non-finite parameters or pre-activations), else None.
+        """
+        m = self.measurements
+        with self.schedule.taking("start", ctx) as take:
+            take(m.evaluation)  # metrics.jsonl's step-0 record
+            take(m.shift)  # shift.jsonl's step-0 record
+        return take.diverged
+
+    def measure_before_update(self, ctx: StepContext) -> None:
+        """The measurements on the mini-batch ``ctx.x``, ``ctx.y`` of update s = ``self.step + 1``, before
+        it; a :class:`Diverged` found here is handed over after the update (:meth:`measure_after_update`)."""
+        m, s = self.measurements, self.step + 1
+        with self.schedule.taking("before_update", ctx, s) as take:
+            if m.grad_ics and s % m.grad_ics.every == 0:  # monitor.grad_ics_every (with monitor.grad_ics)
+                take(m.grad_ics)
+            if m.landscape and s % m.landscape.every == 0:  # monitor.landscape_every (with monitor.landscape)
+                take(m.landscape)
+
+    def measure_after_update(self, ctx: StepContext) -> Diverged | None:
+        """The measurements after update s = ``self.step`` (``ctx`` holds its loss and logits).
+
+        Returns:
+            the :class:`Diverged` a measurement found, here or before the update, else None (the later
+            measurements of the step are skipped).
+        """
+        m, s = self.measurements, self.step
+        last = s == self.max_steps
+        m.train_loss.observe(ctx)  # every step: the loss and logits, kept on the device until logged
+        if self.schedule.pending is not None:  # found before this update: the run ends here
+            return self.schedule.pop_pending()
+        with self.schedule.taking("after_update", ctx, s) as take:  # the replicas average BN statistics first
+            if s % m.train_loss.every == 0 or last:  # trainer.log_every, and the last step
+                take(m.train_loss)  # Train/loss; a non-finite loss ends the run diverged
+            if s % m.evaluation.every == 0 or last:  # trainer.eval_every, and the last step
+                take(m.evaluation)  # metrics.jsonl, Test/*
+            if s % m.shift.every == 0 or last:  # trainer.hist_every, and the last step
+                take(m.shift)  # shift.jsonl, shift/*, preact/*
+        return take.diverged
+
+    def measure_finish(self, ctx: StepContext) -> None:
+        """After the last step of a finished or diverged run (rank 0)."""
+        if self.is_main:
+            self.measurements.shift.finish(ctx)  # percentiles.png (paper Fig. 1(b, c))
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The next global mini-batch (augmented when ``data.augment`` says so): (B, C, H, W) inputs,
@@ -483,7 +542,7 @@ class Trainer:
             train_x, batch_size = self.data.train_x, int(cfg.trainer.batch_size)
             rec_sampler = BatchSampler(len(self.data.train_y), batch_size, cfg.seed + 1, self.device)
             batches = (train_x[rec_sampler.next()] for _ in range(cfg.bn.recompute_batches))
-            with self._probe_context():
+            with self._measuring():
                 k = recompute_population_statistics(self.model, batches)
             final_loss, final_acc = evaluate(self.model, self.data.test_x, self.data.test_y,
                                              autocast_dtype=self.amp_dtype)
