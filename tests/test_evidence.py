@@ -74,7 +74,7 @@ def test_one_seed_sweep_gives_no_verdict(tmp_path):
                                           "needed): BN has 1 seed (0); noisy BN has 1 seed (0); no BN has 1 seed (0)."
                                           " Add seed=1,2: ")
     rows = data["claims"]  # the claims table needs 3 seeds: every row says so
-    assert len(rows) == 11 and {r["verdict"] for r in rows} == {"inconclusive"}  # 9 claims, 2 with a second view
+    assert len(rows) == 15 and {r["verdict"] for r in rows} == {"inconclusive"}  # 11 claims (Def. 2.1 raw rows too), 4 with a second view
     assert all(r["reason"].startswith("1 seed(s), fewer than 3") for r in rows), [r["reason"] for r in rows]
     assert report_main([str(root)]) == 0
     md = (root / "report.md").read_text(encoding="utf-8")

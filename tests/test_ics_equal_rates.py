@@ -38,7 +38,7 @@ def _probes(speed, schedule="exponential"):
 def test_rate_at_is_the_trainers_schedule():
     import torch
 
-    from bnexp.train.runtime import lr_lambda
+    from bnexp.train.lr_schedule import lr_lambda
 
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=LR)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda("exponential", DECAY, 6000))

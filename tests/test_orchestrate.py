@@ -598,11 +598,14 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
     from bnexp.designs import mnist
     from bnexp.report import build_report
 
-    steps = {(True, 1.0): (500, 1500, 3000), (True, 4.0): (250, 1000, 2000),
-             (False, 1.0): (2000, 4000, 5000), (False, 2.0): (1500, 3000, None)}
+    # every choice inside its grid (BN 8 and no BN 0.5 / 4 are slower), so the grid-edge rule adds no rate
+    steps = {(True, 1.0): (500, 1500, 3000), (True, 4.0): (250, 1000, 2000), (True, 8.0): (300, 1200, 2500),
+             (False, 0.5): (3000, 5000, None), (False, 1.0): (2000, 4000, 5000), (False, 2.0): (1500, 3000, None),
+             (False, 4.0): (1800, 3500, None)}
+    grids = {True: (1.0, 4.0, 8.0), False: (0.5, 1.0, 2.0, 4.0)}
     sweep = tmp_path / "m"
     for b in mnist.BLOCKS:
-        for lr in (1.0, 4.0) if b.bn else (1.0, 2.0):
+        for lr in grids[b.bn]:
             for seed in mnist.SEEDS:
                 s90, s95, s97 = steps[b.bn, lr]
                 s97 = None if (not b.bn and lr == 1.0 and seed == 101) else s97
@@ -613,7 +616,7 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
                 cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
                 cfg["model"]["init"] = b.init
                 (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    blocks = [mnist.replace(b, rates=(1.0, 4.0) if b.bn else (1.0, 2.0)) for b in mnist.BLOCKS]
+    blocks = [mnist.replace(b, rates=grids[b.bn]) for b in mnist.BLOCKS]
     msgs, todo, on = mnist.stage_blocks(sweep, blocks, mnist.SEEDS, (0, 1, 2, 3, 4))
     assert on == (0, 1, 2, 3, 4) and [b.rates for b in todo] == [(4.0,), (1.0, 2.0), (4.0,), (1.0, 2.0)]
     assert "  no BN, normal init: 90% lr 2, 95% lr 2, 97% lr 1 (censored)" in msgs
@@ -629,7 +632,7 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
     printed = [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ")]
     assert code == 0 and len(printed) == 4, err
     # the plan and its blocks are one decision: each of the 4 x 2 x 3 tuning runs is loaded once
-    assert len(loaded) == len(set(loaded)) == 24
+    assert len(loaded) == len(set(loaded)) == 42  # 2 inits x (3 + 4 rates) x 3 tuning seeds
     assert [(c[c.index("bn=true") if "bn=true" in c else c.index("bn=false")], [a for a in c if a.startswith("lr=")][0],
              [a for a in c if a.startswith("seed=")]) for c in printed] == [
         ("bn=true", "lr=4", ["seed=0,1,2,3,4"]), ("bn=false", "lr=1,2", ["seed=0,1,2,3,4"]),

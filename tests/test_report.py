@@ -731,7 +731,7 @@ def test_ics_report_files(ics_sweep, capsys):
     assert data["ics"]["title"] == rep.ICS_TITLE and data["ics"]["main_target"] == 0.97
     # 11 rows per setting: 4 shift views, steps, gradient ICS (matched progress, same steps), landscape (raw,
     # filter-normalized), 2 noisy-BN rows
-    assert len(data["claims"]) == 22 and set(rep.ICS_FILES) <= set(data["files"])
+    assert len(data["claims"]) == 30 and set(rep.ICS_FILES) <= set(data["files"])
     assert "matched training progress (pre-registered)" in md and "filter-normalized (pre-registered)" not in md
     out = capsys.readouterr().out
     flat = " ".join(out.split())  # the terminal lists the claims (a cell wraps at 80 columns); ICS tables: report.md
@@ -749,14 +749,20 @@ def test_ics_partly_measured_and_absent(tmp_path, sweep):
     assert report.data["ics"]["figures"] == ["ics_distribution.png"]
     assert not any(k.startswith("grad.") for k in _ics(report, "BN")["measures"])
     rows = report.data["claims"]
-    assert len(rows) == 9 and all(r["verdict"] == "inconclusive" for r in rows)
+    assert len(rows) == 13 and all(r["verdict"] == "inconclusive" for r in rows)
     assert rows[0]["reason"] == "ks_first is not in the records of no BN and BN"
-    assert [r["view"] for r in rows[5:]] == ["matched training progress", "same steps", "raw", "filter-normalized"]
+    assert [r["view"] for r in rows[5:]] == ["matched training progress", "same steps", "raw", "filter-normalized",
+                                           "Def. 2.1 raw L2, same steps",
+                                           "Def. 2.1 raw L2, matched progress at equal rates",
+                                           "Def. 2.1 1 - cos, same steps", "Def. 2.1 1 - cos, matched progress at equal rates"]
     for r in rows[5:7]:  # both views of gradient ICS
         assert r["reason"] == ("l2_rel_per_move is not in the records of BN and no BN (it is recorded with "
                                "monitor.grad_ics=true, off by default: add it to the sweep's command)")
-    for r in rows[7:]:  # both views of the landscape
+    for r in rows[7:9]:  # both views of the landscape
         assert r["reason"].endswith("(it is recorded with monitor.landscape=true, off by default: add it to the "
+                                    "sweep's command)"), r["reason"]
+    for r in rows[9:]:  # Def. 2.1's raw rows, from the gradient ICS records too
+        assert r["reason"].endswith("(it is recorded with monitor.grad_ics=true, off by default: add it to the "
                                     "sweep's command)"), r["reason"]
     assert report_main([str(root)]) == 0
     assert (root / "ics_distribution.png").is_file()
@@ -862,7 +868,7 @@ def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, w
 def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick_sweep):
     text = " ".join(_terminal(quick_sweep, 80).split())
     assert text.count("add monitor.grad_ics=true") == 1 and text.count("add monitor.landscape=true") == 1
-    assert "BN reduces gradient ICS (matched training progress, same steps)" in text
+    assert "BN reduces gradient ICS (matched training progress; same steps;" in text
     assert "BN smooths the landscape (raw, filter-normalized)" in text
     claims = text.split("Claims")[1].split("Not measured")[0]
     assert "gradient ICS" not in claims and "landscape" not in claims and "BN reduces shift" in claims

@@ -201,9 +201,9 @@ class Probe:
 
 
 def rate_at(lr: float, schedule: str, decay_rate: float, decay_steps: int, step: int) -> float:
-    """The learning rate at ``step`` of a run's schedule (:func:`bnexp.train.runtime.lr_lambda`, the trainer's own
+    """The learning rate at ``step`` of a run's schedule (:func:`bnexp.train.lr_schedule.lr_lambda`, the trainer's own
     multiplier): ``lr`` x the multiplier."""
-    from bnexp.train.runtime import lr_lambda
+    from bnexp.train.lr_schedule import lr_lambda
 
     return float(lr) * float(lr_lambda(str(schedule).rsplit(".", 1)[-1], float(decay_rate), int(decay_steps))(step))
 

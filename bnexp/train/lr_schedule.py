@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch-free at import: the report reads a run's schedule with lr_lambda
+    import torch
 
 
 def lr_lambda(schedule: str, decay_rate: float, decay_steps: int):
