@@ -326,3 +326,17 @@ def shell_words(line: str) -> list[str]:
     out = subprocess.run(["sh", "-c", "for a in " + line + "; do printf '%s\\0' \"$a\"; done"], capture_output=True,
                          text=True, check=True).stdout
     return out.split("\0")[:-1]
+
+
+def tensorboard_backend(logdir):
+    """TensorBoard's own backend over LOGDIR, as its server builds it: (multiplexer, plugin context) -> the
+    plugins' apps serve exactly what the dashboards would (no browser, no port)."""
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    ctx = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux,
+                                data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    return mux, ctx

@@ -174,8 +174,6 @@ def test_tensorboard_shows_over_seeds_first_and_hparams_lists_runs_only(sweep):
     """Through TensorBoard's own plugin backends: the merged Custom Scalars layout opens on "over seeds", whose
     charts hold both aggregate runs; the HParams dashboard's sessions are the six runs; the aggregate runs lead
     the run list (so they take TensorBoard's first colours), BN first."""
-    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-    from tensorboard.plugins import base_plugin
     from tensorboard.plugins.core import core_plugin
     from tensorboard.plugins.custom_scalar import custom_scalars_plugin
     from tensorboard.plugins.hparams import hparams_plugin
@@ -185,11 +183,9 @@ def test_tensorboard_shows_over_seeds_first_and_hparams_lists_runs_only(sweep):
     from bnexp.report.aggregate import CATEGORY, write_sweep_aggregates
 
     write_sweep_aggregates(sweep)
-    mux = plugin_event_multiplexer.EventMultiplexer()
-    mux.AddRunsFromDirectory(str(sweep))
-    mux.Reload()
-    ctx = base_plugin.TBContext(logdir=str(sweep), multiplexer=mux,
-                                data_provider=data_provider.MultiplexerDataProvider(mux, str(sweep)))
+    from conftest import tensorboard_backend
+
+    mux, ctx = tensorboard_backend(sweep)
     app = custom_scalars_plugin.CustomScalarsPlugin(ctx).get_plugin_apps()["/layout"]
     first = json.loads(Client(app, Response).get("/layout").get_data(as_text=True))["category"][0]
     assert first["title"] == CATEGORY

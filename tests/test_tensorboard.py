@@ -54,17 +54,12 @@ def _plugin(logdir, route: str, body: dict) -> dict:
     """What TensorBoard's HParams plugin answers the dashboard (its own backend, JSON)."""
     import json
 
-    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-    from tensorboard.plugins import base_plugin
+    from conftest import tensorboard_backend
     from tensorboard.plugins.hparams import hparams_plugin
     from werkzeug.test import Client
     from werkzeug.wrappers import Response
 
-    mux = plugin_event_multiplexer.EventMultiplexer()
-    mux.AddRunsFromDirectory(str(logdir))
-    mux.Reload()
-    ctx = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux,
-                                data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    _, ctx = tensorboard_backend(logdir)
     app = hparams_plugin.HParamsPlugin(ctx).get_plugin_apps()[route]
     r = Client(app, Response).post(route, data=json.dumps(body), content_type="application/json")
     assert r.status_code == 200, r.get_data(as_text=True)
@@ -198,17 +193,13 @@ def test_custom_scalars_of_a_bn_sweep_show_bn_and_no_bn_apart_on_the_first_scree
     'without BN' and a 'with BN' chart; each chart's series exist only in the runs of its configuration."""
     import json
 
-    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-    from tensorboard.plugins import base_plugin
     from tensorboard.plugins.custom_scalar import custom_scalars_plugin
     from werkzeug.test import Client
     from werkzeug.wrappers import Response
 
-    mux = plugin_event_multiplexer.EventMultiplexer()
-    mux.AddRunsFromDirectory(str(sweep))
-    mux.Reload()
-    ctx = base_plugin.TBContext(logdir=str(sweep), multiplexer=mux,
-                                data_provider=data_provider.MultiplexerDataProvider(mux, str(sweep)))
+    from conftest import tensorboard_backend
+
+    mux, ctx = tensorboard_backend(sweep)
     app = custom_scalars_plugin.CustomScalarsPlugin(ctx).get_plugin_apps()["/layout"]
     r = Client(app, Response).get("/layout")
     assert r.status_code == 200
