@@ -869,13 +869,13 @@ def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick
     text = " ".join(_terminal(quick_sweep, 80).split())
     assert text.count("add monitor.grad_ics=true") == 1 and text.count("add monitor.landscape=true") == 1
     assert "BN reduces gradient ICS (matched training progress; same steps;" in text
-    assert "BN smooths the landscape (raw, filter-normalized)" in text
+    assert "BN smooths the landscape (raw; filter-normalized)" in text
     claims = text.split("Claims")[1].split("Not measured")[0]
     assert "gradient ICS" not in claims and "landscape" not in claims and "BN reduces shift" in claims
     # report.json keeps every row, inconclusive, with the key that records the measure
     rows = [r for r in build_report(quick_sweep).data["claims"] if r.get("needs")]
     assert sorted({r["needs"] for r in rows}) == ["monitor.grad_ics", "monitor.landscape"]
-    assert len(rows) == 4 and {r["verdict"] for r in rows} == {"inconclusive"}
+    assert len(rows) == 8 and {r["verdict"] for r in rows} == {"inconclusive"}  # 2 + 4 Def. 2.1 rows + 2 landscape
 
 
 def test_bnexp_report_follows_COLUMNS(quick_sweep, monkeypatch, capsys):
