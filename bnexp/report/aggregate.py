@@ -289,8 +289,6 @@ def write_sweep_aggregates(sweep_dir: Path) -> list[Path]:
     return write_aggregates(Path(sweep_dir), groups)
 
 
-
-
 class AggregateRuns(Callback):
     """Hydra callback (``conf/config.yaml``, ``hydra.callbacks``): at a multirun's end, the sweep's aggregate
     TensorBoard runs (:func:`write_sweep_aggregates`); a problem is one warning line, never a failed sweep."""

@@ -428,9 +428,9 @@ class Trainer:
         it; a :class:`Diverged` found here is handed over after the update (:meth:`measure_after_update`)."""
         m, s = self.measurements, self.step + 1
         with self.schedule.taking("before_update", ctx, s) as take:
-            if m.grad_ics and s % m.grad_ics.every == 0:  # monitor.grad_ics_every (with monitor.grad_ics)
+            if m.grad_ics and m.grad_ics.due(s, self.max_steps):  # monitor.grad_ics_every (with monitor.grad_ics)
                 take(m.grad_ics)
-            if m.landscape and s % m.landscape.every == 0:  # monitor.landscape_every (with monitor.landscape)
+            if m.landscape and m.landscape.due(s, self.max_steps):  # monitor.landscape_every (with monitor.landscape)
                 take(m.landscape)
 
     def measure_after_update(self, ctx: StepContext) -> Diverged | None:
@@ -441,16 +441,15 @@ class Trainer:
             measurements of the step are skipped).
         """
         m, s = self.measurements, self.step
-        last = s == self.max_steps
         m.train_loss.observe(ctx)  # every step: the loss and logits, kept on the device until logged
         if self.schedule.pending is not None:  # found before this update: the run ends here
             return self.schedule.pop_pending()
         with self.schedule.taking("after_update", ctx, s) as take:  # the replicas average BN statistics first
-            if s % m.train_loss.every == 0 or last:  # trainer.log_every, and the last step
+            if m.train_loss.due(s, self.max_steps):  # trainer.log_every, and the last step
                 take(m.train_loss)  # Train/loss; a non-finite loss ends the run diverged
-            if s % m.evaluation.every == 0 or last:  # trainer.eval_every, and the last step
+            if m.evaluation.due(s, self.max_steps):  # trainer.eval_every, and the last step
                 take(m.evaluation)  # metrics.jsonl, Test/*
-            if s % m.shift.every == 0 or last:  # trainer.hist_every, and the last step
+            if m.shift.due(s, self.max_steps):  # trainer.hist_every, and the last step
                 take(m.shift)  # shift.jsonl, shift/*, preact/*
         return take.diverged
 
