@@ -422,15 +422,17 @@ def _tagged(tag: str) -> list[int]:
     return out
 
 
-def _start(script_name: str, cwd: Path, data_root: Path, *args: str, **env_extra: str):
-    """Start a script as a terminal's foreground job (own process group, SIGINT at default); returns
-    (the process, the tag in its environment)."""
+def _start(script_name: str, cwd: Path, data_root: Path, *args: str, root: Path = REPO, **env_extra: str | None):
+    """Start ``root``/scripts/``script_name`` as a terminal's foreground job (own process group, SIGINT at
+    default); returns (the process, the tag in its environment). An ``env_extra`` value None unsets it."""
     import subprocess
 
     tag = uuid.uuid4().hex
-    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), BNEXP_TEST_TAG=tag, DOCS_DIR="", **env_extra)
+    env = dict(os.environ, BNEXP_DATA_ROOT=str(data_root), BNEXP_TEST_TAG=tag, DOCS_DIR="")
+    env.update(env_extra)
+    env = {k: v for k, v in env.items() if v is not None}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
-    p = subprocess.Popen(["bash", str(REPO / "scripts" / script_name), *args], cwd=cwd, env=env, text=True,
+    p = subprocess.Popen(["bash", str(root / "scripts" / script_name), *args], cwd=cwd, env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return p, tag
@@ -442,11 +444,12 @@ MNIST_ARGS = ("trainer.max_steps=1000", "seed=1,2", "lr=0.12", "trainer.eval_eve
               "trainer.log_every=100")
 
 
-def _stop(p, tag: str, sweep: Path, how: str) -> tuple[int, str]:
-    """Wait until both runs of the first block train, signal the script (``how``), and check that within 10 s
-    the script has exited and nothing it started is alive; returns (exit code, stderr)."""
+def _stop(p, tag: str, sweep: Path, how: str, timeout: float = 600) -> tuple[int, str]:
+    """Wait (up to ``timeout`` s) until both runs of the sweep's first block train, signal the script (``how``),
+    and check that within 10 s the script has exited and nothing it started is alive; returns (exit code,
+    stderr)."""
     try:
-        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2 or p.poll() is not None, timeout=600)
+        wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2 or p.poll() is not None, timeout=timeout)
         assert p.poll() is None, p.communicate()[1][-3000:]
         assert len(_tagged(tag)) >= 4  # the script, the launcher, its two workers (and its helpers)
         if how == "SIGTERM":
@@ -467,9 +470,9 @@ def _stop(p, tag: str, sweep: Path, how: str) -> tuple[int, str]:
             os.kill(pid, signal.SIGKILL)
 
 
-def _interrupted_runs(sweep: Path, finished_ok: bool = False) -> dict[str, int]:
-    """{run folder: step} of the sweep's runs, each interrupted with the checkpoint of its step (with
-    ``finished_ok``, runs that had already finished are allowed and left out)."""
+def _interrupted_runs(sweep: Path, finished_ok: bool = False, max_steps: int = 1000) -> dict[str, int]:
+    """{run folder: step} of the sweep's runs, each interrupted with the checkpoint of its step, short of
+    ``max_steps`` (with ``finished_ok``, runs that had already finished are allowed and left out)."""
     import torch
 
     out = {}
@@ -479,7 +482,7 @@ def _interrupted_runs(sweep: Path, finished_ok: bool = False) -> dict[str, int]:
             continue
         assert summary["status"] == "interrupted", (s.parent.name, summary["status"])
         ckpt = torch.load(s.parent / "checkpoint.pt", map_location="cpu", weights_only=False)
-        assert ckpt["step"] == summary["step"] and 0 < summary["step"] < 1000
+        assert ckpt["step"] == summary["step"] and 0 < summary["step"] < max_steps
         out[s.parent.name] = summary["step"]
     return out
 
@@ -490,7 +493,12 @@ def test_sigterm_to_reproduce_mnist_stops_everything_and_the_rerun_resumes(tmp_p
     are interrupted with their checkpoints, exit code 143, the next block never starts; the same command then
     resumes both runs from their checkpoints (no step recorded twice) and completes the sweep."""
     sweep = tmp_path / "sweep"
-    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    # records written in the step loop (result-neutral): a run's shift.jsonl then appears at its step 0, with
+    # 999 steps and 4 test evaluations still to go when the signal follows. With the records thread (the
+    # default) the file appears only once that thread has done the step-0 test evaluation and shift record,
+    # while the loop trains on: on an idle machine both runs could reach step 1,000 before the signal came.
+    args = (*MNIST_ARGS, "trainer.async_records=false")
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *args, SWEEP_DIR=str(sweep), JOBS="2")
     code, err = _stop(p, tag, sweep, "SIGTERM")
     assert code == 143 and "Traceback" not in err, err[-3000:]
     # both runs had started when the signal was sent; one may have finished its 1,000 steps before it
@@ -499,7 +507,7 @@ def test_sigterm_to_reproduce_mnist_stops_everything_and_the_rerun_resumes(tmp_p
     steps = _interrupted_runs(sweep, finished_ok=True)
     assert steps and set(steps) <= set(first_block)
     assert sorted(s.parent.name for s in sweep.glob("*/summary.json")) == first_block
-    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *MNIST_ARGS, SWEEP_DIR=str(sweep), JOBS="2")
+    p, tag = _start("reproduce_mnist.sh", tmp_path, data_root, *args, SWEEP_DIR=str(sweep), JOBS="2")
     out, err = p.communicate(timeout=1800)
     assert p.returncode == 0, err[-3000:]
     assert len(list(sweep.glob("*/summary.json"))) == 8
@@ -639,3 +647,70 @@ def test_mnist_stage_2_trains_each_network_at_the_rate_its_report_chooses(script
         ("bn=true", "lr=4", ["seed=0,1,2,3,4"]), ("bn=false", "lr=1,2", ["seed=0,1,2,3,4"])]
     code, out, err, ran = script("mnist", "trainer.max_steps=6000", SWEEP_DIR=str(sweep))
     assert trains(ran)[:4] == printed and "BN, normal init (evaluation)" in out
+
+
+def _files(sweep: Path) -> dict[str, tuple[int, bytes]]:
+    """{path: (mtime in ns, content)} of every file in the sweep's run folders (those holding summary.json)."""
+    return {str(f.relative_to(sweep)): (f.stat().st_mtime_ns, f.read_bytes())
+            for s in sweep.glob("*/summary.json") for f in sorted(s.parent.rglob("*")) if f.is_file()}
+
+
+# scripts/reproduce_all.sh's first two parts, tiny: MNIST (27 runs) and the CIFAR-10 ladder (scale.channels and
+# scale.fc reach only the CIFAR-10 nets); every budget of the ladder is the MNIST part's trainer.max_steps, which
+# the extra overrides set for both; records written in the step loop, so a run's step-0 shift.jsonl means it is
+# at its step 1 (see test_sigterm_to_reproduce_mnist_stops_everything_and_the_rerun_resumes)
+ALL_STEPS = 300
+ALL_ARGS = (f"trainer.max_steps={ALL_STEPS}", "seed=0", "trainer.async_records=false", "scale.channels=[4,8,8]",
+            "scale.fc=16", "trainer.probe_size=100")
+ALL_ENV = dict(JOBS="2", SEEDS="0", PRESETS="bn_x5", VERIFY_CHECKSUMS="false", DOCS_DIR=None,
+               LADDER=f"tune={ALL_STEPS};lrs=0.025;dropouts=0,0.3;baseline={ALL_STEPS};cap={ALL_STEPS};"
+                      f"bn_x5={ALL_STEPS}")
+# the parts after them (the ICS study, the five studies) are left out: each trains for minutes even when tiny
+FIRST_TWO_PARTS = """import sys
+from bnexp.designs import orchestrate
+orchestrate.ics_parts = lambda *a, **k: []
+orchestrate.study_parts = lambda *a, **k: []
+sys.exit(orchestrate.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_to_reproduce_all_in_its_second_part_and_the_rerun_redoes_nothing(tmp_path, data_root):
+    """SIGTERM to reproduce_all.sh's pid while its CIFAR-10 part trains (the MNIST part complete): exit code 143,
+    the ladder's first batch interrupted with its checkpoints. The same command then redoes nothing: no block of
+    the MNIST part starts, its run folders are those of the first call, every file in them untouched; the
+    CIFAR-10 part resumes its runs from their checkpoints (no step recorded twice), climbs the rest of its
+    ladder and reports, and the script exits 0. (Its parts as in a checkout: the script runs from its folder's
+    parent, here a copy of scripts/reproduce_all.sh under tmp_path, its sweeps in tmp_path/outputs/sweeps.)"""
+    from bnexp.designs.preflight import sweep_suffix
+
+    script = (REPO / "scripts" / "reproduce_all.sh").read_text()
+    assert script.count("python -m bnexp.designs.orchestrate all") == 1
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "first_two_parts.py").write_text(FIRST_TWO_PARTS)
+    (tmp_path / "scripts" / "reproduce_all.sh").write_text(script.replace(
+        "python -m bnexp.designs.orchestrate all", 'python "$(dirname "$0")/../first_two_parts.py" all'))
+    sweeps = tmp_path / "outputs" / "sweeps"
+    mnist, cifar = (sweeps / (name + sweep_suffix(list(ALL_ARGS))) for name in ("mnist_fig1", "cifar_frontier_cpu"))
+
+    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, **ALL_ENV)
+    code, err = _stop(p, tag, cifar, "SIGTERM", timeout=1800)  # after the whole MNIST part
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    done = _files(mnist)
+    assert len({k.split("/")[0] for k in done}) == 27 and (mnist / "report.json").is_file()
+    assert all(json.loads(v[1])["status"] == "finished" for k, v in done.items() if k.endswith("/summary.json"))
+    steps = _interrupted_runs(cifar, finished_ok=True, max_steps=ALL_STEPS)  # a worker started late: one
+    assert steps and len(list(cifar.glob("*/summary.json"))) == 2 and not (cifar / "report.json").exists()
+
+    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, **ALL_ENV)
+    out, err = p.communicate(timeout=1800)
+    assert p.returncode == 0, err[-3000:]
+    assert "MNIST: block" not in out and "CIFAR-10 ladder (cpu): block 1/1: baseline" in out, out[-3000:]
+    assert _files(mnist) == done
+    for name, step in steps.items():
+        summary = json.loads((cifar / name / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["resumed_from_step"] == step
+        logged = [json.loads(line)["step"] for line in (cifar / name / "metrics.jsonl").read_text().splitlines()]
+        assert logged == sorted(set(logged)) and logged[0] == 0 and logged[-1] == ALL_STEPS
+    ladder = {s.parent.name: json.loads(s.read_text())["status"] for s in cifar.glob("*/summary.json")}
+    assert len(ladder) == 3 and set(ladder.values()) == {"finished"} and (cifar / "report.json").is_file()
