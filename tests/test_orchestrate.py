@@ -422,9 +422,12 @@ def _tagged(tag: str) -> list[int]:
     return out
 
 
-def _start(script_name: str, cwd: Path, data_root: Path, *args: str, root: Path = REPO, **env_extra: str | None):
+def _start(script_name: str, cwd: Path, data_root: Path, *args: str, root: Path = REPO, logs: Path | None = None,
+           **env_extra: str | None):
     """Start ``root``/scripts/``script_name`` as a terminal's foreground job (own process group, SIGINT at
-    default); returns (the process, the tag in its environment). An ``env_extra`` value None unsets it."""
+    default); returns (the process, the tag in its environment). An ``env_extra`` value None unsets it. Its
+    stdout and stderr are pipes, or with ``logs`` the files ``logs``.out and ``logs``.err (a script that writes
+    more than a pipe holds before the test reads it: its runs would wait on the full pipe)."""
     import subprocess
 
     tag = uuid.uuid4().hex
@@ -432,10 +435,23 @@ def _start(script_name: str, cwd: Path, data_root: Path, *args: str, root: Path 
     env.update(env_extra)
     env = {k: v for k, v in env.items() if v is not None}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    out, err = (subprocess.PIPE,) * 2 if logs is None else (open(f"{logs}.out", "w"), open(f"{logs}.err", "w"))
     p = subprocess.Popen(["bash", str(root / "scripts" / script_name), *args], cwd=cwd, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         stdout=out, stderr=err, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    if logs is not None:
+        out.close()
+        err.close()
+    p.logs = logs
     return p, tag
+
+
+def _output(p, timeout: float) -> tuple[str, str]:
+    """(stdout, stderr) of a script :func:`_start` started, once it has exited (within ``timeout`` s)."""
+    out, err = p.communicate(timeout=timeout)
+    if p.logs is None:
+        return out, err
+    return Path(f"{p.logs}.out").read_text(), Path(f"{p.logs}.err").read_text()
 
 
 # two runs in the first block (seeds 1, 2 on 2 parallel jobs: loky worker processes); long enough that both are
@@ -450,7 +466,7 @@ def _stop(p, tag: str, sweep: Path, how: str, timeout: float = 600) -> tuple[int
     stderr)."""
     try:
         wait_for(lambda: len(list(sweep.glob("*/shift.jsonl"))) == 2 or p.poll() is not None, timeout=timeout)
-        assert p.poll() is None, p.communicate()[1][-3000:]
+        assert p.poll() is None, _output(p, 60)[1][-3000:]
         assert len(_tagged(tag)) >= 4  # the script, the launcher, its two workers (and its helpers)
         if how == "SIGTERM":
             os.kill(p.pid, signal.SIGTERM)  # what a scheduler or `timeout` sends: the script's pid only
@@ -459,7 +475,7 @@ def _stop(p, tag: str, sweep: Path, how: str, timeout: float = 600) -> tuple[int
         else:
             os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
         t0 = time.monotonic()
-        out, err = p.communicate(timeout=60)
+        out, err = _output(p, 60)
         wait_for(lambda: not _tagged(tag), timeout=max(0.1, 10 - (time.monotonic() - t0)))
         assert time.monotonic() - t0 < 10
         return p.returncode, err
@@ -693,7 +709,8 @@ def test_sigterm_to_reproduce_all_in_its_second_part_and_the_rerun_redoes_nothin
     sweeps = tmp_path / "outputs" / "sweeps"
     mnist, cifar = (sweeps / (name + sweep_suffix(list(ALL_ARGS))) for name in ("mnist_fig1", "cifar_frontier_cpu"))
 
-    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, **ALL_ENV)
+    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, logs=tmp_path / "first",
+                    **ALL_ENV)
     code, err = _stop(p, tag, cifar, "SIGTERM", timeout=1800)  # after the whole MNIST part
     assert code == 143 and "Traceback" not in err, err[-3000:]
     done = _files(mnist)
@@ -702,8 +719,9 @@ def test_sigterm_to_reproduce_all_in_its_second_part_and_the_rerun_redoes_nothin
     steps = _interrupted_runs(cifar, finished_ok=True, max_steps=ALL_STEPS)  # a worker started late: one
     assert steps and len(list(cifar.glob("*/summary.json"))) == 2 and not (cifar / "report.json").exists()
 
-    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, **ALL_ENV)
-    out, err = p.communicate(timeout=1800)
+    p, tag = _start("reproduce_all.sh", tmp_path, data_root, *ALL_ARGS, root=tmp_path, logs=tmp_path / "again",
+                    **ALL_ENV)
+    out, err = _output(p, 1800)
     assert p.returncode == 0, err[-3000:]
     assert "MNIST: block" not in out and "CIFAR-10 ladder (cpu): block 1/1: baseline" in out, out[-3000:]
     assert _files(mnist) == done
