@@ -184,6 +184,9 @@ def test_percentile_figure_rows_fit_a_screen():
     assert shown_rows(["no BN", "BN"], rows) == [full[0], full[6]]
     assert shown_rows(["no BN", "BN"], full[:2] + [{"BN": "lone"}]) == full[:2]
     assert shown_rows(["no BN", "BN"], [{"BN": "a"}, {"no BN": "b"}]) == [{"BN": "a"}, {"no BN": "b"}]
+    # no setting with all three: those with the most variants, not a lone BN panel
+    assert shown_rows(["no BN", "BN", "LayerNorm"], [{"BN": "a"}, {"no BN": "b", "LayerNorm": "c"}, {"BN": "d"}]) \
+        == [{"no BN": "b", "LayerNorm": "c"}]
 
 
 @pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
@@ -470,9 +473,10 @@ def test_wrap_title_keeps_a_reference_in_one_piece():
     assert wrap_title("one\ntwo three", 5).split("\n") == ["one", "two", "three"]  # its own breaks stay
 
 
-@pytest.mark.slow  # renders a figure of 23 configurations (> 2.5 s of CPU)
-def test_accuracy_figure_of_a_batch_size_study_one_column_per_normalizer(tmp_path):
-    fig = accuracy_figure(build_report(batch_size_study(tmp_path / "bs")))
+@pytest.mark.slow  # renders figures of 23 configurations (> 2.5 s of CPU)
+def test_figures_of_a_batch_size_study_one_column_per_normalizer(tmp_path):
+    report = build_report(batch_size_study(tmp_path / "bs"))
+    fig = accuracy_figure(report)
     _check_axes_and_legend(fig)
     _title_within_the_panels(fig)
     assert fig.get_size_inches()[1] * 110 <= 1000  # accuracy_vs_steps.png's dpi
@@ -497,6 +501,17 @@ def test_accuracy_figure_of_a_batch_size_study_one_column_per_normalizer(tmp_pat
     assert all(c[0] > c[2] for c in colours)  # oranges
     luma = [0.299 * r + 0.587 * g + 0.114 * b for r, g, b in colours]  # Rec. 601 brightness
     assert all(x > y for x, y in zip(luma, luma[1:]))  # one ramp, light to dark
+    # percentiles: each normalizer ran its own rates, so no setting has all three at one rate; the figure pairs
+    # them across rates by m (first and last m), not two lone BN panels
+    fig = percentiles_figure(report)
+    _check_axes_and_legend(fig)
+    _title_within_the_panels(fig)
+    assert fig.get_size_inches()[1] * 100 <= 1000
+    titles = [a.get_title().replace("\n", " ") for a in _visible(fig)]
+    assert len(titles) == 12 and "2 of 11 settings" in fig._suptitle.get_text()  # a second rate: a row of its own
+    for row, m in zip((titles[:6], titles[6:]), (2, 256)):
+        assert all(f"trainer.batch_size={m} " in t for t in row), row
+        assert ["bn=false" in t for t in row[:3]] == [True, False, False] and "bn.norm=layer" in row[2]
 
 
 @pytest.mark.slow  # renders figures (> 2.5 s of CPU)

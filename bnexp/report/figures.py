@@ -369,8 +369,10 @@ def figure_rows(groups: list[ConfigGroup],
 
 def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[dict[str, ConfigGroup]]:
     """The rows of the percentile figure: the settings with every BN variant of the sweep (no empty panel),
-    else all; at most :data:`MAX_PERCENTILE_ROWS`, spread over the settings in order (first, middle, last)."""
-    full = [r for r in rows if all(c in r for c in columns)] or rows
+    else those with the most variants (a row of BN alone is no comparison); at most :data:`MAX_PERCENTILE_ROWS`,
+    spread over the settings in order (first, middle, last)."""
+    most = max((len(r) for r in rows), default=0)
+    full = [r for r in rows if len(r) == most]
     if len(full) <= MAX_PERCENTILE_ROWS:
         return full
     picks = sorted({round(i * (len(full) - 1) / (MAX_PERCENTILE_ROWS - 1)) for i in range(MAX_PERCENTILE_ROWS)})
@@ -426,10 +428,15 @@ def percentiles_figure(report: Report):
     :func:`_percentile_panel`), each labelled on its y axis, y axis shared within a row; at most
     :data:`MAX_PERCENTILE_ROWS` settings, those with every variant (:func:`shown_rows`; the title says how many
     of how many), so the figure fits a screen. In a held-out sweep, the configurations of :func:`chosen_groups`
-    on their evaluation seeds, paired across rates."""
+    on their evaluation seeds, paired across rates; in another sweep too where no setting has every variant at
+    one rate (each normalizer on a grid of its own)."""
     plt = pyplot()
     groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
+    if not note and not any(len(r) == len(columns) for r in rows):  # each variant at its own rates: pair across
+        across = figure_rows(groups, ("lr",))
+        if any(len(r) == len(across[0]) for r in across[1]):
+            columns, rows = across
     total, rows = len(rows), shown_rows(columns, rows)
     if not rows:
         fig, ax = plt.subplots(figsize=(6, 3))
