@@ -25,9 +25,10 @@ EVAL = (0, 1, 2, 3, 4)
 # --- MNIST ---------------------------------------------------------------------------------------------------
 
 def _mnist_run(sweep, block, lr, seed, best):
-    """One MNIST tuning run whose steps to 90/95/97% grow with the distance (in doublings) of ``lr`` from the
+    """One MNIST run whose steps to 90/95/97% grow with the distance (in doublings) of ``lr`` from the
     network's ``best`` rate: 1,000 x (2, 4, 6) x (1 + d^2 / 8) steps, on the 250-step evaluation grid, not reached
-    past the 30,000-step budget."""
+    past the 30,000-step budget; on a tuning seed it read the validation split (``data.validation`` and the
+    summary's ``evaluated_on`` as the trainer writes them), else the test set."""
     import yaml
     from test_report import make_run
 
@@ -38,9 +39,14 @@ def _mnist_run(sweep, block, lr, seed, best):
                           for k, a in ((2, 0.9), (4, 0.95), (6, 0.97))]
     run = make_run(sweep, mnist.run_name(block, lr, seed), bn=block.bn, lr=lr, seed=seed, knots=knots,
                    max_steps=30_000, every=250, targets=[0.9, 0.95, 0.97])
+    tuning = seed in TUNING_SEEDS
     cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
     cfg["model"]["init"] = block.init
+    cfg.setdefault("data", {})["validation"] = mnist.VALIDATION if tuning else 0
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    summary = json.loads((run / "summary.json").read_text())
+    summary["evaluated_on"] = "validation" if tuning else "test"
+    (run / "summary.json").write_text(json.dumps(summary))
 
 
 def _materialize(sweep, blocks, seeds, best):
@@ -112,6 +118,99 @@ def test_mnist_dry_run_prints_the_rule_and_the_rates_it_adds(tmp_path, monkeypat
     assert "grid-edge rule: a rate chosen at its grid's edge gets the next factor-2 rate" in text
     assert "  BN, normal init: 3 runs on the tuning seeds, 3 to run" in text
     assert "bn=true,init=normal,lr=4.0,seed=100" in text
+
+
+def _seeds_in(obj) -> set[int]:
+    """Every seed a committed report.json names: the ints under a key "seed", or in a list under "seeds",
+    "tuning_seeds" or "evaluation_seeds", at any depth."""
+    out: set[int] = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "seed" and isinstance(v, int):
+                out.add(v)
+            elif k in ("seeds", "tuning_seeds", "evaluation_seeds") and isinstance(v, list):
+                out |= {x for x in v if isinstance(x, int)}
+            out |= _seeds_in(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= _seeds_in(v)
+    return out
+
+
+def test_mnist_evaluation_seeds_are_fresh():
+    """docs/mnist/PLAN.md, amendment: stage 2's seeds are 1000-1004, used by no committed sweep: disjoint from the
+    tuning seeds, from the old evaluation and one-stage seeds (0-4, 1-3) and from every seed that a committed
+    report.json under docs/ names (read here, so a sweep committed later on one of them fails this test)."""
+    from conftest import REPO
+
+    from bnexp.designs import mnist
+
+    assert mnist.EVALUATION_SEEDS == (1000, 1001, 1002, 1003, 1004)
+    committed = {s for f in sorted((REPO / "docs").rglob("report.json")) for s in _seeds_in(json.loads(f.read_text()))}
+    assert {0, 1, 2, 3, 4, 100, 101, 102} <= committed  # the reader finds the old seeds it must avoid
+    assert not set(mnist.EVALUATION_SEEDS) & (committed | set(range(5)) | set(TUNING_SEEDS))
+    assert mnist.SEEDS == TUNING_SEEDS == (100, 101, 102)
+
+
+def _train_commands(out: str) -> list[list[str]]:
+    from conftest import shell_words
+
+    return [shell_words(line[2:]) for line in out.splitlines() if line.startswith("$ ") and " train " in line]
+
+
+def _value(command: list[str], key: str) -> str | None:
+    return next((a.split("=", 1)[1] for a in command if a.startswith(key + "=")), None)
+
+
+@pytest.mark.slow  # composes every block's config and writes ~30 run folders of 30,000 steps
+def test_mnist_stage_1_reads_the_validation_split_and_stage_2_the_test_set(script, tmp_path, monkeypatch):
+    """docs/mnist/PLAN.md, amendment: every stage-1 block (the grids on the tuning seeds 100-102) trains with
+    data.validation=10000, every stage-2 block (the chosen rates on the evaluation seeds 1000-1004) with
+    data.validation=0; DRY_RUN says so; a tuning run in the sweep folder that read the test set is refused
+    (one line, exit 2); report.json of the two stages names each stage's split and seeds."""
+    from bnexp.designs import mnist
+    from bnexp.report import build_report
+
+    blocks = [mnist.Block(True, "normal", (1.0, 2.0, 4.0), (1.0, 4.0)),
+              mnist.Block(False, "normal", (1.0, 2.0, 4.0), (1.0, 4.0))]
+    monkeypatch.setattr(mnist, "BLOCKS", tuple(blocks))
+    sweep = tmp_path / "m"
+    # stage 1: the grids on the tuning seeds, every block on the validation split
+    code, out, err, _ = script("mnist", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 0, err
+    stage1 = _train_commands(out)
+    assert len(stage1) == 2 and all(_value(c, "data.validation") == "10000" and _value(c, "seed") == "100,101,102"
+                                    for c in stage1)
+    assert "stage 1 (tuning seeds 100, 101, 102): every rate of every grid, read on the validation split " \
+           "(data.validation=10000" in out
+    assert "on the fresh seeds 1000, 1001, 1002, 1003, 1004, trained on the full training set and scored on the " \
+           "test set (data.validation=0)" in out
+    # a complete tuning run that read the test set (the one-stage design's) is not reused
+    _mnist_run(sweep, blocks[0], 1.0, 100, 2.0)
+    stale = sweep / mnist.run_name(blocks[0], 1.0, 100) / "summary.json"
+    summary = json.loads(stale.read_text())
+    stale.write_text(json.dumps({k: v for k, v in summary.items() if k != "evaluated_on"}))
+    code, out, err, ran = script("mnist", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 2 and ran == [] and err.strip().splitlines() == [
+        f"error: SWEEP_DIR={sweep}: 1 complete tuning run(s) read the test set, e.g. bn=true,init=normal,lr=1.0,"
+        "seed=100 (the one-stage design's; docs/mnist/PLAN.md tunes on the validation split): move them aside or "
+        "choose another SWEEP_DIR"]
+    stale.write_text(json.dumps(summary))
+    # stage 2: both choices interior (best 2), trained on the full training set and scored on test, seeds 1000-1004
+    _materialize(sweep, blocks, TUNING_SEEDS, {True: 2.0, False: 2.0})
+    code, out, err, _ = script("mnist", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 0, err
+    stage2 = _train_commands(out)
+    assert [(_value(c, "lr"), _value(c, "seed"), _value(c, "data.validation")) for c in stage2] == \
+        [("2", "1000,1001,1002,1003,1004", "0")] * 2
+    _materialize(sweep, [mnist.replace(b, rates=(2.0,)) for b in blocks], mnist.EVALUATION_SEEDS,
+                 {True: 2.0, False: 2.0})
+    data = build_report(sweep).data
+    assert (data["tuning_seeds"], data["evaluation_seeds"]) == ([100, 101, 102], [1000, 1001, 1002, 1003, 1004])
+    assert data["evaluated_on"] == {"tuning": ["validation"], "evaluation": ["test"]}
+    assert (data["tuning_split"], data["evaluation_split"]) == ("validation (10,000 held-out training images)", "test")
+    rows = data["best_rate_speedups"]
+    assert rows and all(r["evaluated_on"] == ["test"] for r in rows)
 
 
 # --- the studies ------------------------------------------------------------------------------------------------

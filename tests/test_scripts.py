@@ -69,6 +69,13 @@ def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
     assert len(names) == 81 and len(set(names)) == 81 and all(n.split("seed=")[1] in ("100", "101", "102") for n in names)
     assert "  bn=false,init=normal,lr=1.8,seed=102" in lines and "  bn=true,init=xavier,lr=14.4,seed=100" in lines
     assert "  no BN, xavier init: 15 runs at most, 15 to run" in lines
+    # the amendment of docs/mnist/PLAN.md: stage 1 on the validation split, stage 2 on test at seeds 1000-1004
+    assert "stage 1 (tuning seeds 100, 101, 102): every rate of every grid, read on the validation split " \
+           "(data.validation=10000" in r.stdout
+    assert "on the fresh seeds 1000, 1001, 1002, 1003, 1004, trained on the full training set and scored on the " \
+           "test set (data.validation=0)" in r.stdout
+    commands = [s for s in lines if s.startswith("$ ")]
+    assert len(commands) == 4 and all(" seed=100,101,102 " in c and " data.validation=10000 " in c for c in commands)
     # by hand: blocks of 24, 27, 15, 15 runs on 2 jobs = 12 + 14 + 8 + 8 waves, then stage 2: 4 x 15 runs = 8 waves each
     minutes = ((12 + 8 + 16) * (12 + 30000 / 290) + (14 + 8 + 16) * (12 + 30000 / 490)) / 60
     assert f"estimated wall time: {minutes:.0f} min with 2 parallel jobs, assuming an idle machine" in r.stdout
@@ -76,7 +83,7 @@ def test_reproduce_mnist_dry_run_prints_the_design(tmp_path, data_root):
     # a complete run is skipped by the real sweep, so the plan marks it and leaves it out
     done = sweep / "bn=true,init=normal,lr=7.2,seed=101"
     done.mkdir(parents=True)
-    (done / "summary.json").write_text(json.dumps({"status": "finished"}))
+    (done / "summary.json").write_text(json.dumps({"status": "finished", "evaluated_on": "validation"}))
     r = _script("reproduce_mnist.sh", tmp_path, data_root, SWEEP_DIR=str(sweep), DRY_RUN="1", JOBS="1")
     assert "  bn=true,init=normal,lr=7.2,seed=101  (done)" in r.stdout.splitlines()
     assert "to run: 140 runs, 4,200,000 steps" in r.stdout

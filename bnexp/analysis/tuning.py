@@ -6,7 +6,9 @@ minimum of a noisy grid is biased low, and by more for the denser grid. So every
 
 1. **tuning**: every rate of a network's grid on the tuning seeds :data:`TUNING_SEEDS` (100, 101, 102);
 2. **evaluation**: each network at its chosen rate on the evaluation seeds :data:`EVALUATION_SEEDS`
-   (0-4), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
+   (0-4; the MNIST reproduction's re-run uses its own fresh seeds 1000-1004,
+   :data:`bnexp.designs.mnist.EVALUATION_SEEDS`, docs/mnist/PLAN.md amendment), fresh runs never seen by the
+   choice. Only these are scored (claims, intervals); report.json
    records both seed lists as ``tuning_seeds`` and ``evaluation_seeds``
    (:func:`bnexp.report.best_rate.held_out_seeds`, :mod:`bnexp.analysis.ics_design`, a study's study.json).
 

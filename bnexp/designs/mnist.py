@@ -11,10 +11,14 @@ Four blocks, each one Hydra multirun over its own rate grid x the tuning seeds, 
   factor-2 grids chosen by a 500-step pilot of seed 0 (no BN: 9.6 stuck at chance, 4.8 slow, 0.6-2.4 the
   fastest start; BN: 57.6 stuck, 28.8 slow, 0.6-14.4 alike).
 
-Two stages (docs/mnist/PLAN.md, held-out tuning): the grids run on the tuning seeds :data:`SEEDS`
-(100-102, not the pilot seed :data:`PILOT_SEED` that chose the grids' ranges); then :func:`stage_blocks` trains
-each network at the rates :func:`choose` picks there (per target, the report's own rule,
-:func:`bnexp.analysis.tuning.choose_rates`) on the evaluation seeds (0-4). Every run is cut at
+Two stages (docs/mnist/PLAN.md, held-out tuning, and its amendment of 2026-11-29): the grids run on the tuning
+seeds :data:`SEEDS` (100-102, not the pilot seed :data:`PILOT_SEED` that chose the grids' ranges) with
+``data.validation=``:data:`VALIDATION` (trained on 50,000 training images, every evaluation read on the other
+10,000, held out by one fixed seeded draw, :func:`bnexp.nets.datasets.hold_out`: the tuning runs never read the
+test set); then :func:`stage_blocks` trains each network at the rates :func:`choose` picks there (per target, the
+report's own rule, :func:`bnexp.analysis.tuning.choose_rates`) on the full training set (``data.validation=0``),
+scored on the test set, on the fresh evaluation seeds :data:`EVALUATION_SEEDS` (1000-1004, used by no committed
+sweep). Every run is cut at
 :data:`MAX_STEPS` (the full 50,000 steps do not fit the time on 2 cores; no BN at its old best rate
 reached 97% at 12,833 ± 1,546 steps, BN at 4,667-7,833), with a test evaluation every :data:`EVAL_EVERY`
 steps.
@@ -34,12 +38,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bnexp.analysis.runs import load_sweep, target_key
-from bnexp.analysis.tuning import (EVALUATION_SEEDS, SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates,
-                                  runs_from_table)
+from bnexp.analysis.tuning import SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
 SEEDS = TUNING_SEEDS  # stage 1: every rate of every grid; stage 2 at the chosen rates: EVALUATION_SEEDS
+# stage 2's seeds (docs/mnist/PLAN.md, amendment): fresh, used by no committed sweep (those used 0-4, 1-3, 100-102)
+EVALUATION_SEEDS = (1000, 1001, 1002, 1003, 1004)
+VALIDATION = 10_000  # stage 1's data.validation: training images held out and read instead of the test set
 MAX_STEPS = 30_000
 EVAL_EVERY = 250
 HIST_EVERY = 500
@@ -110,12 +116,49 @@ def apply_overrides(extra: list[str]) -> tuple[list[Block], tuple[int, ...], int
     return blocks, seeds, steps, other
 
 
-def block_overrides(block: Block, seeds=SEEDS, max_steps: int = MAX_STEPS) -> list[str]:
-    """The Hydra overrides of one block's multirun (before the script's common ones and the extra ones)."""
+def block_overrides(block: Block, seeds=SEEDS, max_steps: int = MAX_STEPS, validation: int | None = None) -> list[str]:
+    """The Hydra overrides of one block's multirun (before the script's common ones and the extra ones).
+    ``validation``: the ``data.validation`` the block's runs train with (:data:`VALIDATION` for stage 1's tuning
+    runs, 0 for stage 2's evaluation runs, :func:`split_of`); None leaves the key out (the config's default, 0:
+    the one-stage sweep of a seed override)."""
     return [f"bn={'true' if block.bn else 'false'}", f"model.init={block.init}",
             "lr=" + ",".join(f"{r:g}" for r in block.rates), "seed=" + ",".join(map(str, seeds)),
             f"trainer.max_steps={max_steps}", f"trainer.eval_every={EVAL_EVERY}", f"trainer.hist_every={HIST_EVERY}",
-            SUBDIR]
+            *([] if validation is None else [f"data.validation={int(validation)}"]), SUBDIR]
+
+
+def split_of(seeds, evaluation_seeds) -> int | None:
+    """The ``data.validation`` of a block that runs on ``seeds`` (docs/mnist/PLAN.md, amendment): 0 (the full
+    training set, scored on test) for stage 2's ``evaluation_seeds``, :data:`VALIDATION` for stage 1's tuning
+    runs (the grids and the rates the grid-edge rule adds); None in a one-stage sweep (no ``evaluation_seeds``:
+    the seeds the runs are scored on read the test set, the config's default)."""
+    if not evaluation_seeds:
+        return None
+    return 0 if tuple(seeds) == tuple(evaluation_seeds) else VALIDATION
+
+
+def split_text(validation: int | None) -> str:
+    """How a block's runs read their evaluations, for the DRY_RUN plan: "validation split (data.validation=10000:
+    ...)" or "test set (data.validation=0: ...)"."""
+    if validation:
+        return (f"read on the validation split (data.validation={validation}: {validation:,} training images held "
+                f"out by one fixed seeded draw, trained on the rest; the test set is never read)")
+    return "trained on the full training set and scored on the test set (data.validation=0)"
+
+
+def tuning_runs_on_test(sweep_dir: Path, blocks, seeds) -> list[str]:
+    """The complete tuning runs in ``sweep_dir`` (every block's rate x ``seeds``) that read the test set: their
+    summary's ``evaluated_on`` is not "validation" (the one-stage design's runs, before docs/mnist/PLAN.md's
+    amendment; a summary without the field read the test set). A two-stage sweep must not reuse them: the
+    orchestrator refuses such a folder (one line, exit code 2)."""
+    out = []
+    for b in blocks:
+        for lr in b.rates:
+            for s in seeds:
+                summary = read_summary(Path(sweep_dir) / run_name(b, lr, s)) or {}
+                if summary.get("status") in COMPLETE_STATUSES and summary.get("evaluated_on", "test") != "validation":
+                    out.append(run_name(b, lr, s))
+    return out
 
 
 def run_name(block: Block, lr: float, seed) -> str:
@@ -147,6 +190,9 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
     with the rates it adds (:func:`extend`) while it runs."""
     blocks, seeds, steps, other = apply_overrides(extra)
     lines, total_runs, todo_runs, todo_steps, wall = [], 0, 0, 0, 0.0
+    if evaluation_seeds:
+        lines.append(f"stage 1 (tuning seeds {', '.join(map(str, seeds))}): every rate of every grid, "
+                     f"{split_text(split_of(seeds, evaluation_seeds))}")
     for b in blocks:
         names = list(dict.fromkeys(run_name(b, lr, s) for lr in b.rates for s in seeds))
         done = [n for n in names if (read_summary(Path(sweep_dir) / n) or {}).get("status") in COMPLETE_STATUSES]
@@ -182,7 +228,7 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
             msgs, chosen = st[:2]
         lines += [f"stage 2 (evaluation): each network at the rate(s) chosen on seeds {', '.join(map(str, seeds))} "
                   f"for {', '.join(f'{t:.0%}' for t in SPEEDUP_TARGETS)}, on the fresh seeds "
-                  f"{', '.join(map(str, evaluation_seeds))}"
+                  f"{', '.join(map(str, evaluation_seeds))}, {split_text(split_of(evaluation_seeds, evaluation_seeds))}"
                   + ("" if stage1_done else f"; decided after stage 1: at most {len(SPEEDUP_TARGETS)} rates x "
                      f"{n_seeds} seeds per network (estimated at that most)"), *msgs]
         for b in chosen:
@@ -358,8 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     a = _args(sys.argv[1:] if argv is None else argv)
     if a.command == "blocks":
         blocks, seeds, steps, _ = apply_overrides(a.overrides)
-        for b in blocks:
-            print(" ".join(block_overrides(b, seeds, steps)))
+        one_stage = any(o.split("=", 1)[0] == "seed" for o in a.overrides)
+        for b in blocks:  # stage 1's blocks
+            print(" ".join(block_overrides(b, seeds, steps, split_of(seeds, () if one_stage else EVALUATION_SEEDS))))
     else:
         print(plan(Path(a.sweep_dir), a.jobs, a.overrides, {True: a.steps_per_s_bn, False: a.steps_per_s_no_bn},
                    a.startup_s))

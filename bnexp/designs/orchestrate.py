@@ -60,10 +60,16 @@ REPORT_GLOBS = ("report.md", "report.json", "report.csv", "*.png", "ladders.txt"
 
 def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1), in two stages
-    (docs/mnist/PLAN.md): every grid on the tuning seeds, then each network at its chosen rates on
-    EVALUATION_SEEDS (default 0-4); one stage (the grid on the given seeds) when the overrides set ``seed``."""
+    (docs/mnist/PLAN.md and its amendment): every grid on the tuning seeds, read on the validation split
+    (``data.validation``, :data:`.mnist.VALIDATION`), then each network at its chosen rates on the full training set
+    scored on test, on EVALUATION_SEEDS (default :data:`.mnist.EVALUATION_SEEDS`, 1000-1004); one stage (the grid on
+    the given seeds, on test) when the overrides set ``seed``.
+
+    Raises:
+        UserError: EVALUATION_SEEDS shares a seed with the tuning seeds; or SWEEP_DIR holds complete tuning runs
+            that read the test set (the one-stage design's), which the two-stage design must not reuse.
+    """
     from bnexp.analysis.grid_edges import write_record
-    from bnexp.analysis.tuning import EVALUATION_SEEDS
     from bnexp.designs import mnist
 
     sweep = env.sweep_dir("SWEEP_DIR", "outputs/sweeps/mnist_fig1", extra)
@@ -73,11 +79,16 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     startup = env.number("STARTUP_S", mnist.STARTUP_S, minimum=0.0)
     blocks_, seeds, steps, _ = mnist.apply_overrides(extra)
     one_stage = any(o.split("=", 1)[0] == "seed" for o in extra)  # seeds given: the grid on them, no stage 2
-    evaluation = () if one_stage else (env.int_list("EVALUATION_SEEDS") or EVALUATION_SEEDS)
+    evaluation = () if one_stage else (env.int_list("EVALUATION_SEEDS") or mnist.EVALUATION_SEEDS)
     clash = sorted(set(evaluation) & set(seeds))
     if clash:
         raise UserError(f"EVALUATION_SEEDS: seed(s) {', '.join(map(str, clash))} are tuning seeds "
                         f"({', '.join(map(str, seeds))}); the evaluation needs fresh seeds")
+    on_test = mnist.tuning_runs_on_test(sweep, blocks_, seeds) if evaluation else []
+    if on_test:
+        raise UserError(f"SWEEP_DIR={sweep}: {len(on_test)} complete tuning run(s) read the test set, e.g. "
+                        f"{on_test[0]} (the one-stage design's; docs/mnist/PLAN.md tunes on the validation split): "
+                        "move them aside or choose another SWEEP_DIR")
     common = env.launcher_args(sweep) + ["trainer.num_threads=1", "trainer.progress=false"]
 
     def stage() -> tuple | ValueError:
@@ -97,7 +108,8 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
         msgs, todo, on = st
         suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else \
             " (grid-edge rule: added rates)" if evaluation and msgs else ""
-        d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps), extra)
+        split = mnist.split_of(on, evaluation)  # stage 1: the validation split; stage 2: the test set
+        d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps, split), extra)
                             for b in todo], last=not evaluation)
         if evaluation and msgs:  # the rule's record for the report (grid_edges.json), when the stage runs
             d.prepare = lambda: write_record(sweep, mnist.edge_record(sweep, blocks_, seeds))
@@ -107,7 +119,9 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     text, secs = mnist.plan_and_seconds(sweep, env.jobs, extra, rates, startup, evaluation,
                                         None if isinstance(st, ValueError) else st)
     return [Part("MNIST", sweep, docs, decide(st), text, secs, decide,
-                 validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps), extra) for b in blocks_])]
+                 validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps,
+                                                                         mnist.split_of(seeds, evaluation)), extra)
+                           for b in blocks_])]
 
 
 def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
