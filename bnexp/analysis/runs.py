@@ -23,7 +23,7 @@ import pandas as pd
 
 from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer, option_text
 from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
-from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL, SHIFT,
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, INFERENCE, METRICS, REACHED_TOL, SHIFT,
                                      SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
                                      read_records, read_summary)
 
@@ -42,6 +42,9 @@ SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "da
                   "bn_noise": "bn.noise"}
 
 
+INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
+
+
 class ReportError(Exception):
     """A user-level problem with the report's input or output folder (exit code 2)."""
 
@@ -52,7 +55,8 @@ class Run:
     ``config`` used for grouping (from a config file when ``has_config``, else from the summary), the
     records of metrics.jsonl (with ``test_accuracy``), shift.jsonl and ics.jsonl (with ``kind``) by
     step, ``status`` (finished, diverged, failed or incomplete), ``seed`` (None when unknown), the
-    ``error`` of a failed run, and ``id``, its position in its :class:`Sweep` (column ``run``)."""
+    ``error`` of a failed run, ``inference`` ({kind: test accuracy} of inference_stats.json,
+    :func:`read_inference`) and ``id``, its position in its :class:`Sweep` (column ``run``)."""
 
     path: Path
     summary: dict
@@ -64,6 +68,7 @@ class Run:
     seed: int | None
     error: str | None = None
     ics: list[dict] = field(default_factory=list)
+    inference: dict = field(default_factory=dict)
     id: int = -1
 
     @property
@@ -243,7 +248,32 @@ def load_run(run_dir: Path) -> Run:
     except (TypeError, ValueError):
         seed = None
     return Run(run_dir, s, config, raw is not None, metrics, read_records(run_dir, SHIFT), status, seed, error,
-               read_records(run_dir, ICS, ("step", "kind")))
+               read_records(run_dir, ICS, ("step", "kind")), read_inference(run_dir))
+
+
+def read_inference(run_dir: Path) -> dict:
+    """{kind: test accuracy (fraction) or None} for each of :data:`INFERENCE_KINDS` from the run's
+    inference_stats.json (:mod:`bnexp.train.inference_eval` writes it; {} when absent). A file that is not a JSON
+    object, an ``accuracy`` that is not an object, or an accuracy that is not a number is a warning naming the file
+    and key, and counts as not evaluated."""
+    path = Path(run_dir) / INFERENCE
+    if not path.is_file():
+        return {}
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError):
+        res = None
+    if not isinstance(res, dict):
+        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", path)
+        res = {}
+    acc = res.get("accuracy") or {}
+    if not isinstance(acc, dict):
+        log.warning("%s: key accuracy is not an object of accuracies; ignored", path)
+        acc = {}
+    for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
+        log.warning("%s: key accuracy.%s is not a number; ignored", path, k)
+        acc = {**acc, k: None}
+    return {k: acc.get(k) for k in INFERENCE_KINDS}
 
 
 def seed_order(run: Run) -> tuple:
@@ -342,7 +372,8 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     (preset, rate, ghost, groups, momentum, position, nonlinearity, net, depth, wall_time_s); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
-    1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
+    1 / NUM_CLASSES for a diverged run, ``inference.<kind>`` (the run's :func:`read_inference` accuracies, None
+    when not evaluated), and ``left_chance`` (completed and above CHANCE): the chance rule of
     :mod:`bnexp.analysis.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
     the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
     and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
@@ -368,6 +399,8 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
         by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)).mask(diverged, 1 / NUM_CLASSES)
     train = numeric(metrics.get("train_accuracy", pd.Series(index=metrics.index, dtype=float))).set_axis(metrics.index)
     t["final_train_accuracy"] = train.groupby(metrics["run"]).last().reindex(t.index).mask(diverged, 1 / NUM_CLASSES)
+    for k in INFERENCE_KINDS:
+        t[f"inference.{k}"] = pd.Series([r.inference.get(k) for r in runs], index=t.index, dtype=object)
     done = t["status"].isin(COMPLETE_STATUSES)
     t["left_chance"] = done & (t["max_test_accuracy"] > CHANCE)
     for target in targets:

@@ -22,7 +22,7 @@ from bnexp.report.best_rate import edge_of
 from bnexp.analysis.interval import seed_interval, seed_values
 from bnexp.report.claims import Claim
 from bnexp.report.fmt import macro, short_text
-from bnexp.analysis.runs import is_number
+from bnexp.analysis.runs import INFERENCE_KINDS
 from bnexp.analysis.rules import NORMALIZERS
 from bnexp.report.study_section import (CHANCE_POINTS, MARKER, config_rows, diff_claim, differences, per_seed,
                                         ratio_claim, ratios, read_marker, single_claim)
@@ -84,25 +84,6 @@ def analyze_batch_size(sweep) -> dict:
 
 # --- inference_statistics ----------------------------------------------------------------------------------
 
-INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
-
-
-def _inference_extra(path: Path) -> dict:
-    from bnexp.train.inference_eval import RESULT, read_result
-
-    res = read_result(path)
-    if res is None and (path / RESULT).is_file():
-        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", path / RESULT)
-    acc = (res or {}).get("accuracy") or {}
-    if not isinstance(acc, dict):
-        log.warning("%s: key accuracy is not an object of accuracies; ignored", path / RESULT)
-        acc = {}
-    for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
-        log.warning("%s: key accuracy.%s is not a number; ignored", path / RESULT, k)
-        acc = {**acc, k: None}
-    return {f"acc_{k}": acc.get(k) for k in INFERENCE_KINDS}
-
-
 def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
     """{seed: 100 * (acc_a - acc_b)} (points; |.| with ``absolute``)."""
     out = differences(per_seed(frame, f"acc_{a}"), per_seed(frame, f"acc_{b}"), 100)
@@ -111,10 +92,9 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
 
 def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
-    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
-    c = cells(sweep, TARGET, _inference_extra)
-    acc = [f"acc_{k}" for k in INFERENCE_KINDS]
-    c = c.reindex(columns=[*c.columns, *(k for k in acc if k not in c)])  # no completed run: no acc_ columns yet
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`, as the per-run table's
+    ``inference.<kind>`` columns: :func:`bnexp.analysis.runs.read_inference`), :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET, {f"inference.{k}": f"acc_{k}" for k in INFERENCE_KINDS})
     c = c[c["norm"] == "batch"]
     sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
     scored, missing = sel.scored, None
