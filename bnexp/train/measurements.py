@@ -186,7 +186,6 @@ class TestEvaluation(Measurement):
     """
 
     name = "eval"
-    at_start = True
     at_end = True
     timed = True
 
@@ -235,7 +234,6 @@ class ShiftRecord(Measurement):
     (as the log), and :meth:`load_state_dict` gives them back to the monitor."""
 
     name = "monitor"
-    at_start = True
     at_end = True
     timed = True
 
@@ -278,7 +276,6 @@ class GradientICS(Measurement):
     ``l2_rel_per_move``, ``trivial``)."""
 
     name = "grad_ics"
-    phase = "before"
     timed = True
 
     def __init__(self, every: int, ics: RecordLog):
@@ -315,7 +312,6 @@ class Landscape(Measurement):
     and one ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}`` with every key."""
 
     name = "landscape"
-    phase = "before"
     timed = True
 
     def __init__(self, every: int, step_sizes: list[float], ics: RecordLog,
