@@ -341,6 +341,17 @@ def _first(*values):
     return next((v for v in values if v is not None), None)
 
 
+def written_at(run_dir: Path) -> float:
+    """When the run last wrote its summary.json (its folder's time without one), seconds since the epoch; 0 when
+    unreadable."""
+    for p in (Path(run_dir) / SUMMARY, Path(run_dir)):
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
 def coordinates(runs: list[Run]) -> dict[str, list]:
     """The coordinates the designs vary, one value per run, each read once from the run's reduced config (else
     its summary.json): ``preset`` (the experiment preset, :func:`experiment_name`; None: a plain run), ``rate``
@@ -368,6 +379,9 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
 
     path, seed, status, error, the reduced config's keys, the summary's top-level fields (``summary.<f>``);
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
+    ``budget_set`` (the budget the run was given: trainer.max_steps, else the summary's max_steps; None without),
+    ``steps_done`` (the SGD steps it trained: the summary's step, else its last evaluation's, else 0) and
+    ``written`` (when it last wrote summary.json, else its folder's time; 0 when unreadable: :func:`written_at`);
     ``norm`` (the normalizer code, :func:`bnexp.analysis.rules.normalizer`); the designs' :func:`coordinates`
     (preset, rate, ghost, groups, momentum, position, nonlinearity, net, depth, wall_time_s); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
@@ -386,6 +400,11 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
                        index=t.index, dtype=object)  # ints stay ints where a run lacks the value
     t["budget"] = pd.Series([_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"),
                                     r.summary.get("step")) for r in runs], index=t.index, dtype=object)
+    t["budget_set"] = pd.Series([r.config.get("trainer.max_steps", r.summary.get("max_steps")) for r in runs],
+                                index=t.index, dtype=object)
+    t["steps_done"] = pd.Series([float(_first(r.summary.get("step"), r.metrics[-1].get("step") if r.metrics else None)
+                                       or 0) for r in runs], index=t.index, dtype=float)
+    t["written"] = pd.Series([written_at(r.path) for r in runs], index=t.index, dtype=float)
     t["norm"] = [normalizer(r.config) for r in runs]
     for name, values in coordinates(runs).items():
         t[name] = pd.Series(values, index=t.index, dtype=object)  # Python values as read: 2 stays 2, None None
