@@ -1,7 +1,7 @@
 """The claims of the five studies (docs/studies/), fixed in study_claims.yaml (its header states the thresholds)
 and docs/studies/NAME.md before any run, and how each study's sweep is turned into per-seed values, claim
-rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`,
-:data:`PLACEMENT_CLAIMS`); seeds are paired: seed s of one configuration with seed s of the other.
+rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`;
+:data:`PLACEMENT_CLAIMS` names the placement study's by model and g); seeds are paired: seed s of one configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
 for :func:`study_section`, its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
@@ -35,11 +35,8 @@ STUDY_CLAIMS = {study: {k: Claim(n, q, d, CHANCE_POINTS if t == "chance" else fl
                 for study, c in yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text()).items()}
 C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
-PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
-    (model, act): Claim(f"{model.upper()} {act}: BN before g reaches {100 * t:g}% in fewer steps than BN after g",
-                        f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
-                        ">", 1.0)
-    for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
+PLACEMENT_CLAIMS = {(model, act): C[f"PL_{model}_{act}".upper()]  # BN before vs after g, each at its best rate
+                    for model, act in PLACEMENT_CASES}
 
 
 # --- batch_size --------------------------------------------------------------------------------------------
