@@ -91,7 +91,7 @@ def test_same_linear_function_gives_s_equal_1_on_any_ladder(ladder):
     if max(ladder) >= max(BASE):  # a* = f(48000) lies on the preset's frontier too
         assert m["speedup"] == pytest.approx(1.0, rel=1e-9) and not m["speedup_is_lower_bound"]
     else:
-        assert m["speedup"] is None and m["pass"] is False
+        assert m["speedup"] is None and m["pass"] is None  # not reached yet and still gaining: unfinished
 
 
 @pytest.mark.parametrize("ladder", LADDERS)
@@ -247,6 +247,24 @@ def test_does_not_train_is_decided_only_through_the_early_budget():
         assert ma["bn_x5_sigmoid"]["pass"] is expected
     ma = analyze(table({**spec, "baseline_sigmoid": (BASE[:1], lambda b: 0.2 + 0 * np.log2(b))}))["matched_accuracy"]
     assert ma["baseline_sigmoid"]["pass"] is False and ma["bn_x5_sigmoid"]["pass"] is False
+
+
+def test_a_ladder_still_climbing_below_a_star_is_undecided_not_a_fail():
+    """Read mid-sweep: bn_x5 has run 375..12,000 steps, +5 points per doubling, and not reached a* (the
+    baseline's best, at 48,000): its ladder would run the next rung, so the pass rule is UNDECIDED, not FAIL.
+    Stopped by a rule it fails: converged below a* (last doubling +0.2 points), or at the baseline's largest
+    budget still gaining (the cap)."""
+    climbing = analyze(table({"baseline": (BASE, f_lin), "bn_x5": (doubling(375, 6), f_lin)}))
+    assert climbing["matched_accuracy"]["bn_x5"]["speedup"] is None
+    assert climbing["matched_accuracy"]["bn_x5"]["pass"] is None
+    assert climbing["frontier_analysis"]["pass_rule"]["verdict"] == "UNDECIDED"
+    assert climbing["frontier_analysis"]["climbing"] == ["bn_x5"]
+    assert "its ladder is unfinished" in "\n".join(frontier_markdown(climbing))
+    flat = lambda b: 0.5 + 0.002 * np.log2(b / 375)  # noqa: E731  +0.2 points per doubling: converged
+    for spec in ((doubling(375, 6), flat), (doubling(3000, 5), lambda b: f_lin(b) - 0.1)):
+        sec = analyze(table({"baseline": (BASE, f_lin), "bn_x5": spec}))
+        assert sec["matched_accuracy"]["bn_x5"]["pass"] is False and sec["frontier_analysis"]["climbing"] == []
+        assert sec["frontier_analysis"]["pass_rule"]["verdict"] == "FAIL"
 
 
 def test_an_upper_bound_passes_no_rule_and_a_lower_bound_fails_none():

@@ -298,3 +298,15 @@ def test_ladder_seed_command_keeps_the_presets_the_sweep_ran(tmp_path):
     assert ladder_seed_command([g("baseline"), g("bn_x5"), g("bn_x30")], [2, 3], tmp_path) == (
         f"EXTRA_SEEDS=2,3 PRESETS=bn_x5,bn_x30 SWEEP_DIR={tmp_path} scripts/reproduce_cifar.sh")
     assert math.isclose(RATE_ALONE, 1.25) and np.isclose(B_X5, 8485.28, atol=0.01)
+
+
+def test_cost_counts_a_resumed_runs_training_time_where_its_wall_time_kept_one_session():
+    """A run resumed by a bnexp that kept only its last session's wall time (400 s) but summed its training time
+    over sessions (3,000 s) costs at least 3,000 s; a run whose wall time covers its training time counts its
+    wall time."""
+    old = {"step": 90000, "wall_time_s": 400.0, "train_time_s": 3000.0}
+    new = {"step": 30000, "wall_time_s": 1100.0, "train_time_s": 1000.0}
+    c = sweep_cost([old, new])
+    assert c["wall_time_s"] == pytest.approx(4100.0) and c["by_train_time"] == 1
+    assert c["steps_per_s"] == pytest.approx(120000 / 4100)
+    assert sweep_cost([new])["by_train_time"] == 0 and sweep_cost([new])["wall_time_s"] == pytest.approx(1100.0)

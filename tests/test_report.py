@@ -886,3 +886,15 @@ def test_bnexp_report_follows_COLUMNS(quick_sweep, monkeypatch, capsys):
     assert report_main([str(quick_sweep)]) == 0
     out = capsys.readouterr().out.split("wrote into ")[0]  # then one line of file names, as long as they are
     assert "Claims" in out and max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
+
+
+def test_the_written_files_line_names_each_subfolder_once(tmp_path):
+    """`bnexp report`'s last line: the report's files by name, the aggregate runs' event files as their folder
+    with a count (18 configurations would otherwise repeat one event file name 18 times)."""
+    from bnexp.report.command import written_text
+
+    paths = [tmp_path / "report.md", tmp_path / "report.json"]
+    paths += [tmp_path / "aggregate" / f"bn=true,seed={i}" / "events.out.tfevents.bnexp-aggregate" for i in range(3)]
+    paths.append(tmp_path / "frontier.png")
+    assert written_text(paths, tmp_path) == "report.md, report.json, aggregate/ (3 files), frontier.png"
+    assert written_text([tmp_path / "aggregate" / "a" / "e"], tmp_path) == "aggregate/ (1 file)"

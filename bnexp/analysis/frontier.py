@@ -29,7 +29,9 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   ``bn_x5_sigmoid`` above chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`) where ``baseline_sigmoid``
   stays at or below it; ``baseline_x5``'s ``pass`` is "does not train at 5x the rate", and its three outcomes
   (needs BN; the rate alone, within :data:`RATE_ALONE` x B_bn_x5(a*); not the rate alone) are
-  :func:`bnexp.report.frontier_plan_v2.control_verdict`'s. The sweep's ladders (which runs exist) are
+  :func:`bnexp.report.frontier_plan_v2.control_verdict`'s. A ``bn_x5`` or ``bn_baseline`` short of a* whose
+  ladder would still climb (:func:`still_climbing`) is undecided, not failed: a sweep read before its ladders
+  end gives no FAIL. The sweep's ladders (which runs exist) are
   :mod:`bnexp.designs.ladder`'s; this module only measures the runs that are there.
 
 Entry points: :func:`frontier_section` (the loaded sweep, a sweep folder or a runs table -> report dict;
@@ -255,11 +257,22 @@ def does_not_train(best: float, last_budget: int) -> bool | None:
     return None if t is None else not t
 
 
+def still_climbing(preset: dict, base_budget: int) -> bool:
+    """Whether a preset that has not reached a* is still on its way (an unfinished ladder): its last doubling
+    gained >= :data:`GAIN` (or it has one budget) and its largest budget is below the baseline's largest
+    ``base_budget`` (steps), so plan version 2's ladder (rules a*, converged, cap) would run the next rung.
+    ``preset``: :func:`analyze`'s per-preset dict ("budgets", "last_gain")."""
+    gain = preset["last_gain"]
+    return (gain is None or gain >= GAIN) and preset["budgets"][-1] < base_budget
+
+
 def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | None) -> bool | None:
     def no(p):
         return does_not_train(presets[p]["best"], presets[p]["budgets"][-1])
 
     if preset in ("bn_x5", "bn_baseline"):
+        if not (s and s["speedup"]) and still_climbing(presets[preset], presets[BASELINE]["budgets"][-1]):
+            return None  # not reached yet, and its ladder is not done: no FAIL from an unfinished sweep
         return speedup_pass(preset, s and s["speedup"], s and s["bound"])
     if preset == "bn_x30":
         return None if x5_vs_x30 is None else bool(x5_vs_x30[1] > x5_vs_x30[0])
@@ -337,12 +350,14 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
         notes.append("the baseline's best accuracy is at its smallest budget: no S(a*) is more than an upper bound")
     x5m = matched.get("bn_x5")
     verdict = "n/a" if x5m is None else PASS_WORDS[x5m["pass"]]
+    climbing = [p for p in ("bn_x5", "bn_baseline") if p in matched and matched[p]["speedup"] is None
+                and still_climbing(presets[p], presets[BASELINE]["budgets"][-1])]
     frontier = [{k: (int(r[k]) if k in ("budget_steps", "seed") else r[k]) for k in COLUMNS}
                 for r in runs[COLUMNS].to_dict("records")]
     return {"frontier": frontier, "matched_accuracy": matched, "frontier_analysis": {
         "target_accuracy": a_star, "target_budget": b_star, "baseline_converged": converged,
         "baseline_last_gain": gain, "tuning": tuning, "presets": presets, "speedup": details,
-        "pass_rule": {"verdict": verdict, "factor": PASS_FACTOR}, "notes": notes}}
+        "pass_rule": {"verdict": verdict, "factor": PASS_FACTOR}, "climbing": climbing, "notes": notes}}
 
 
 def frontier_section(source) -> dict | None:

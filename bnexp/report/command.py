@@ -135,8 +135,25 @@ def _run(ns: argparse.Namespace) -> int:
         raise ReportError(f"cannot write the report into {report.out_dir} ({exc.strerror or exc}); the files "
                           "already there are unchanged.") from None
     print_table(report)
-    print(f"wrote into {report.out_dir}: " + ", ".join(p.name for p in paths))
+    print(f"wrote into {report.out_dir}: " + written_text(paths, report.out_dir))
     return 0
+
+
+def written_text(paths: list[Path], out_dir: Path) -> str:
+    """The files of a report as one list: the report's own files by name, each subfolder once with its count
+    (the aggregate runs' event files: ``aggregate/ (18 files)``), in the order first written."""
+    folders: dict[str, int] = {}
+    names = []
+    for p in paths:
+        rel = Path(p).relative_to(out_dir) if Path(p).is_relative_to(out_dir) else Path(Path(p).name)
+        if len(rel.parts) > 1:
+            if rel.parts[0] not in folders:
+                names.append(rel.parts[0])
+            folders[rel.parts[0]] = folders.get(rel.parts[0], 0) + 1
+        else:
+            names.append(rel.name)
+    return ", ".join(f"{n}/ ({folders[n]} file{'s' if folders[n] != 1 else ''})" if n in folders else n
+                     for n in names)
 
 
 def report_main(args: list[str]) -> int:

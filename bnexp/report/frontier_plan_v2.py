@@ -199,14 +199,21 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
 
 def sweep_cost(summaries: list[dict]) -> dict:
     """The sweep's cost from its runs' summary.json dicts: {"runs", "timed_runs" (runs with a wall time),
-    "wall_time_s" (the runs' wall times summed: the run seconds, more than the sweep's wall clock when jobs ran in
-    parallel; a resumed run counts its last session), "steps" (their steps), "steps_per_s" (steps / run seconds,
-    None without any), "cpus" (the distinct ``cpu`` values the runs recorded, [] when none did)}."""
+    "wall_time_s" (the run seconds summed: more than the sweep's wall clock when jobs ran in parallel), "steps"
+    (their steps), "steps_per_s" (steps / run seconds, None without any), "by_train_time" (runs counted by their
+    training time), "cpus" (the distinct ``cpu`` values the runs recorded, [] when none did)}.
+
+    A run's seconds are its ``wall_time_s`` (summed over the sessions of a resumed run), or its ``train_time_s``
+    where that is larger: a run resumed by a bnexp that kept only the last session's wall time recorded less
+    than the training time it summed over its sessions, which is then the best lower bound."""
     num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     timed = [s for s in summaries if num(s.get("wall_time_s")) and num(s.get("step"))]
-    secs, steps = sum(float(s["wall_time_s"]) for s in timed), sum(int(s["step"]) for s in timed)
-    return {"runs": len(summaries), "timed_runs": len(timed), "wall_time_s": secs, "steps": steps,
-            "steps_per_s": steps / secs if secs > 0 else None,
+    train = [float(s["train_time_s"]) if num(s.get("train_time_s")) else 0.0 for s in timed]
+    secs = [max(float(s["wall_time_s"]), t) for s, t in zip(timed, train)]
+    steps = sum(int(s["step"]) for s in timed)
+    return {"runs": len(summaries), "timed_runs": len(timed), "wall_time_s": sum(secs), "steps": steps,
+            "steps_per_s": steps / sum(secs) if sum(secs) > 0 else None,
+            "by_train_time": sum(t > float(s["wall_time_s"]) for s, t in zip(timed, train)),
             "cpus": sorted({str(s["cpu"]) for s in summaries if s.get("cpu")})}
 
 
