@@ -96,6 +96,9 @@ class Measurement:
     Class attributes:
         name: key of the measurement (in checkpoints; in ``summary.json`` ``probe_time_s``
             when ``timed``).
+        phase: ``"after"`` (default) -- taken after the update of step s with s the new step count;
+            ``"before"`` -- before the update that makes step s, with its mini-batch (the hook the step loop
+            calls it by; tests/test_step_loop.py checks the loop's lines against it).
         at_end: also due at the last step (``trainer.max_steps``).
         timed: its seconds are reported separately from the training time.
         all_replicas: taken on every data-parallel replica (it has a collective part);
@@ -103,6 +106,7 @@ class Measurement:
     """
 
     name = "measurement"
+    phase = "after"
     at_end = False
     timed = False
     all_replicas = False

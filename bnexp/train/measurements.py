@@ -276,6 +276,7 @@ class GradientICS(Measurement):
     ``l2_rel_per_move``, ``trivial``)."""
 
     name = "grad_ics"
+    phase = "before"
     timed = True
 
     def __init__(self, every: int, ics: RecordLog):
@@ -312,6 +313,7 @@ class Landscape(Measurement):
     and one ``ics.jsonl`` record ``{"step", "kind": "landscape", ...}`` with every key."""
 
     name = "landscape"
+    phase = "before"
     timed = True
 
     def __init__(self, every: int, step_sizes: list[float], ics: RecordLog,
