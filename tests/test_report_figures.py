@@ -23,7 +23,7 @@ from test_report import BN_05, make_ics_run, make_run
 from bnexp.report import build_report
 from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure, zoom_range
 from bnexp.report.figures_ics import ICS_PLOTS, axis_label, ics_figure
-from bnexp.report.figstyle import legend_label
+from bnexp.report.figstyle import STEP_LABEL, legend_label
 
 pytest.importorskip("matplotlib")
 
@@ -102,6 +102,10 @@ def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     assert len(ends) == 6 and all(96 <= e <= 98.7 for e in ends)
     assert lo < min(ends) and max(ends) < hi <= 100 and hi - lo < 6
     assert full.get_ylim()[0] < 15
+    # 100 to 20,000 evaluated steps: a log step axis, step 0 still on it, so BN's early lead is not one sliver;
+    # the zoom, from about 1,000 steps to 20,000, stays linear
+    assert full.get_xscale() == "symlog" and full.get_xlim()[0] <= 0 and zoom.get_xscale() == "linear"
+    assert full.get_xlabel() == "training step (SGD updates, log axis)" and zoom.get_xlabel() == STEP_LABEL
     # one legend entry per configuration; BN and no BN in their own colour families, a shade per setting
     labels = fig.legends[0].texts
     entries = {t.get_text().rsplit(" (n=", 1)[0] for t in labels}
@@ -180,6 +184,9 @@ def test_percentile_figure_rows_fit_a_screen():
     assert shown_rows(["no BN", "BN"], rows) == [full[0], full[6]]
     assert shown_rows(["no BN", "BN"], full[:2] + [{"BN": "lone"}]) == full[:2]
     assert shown_rows(["no BN", "BN"], [{"BN": "a"}, {"no BN": "b"}]) == [{"BN": "a"}, {"no BN": "b"}]
+    # no setting with all three: those with the most variants, not a lone BN panel
+    assert shown_rows(["no BN", "BN", "LayerNorm"], [{"BN": "a"}, {"no BN": "b", "LayerNorm": "c"}, {"BN": "d"}]) \
+        == [{"no BN": "b", "LayerNorm": "c"}]
 
 
 @pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
@@ -398,3 +405,144 @@ def test_stability_figure_names_at_most_eight_configurations(tmp_path):
     _check_axes_and_legend(fig)
     assert len(fig.legends[0].get_texts()) == 8 and "8 of 12 configurations" in fig._suptitle.get_text()
     assert fig.get_size_inches()[1] * 100 <= 1000  # stability.png's dpi
+
+
+# The batch-size study's stage 2 as its figure shows it (docs/studies/batch_size.md): (normalizer, m, lr, ghost
+# batch) of 23 configurations, BN's 8 (two rates at m = 60 and ghost batches of 2 and 4), LayerNorm's 9 (two rates
+# at m = 2, 4, 60 and 256), no BN's 6; each runs 24,000 / m steps (the study's fixed examples, scaled down), so
+# the runs end between 93 and 12,000 steps.
+BATCH_SIZE_STUDY = ([("batch", m, 0.01 * m, None) for m in (2, 4, 16, 60, 256)] + [("batch", 60, 0.9, None)]
+                    + [("batch", 60, 0.9, 2), ("batch", 60, 1.8, 4)]
+                    + [("layer", m, lr, None) for m, lr in ((2, 0.15), (2, 0.6), (4, 0.45), (4, 0.9), (16, 1.8),
+                                                             (60, 3.6), (60, 5.4), (256, 1.8), (256, 3.6))]
+                    + [("none", m, lr, None) for m, lr in ((2, 0.15), (4, 0.225), (4, 0.45), (16, 1.8), (60, 5.4),
+                                                            (256, 3.6))])
+
+
+def batch_size_study(root: Path, seeds=(0,)) -> Path:
+    """A sweep shaped like the batch-size study (:data:`BATCH_SIZE_STUDY`): BN rises fastest to 97% except at
+    m = 2 and with ghost batches of 2 (60%), LayerNorm to 96%, no BN slowest to 95.5%."""
+    import yaml
+
+    for norm, m, lr, ghost in BATCH_SIZE_STUDY:
+        steps = 24_000 // m
+        top = 0.6 if norm == "batch" and (m == 2 or ghost == 2) else {"batch": 0.97, "layer": 0.96, "none": 0.955}[norm]
+        rise = {"batch": 0.15, "layer": 0.4, "none": 0.6}[norm]
+        knots = [(0, 0.1), (int(0.3 * rise * steps), 0.5), (int(rise * steps), top - 0.02), (steps, top)]
+        for seed in seeds:
+            d = make_run(root, f"{norm},m={m},lr={lr},g={ghost},seed={seed}", bn=norm != "none", lr=lr, seed=seed,
+                         max_steps=steps, every=max(1, steps // 20), knots=knots)
+            cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
+            cfg["bn"].update({"norm": "batch" if norm == "none" else norm, "ghost_batch_size": ghost})
+            cfg["trainer"]["batch_size"] = m
+            (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return root
+
+
+def _title_within_the_panels(fig) -> None:
+    """The suptitle is no wider than the panels (their tick and axis labels included)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [a.get_tightbbox(renderer) for a in _visible(fig)]
+    title = fig._suptitle.get_window_extent(renderer)
+    assert title.x0 >= min(b.x0 for b in boxes) - 2 and title.x1 <= max(b.x1 for b in boxes) + 2, \
+        (title, fig._suptitle.get_text())
+
+
+def test_log_steps_from_two_decades_of_evaluated_steps():
+    from bnexp.report.figures import log_steps
+
+    # the first evaluated step's power of ten: MNIST's 250 to 30,000 steps (2.1 decades), a study's runs of 93
+    # steps (every 4) and 12,000
+    assert log_steps([list(range(0, 30_001, 250))]) == 100
+    assert log_steps([[0, 4, 93], [0, 600, 12_000]]) == 1
+    assert log_steps([[0, 500, 1000, 4000]]) is None  # 8x: linear
+    assert log_steps([[0, 100, 9_999]]) is None and log_steps([[0, 100, 10_000]]) == 100
+    assert log_steps([[0, 1000, 100_000]]) == 1000 and log_steps([[0, 999, 100_000]]) == 100
+    assert log_steps([[0]]) is None and log_steps([]) is None
+
+
+def test_wrap_title_keeps_a_reference_in_one_piece():
+    from bnexp.report.figstyle import wrap_title
+
+    text = ("A typical unit of the last hidden layer over training (Sec. 4.1, Fig. 1(b, c)); 2 of 4 settings "
+            "(report.md lists all)")
+    lines = wrap_title(text, 60).split("\n")
+    assert any("(Sec. 4.1, Fig. 1(b, c))" in line for line in lines), lines
+    assert " ".join(lines) == text and all(len(line) <= 60 for line in lines)
+    assert wrap_title("one\ntwo three", 5).split("\n") == ["one", "two", "three"]  # its own breaks stay
+
+
+@pytest.mark.slow  # renders figures of 23 configurations (> 2.5 s of CPU)
+def test_figures_of_a_batch_size_study_one_column_per_normalizer(tmp_path):
+    report = build_report(batch_size_study(tmp_path / "bs"))
+    fig = accuracy_figure(report)
+    _check_axes_and_legend(fig)
+    _title_within_the_panels(fig)
+    assert fig.get_size_inches()[1] * 110 <= 1000  # accuracy_vs_steps.png's dpi
+    top = [a for a in _visible(fig) if "zoom" not in a.get_title()]
+    assert [a.get_title() for a in top] == ["no BN", "BN", "LayerNorm: 8 of 9 configurations"]
+    assert all(a.get_xscale() == "symlog" for a in _visible(fig))  # 93 to 12,000 steps: a log axis
+    assert len({a.get_xlim() for a in top}) == 1 and len({a.get_ylim() for a in top}) == 1  # the same axes
+    legends = [[t.get_text() for t in leg.get_texts()] for leg in fig.legends]
+    assert [len(x) for x in legends] == [6, 8, 8]  # one legend per column, at most 8 entries each
+    # BN's column, in ramp order: m from 2 to 256 (ghost batches at m = 60), lr last; no key that is the same
+    # throughout the column
+    assert legends[1] == ["trainer.batch_size=2 lr=0.02 (n=1)", "trainer.batch_size=4 lr=0.04 (n=1)",
+                          "trainer.batch_size=16 lr=0.16 (n=1)",
+                          "trainer.batch_size=60 bn.ghost_batch_size=2 lr=0.9 (n=1)",
+                          "trainer.batch_size=60 bn.ghost_batch_size=4 lr=1.8 (n=1)",
+                          "trainer.batch_size=60 lr=0.6 (n=1)", "trainer.batch_size=60 lr=0.9 (n=1)",
+                          "trainer.batch_size=256 lr=2.56 (n=1)"]
+    bn = [ln for ln in top[1].get_lines() if ln.get_linewidth() == 2.0]
+    assert [ln.get_linestyle() for ln in bn] == ["-", "-", "-", ":", ":", "-", "-", "-"]  # ghost BN dotted
+    assert {ln.get_linestyle() for ln in top[0].get_lines() if ln.get_linewidth() == 2.0} == {"--"}  # no BN dashed
+    colours = [ln.get_color()[:3] for ln in bn]
+    assert all(c[0] > c[2] for c in colours)  # oranges
+    luma = [0.299 * r + 0.587 * g + 0.114 * b for r, g, b in colours]  # Rec. 601 brightness
+    assert all(x > y for x, y in zip(luma, luma[1:]))  # one ramp, light to dark
+    # percentiles: each normalizer ran its own rates, so no setting has all three at one rate; the figure pairs
+    # them across rates by m (first and last m), not two lone BN panels
+    fig = percentiles_figure(report)
+    _check_axes_and_legend(fig)
+    _title_within_the_panels(fig)
+    assert fig.get_size_inches()[1] * 100 <= 1000
+    titles = [a.get_title().replace("\n", " ") for a in _visible(fig)]
+    assert len(titles) == 12 and "2 of 11 settings" in fig._suptitle.get_text()  # a second rate: a row of its own
+    for row, m in zip((titles[:6], titles[6:]), (2, 256)):
+        assert all(f"trainer.batch_size={m} " in t for t in row), row
+        assert ["bn=false" in t for t in row[:3]] == [True, False, False] and "bn.norm=layer" in row[2]
+
+
+@pytest.mark.slow  # renders figures (> 2.5 s of CPU)
+def test_accuracy_figure_steps_axis_is_linear_within_two_decades(cifar):
+    fig = accuracy_figure(build_report(cifar))  # 500 to 4,000 steps
+    assert {a.get_xscale() for a in _visible(fig)} == {"linear"}
+    assert not any("log axis" in a.get_xlabel() for a in _visible(fig))
+
+
+@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
+def test_percentile_figure_of_the_placement_study_pairs_before_and_after(tmp_path):
+    """Every run with BN, before or after g, in two models and two nonlinearities: each shown setting has BN
+    before and after side by side, the title wraps between words of the panels' width, not inside its paper
+    reference, and the figure fits a screen."""
+    import yaml
+
+    root = tmp_path / "placement"
+    for model in ("mlp", "cnn"):
+        for act in ("sigmoid", "relu"):
+            for pos in ("before", "after"):
+                d = make_run(root, f"{model},{act},{pos}", bn=True, lr=0.5, seed=0, knots=BN_05[0], model=model)
+                cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
+                cfg["bn"]["position"], cfg["act"] = pos, act
+                (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    fig = percentiles_figure(build_report(root))
+    _check_axes_and_legend(fig)
+    _title_within_the_panels(fig)
+    assert fig.get_size_inches()[1] * 100 <= 1000
+    axes = _visible(fig)
+    assert len(axes) == 8  # 2 of 4 settings, raw and relative, before and after
+    for left, right in zip(axes[::2], axes[1::2]):
+        assert "bn.position=before" in left.get_title() and "bn.position=after" in right.get_title()
+        assert left.get_title().split("bn.position")[0] == right.get_title().split("bn.position")[0]
+    assert "(Sec. 4.1, Fig. 1(b, c))" in fig._suptitle.get_text()

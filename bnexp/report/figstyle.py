@@ -218,5 +218,14 @@ def legend_title(*parts: str) -> str:
 
 
 def wrap_title(text: str, width: int) -> str:
-    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel)."""
-    return "\n".join(textwrap.wrap(text, width)) or text
+    """``text`` wrapped onto lines of at most ``width`` characters (titles that fit their panel), each line's own
+    line breaks kept; a parenthesis of at most half of ``width`` (a paper reference, "(Sec. 4.1, Fig. 1(b, c))")
+    is never broken inside, so a reference is not split over two lines."""
+    def glue(m: re.Match) -> str:
+        return m.group(0).replace(" ", "\0") if len(m.group(0)) <= width // 2 else m.group(0)
+
+    lines = []
+    for part in text.split("\n"):
+        glued = re.sub(r"\((?:[^()]|\([^()]*\))*\)", glue, part)
+        lines += [line.replace("\0", " ") for line in textwrap.wrap(glued, width)] or [part]
+    return "\n".join(lines) or text

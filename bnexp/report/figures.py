@@ -8,6 +8,7 @@ Colours, line styles, labels and paper references follow :mod:`bnexp.report.figs
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -16,9 +17,11 @@ import pandas as pd
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, legend_below, legend_label,
-                                   legend_title, pyplot, refs, schedule_keys_to_drop, style_note, styles, wrap_title)
-from bnexp.report.groups import KEY_ALIASES, ConfigGroup, format_value, pair_key, varying_keys
+from bnexp.report.figstyle import (LINESTYLE, SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, family_color,
+                                   legend_below, legend_label, legend_title, pyplot, refs, schedule_keys_to_drop,
+                                   style_note, styles, wrap_title)
+from bnexp.report.groups import (KEY_ALIASES, ConfigGroup, bn_variant, format_value, pair_key, sort_value,
+                                 varying_keys)
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
 from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
@@ -94,6 +97,88 @@ def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
     return shown, note, {g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}
 
 
+LOG_STEPS = 100  # a step axis is logarithmic when the last step is at least this many times the first evaluated one
+
+
+def log_steps(steps: list[list[int]], decades: float = LOG_STEPS) -> int | None:
+    """The linear threshold of a symmetric-log step axis when the configurations' evaluated ``steps`` (one list
+    per configuration) span at least ``decades`` (a ratio, 100: two decades) from the first evaluated step after 0
+    to the last, else None (a linear axis); the threshold is the power of ten at or below that first step, so the
+    ticks are 0 and whole decades. Sec. 4.1's Fig. 1(a) on a linear axis squeezes BN's lead into its first few percent
+    of the steps; a study whose runs end at 938 and 120,000 steps puts the short ones in one pixel."""
+    positive = [s for run in steps for s in run if s > 0]
+    if not positive or max(positive) < decades * min(positive):
+        return None
+    return 10 ** math.floor(math.log10(min(positive)) + 1e-9)
+
+
+def step_axis(ax, linthresh: int | None) -> None:
+    """Make ``ax``'s x axis the step axis: symmetric-log (linear from 0 to ``linthresh``, logarithmic beyond, step
+    0 still shown) with plain step numbers as ticks when ``linthresh`` is set (:func:`log_steps`), else linear."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xlabel(STEP_LABEL if linthresh is None else STEP_LABEL[:-1] + ", log axis)")
+    if linthresh is None:
+        ax.set_xscale("linear")
+    else:
+        ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+
+
+def accuracy_data(groups: list[ConfigGroup]) -> list[tuple]:
+    """Per configuration with metrics: (group, steps, mean %, max over seeds %, band low %, band high %,
+    [(steps, accuracy fraction) of each seed]); the band is :func:`bnexp.analysis.seed_bands.seed_band`'s."""
+    data = []
+    for g in groups:
+        band = seed_band(g.completed, "test_accuracy")
+        if len(band):
+            seeds = [per_seed(run, "test_accuracy") for run in sorted(g.completed, key=seed_order)]
+            top = pd.concat(seeds, axis=1).max(axis=1).reindex(band["step"]).to_numpy()
+            steps, mean, low, high = band_arrays(band)
+            data.append((g, steps.astype(int).tolist(), 100 * mean, 100 * top, 100 * low, 100 * high,
+                         [(s.index.tolist(), s.to_numpy()) for s in seeds if len(s)]))
+    return data
+
+
+def _draw_curves(panels, data: list[tuple], st: dict[str, Style], label_ax) -> None:
+    """Each configuration of ``data`` on every axes of ``panels``: its seeds light and thin, its band shaded, its
+    mean bold (labelled on ``label_ax`` only)."""
+    for g, steps, mean, _, low, high, seeds in data:
+        s = st[g.key]
+        for a in panels:
+            for seed_steps, acc in seeds:
+                a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.6, alpha=0.3)
+            a.fill_between(steps, low, high, color=s.color, alpha=0.25, linewidth=0)
+            a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
+                   label=f"{s.label} (n={len(g.completed)})" if a is label_ax else None)
+
+
+def _zoom_x(data: list[tuple], zr: tuple[float, float]) -> tuple[float, float]:
+    """(first, last) step of the zoomed panel: from the last evaluation before a curve enters the range ``zr``."""
+    first = [f for _, steps, mean, *_ in data
+             if (f := next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)) is not None]
+    last = max(d[1][-1] for d in data)
+    return (min(first) if first and min(first) < last else min(d[1][0] for d in data)), last
+
+
+def _set_zoom_x(zax, x0: float, last: float, linthresh: int | None) -> None:
+    """The zoomed panel's step axis from ``x0`` to ``last`` (a small margin each side): logarithmic as the whole
+    range's (``linthresh``, :func:`log_steps`) only where it spans two decades itself (MNIST's zoom, 3,000 to
+    30,000 steps, stays linear)."""
+    if linthresh is not None and last < LOG_STEPS * max(x0, 1):
+        linthresh = None
+        step_axis(zax, None)
+    if x0 >= last:
+        return
+    if linthresh is None:
+        zax.set_xlim(x0 - 0.02 * (last - x0), last + 0.02 * (last - x0))
+    else:
+        zax.set_xlim(x0 * 0.9, last * 1.1)
+
+
+ACCURACY_NOTE = "bold: mean over seeds, shaded: its 95% Student-t band, light: each seed"
+
+
 def accuracy_figure(report: Report):
     """Fig. 1(a) (Sec. 4.1) / Fig. 2 form (Sec. 4.2): test accuracy (%) vs training step. Per configuration a bold
     line, the mean over its completed seeds, in a shaded band, the 95% Student-t interval of that mean
@@ -102,61 +187,147 @@ def accuracy_figure(report: Report):
     thin line of the same colour behind them: the numbers of the sweep's aggregate TensorBoard runs
     (:mod:`bnexp.report.aggregate`), so the figure and TensorBoard's "over seeds" charts agree. A second panel zooms
     on the top of the range (:func:`zoom_range`) only when at least two configurations end inside it (else it would
-    show one curve); one legend below."""
+    show one curve); one legend below. The step axis is logarithmic where the steps span two decades
+    (:func:`log_steps`). More than :data:`MAX_LEGEND` configurations (a study's stage 2) go to one column of panels
+    per normalizer family instead (:func:`family_accuracy_figure`)."""
     plt = pyplot()
     shown, note, st = _shown(report)
-    data = []  # (group, steps, mean %, max %, low %, high %, [(steps, accuracy) of each seed])
-    for g in shown:
-        band = seed_band(g.completed, "test_accuracy")
-        if len(band):
-            seeds = [per_seed(run, "test_accuracy") for run in sorted(g.completed, key=seed_order)]
-            top = pd.concat(seeds, axis=1).max(axis=1).reindex(band["step"]).to_numpy()
-            steps, mean, low, high = band_arrays(band)
-            data.append((g, steps.astype(int).tolist(), 100 * mean, 100 * top, 100 * low, 100 * high,
-                         [(s.index.tolist(), s.to_numpy()) for s in seeds if len(s)]))
+    data = accuracy_data(shown)
+    if len(data) > MAX_LEGEND:
+        return family_accuracy_figure(report, data, note)
+    linthresh = log_steps([d[1] for d in data])
     zr = zoom_range([(list(mean), list(hi)) for _, _, mean, hi, *_ in data])
     zoom = zr is not None and sum(1 for d in data if d[2][-1] >= zr[0]) >= 2
     fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7.5, 5.2), squeeze=False)
     ax, panels = axes[0][0], list(axes[0])
-    for g, steps, mean, _, low, high, seeds in data:
-        s = st[g.key]
-        for a in panels:
-            for seed_steps, acc in seeds:
-                a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.6, alpha=0.3)
-            a.fill_between(steps, low, high, color=s.color, alpha=0.25, linewidth=0)
-            a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
-                   label=f"{s.label} (n={len(g.completed)})" if a is ax else None)
+    _draw_curves(panels, data, st, ax)
     ax.set_title("whole range" if zoom else "", fontsize=9)
     if zr is None:
         ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
                 transform=ax.transAxes, fontsize=8)
-    elif zoom:
+    for a in panels:
+        step_axis(a, linthresh)
+    if zr is not None and zoom:
         zax = axes[0][1]
         zax.set_ylim(*zr)
-        # x from the last evaluation before a curve enters the zoomed range
-        first = [f for _, steps, mean, *_ in data
-                 if (f := next((steps[max(0, k - 1)] for k, m in enumerate(mean) if m >= zr[0]), None)) is not None]
-        last = max(d[1][-1] for d in data)
-        x0 = min(first) if first and min(first) < last else min(d[1][0] for d in data)
-        if x0 < last:
-            zax.set_xlim(x0 - 0.02 * (last - x0), last + 0.02 * (last - x0))
+        _set_zoom_x(zax, *_zoom_x(data, zr), linthresh)
         zax.set_title(f"top of the range (zoom): {zr[0]:.1f}-{zr[1]:.1f}%", fontsize=9)
         from matplotlib.patches import Rectangle
 
         x_lo, x_hi = zax.get_xlim()
         ax.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                linewidth=0.8, linestyle="-", label=None))
-    if data:  # a band of few seeds may reach past 100%: the axis stops there, as accuracy does
-        ax.set_ylim(top=min(ax.get_ylim()[1], 101.0))
+    if data:  # a band of few seeds may reach past 0% or 100%: the axis stops there, as accuracy does
+        ax.set_ylim(max(ax.get_ylim()[0], -1.0), min(ax.get_ylim()[1], 101.0))
     for a in panels:
-        a.set_xlabel(STEP_LABEL)
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
     fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}){note}", fontsize=10)
     legend_below(fig, *ax.get_legend_handles_labels(),
-                 title=legend_title("bold: mean over seeds, shaded: its 95% Student-t band, light: each seed",
-                                    style_note(report.groups)), top=0.97)
+                 title=legend_title(ACCURACY_NOTE, style_note(report.groups)), top=0.97)
     return fig
+
+
+FAMILY_ORDER = ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", None)
+
+
+def ramp_order(groups: list[ConfigGroup]) -> tuple[list[ConfigGroup], list[str]]:
+    """(``groups`` in ramp order, the keys that order them): the keys that vary among them (run-length keys that
+    follow another key left out, :func:`~bnexp.report.figstyle.schedule_keys_to_drop`), the one with the most
+    values first (the batch-size study's m), the rate ``lr`` last; values by
+    :func:`bnexp.report.groups.sort_value` (unset last)."""
+    keys = varying_keys(groups)
+    drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
+    keys = [k for k in keys if k not in drop]
+    count = {k: len({format_value(g.config.get(k)) for g in groups}) for k in keys}
+    keys = sorted(keys, key=lambda k: (k == "lr", -count[k]))
+    return sorted(groups, key=lambda g: [sort_value(g.config.get(k)) for k in keys]), keys
+
+
+def family_accuracy_figure(report: Report, data: list[tuple], note: str):
+    """Fig. 1(a) for a sweep of more configurations than one legend names (:data:`MAX_LEGEND`; the batch-size
+    study's 23): one column of panels per normalizer family (no BN, BN, noisy BN, LayerNorm, GroupNorm; ghost BN
+    with BN), the whole range on top and, where :func:`zoom_range` holds two configurations, the top of the range
+    under it; every panel on the same axes, so a family's curves compare with the next column's at a glance.
+    Within a family one sequential ramp of its colour, light to dark in the order of :func:`ramp_order` (the
+    batch-size study: m from 2 to 256; ghost BN dotted), labelled by the keys that vary within it; at most
+    :data:`MAX_LEGEND` per family (:func:`at_most`; the panel title says how many of how many). Curves as
+    :func:`accuracy_figure`'s."""
+    from matplotlib.patches import Rectangle
+
+    plt = pyplot()
+    by_family: dict = {}
+    for d in data:
+        by_family.setdefault(colour_family(d[0]), []).append(d)
+    families = [f for f in FAMILY_ORDER if f in by_family] + [f for f in by_family if f not in FAMILY_ORDER]
+    columns = []  # (family, its data in ramp order, the keys of the ramp, how many it has)
+    for fam in families:
+        mine = {d[0].key: d for d in by_family[fam]}
+        ordered, keys = ramp_order([d[0] for d in by_family[fam]])
+        kept = at_most(ordered)
+        columns.append((fam, [mine[g.key] for g in kept], keys, len(ordered)))
+    linthresh = log_steps([d[1] for d in data])
+    zr = zoom_range([(list(mean), list(hi)) for _, _, mean, hi, *_ in data])
+    zoom = zr is not None and sum(1 for d in data if d[2][-1] >= zr[0]) >= 2
+    ncol, nrow = len(columns), 2 if zoom else 1
+    labels = {}
+    for fam, rows, keys, _ in columns:
+        for g, *_ in rows:
+            labels[g.key] = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keys
+                                     if g.config.get(k) is not None) or legend_label(g)
+    chars = max(len(x) for x in labels.values()) + 6  # " (n=5)"
+    col_in = max(3.4, 0.065 * chars + 0.9)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(col_in * ncol, 2.7 * nrow + 0.9), squeeze=False, sharex="row",
+                             sharey="row")
+    for c, (fam, rows, keys, total) in enumerate(columns):
+        n = len(rows)
+        st = {g.key: Style(family_color(fam, 0.95 if n == 1 else 0.4 + 0.55 * i / (n - 1)),
+                           ":" if normalizer(g.config) == "ghost" else LINESTYLE[bn_variant(g)], None, labels[g.key])
+              for i, (g, *_) in enumerate(rows)}
+        panels = [axes[r][c] for r in range(nrow)]
+        _draw_curves(panels, rows, st, panels[0])
+        name = fam or "unknown normalizer"
+        panels[0].set_title(name + (f": {n} of {total} configurations" if n < total else ""), fontsize=9)
+        if zoom:
+            panels[1].set_title(f"{name}: top of the range (zoom)", fontsize=9)
+    for a in axes.flat:
+        step_axis(a, linthresh)
+        a.set_ylabel("test accuracy (%)")
+        a.grid(alpha=0.3)
+        a.tick_params(labelleft=True, labelbottom=True)
+    axes[0][0].set_ylim(max(axes[0][0].get_ylim()[0], -1.0), min(axes[0][0].get_ylim()[1], 101.0))
+    if zoom:
+        axes[1][0].set_ylim(*zr)
+        _set_zoom_x(axes[1][0], *_zoom_x(data, zr), linthresh)
+        for a in axes[0]:
+            x_lo, x_hi = axes[1][0].get_xlim()
+            a.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
+                                  linewidth=0.8, label=None))
+    width, height = fig.get_size_inches()
+    title = wrap_title(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}): one column per "
+                       f"normalizer, the same axes in each{note}", int(width * 12))
+    title += "\n" + wrap_title(f"{ACCURACY_NOTE}; light to dark in legend order", int(width * 12))
+    fig.suptitle(title, fontsize=10)
+    legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)],
+                          top=1 - (0.05 + 0.17 * (title.count("\n") + 1)) / height)
+    return fig
+
+
+def legends_below_columns(fig, columns: list[list], top: float = 1.0) -> None:
+    """One legend per column of panels (``columns``: each column's axes, top to bottom; the entries of its top
+    axes), one entry a line, under the column, outside every axes; the figure grows by the tallest legend."""
+    entries = [columns_ax[0].get_legend_handles_labels() for columns_ax in columns]
+    rows = max((len(labels) for _, labels in entries), default=0)
+    width_in, height_in = fig.get_size_inches()
+    legend_in = 0.15 + 0.19 * rows
+    fig.set_size_inches(width_in, height_in + legend_in)
+    bottom = legend_in / (height_in + legend_in)
+    fig.tight_layout(rect=(0, bottom, 1, 1 - (1 - top) * height_in / (height_in + legend_in)))
+    for ax_column, (handles, labels) in zip(columns, entries):
+        if handles:
+            box = ax_column[-1].get_position()
+            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=((box.x0 + box.x1) / 2, bottom),
+                       ncol=1, fontsize=8, frameon=False)
 
 
 def lowest_seed_shift(sweep: Sweep, group: ConfigGroup) -> Run | None:
@@ -198,8 +369,10 @@ def figure_rows(groups: list[ConfigGroup],
 
 def shown_rows(columns: list[str], rows: list[dict[str, ConfigGroup]]) -> list[dict[str, ConfigGroup]]:
     """The rows of the percentile figure: the settings with every BN variant of the sweep (no empty panel),
-    else all; at most :data:`MAX_PERCENTILE_ROWS`, spread over the settings in order (first, middle, last)."""
-    full = [r for r in rows if all(c in r for c in columns)] or rows
+    else those with the most variants (a row of BN alone is no comparison); at most :data:`MAX_PERCENTILE_ROWS`,
+    spread over the settings in order (first, middle, last)."""
+    most = max((len(r) for r in rows), default=0)
+    full = [r for r in rows if len(r) == most]
     if len(full) <= MAX_PERCENTILE_ROWS:
         return full
     picks = sorted({round(i * (len(full) - 1) / (MAX_PERCENTILE_ROWS - 1)) for i in range(MAX_PERCENTILE_ROWS)})
@@ -255,10 +428,15 @@ def percentiles_figure(report: Report):
     :func:`_percentile_panel`), each labelled on its y axis, y axis shared within a row; at most
     :data:`MAX_PERCENTILE_ROWS` settings, those with every variant (:func:`shown_rows`; the title says how many
     of how many), so the figure fits a screen. In a held-out sweep, the configurations of :func:`chosen_groups`
-    on their evaluation seeds, paired across rates."""
+    on their evaluation seeds, paired across rates; in another sweep too where no setting has every variant at
+    one rate (each normalizer on a grid of its own)."""
     plt = pyplot()
     groups, note, st = _shown(report)
     columns, rows = figure_rows(groups, ("lr",) if note else ())
+    if not note and not any(len(r) == len(columns) for r in rows):  # each variant at its own rates: pair across
+        across = figure_rows(groups, ("lr",))
+        if any(len(r) == len(across[0]) for r in across[1]):
+            columns, rows = across
     total, rows = len(rows), shown_rows(columns, rows)
     if not rows:
         fig, ax = plt.subplots(figsize=(6, 3))
