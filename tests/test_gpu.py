@@ -63,12 +63,8 @@ CNN = ["+experiment=bn_baseline", "data.verify_checksums=false"]
 def test_trainer_steps_make_no_host_sync(tmp_path, data_root, monkeypatch, overrides):
     """The trainer's own step (mini-batch drawn on the device, augmentation, forward, loss, backward, SGD,
     the train-loss observer) for 150 steps, across an epoch boundary, without one host synchronisation."""
-    from bnexp.train.measurements import Schedule
-
     t = _trainer(tmp_path, data_root, monkeypatch, overrides)
     assert t.data.train_x.is_cuda and t.sampler.perm.is_cuda
-    schedule = Schedule(t.measurements, t.max_steps)
-    schedule.reset(1)
     ctx = t._context()
     x, y, _ = t._next_batch()
     t._update(x, y)  # the first step initializes cuBLAS/cuDNN (which may synchronize)
@@ -78,8 +74,8 @@ def test_trainer_steps_make_no_host_sync(tmp_path, data_root, monkeypatch, overr
         for step in range(2, 152):
             ctx.x, ctx.y, ctx.epoch = t._next_batch()
             ctx.loss, ctx.logits, ctx.labels = t._update(ctx.x, ctx.y)
-            ctx.step = step
-            assert schedule.after_update(ctx) is None
+            t.step = ctx.step = step
+            assert t.measure_after_update(ctx) is None  # the step loop's own measuring (train loss observed)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert t.sampler.epoch >= 1

@@ -23,7 +23,7 @@ import pandas as pd
 
 from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer, option_text
 from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
-from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, METRICS, REACHED_TOL, SHIFT,
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, INFERENCE, METRICS, REACHED_TOL, SHIFT,
                                      SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
                                      read_records, read_summary)
 
@@ -42,6 +42,9 @@ SUMMARY_FIELDS = {"experiment": "experiment", "model": "model.name", "data": "da
                   "bn_noise": "bn.noise"}
 
 
+INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
+
+
 class ReportError(Exception):
     """A user-level problem with the report's input or output folder (exit code 2)."""
 
@@ -52,7 +55,8 @@ class Run:
     ``config`` used for grouping (from a config file when ``has_config``, else from the summary), the
     records of metrics.jsonl (with ``test_accuracy``), shift.jsonl and ics.jsonl (with ``kind``) by
     step, ``status`` (finished, diverged, failed or incomplete), ``seed`` (None when unknown), the
-    ``error`` of a failed run, and ``id``, its position in its :class:`Sweep` (column ``run``)."""
+    ``error`` of a failed run, ``inference`` ({kind: test accuracy} of inference_stats.json,
+    :func:`read_inference`) and ``id``, its position in its :class:`Sweep` (column ``run``)."""
 
     path: Path
     summary: dict
@@ -64,6 +68,7 @@ class Run:
     seed: int | None
     error: str | None = None
     ics: list[dict] = field(default_factory=list)
+    inference: dict = field(default_factory=dict)
     id: int = -1
 
     @property
@@ -243,7 +248,32 @@ def load_run(run_dir: Path) -> Run:
     except (TypeError, ValueError):
         seed = None
     return Run(run_dir, s, config, raw is not None, metrics, read_records(run_dir, SHIFT), status, seed, error,
-               read_records(run_dir, ICS, ("step", "kind")))
+               read_records(run_dir, ICS, ("step", "kind")), read_inference(run_dir))
+
+
+def read_inference(run_dir: Path) -> dict:
+    """{kind: test accuracy (fraction) or None} for each of :data:`INFERENCE_KINDS` from the run's
+    inference_stats.json (:mod:`bnexp.train.inference_eval` writes it; {} when absent). A file that is not a JSON
+    object, an ``accuracy`` that is not an object, or an accuracy that is not a number is a warning naming the file
+    and key, and counts as not evaluated."""
+    path = Path(run_dir) / INFERENCE
+    if not path.is_file():
+        return {}
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError):
+        res = None
+    if not isinstance(res, dict):
+        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", path)
+        res = {}
+    acc = res.get("accuracy") or {}
+    if not isinstance(acc, dict):
+        log.warning("%s: key accuracy is not an object of accuracies; ignored", path)
+        acc = {}
+    for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
+        log.warning("%s: key accuracy.%s is not a number; ignored", path, k)
+        acc = {**acc, k: None}
+    return {k: acc.get(k) for k in INFERENCE_KINDS}
 
 
 def seed_order(run: Run) -> tuple:
@@ -311,6 +341,17 @@ def _first(*values):
     return next((v for v in values if v is not None), None)
 
 
+def written_at(run_dir: Path) -> float:
+    """When the run last wrote its summary.json (its folder's time without one), seconds since the epoch; 0 when
+    unreadable."""
+    for p in (Path(run_dir) / SUMMARY, Path(run_dir)):
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
 def coordinates(runs: list[Run]) -> dict[str, list]:
     """The coordinates the designs vary, one value per run, each read once from the run's reduced config (else
     its summary.json): ``preset`` (the experiment preset, :func:`experiment_name`; None: a plain run), ``rate``
@@ -338,11 +379,15 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
 
     path, seed, status, error, the reduced config's keys, the summary's top-level fields (``summary.<f>``);
     ``m`` (mini-batch size), ``budget`` (trainer.max_steps, else the summary's max_steps or last step);
+    ``budget_set`` (the budget the run was given: trainer.max_steps, else the summary's max_steps; None without),
+    ``steps_done`` (the SGD steps it trained: the summary's step, else its last evaluation's, else 0) and
+    ``written`` (when it last wrote summary.json, else its folder's time; 0 when unreadable: :func:`written_at`);
     ``norm`` (the normalizer code, :func:`bnexp.analysis.rules.normalizer`); the designs' :func:`coordinates`
     (preset, rate, ghost, groups, momentum, position, nonlinearity, net, depth, wall_time_s); ``max_test_accuracy``
     (the best evaluation of metrics.jsonl, else summary ``best_test_accuracy``), ``final_test_accuracy``
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
-    1 / NUM_CLASSES for a diverged run, and ``left_chance`` (completed and above CHANCE): the chance rule of
+    1 / NUM_CLASSES for a diverged run, ``inference.<kind>`` (the run's :func:`read_inference` accuracies, None
+    when not evaluated), and ``left_chance`` (completed and above CHANCE): the chance rule of
     :mod:`bnexp.analysis.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
     the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
     and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
@@ -355,6 +400,11 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
                        index=t.index, dtype=object)  # ints stay ints where a run lacks the value
     t["budget"] = pd.Series([_first(r.config.get("trainer.max_steps"), r.summary.get("max_steps"),
                                     r.summary.get("step")) for r in runs], index=t.index, dtype=object)
+    t["budget_set"] = pd.Series([r.config.get("trainer.max_steps", r.summary.get("max_steps")) for r in runs],
+                                index=t.index, dtype=object)
+    t["steps_done"] = pd.Series([float(_first(r.summary.get("step"), r.metrics[-1].get("step") if r.metrics else None)
+                                       or 0) for r in runs], index=t.index, dtype=float)
+    t["written"] = pd.Series([written_at(r.path) for r in runs], index=t.index, dtype=float)
     t["norm"] = [normalizer(r.config) for r in runs]
     for name, values in coordinates(runs).items():
         t[name] = pd.Series(values, index=t.index, dtype=object)  # Python values as read: 2 stays 2, None None
@@ -368,6 +418,8 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
         by_run.agg(lambda s: s.iloc[-1]).reindex(t.index)).mask(diverged, 1 / NUM_CLASSES)
     train = numeric(metrics.get("train_accuracy", pd.Series(index=metrics.index, dtype=float))).set_axis(metrics.index)
     t["final_train_accuracy"] = train.groupby(metrics["run"]).last().reindex(t.index).mask(diverged, 1 / NUM_CLASSES)
+    for k in INFERENCE_KINDS:
+        t[f"inference.{k}"] = pd.Series([r.inference.get(k) for r in runs], index=t.index, dtype=object)
     done = t["status"].isin(COMPLETE_STATUSES)
     t["left_chance"] = done & (t["max_test_accuracy"] > CHANCE)
     for target in targets:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from pathlib import Path
 
 import pandas as pd
 
@@ -43,13 +42,14 @@ OBJECTIVES = {"batch_size": ("steps", "accuracy"), "inference_statistics": ("acc
               "normalizer": ("steps",), "depth": ("steps", "accuracy")}
 
 
-def cells(sweep, target: float, extra=None) -> pd.DataFrame:
+def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataFrame:
     """The completed runs (finished or diverged, with a seed) of the per-run table of ``sweep``
     (:class:`bnexp.analysis.runs.Sweep`; its :func:`bnexp.analysis.runs.coordinates` and numbers, nothing read
     again), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
     model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
-    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the columns ``extra(path)`` returns (a dict, from the run folder ``path``),
+    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the table's columns ``extra``
+    names ({table column: its name here}, e.g. inference.batch -> acc_batch),
     and final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
     naming it."""
     t, reach, rows = sweep.table, sweep.reach(target), []
@@ -67,8 +67,8 @@ def cells(sweep, target: float, extra=None) -> pd.DataFrame:
             "depth": row["depth"], "budget": row["budget"], "final": optional(row["final_test_accuracy"]),
             "steps": optional(reach.loc[rid, "steps"], int), "left_chance": bool(row["left_chance"]),
             "wall_time_s": row["wall_time_s"],
-            **(extra(Path(row["path"])) if extra else {})})
-    out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (rows[0] if rows else {}) if k not in CELL_COLUMNS])
+            **{name: row[col] for col, name in (extra or {}).items()}})
+    out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (extra or {}).values() if k not in CELL_COLUMNS])
     return out.assign(final_test_accuracy=out["final"])
 
 

@@ -284,8 +284,9 @@ def write_sweep_aggregates(sweep_dir: Path) -> list[Path]:
     one run per configuration and seed)."""
     from bnexp.report.duplicate_seeds import drop_duplicate_seeds
 
-    groups = group_runs(load_sweep(find_run_dirs(Path(sweep_dir))).runs)
-    drop_duplicate_seeds(groups)
+    sweep = load_sweep(find_run_dirs(Path(sweep_dir)))
+    groups = group_runs(sweep.runs)
+    drop_duplicate_seeds(groups, sweep.table)
     return write_aggregates(Path(sweep_dir), groups)
 
 

@@ -179,7 +179,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
                           f"{sweep_dir}.")
     targets = sorted(targets) if targets else default_targets(sweep.runs)
     groups = group_runs(sweep.runs)
-    duplicates = drop_duplicate_seeds(groups)  # one count per (configuration, seed)
+    duplicates = drop_duplicate_seeds(groups, sweep.table)  # one count per (configuration, seed)
     if duplicates:
         kept = {id(r) for g in groups for r in g.runs}
         sweep = sweep_of([r for r in sweep.runs if id(r) in kept])

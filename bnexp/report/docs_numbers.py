@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bnexp.report.docs_views import VIEWS, ViewDataError
+from bnexp.report.fmt import macro
 from bnexp.analysis.runs import ReportError
 
 OPEN = re.compile(r"^\s{0,3}<!--\s*bnexp:numbers\b(?P<attrs>.*?)-->\s*$")
@@ -67,9 +68,9 @@ class Block:
 
 
 def pending_text(source: str) -> str:
-    """The one sentence a block holds while its ``source`` does not exist yet."""
-    return (f"_Pending: `{source}` does not exist yet (its sweep has not run to the end); "
-            f"`{UPDATE_HINT}` writes this block from it once it does._")
+    """The one sentence a block holds while its ``source`` does not exist yet (templates/docs_numbers.md.j2's
+    ``pending``)."""
+    return macro("pending", source, UPDATE_HINT, template="docs_numbers.md.j2")
 
 
 def _rel(path: Path, root: Path) -> str:

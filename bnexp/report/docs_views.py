@@ -52,20 +52,19 @@ def _text(name: str, **d) -> str:
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
-def speedup_range_text(m: dict, bounds: dict[str, str] | None = None) -> str:
-    """``speedup_per_seed`` as "per seed 3.50x-4.50x", "seed 0: 4.00x" (one seed), with "; not reached in
-    seed 1" for seeds without a value and "; seed 1: >= 4.50x" for each value that is a bound (``bounds``:
-    :func:`bnexp.report.frontier_text.seed_bounds`); "" without per-seed values."""
+def seed_speedups(m: dict, bounds: dict[str, str] | None = None) -> dict:
+    """``speedup_per_seed`` of a matched-accuracy entry ``m`` as the README's headline words it (the macro
+    ``seed_range`` of templates/docs_views.md.j2): {"range": (lowest, highest) of several seeds' values, else None;
+    "seeds": [(seed, value, bound)] of the one seed with a value, or of every seed whose value is a bound
+    (``bounds``: :func:`bnexp.report.frontier_text.seed_bounds`); "missing": the seeds without a value}, seeds in
+    numeric order."""
     per = {str(k): v for k, v in (m.get("speedup_per_seed") or {}).items()}
     vals, bounds = {k: v for k, v in per.items() if v is not None}, bounds or {}
     in_order = lambda keys: sorted(keys, key=lambda k: (len(k), k))  # noqa: E731 (seed 2 before seed 10)
-    if len(vals) == 1:
-        parts = [f"seed {k}: {speedup_text(v, bounds.get(k))}" for k, v in vals.items()]
-    else:
-        parts = [f"per seed {min(vals.values()):.2f}x-{max(vals.values()):.2f}x"] if vals else []
-        parts += [f"seed {k}: {speedup_text(vals[k], bounds[k])}" for k in in_order(bounds) if k in vals]
-    missing = in_order(k for k, v in per.items() if v is None)
-    return "; ".join(parts + ([f"not reached in seed {', '.join(missing)}"] if missing else []))
+    one = len(vals) == 1
+    return {"range": (min(vals.values()), max(vals.values())) if vals and not one else None,
+            "seeds": [(k, vals[k], bounds.get(k)) for k in (vals if one else in_order(bounds)) if k in vals],
+            "missing": in_order(k for k, v in per.items() if v is None)}
 
 
 @view("cifar_headline")
@@ -75,7 +74,7 @@ def cifar_headline(report: dict) -> str:
     the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``)."""
     ma, x5 = need(report, "matched_accuracy"), need(report, "matched_accuracy", "bn_x5")
     presets = [(p, ma[p], speedup_text(ma[p]["speedup"], headline_bound(report, p)),
-                speedup_range_text(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
+                seed_speedups(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
     n = len({r.get("seed") for r in report.get("frontier") or []}) or None
     return _text("cifar_headline", x5=x5, n=n, presets=presets)
 

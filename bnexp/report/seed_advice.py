@@ -13,6 +13,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from bnexp.report.claims import MIN_SEEDS
+from bnexp.report.fmt import macro
 from bnexp.runfolders.unfinished import unfinished_advice
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
@@ -150,7 +151,8 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     (:func:`grid_commands`). A ``ladder`` sweep (scripts/reproduce_cifar.sh's Sec. 4.2 frontier) is completed by
     that script. In a held-out sweep (``tuning_seeds``), a tuning configuration lacks its missing tuning seeds
     (:func:`seeds_to_add`). An unfinished sweep gets the command that resumes it instead
-    (:func:`bnexp.runfolders.unfinished.unfinished_advice`): seeds are advised only once every run completed."""
+    (:func:`bnexp.runfolders.unfinished.unfinished_advice`): seeds are advised only once every run completed. The
+    words are templates/seed_advice.md.j2's."""
     unfinished = unfinished_advice([r for g in groups for r in g.runs], sweep_dir)
     if unfinished is not None:
         return unfinished
@@ -160,28 +162,18 @@ def seed_advice(groups, sweep_dir: Path, ladder: bool = False, min_seeds: int = 
     seeds = [sorted({r.seed for r in g.completed if r.seed is not None}) for g in short]
     adds = [tuple(seeds_to_add(have, min_seeds, tuning_seeds)) for have in seeds]
     add, one_set = sorted({s for a in adds for s in a}), len(set(adds)) == 1
-    names = "; ".join(f"{g.label} has {len(g.completed)} seed{'' if len(g.completed) == 1 else 's'}"
-                      + (f" ({', '.join(map(str, have))})" if have else "") for g, have in zip(short[:3], seeds))
-    names += f"; and {len(short) - 3} more configurations" if len(short) > 3 else ""
+    x = {"min_seeds": min_seeds, "short": [(g.label, len(g.completed), have) for g, have in zip(short[:3], seeds)],
+         "more": max(len(short) - 3, 0), "add": add, "one_set": one_set, "ladder": ladder, "command": None,
+         "commands": None, "last_call": None, "max_commands": MAX_COMMANDS, "sweep_dir": shlex.quote(str(sweep_dir))}
     if ladder:
-        how = "`" + ladder_seed_command(groups, add, sweep_dir) + "`" + (
-            " (with the Hydra overrides the sweep ran with, if any; it skips the finished runs, reruns the rungs "
-            "the ladders ran for each extra seed, and the ladders' decisions keep their seeds)")
+        x["command"] = ladder_seed_command(groups, add, sweep_dir)
     else:
         task = read_sweep_overrides(sweep_dir)
         sweep = None if task is None else _values(task)
         jobs = [own_overrides(g) for g in short]
-        last_call = all(from_last_call(job, sweep) for job in jobs)
-        if last_call and (one_set or None in jobs):
-            how = sweep_command(sweep_dir, add, task)
+        x["last_call"] = all(from_last_call(job, sweep) for job in jobs)
+        if x["last_call"] and (one_set or None in jobs):
+            x["command"] = sweep_command(sweep_dir, add, task)
         else:
-            cmds = grid_commands(jobs, seeds, sweep_dir, min_seeds, tuning_seeds)
-            why = ("the configurations lack different seeds (one command for all would retrain seeds some have)"
-                   if last_call else
-                   "this folder holds several bnexp train -m calls and multirun.yaml has only the last one's")
-            how = (why + ", so run " + ("these" if len(cmds) > 1 else "this") + ": " + "; ".join(cmds[:MAX_COMMANDS])
-                   + (f" (and {len(cmds) - MAX_COMMANDS} more: each run's .hydra/overrides.yaml holds its overrides)"
-                      if len(cmds) > MAX_COMMANDS else ""))
-    return (f"Too few seeds for a verdict ({min_seeds} completed seeds per configuration needed): {names}. Add "
-            + (f"seed={','.join(map(str, add))}" if one_set or ladder else "the seeds each lacks")
-            + f": {how}, then bnexp report {shlex.quote(str(sweep_dir))}.")
+            x["commands"] = grid_commands(jobs, seeds, sweep_dir, min_seeds, tuning_seeds)
+    return macro("advice", x, None, template="seed_advice.md.j2")

@@ -1,16 +1,18 @@
 """The claims of the five studies (docs/studies/), fixed in study_claims.yaml (its header states the thresholds)
 and docs/studies/NAME.md before any run, and how each study's sweep is turned into per-seed values, claim
-rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`,
-:data:`PLACEMENT_CLAIMS`); seeds are paired: seed s of one configuration with seed s of the other.
+rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`;
+:data:`PLACEMENT_CLAIMS` names the placement study's by model and g); seeds are paired: seed s of one configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
-for :func:`study_section`.
+for :func:`study_section`, its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
+(:func:`finding_text`).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import yaml
@@ -19,8 +21,8 @@ from bnexp.analysis.tuning import EVERY_SEED, HELD_OUT
 from bnexp.report.best_rate import edge_of
 from bnexp.analysis.interval import seed_interval, seed_values
 from bnexp.report.claims import Claim
-from bnexp.report.fmt import short_text
-from bnexp.analysis.runs import is_number
+from bnexp.report.fmt import macro, short_text
+from bnexp.analysis.runs import INFERENCE_KINDS
 from bnexp.analysis.rules import NORMALIZERS
 from bnexp.report.study_section import (CHANCE_POINTS, MARKER, config_rows, diff_claim, differences, per_seed,
                                         ratio_claim, ratios, read_marker, single_claim)
@@ -33,11 +35,8 @@ STUDY_CLAIMS = {study: {k: Claim(n, q, d, CHANCE_POINTS if t == "chance" else fl
                 for study, c in yaml.safe_load(Path(__file__).with_name("study_claims.yaml").read_text()).items()}
 C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS_ADV_60": its Claim, ...
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
-PLACEMENT_CLAIMS = {  # BN before vs after g, each position at its best rate
-    (model, act): Claim(f"{model.upper()} {act}: BN before g reaches {100 * t:g}% in fewer steps than BN after g",
-                        f"steps to {100 * t:g}%, after / before, each at its best rate ({model.upper()}, {act})",
-                        ">", 1.0)
-    for model, act in PLACEMENT_CASES for t in [CNN_TARGET if model == "cnn" else TARGET]}
+PLACEMENT_CLAIMS = {(model, act): C[f"PL_{model}_{act}".upper()]  # BN before vs after g, each at its best rate
+                    for model, act in PLACEMENT_CASES}
 
 
 # --- batch_size --------------------------------------------------------------------------------------------
@@ -69,11 +68,8 @@ def analyze_batch_size(sweep) -> dict:
         ivs = {m: iv for m, iv in ivs.items() if iv is not None}
         holds = [str(m) for m, iv in ivs.items() if iv.side_of(1.0) == "above"]
         if ivs:
-            findings.append(f"Examples to 95%, {label} / BN (geometric mean [95% t interval on log ratios]; a run "
-                            f"that never reached 95% counts as its {examples:,} examples, a bound): "
-                            f"{'; '.join(f'm = {m}: {short_text(iv)}' for m, iv in ivs.items())}. BN needs fewer "
-                            f"examples than {label} (interval above 1) at "
-                            f"m = {', '.join(holds) if holds else 'none of these'}.")
+            findings.append({"kind": "examples_ratio", "label": label, "examples": examples,
+                             "intervals": list(ivs.items()), "holds": holds})
     lr = [("lr", "lr")] if sel.held_out else []  # held out: the evaluation runs at each chosen rate
     table = config_rows(sel.scored, ["norm", "ghost", "m"] + [k for k, _ in lr], TARGET, unit="examples")
     return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
@@ -85,25 +81,6 @@ def analyze_batch_size(sweep) -> dict:
 
 # --- inference_statistics ----------------------------------------------------------------------------------
 
-INFERENCE_KINDS = ("batch", "ema", "population")  # the test accuracies of inference_stats.json
-
-
-def _inference_extra(path: Path) -> dict:
-    from bnexp.train.inference_eval import RESULT, read_result
-
-    res = read_result(path)
-    if res is None and (path / RESULT).is_file():
-        log.warning("%s: not a readable JSON object; ignored (the run counts as not evaluated)", path / RESULT)
-    acc = (res or {}).get("accuracy") or {}
-    if not isinstance(acc, dict):
-        log.warning("%s: key accuracy is not an object of accuracies; ignored", path / RESULT)
-        acc = {}
-    for k in [k for k in INFERENCE_KINDS if acc.get(k) is not None and not is_number(acc[k])]:
-        log.warning("%s: key accuracy.%s is not a number; ignored", path / RESULT, k)
-        acc = {**acc, k: None}
-    return {f"acc_{k}": acc.get(k) for k in INFERENCE_KINDS}
-
-
 def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
     """{seed: 100 * (acc_a - acc_b)} (points; |.| with ``absolute``)."""
     out = differences(per_seed(frame, f"acc_{a}"), per_seed(frame, f"acc_{b}"), 100)
@@ -112,10 +89,9 @@ def _gap(frame: pd.DataFrame, a: str, b: str, absolute: bool = False) -> dict:
 
 def analyze_inference_statistics(sweep) -> dict:
     """The inference_statistics study: batch-statistics, moving-average and Alg. 2 test accuracy per m and
-    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`), :data:`STUDY_CLAIMS`."""
-    c = cells(sweep, TARGET, _inference_extra)
-    acc = [f"acc_{k}" for k in INFERENCE_KINDS]
-    c = c.reindex(columns=[*c.columns, *(k for k in acc if k not in c)])  # no completed run: no acc_ columns yet
+    momentum (``inference_stats.json`` of each run, :mod:`bnexp.train.inference_eval`, as the per-run table's
+    ``inference.<kind>`` columns: :func:`bnexp.analysis.runs.read_inference`), :data:`STUDY_CLAIMS`."""
+    c = cells(sweep, TARGET, {f"inference.{k}": f"acc_{k}" for k in INFERENCE_KINDS})
     c = c[c["norm"] == "batch"]
     sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
     scored, missing = sel.scored, None
@@ -145,10 +121,9 @@ def analyze_inference_statistics(sweep) -> dict:
         row["pop_minus_ema"] = seed_interval(list(_gap(g, "population", "ema").values()))
     findings = []
     for mom in sorted(scored["momentum"].dropna().unique(), reverse=True):
-        parts = [f"m = {int(m)}: {short_text(seed_values(_gap(at(int(m), float(mom)), 'ema', 'batch'))[2])}"
-                 for m in sorted(scored["m"].unique())]
-        findings.append(f"Moving-average minus batch-statistics test accuracy (points, mean [95% t interval]), "
-                        f"momentum {float(mom):g}: {'; '.join(parts)}.")
+        findings.append({"kind": "inference_gap", "momentum": float(mom),
+                         "intervals": [(int(m), seed_values(_gap(at(int(m), float(mom)), "ema", "batch"))[2])
+                                       for m in sorted(scored["m"].unique())]})
     return {"title": "Train-mode vs inference-mode statistics",
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
             **sel.record(),
@@ -179,16 +154,13 @@ def _mark_best(table: list[dict], best: dict, keys: list[str]) -> list[dict]:
     return table
 
 
-def _best_rate_findings(best: dict, label) -> list[str]:
-    out = []
-    for combo, (_, lr, rule, grid) in best.items():
-        if lr is None:
-            out.append(f"{label(combo)}: {rule if rule != 'no runs' else 'no completed runs'}.")
-            continue
-        e = edge_of(lr, grid)  # a better rate may lie outside the grid (docs/studies/README.md)
-        edge = f"; the {e} rate of its grid, so a {e[:-3]}er one might be better" if e else ""
-        out.append(f"{label(combo)}: {'rate' if rule == HELD_OUT else 'best rate'} {lr:g} ({rule}{edge}).")
-    return out
+def _best_rate_findings(best: dict, study: str) -> list[dict]:
+    """One finding per family of ``best`` (:func:`_families`) of ``study``: its rate, how it was picked and the
+    grid's edge it sits at (a better rate may lie outside the grid, docs/studies/README.md); the words are
+    templates/study_findings.md.j2's ``best_rate``."""
+    return [{"kind": "best_rate", "study": study, "family": combo, "lr": lr, "rule": rule,
+             "held_out": rule == HELD_OUT, "edge": None if lr is None else edge_of(lr, grid)}
+            for combo, (_, lr, rule, grid) in best.items()]
 
 
 def analyze_placement(sweep) -> dict:
@@ -204,7 +176,7 @@ def analyze_placement(sweep) -> dict:
     return {"title": "BN before or after the nonlinearity", "target": TARGET,
             "claims": claims, "table": _mark_best(table, best, ["model", "act", "position"]), "cells": c,
             **sel.record(),
-            "findings": _best_rate_findings(best, lambda k: f"{k[0].upper()} {k[1]}, BN {k[2]} g"),
+            "findings": _best_rate_findings(best, "placement"),
             "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
                         ("seeds", "seeds"), ("final", "final test acc (%)"),
                         ("to_target_text", "steps to target (reached); MLP 95%, CNN 97%")]}
@@ -218,13 +190,12 @@ def analyze_normalizer(sweep) -> dict:
     b = {k[0]: v[0] for k, v in best.items()}
     claims = [ratio_claim(C["NM_BN"], b["none"], b["batch"]), ratio_claim(C["NM_LN"], b["none"], b["layer"]),
               ratio_claim(C["NM_BN_LN"], b["layer"], b["batch"]), ratio_claim(C["NM_BN_GN"], b["group"], b["batch"])]
-    findings = _best_rate_findings(best, lambda k: NORMALIZERS[k[0]])
+    findings = _best_rate_findings(best, "normalizer")
     means = {k: b[k]["steps"].astype(float).mean() if len(b[k]) and b[k]["steps"].notna().all() else None
              for k in b}
     if all(means[k] is not None for k in ("none", "batch", "layer")) and means["none"] > means["batch"]:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
-        findings.append(f"Of the steps BN saves over no BN (each at its best rate, seed means), LayerNorm saves "
-                        f"{100 * share:.0f}% without batch statistics.")
+        findings.append({"kind": "layernorm_share", "share": share})
     return {"title": "Batch vs layer vs group normalization vs none", "target": TARGET, "claims": claims,
             "table": _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"]),
             "findings": findings, "cells": c, **sel.record(),
@@ -251,13 +222,11 @@ def analyze_depth(sweep) -> dict:
               ratio_claim(C["DP_ADV_6"], best[(6, "none")][0], best[(6, "batch")][0]),
               ratio_claim(C["DP_BN_SLOWDOWN"], best[(12, "batch")][0], best[(3, "batch")][0])]
     table = _mark_best(config_rows(sel.scored, ["depth", "norm", "lr"], TARGET), best, ["depth", "norm"])
-    findings = _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths},
-                                   lambda k: f"{k[0]} layers, {NORMALIZERS[k[1]]}")
+    findings = _best_rate_findings({k: v for k, v in best.items() if not v[0].empty or k[0] in depths}, "depth")
     plain = best[(6, "none")][0]
     if len(plain) and plain["steps"].isna().all():
         budget = int(pd.to_numeric(plain["budget"]).max())
-        findings.append(f"At 6 layers no BN never reached 95% within {budget:,} steps, so no BN / BN is a lower "
-                        f"bound set by that budget (no BN's steps count as {budget:,}), not a measured speedup.")
+        findings.append({"kind": "depth_bound", "budget": budget})
     return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
             "claims": claims, "table": table, "cells": c, "findings": findings,
             **sel.record(),
@@ -301,6 +270,13 @@ def attach_choices(sec: dict, sweep_dir: Path) -> None:
         row["choices"] = [tuning[r]["choice"] for r in rests if r in tuning and tuning[r].get("choice")]
 
 
+def finding_text(x: dict) -> str:
+    """The sentence of one finding ``x`` ({"kind", its numbers}, from an ``analyze_NAME``): the macro ``x["kind"]``
+    of templates/study_findings.md.j2."""
+    return macro(x["kind"], x, SimpleNamespace(short_text=short_text, NORMALIZERS=NORMALIZERS),
+                 template="study_findings.md.j2")
+
+
 ANALYSES = {"batch_size": analyze_batch_size, "inference_statistics": analyze_inference_statistics,
             "placement": analyze_placement, "normalizer": analyze_normalizer, "depth": analyze_depth}
 STUDY_FIGURES = {name: f"study_{name}.png" for name in ANALYSES}  # the figure of each study's report
@@ -322,6 +298,7 @@ def study_section(sweep_dir: Path, sweep) -> dict | None:
         log.warning("%s names the unknown study %r; no study section", Path(sweep_dir) / MARKER, name)
         return None
     sec = ANALYSES[name](sweep)
+    sec["findings"] = [finding_text(x) for x in sec["findings"]]
     attach_choices(sec, sweep_dir)
     frame = sec.pop("cells")
     times = pd.to_numeric(frame["wall_time_s"], errors="coerce").dropna()

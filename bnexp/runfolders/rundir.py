@@ -54,6 +54,7 @@ HYDRA_CONFIG = ".hydra/config.yaml"
 OVERRIDES = ".hydra/overrides.yaml"
 SUMMARY = "summary.json"
 METRICS, SHIFT, ICS = "metrics.jsonl", "shift.jsonl", "ics.jsonl"
+INFERENCE = "inference_stats.json"  # the test accuracies in each mode of normalization (bnexp.train.inference_eval)
 CHECKPOINT = "checkpoint.pt"
 # The timed probes: summary.json's ``probe_time_s`` has one entry (seconds) per kind, in this order.
 PROBE_KINDS = ("eval", "monitor", "grad_ics", "landscape")

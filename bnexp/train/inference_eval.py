@@ -38,7 +38,7 @@ from bnexp.nets.datasets import BatchSampler, load_data
 from bnexp.nets.models import build_model
 from bnexp.train.checkpoint import load_checkpoint
 
-RESULT = "inference_stats.json"
+RESULT = rundir.INFERENCE
 POPULATION_EXAMPLES = 10_000
 ORDER_SEED = 12345  # the test images' order for the batch-statistics evaluation (the same for every run)
 MODES = ("batch", "ema", "population")

@@ -2,9 +2,9 @@
 
 A measurement (:class:`Measurement`; the run's own are in :mod:`bnexp.train.measurements`) has
 
-* ``every`` -- its cadence in steps (0: never), ``phase`` -- ``"before"`` or ``"after"``
-  the update, ``at_end`` -- also due at the last step, ``at_start`` -- also taken once
-  before the first step of a fresh run;
+* ``every`` -- its cadence in steps (0: never), ``at_end`` -- also due at the last step
+  (:meth:`~Measurement.due`); whether it is taken before or after the update, and at step 0 of a
+  fresh run, is where the step loop names it;
 * :meth:`~Measurement.before_update` / :meth:`~Measurement.after_update` -- the work at a
   due step; :meth:`~Measurement.observe` -- a cheap look at every step (the train loss);
 * :meth:`~Measurement.state_dict` / :meth:`~Measurement.load_state_dict` -- whatever it
@@ -38,8 +38,6 @@ from torch import nn
 
 from bnexp.errors import Diverged
 from bnexp.train.distributed import Replicas
-
-NEVER = float("inf")
 
 
 @dataclass(eq=False)
@@ -89,7 +87,8 @@ class StepContext:
 
 
 class Measurement:
-    """Base class: a measurement taken every ``every`` steps, before or after the update.
+    """Base class: a measurement taken every ``every`` steps, before or after the update (where the step loop,
+    :meth:`bnexp.train.trainer.Trainer.measure_after_update` and its siblings, names it).
 
     Args:
         every: cadence in steps; 0 means never.
@@ -97,9 +96,9 @@ class Measurement:
     Class attributes:
         name: key of the measurement (in checkpoints; in ``summary.json`` ``probe_time_s``
             when ``timed``).
-        phase: ``"after"`` (default) -- called after the update of step s with s the new step
-            count; ``"before"`` -- called before the update that makes step s, with its mini-batch.
-        at_start: also taken (by :meth:`start`) before the first step of a fresh run.
+        phase: ``"after"`` (default) -- taken after the update of step s with s the new step count;
+            ``"before"`` -- before the update that makes step s, with its mini-batch (the hook the step loop
+            calls it by; tests/test_step_loop.py checks the loop's lines against it).
         at_end: also due at the last step (``trainer.max_steps``).
         timed: its seconds are reported separately from the training time.
         all_replicas: taken on every data-parallel replica (it has a collective part);
@@ -108,7 +107,6 @@ class Measurement:
 
     name = "measurement"
     phase = "after"
-    at_start = False
     at_end = False
     timed = False
     all_replicas = False
@@ -120,15 +118,9 @@ class Measurement:
         """Whether it is due at ``step`` (for ``before`` measurements: the step the update will make)."""
         return (self.every > 0 and step % self.every == 0) or (self.at_end and step == max_steps)
 
-    def next_due(self, step: int, max_steps: int) -> float:
-        """The first step after ``step`` at which it may be due (``NEVER`` if none); may be early, never late."""
-        nxt = (step // self.every + 1) * self.every if self.every > 0 else NEVER
-        if self.at_end and step < max_steps:
-            nxt = min(nxt, max_steps)
-        return nxt
-
     def start(self, ctx: StepContext) -> None:
-        """Taken once before the first step of a fresh run (only if ``at_start``)."""
+        """Taken once before the first step of a fresh run (where the step loop names it:
+        :meth:`bnexp.train.trainer.Trainer.measure_start`)."""
 
     def before_update(self, ctx: StepContext) -> None:
         """Work before the update that makes step ``ctx.step + 1``, on its mini-batch ``ctx.x``, ``ctx.y``."""
@@ -158,10 +150,7 @@ class Schedule:
     which does what every measurement needs around its work: rank 0 alone calls it unless it is
     ``all_replicas``; the first time anything is due in a phase, the replicas' ``sync`` (after the
     update) and the ``probes`` context; its seconds when ``timed``; and a :class:`Diverged` it raises
-    skips the later measurements of that phase and is handed back. :meth:`start`, :meth:`before_update`,
-    :meth:`after_update` and :meth:`finish` are the same calls for any list of measurements, each taken
-    in list order where its own :meth:`Measurement.due` says (the measurement tests drive a schedule so;
-    the trainer names its five instead).
+    skips the later measurements of that phase and is handed back.
 
     Every replica takes the same steps as due -- where the loop may run a collective (averaging
     per-replica BN statistics) -- whether or not it calls the measurement itself.
@@ -178,9 +167,6 @@ class Schedule:
             averages per-replica BN statistics there, so the measurements see their average).
 
     Attributes:
-        next_before / next_after: after :meth:`reset`, the next step (count after the update) at which a
-            ``before`` / ``after`` measurement of the list may be due (for :meth:`before_update` and
-            :meth:`after_update`).
         due_at: the last step at which a ``before`` or ``after`` measurement was due (-1: none yet):
             the same steps on every replica, where the replicas may read what they agreed on.
         pending: a :class:`Diverged` found before the update, handed over after it.
@@ -192,13 +178,9 @@ class Schedule:
         self.all = list(measurements)
         self.max_steps = int(max_steps)
         self.calls = [m for m in self.all if is_main or m.all_replicas]
-        self.before = [m for m in self.all if m.phase == "before"]
-        self.after = [m for m in self.all if m.phase == "after"]
-        self.observers = [m for m in self.calls if type(m).observe is not Measurement.observe]
         self.probe_time = probe_time if probe_time is not None else {}
         self.probes = probes or contextlib.nullcontext
         self.sync = sync
-        self.next_before = self.next_after = NEVER
         self.due_at = -1  # the last step at which a measurement was due (on every replica alike)
         self.pending: Diverged | None = None  # found before the update, handed over after it
         self._takings: dict[str, Taking] = {}
@@ -217,60 +199,6 @@ class Schedule:
         """The :class:`Diverged` found before this step's update (then forgotten), else None."""
         diverged, self.pending = self.pending, None
         return diverged
-
-    def reset(self, step: int) -> None:
-        """Compute the next due steps from ``step`` (at the start or after a resume)."""
-        self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
-        self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
-
-    def start(self, ctx: StepContext) -> Diverged | None:
-        """The ``at_start`` measurements, before the first step of a fresh run.
-
-        Returns:
-            the :class:`Diverged` a measurement raised (e.g. non-finite values at step 0), else None.
-        """
-        with self.taking("start", ctx) as take:
-            for m in self.all:
-                if m.at_start:
-                    take(m)
-        return take.diverged
-
-    def before_update(self, ctx: StepContext) -> None:
-        """The ``before`` measurements due at step ``ctx.step + 1`` (call when ``ctx.step + 1 >= next_before``).
-
-        A :class:`Diverged` one of them raises is returned by the step's :meth:`after_update`.
-        """
-        step = ctx.step + 1
-        with self.taking("before_update", ctx, step) as take:
-            for m in self.before:
-                if m.due(step, self.max_steps):
-                    take(m)
-        self.next_before = min((m.next_due(step, self.max_steps) for m in self.before), default=NEVER)
-
-    def after_update(self, ctx: StepContext) -> Diverged | None:
-        """Every step: the observers; at a due step the ``after`` measurements due at ``ctx.step``.
-
-        Returns:
-            the :class:`Diverged` a measurement raised (the later ones of the step are skipped), else None.
-        """
-        for m in self.observers:
-            m.observe(ctx)
-        step = ctx.step
-        if self.pending is not None:
-            return self.pop_pending()
-        if step < self.next_after:
-            return None
-        with self.taking("after_update", ctx, step) as take:
-            for m in self.after:
-                if m.due(step, self.max_steps):
-                    take(m)
-        self.next_after = min((m.next_due(step, self.max_steps) for m in self.after), default=NEVER)
-        return take.diverged
-
-    def finish(self, ctx: StepContext) -> None:
-        """Every measurement's :meth:`Measurement.finish` (those this process takes)."""
-        for m in self.calls:
-            m.finish(ctx)
 
 
 class Taking:

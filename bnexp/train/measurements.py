@@ -186,7 +186,6 @@ class TestEvaluation(Measurement):
     """
 
     name = "eval"
-    at_start = True
     at_end = True
     timed = True
 
@@ -235,7 +234,6 @@ class ShiftRecord(Measurement):
     (as the log), and :meth:`load_state_dict` gives them back to the monitor."""
 
     name = "monitor"
-    at_start = True
     at_end = True
     timed = True
 
