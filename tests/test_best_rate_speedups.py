@@ -16,7 +16,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from test_report import has_row, make_run  # noqa: E402  (synthetic run builders)
 
-from bnexp.designs import mnist as design# noqa: E402
+from bnexp.designs import mnist as design  # noqa: E402
 from bnexp.report import build_report  # noqa: E402
 from bnexp.analysis.tuning import EVERY_SEED, HIGHEST_FINAL, SPEEDUP_TARGETS  # noqa: E402
 from bnexp.report.best_rate import SPEEDUP_THRESHOLD, init_of  # noqa: E402
@@ -196,7 +196,10 @@ def test_script_header_states_the_design():
         m = re.search(rf"^#\s+{'BN' if b.bn else 'no BN'},\s+{b.init} init.*?:\s+lr ([\d., ]+)$", text, re.M)
         assert m, b
         assert tuple(float(x) for x in m.group(1).split(",")) == b.rates
-    assert "tuning seeds 100, 101, 102" in text and "evaluation seeds 0, 1, 2, 3, 4" in text
+    seeds = lambda ss: ", ".join(map(str, ss))  # noqa: E731
+    assert f"tuning seeds {seeds(design.TUNING_SEEDS)}" in text and design.TUNING_SEEDS == (100, 101, 102)
+    assert f"evaluation seeds {seeds(design.EVALUATION_SEEDS)}" in text
+    assert f"data.validation={design.VALIDATION}" in text and "data.validation=10000" in text
     assert "trainer.max_steps=30000" in text
 
 
