@@ -53,7 +53,7 @@ def _trainer(max_steps, is_main=True, sync=None, step=0, train_loss=None, evalua
     m = SimpleNamespace(train_loss=train_loss or _Recorder("loss", 0), evaluation=evaluation or _Recorder("eval", 0),
                         shift=shift or _Recorder("shift", 0), grad_ics=grad_ics, landscape=landscape)
     probe_time: dict[str, float] = {}
-    schedule = Schedule([x for x in vars(m).values() if x is not None], max_steps, is_main, probe_time, sync=sync)
+    schedule = Schedule([x for x in vars(m).values() if x is not None], is_main, probe_time, sync=sync)
     return SimpleNamespace(measurements=m, max_steps=max_steps, is_main=is_main, step=step, schedule=schedule,
                            probe_time=probe_time)
 

@@ -23,8 +23,8 @@ import pandas as pd
 
 from bnexp.analysis.rules import CHANCE, NUM_CLASSES, normalizer, option_text
 from bnexp.runfolders.neutral_keys import RESULT_NEUTRAL_KEYS
-from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, INFERENCE, METRICS, REACHED_TOL, SHIFT,
-                                     SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
+from bnexp.runfolders.rundir import (COMPLETE_STATUSES, CONFIG, HYDRA_CONFIG, ICS, INFERENCE, METRICS, REACHED_TOL,
+                                     SHIFT, SUMMARY, find_run_dirs, first_reached, flatten, is_run_dir, read_config,
                                      read_records, read_summary)
 
 log = logging.getLogger("bnexp.report")

@@ -48,9 +48,9 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
     again), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
     model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
-    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the table's columns ``extra``
-    names ({table column: its name here}, e.g. inference.batch -> acc_batch),
-    and final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
+    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the
+    table's columns ``extra`` names ({table column: its name here}, e.g. inference.batch -> acc_batch), and
+    final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
     naming it."""
     t, reach, rows = sweep.table, sweep.reach(target), []
     done = t[t["status"].isin(COMPLETE_STATUSES) & t["seed"].notna()]

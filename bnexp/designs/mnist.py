@@ -39,6 +39,7 @@ from pathlib import Path
 
 from bnexp.analysis.runs import load_sweep, target_key
 from bnexp.analysis.tuning import SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
+from bnexp.designs.stages import one_stage
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
@@ -404,9 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     a = _args(sys.argv[1:] if argv is None else argv)
     if a.command == "blocks":
         blocks, seeds, steps, _ = apply_overrides(a.overrides)
-        one_stage = any(o.split("=", 1)[0] == "seed" for o in a.overrides)
+        evaluation = () if one_stage(a.overrides) else EVALUATION_SEEDS
         for b in blocks:  # stage 1's blocks
-            print(" ".join(block_overrides(b, seeds, steps, split_of(seeds, () if one_stage else EVALUATION_SEEDS))))
+            print(" ".join(block_overrides(b, seeds, steps, split_of(seeds, evaluation))))
     else:
         print(plan(Path(a.sweep_dir), a.jobs, a.overrides, {True: a.steps_per_s_bn, False: a.steps_per_s_no_bn},
                    a.startup_s))

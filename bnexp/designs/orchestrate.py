@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
-from bnexp.designs.stages import Decision, Part, decision, run_stages
+from bnexp.designs.stages import Decision, Part, decision, one_stage, run_stages
 from bnexp.designs.studytime import StudyClock, record_study
 from bnexp.errors import UserError
 
@@ -78,8 +78,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
              False: env.number("STEPS_PER_S_NO_BN", mnist.STEPS_PER_S[False])}
     startup = env.number("STARTUP_S", mnist.STARTUP_S, minimum=0.0)
     blocks_, seeds, steps, _ = mnist.apply_overrides(extra)
-    one_stage = any(o.split("=", 1)[0] == "seed" for o in extra)  # seeds given: the grid on them, no stage 2
-    evaluation = () if one_stage else (env.int_list("EVALUATION_SEEDS") or mnist.EVALUATION_SEEDS)
+    evaluation = () if one_stage(extra) else (env.int_list("EVALUATION_SEEDS") or mnist.EVALUATION_SEEDS)
     clash = sorted(set(evaluation) & set(seeds))
     if clash:
         raise UserError(f"EVALUATION_SEEDS: seed(s) {', '.join(map(str, clash))} are tuning seeds "
@@ -354,7 +353,7 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     common = env.launcher_args(sweep)
     ex = tuple(extra)
     ex2 = tuple(o for o in extra if o.split("=", 1)[0] != "lr")  # stage 2 trains the chosen rates
-    evaluation = () if any(o.split("=", 1)[0] == "seed" for o in extra) else studies.EVALUATION_SEEDS
+    evaluation = () if one_stage(extra) else studies.EVALUATION_SEEDS
     every = [Block(b.label, common + b.all_overrides(), extra) for b in study.batches]
     try:
         jobs = studies.expand(study, ex)

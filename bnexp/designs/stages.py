@@ -16,6 +16,12 @@ from typing import Callable
 from bnexp.designs.preflight import Block
 
 
+def one_stage(overrides: list[str]) -> bool:
+    """Whether a held-out design (MNIST, the studies: docs/mnist/PLAN.md, docs/studies/PLAN.md) runs one stage:
+    the extra ``overrides`` set ``seed``, so the grids run on those seeds and no evaluation stage follows."""
+    return any(o.split("=", 1)[0] == "seed" for o in overrides)
+
+
 @dataclass
 class Decision:
     """What a part runs next, decided from the sweep folders as they are at that moment (a part's stages:

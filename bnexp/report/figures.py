@@ -20,8 +20,7 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import (LINESTYLE, SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, family_color,
                                    legend_below, legend_label, legend_title, pyplot, refs, schedule_keys_to_drop,
                                    style_note, styles, wrap_title)
-from bnexp.report.groups import (KEY_ALIASES, ConfigGroup, bn_variant, format_value, pair_key, sort_value,
-                                 varying_keys)
+from bnexp.report.groups import ConfigGroup, bn_variant, format_value, kv_label, pair_key, sort_value, varying_keys
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
 from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
@@ -81,11 +80,17 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys; an option left unset
     (null, e.g. no ghost batches) is not named. Maps group key -> label (the configuration's own label where no
     key varies)."""
+    keep = shown_keys(groups)
+    return {g.key: kv_label(g.config, [k for k in keep if g.config.get(k) is not None]) or legend_label(g)
+            for g in groups}
+
+
+def shown_keys(groups: list[ConfigGroup]) -> list[str]:
+    """The keys that vary among ``groups``, without the run-length keys that follow another key
+    (:func:`~bnexp.report.figstyle.schedule_keys_to_drop`)."""
     keys = varying_keys(groups)
     drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
-    keep = [k for k in keys if k not in drop]
-    return {g.key: " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keep
-                            if g.config.get(k) is not None) or legend_label(g) for g in groups}
+    return [k for k in keys if k not in drop]
 
 
 def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
@@ -236,9 +241,7 @@ def ramp_order(groups: list[ConfigGroup]) -> tuple[list[ConfigGroup], list[str]]
     follow another key left out, :func:`~bnexp.report.figstyle.schedule_keys_to_drop`), the one with the most
     values first (the batch-size study's m), the rate ``lr`` last; values by
     :func:`bnexp.report.groups.sort_value` (unset last)."""
-    keys = varying_keys(groups)
-    drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
-    keys = [k for k in keys if k not in drop]
+    keys = shown_keys(groups)
     count = {k: len({format_value(g.config.get(k)) for g in groups}) for k in keys}
     keys = sorted(keys, key=lambda k: (k == "lr", -count[k]))
     return sorted(groups, key=lambda g: [sort_value(g.config.get(k)) for k in keys]), keys
@@ -273,8 +276,7 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
     labels = {}
     for fam, rows, keys, _ in columns:
         for g, *_ in rows:
-            labels[g.key] = " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(g.config[k])}" for k in keys
-                                     if g.config.get(k) is not None) or legend_label(g)
+            labels[g.key] = kv_label(g.config, [k for k in keys if g.config.get(k) is not None]) or legend_label(g)
     chars = max(len(x) for x in labels.values()) + 6  # " (n=5)"
     col_in = max(3.4, 0.065 * chars + 0.9)
     fig, axes = plt.subplots(nrow, ncol, figsize=(col_in * ncol, 2.7 * nrow + 0.9), squeeze=False, sharex="row",

@@ -132,7 +132,9 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def _kv_label(config: dict, keys: Iterable[str]) -> str:
+def kv_label(config: dict, keys: Iterable[str]) -> str:
+    """``config``'s ``keys`` (those it has) as "key=value" words, short aliases (:data:`KEY_ALIASES`) and
+    :func:`format_value` values: "lr=0.5 trainer.batch_size=60"."""
     return " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(config[k])}" for k in keys if k in config)
 
 
@@ -187,9 +189,9 @@ def label_groups(groups: list[ConfigGroup]) -> None:
         elif g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
             within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
-            label = f"{g.experiment} {_kv_label(g.config, within) if len(same) > 1 else ''}".strip()
+            label = f"{g.experiment} {kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
-            label = _kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
+            label = kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
         g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label
@@ -208,7 +210,7 @@ def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str,
     """The varying keys of ``group`` other than bn.*, experiment and ``ignore``, e.g. "lr=0.5" ("" if none)."""
     keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))
             and k.split(".")[0] not in ignore]
-    return _kv_label(group.config, keys)
+    return kv_label(group.config, keys)
 
 
 def sort_value(v: Any) -> tuple:

@@ -1,7 +1,8 @@
 """The claims of the five studies (docs/studies/), fixed in study_claims.yaml (its header states the thresholds)
 and docs/studies/NAME.md before any run, and how each study's sweep is turned into per-seed values, claim
 rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` (:data:`STUDY_CLAIMS`;
-:data:`PLACEMENT_CLAIMS` names the placement study's by model and g); seeds are paired: seed s of one configuration with seed s of the other.
+:data:`PLACEMENT_CLAIMS` names the placement study's by model and g); seeds are paired: seed s of one
+configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
 for :func:`study_section`, its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's

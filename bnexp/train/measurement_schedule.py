@@ -146,10 +146,10 @@ class Schedule:
     """The measurements of a run, and how the step loop takes each at a step where it is due.
 
     The loop (:meth:`bnexp.train.trainer.Trainer.run`) names each measurement where it runs, with its
-    cadence (``if step % eval_every == 0 ...``), and hands it to a :class:`Taking` of this schedule,
-    which does what every measurement needs around its work: rank 0 alone calls it unless it is
-    ``all_replicas``; the first time anything is due in a phase, the replicas' ``sync`` (after the
-    update) and the ``probes`` context; its seconds when ``timed``; and a :class:`Diverged` it raises
+    cadence (``if m.evaluation.due(s, self.max_steps): ...``, :meth:`Measurement.due`), and hands it to a
+    :class:`Taking` of this schedule, which does what every measurement needs around its work: rank 0
+    alone calls it unless it is ``all_replicas``; the first time anything is due in a phase, the
+    replicas' ``sync`` (after the update) and the ``probes`` context; its seconds when ``timed``; and a :class:`Diverged` it raises
     skips the later measurements of that phase and is handed back.
 
     Every replica takes the same steps as due -- where the loop may run a collective (averaging
@@ -157,7 +157,6 @@ class Schedule:
 
     Args:
         measurements: in the order they are called at a step where several are due.
-        max_steps: the last step.
         is_main: this process is rank 0 (or the only one).
         probe_time: seconds per ``timed`` measurement name, added to (the trainer's, checkpointed).
         probes: a context-manager factory entered around the measurements of a phase where any is due
@@ -172,12 +171,10 @@ class Schedule:
         pending: a :class:`Diverged` found before the update, handed over after it.
     """
 
-    def __init__(self, measurements: Iterable[Measurement], max_steps: int, is_main: bool = True,
+    def __init__(self, measurements: Iterable[Measurement], is_main: bool = True,
                  probe_time: dict[str, float] | None = None, probes: Callable[[], Any] | None = None,
                  sync: Callable[[], None] | None = None):
-        self.all = list(measurements)
-        self.max_steps = int(max_steps)
-        self.calls = [m for m in self.all if is_main or m.all_replicas]
+        self.calls = [m for m in measurements if is_main or m.all_replicas]
         self.probe_time = probe_time if probe_time is not None else {}
         self.probes = probes or contextlib.nullcontext
         self.sync = sync

@@ -149,7 +149,7 @@ class Trainer:
         # seconds spent in each timed measurement (inside train_time), reported separately in summary.json
         self.probe_time = {k: 0.0 for k in PROBE_KINDS}
         # takes each measurement where the step loop finds it due (bnexp.train.measurement_schedule.Schedule)
-        self.schedule = Schedule(self.measurements, self.max_steps, self.is_main, self.probe_time,
+        self.schedule = Schedule(self.measurements, self.is_main, self.probe_time,
                                  self._measuring, sync=self.agree.average_buffers)
         self.resumed_from: int | None = None
         self._t_loop = 0.0
