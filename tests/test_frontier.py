@@ -451,7 +451,7 @@ def test_frontier_section_of_a_sweep_folder(tmp_path):
     assert frontier_section(tmp_path / "nothing") is None
 
 
-def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
+def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path, capsys):
     from bnexp.report import report_main
 
     sweep = tmp_path / "sweep"
@@ -470,6 +470,12 @@ def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
     b = 2 ** (math.log2(750) + (0.605 - 0.52) / (0.61 - 0.52))
     assert data["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(12000 / b)
     assert data["matched_accuracy"]["bn_x5"]["pass"] is (12000 / b >= 5)
+    # the terminal says it in words: the paper's preset name, yes / no, whether the baseline converged
+    out = " ".join(capsys.readouterr().out.split())
+    verdict = "yes" if 12000 / b >= 5 else "no"
+    assert f"BN-x5: S(a*) = {12000 / b:.2f}x; its claim met: {verdict}" in out
+    assert "the baseline had not converged" in out  # 12k gained 5 points over 6k
+    assert not {"True", "False", "None"} & set(out.replace(";", " ").replace(",", " ").split())
     md = (sweep / "report.md").read_text()
     assert "budget-accuracy frontier" in md and "(frontier.png)" in md
     assert (sweep / "frontier.png").stat().st_size > 0 and "frontier.png" in data["files"]
