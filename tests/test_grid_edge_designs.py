@@ -152,6 +152,23 @@ def test_mnist_evaluation_seeds_are_fresh():
     assert mnist.SEEDS == TUNING_SEEDS == (100, 101, 102)
 
 
+def test_study_evaluation_seeds_are_fresh():
+    """docs/studies/PLAN.md, second amendment: the studies' stage 2 runs on 1000-1004, disjoint from the tuning
+    seeds, from the evaluation seeds 0-4 the earlier sweeps used and whose results shaped the grids, and from every
+    seed a committed report.json under docs/ names; stage 2's batches and its estimate use them."""
+    from conftest import REPO
+
+    from bnexp.designs import studies
+
+    assert studies.EVALUATION_SEEDS == (1000, 1001, 1002, 1003, 1004)
+    committed = {s for f in sorted((REPO / "docs").rglob("report.json")) for s in _seeds_in(json.loads(f.read_text()))}
+    assert {0, 1, 2, 3, 4, 100, 101, 102} <= committed  # the reader finds the old seeds it must avoid
+    assert not set(studies.EVALUATION_SEEDS) & (committed | set(range(5)) | set(TUNING_SEEDS))
+    study = studies.build_studies()["normalizer"]
+    jobs = studies.expand(studies.Study(study.name, "", tuple(studies.evaluation_estimate_batches(study))))
+    assert {int(dict(o.split("=", 1) for o in j.overrides)["seed"]) for j in jobs} == set(range(1000, 1005))
+
+
 def _train_commands(out: str) -> list[list[str]]:
     from conftest import shell_words
 
@@ -217,7 +234,8 @@ def test_mnist_stage_1_reads_the_validation_split_and_stage_2_the_test_set(scrip
 
 def _study_runs(sweep, study, jobs, best):
     """Each job's run folder for the normalizer study: steps to 95% = 1,000 x (1 + d^2 / 8) (d: doublings from the
-    normalizer's best rate), on the 200-step evaluation grid, never reached past 8,000."""
+    normalizer's best rate), on the 200-step evaluation grid, never reached past 8,000; a tuning run read the
+    validation split (docs/studies/PLAN.md, second amendment), any other the test set."""
     from test_studies import make_run
 
     norm = {"'true'": "batch", "'false'": "none", "layer": "layer", "group": "group"}
@@ -231,7 +249,8 @@ def _study_runs(sweep, study, jobs, best):
         d = abs(math.log2(lr / best[n]))
         steps = int(round(1000 * (1 + d * d / 8) / 200)) * 200
         make_run(sweep, j.folder, seed=int(ov["seed"]), norm=n, lr=lr, budget=8000, every=200,
-                 reach=steps if steps <= 8000 else None, final=0.97 if steps <= 8000 else 0.9)
+                 reach=steps if steps <= 8000 else None, final=0.97 if steps <= 8000 else 0.9,
+                 validation=10_000 if int(ov["seed"]) in TUNING_SEEDS else 0)
 
 
 @pytest.mark.slow  # writes ~140 run folders
@@ -305,3 +324,52 @@ def test_dry_run_prints_the_rule_before_any_run_and_the_added_rates_once_the_gri
     assert code == 0 and "GroupNorm (4 groups) x rate: lr 0.45 added on the tuning seeds" in out, err
     printed = [line for line in out.splitlines() if line.startswith("$ ")]
     assert len(printed) == 1 and "lr=0.45" in printed[0] and "seed=100,101,102" in printed[0]
+
+
+@pytest.mark.slow  # plans real sweep folders through the orchestrator (Hydra's grammar, every block's config)
+def test_study_stage_1_reads_the_validation_split_stage_2_the_test_set_and_old_tuning_runs_are_refused(script,
+                                                                                                      tmp_path):
+    """docs/studies/PLAN.md, second amendment, through scripts/study.sh's orchestrator: every stage-1 command trains
+    with data.validation=10000 on the tuning seeds; a complete tuning run in the folder that read the test set (its
+    summary without evaluated_on, as the design before the amendment wrote it) is refused, one line, exit code 2,
+    nothing run; a one-stage call (a seed override) is not; once the grids are complete on the validation split,
+    stage 2's commands train the chosen rates on 1000-1004 with data.validation=0."""
+    from test_studies import make_run
+
+    from bnexp.designs.studies import build_studies, expand
+
+    sweep = tmp_path / "s"
+    code, out, err, ran = script("study", "placement", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 0 and ran == [], err
+    stage1 = _train_commands(out)
+    assert len(stage1) == 4 and all(_value(c, "data.validation") == "10000" and _value(c, "seed") == "100,101,102"
+                                    for c in stage1)
+    study = build_studies()["placement"]
+    first = expand(study)[0]
+    make_run(sweep, first.folder, seed=100, lr=0.15, budget=4000, every=200, reach=2000)  # no evaluated_on: test
+    code, out, err, ran = script("study", "placement", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 2 and ran == [] and out == "" and err.strip().splitlines() == [
+        f"error: SWEEP_DIR={sweep}: 1 complete tuning run(s) read the test set, e.g. {first.folder} (the design "
+        "before docs/studies/PLAN.md's second amendment, which tunes on the validation split): move them aside or "
+        "choose another SWEEP_DIR"]
+    code, out, err, ran = script("study", "placement", "seed=100", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 0, err  # one stage: the seeds given are scored, on test, as before
+    assert all(_value(c, "data.validation") is None for c in _train_commands(out)) and _train_commands(out)
+    import shutil
+
+    shutil.rmtree(sweep / first.folder)
+    norm = {"before": 0.6, "after": 0.6}
+    for j in expand(study):
+        ov = dict(o.split("=", 1) for o in j.overrides)
+        lr = float(ov["lr"])
+        model = "cnn" if "model=cnn" in study.batches[j.batch].overrides else "mlp"
+        best = 0.08 if model == "cnn" else norm[ov["bn.position"]]
+        make_run(sweep, j.folder, seed=int(ov["seed"]), lr=lr, model=model, position=ov["bn.position"],
+                 act=ov["act"], budget=1500 if model == "cnn" else 4000, every=150 if model == "cnn" else 200,
+                 reach=600 if abs(lr - best) < 1e-9 else 1200, final=0.98, validation=10_000)
+    code, out, err, ran = script("study", "placement", SWEEP_DIR=str(sweep), DRY_RUN="1")
+    assert code == 0, err
+    stage2 = _train_commands(out)
+    assert len(stage2) == 8 and all(_value(c, "seed") == "1000,1001,1002,1003,1004"
+                                    and _value(c, "data.validation") == "0" for c in stage2), out
+    assert {_value(c, "lr") for c in stage2} == {"0.6", "0.08"}

@@ -27,16 +27,20 @@ from bnexp.runfolders.rundir import dumps
 def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int = 60, lr: float = 0.6,
              reach: int | None = None, final: float = 0.97, budget: int = 4000, every: int = 100,
              status: str = "finished", momentum: float = 0.1, position: str = "before", act: str = "sigmoid",
-             model: str = "mlp", depth: int = 3, ghost: int | None = None, inference: dict | None = None) -> Path:
+             model: str = "mlp", depth: int = 3, ghost: int | None = None, inference: dict | None = None,
+             validation: int | None = None) -> Path:
     """A finished run folder: config.yaml, summary.json and metrics.jsonl whose test accuracy is 0.5 before
-    ``reach`` and ``final`` from ``reach`` on (``final`` throughout, below 0.95, when ``reach`` is None)."""
+    ``reach`` and ``final`` from ``reach`` on (``final`` throughout, below 0.95, when ``reach`` is None).
+    ``validation``: ``data.validation`` and the summary's ``evaluated_on`` as the trainer writes them (N > 0:
+    "validation", 0: "test"); None: neither (a run from before the key existed, which read the test set)."""
     d = sweep / folder
     d.mkdir(parents=True)
     assert reach is not None or final < 0.95 or model == "cnn"
     bn = {"enabled": norm != "none", "norm": norm if norm in ("layer", "group") else "batch",
           "ghost_batch_size": ghost, "momentum": momentum, "position": position, "noise": False}
     net = {"name": "mlp", "hidden": [100] * depth} if model == "mlp" else {"name": "cnn", "channels": [8, 16]}
-    cfg = {"seed": seed, "lr": lr, "act": act, "model": net, "bn": bn, "data": {"name": "mnist"},
+    cfg = {"seed": seed, "lr": lr, "act": act, "model": net, "bn": bn,
+           "data": {"name": "mnist", **({} if validation is None else {"validation": validation})},
            "trainer": {"batch_size": m, "max_steps": budget, "eval_every": every}}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     recs = [{"step": s, "test_accuracy": 0.1 if s == 0 else (final if reach is None or s >= reach else 0.5)}
@@ -44,7 +48,9 @@ def make_run(sweep: Path, folder: str, *, seed: int, norm: str = "batch", m: int
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "summary.json").write_text(json.dumps({"status": status, "seed": seed, "step": budget,
                                                 "final_test_accuracy": recs[-1]["test_accuracy"],
-                                                "wall_time_s": 10.0}))
+                                                "wall_time_s": 10.0,
+                                                **({} if validation is None else
+                                                   {"evaluated_on": "validation" if validation else "test"})}))
     if inference is not None:
         (d / "inference_stats.json").write_text(json.dumps({"m": m, "accuracy": inference}))
     return d

@@ -166,8 +166,17 @@ def test_dry_run_of_every_study_prints_the_plan_and_trains_nothing(tmp_path):
         assert f"total: {n} runs ({n} to do)" in r.stdout and "estimated wall time" in r.stdout
         assert "bnexp train -m" in r.stdout and not sweep.exists()
         # both stages: stage 2 (the evaluation seeds) estimated at its most before stage 1 has run
-        assert "stage 2 (evaluation): each configuration at its chosen rate(s) on the evaluation seeds 0, 1, 2, 3, 4" \
-            in r.stdout and "both stages: " in r.stdout and "runs at most" in r.stdout
+        assert "stage 1 (tuning seeds 100, 101, 102): every grid, read on the validation split " \
+            "(data.validation=10000: 10,000 training images held out" in r.stdout
+        assert "stage 2 (evaluation), trained on the full training set and scored on the test set " \
+            "(data.validation=0): each configuration at its chosen rate(s) on the evaluation seeds 1000, 1001, 1002, " \
+            "1003, 1004" in r.stdout and "both stages: " in r.stdout and "runs at most" in r.stdout
+        # every planned command of stage 1 reads the validation split; stage 2's planned multiruns the test set
+        printed = [line for line in r.stdout.splitlines() if line.startswith("$ ") and " train " in line]
+        assert printed and all("data.validation=10000" in line.split() and "data.validation=0" not in line.split()
+                               for line in printed)
+        assert "seed=1000,1001,1002,1003,1004 data.validation=0" in r.stdout
+        assert "seed=0," not in r.stdout and "seed=0 " not in r.stdout
     r = _script(tmp_path, "nonsense", DRY_RUN="1")
     assert r.returncode == 2 and "usage: scripts/study.sh NAME" in r.stderr
 

@@ -123,8 +123,8 @@ def test_the_report_of_an_incomplete_tuning_grid_draws_the_study_figure(tmp_path
 def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_path):
     """The normalizer study's tuning grid written where stage 1 puts it (no BN fastest at 5.4, BN at 1.2,
     LayerNorm at 3.6, GroupNorm at 1.8 on the tuning seeds, each inside its grid: tests/test_grid_edge_designs.py
-    has the edge choices): stage 2 trains each at the report's choice on seeds 0-4, in folders named as stage 1
-    names them."""
+    has the edge choices), read on the validation split: stage 2 trains each at the report's choice on the fresh
+    seeds 1000-1004 on the full training set (data.validation=0), in folders named as stage 1 names them."""
     from bnexp.designs.studies import build_studies, evaluation_batches, expand, Study
 
     study = build_studies()["normalizer"]
@@ -134,11 +134,14 @@ def test_stage_2_trains_each_configuration_at_the_rate_its_report_chooses(tmp_pa
         ov = dict(o.split("=", 1) for o in j.overrides)
         bn, lr = ov.get("bn") if ov.get("bn") != "group" else None, float(ov["lr"])
         make_run(tmp_path, j.folder, seed=int(ov["seed"]), norm=norm[bn], lr=lr, budget=8000, every=200,
-                 reach=2000 if abs(lr - best[bn]) < 1e-9 else 4000)
+                 reach=2000 if abs(lr - best[bn]) < 1e-9 else 4000, validation=10_000)
     msgs, batches = evaluation_batches(study, tmp_path)
     rates = {j.folder for j in expand(Study("normalizer", "", tuple(batches)))}  # 4 configurations x 5 seeds
-    assert "bn=false,lr=5.4,seed=0" in rates and "bn=true,lr=1.2,seed=4" in rates
-    assert "bn=layer,lr=3.6,seed=2" in rates and "bn=group,groups=4/lr=1.8,seed=3" in rates and len(rates) == 20
+    assert "bn=false,lr=5.4,seed=1000" in rates and "bn=true,lr=1.2,seed=1004" in rates
+    assert "bn=layer,lr=3.6,seed=1002" in rates and "bn=group,groups=4/lr=1.8,seed=1003" in rates
+    assert len(rates) == 20
+    assert all([o for o in b.all_overrides() if o.startswith("data.validation=")] == ["data.validation=0"]
+               for b in batches)
     # each message names its configuration by its block and its keys (e.g. a depth study's "12 hidden layers: ...")
     assert any(m.startswith(f"  {study.batches[0].label}: bn=layer: steps lr 3.6") for m in msgs), msgs
     # the report's choice on the same runs
@@ -196,3 +199,91 @@ def test_the_accuracy_figure_of_a_held_out_study_shows_the_evaluated_configurati
                                               "trainer.batch_size=256 lr=3.6"]
     m[2].config["trainer.max_steps"] = 4000  # two m with one budget: max_steps no longer follows m
     assert "trainer.max_steps=4000" in shown_labels(m)["k2"]
+
+
+# --- docs/studies/PLAN.md, second amendment: tuning on the validation split, evaluation on fresh seeds -----------
+
+FRESH = (1000, 1001, 1002, 1003, 1004)
+
+
+def _split_overrides(batch) -> list[str]:
+    return [o for o in batch.all_overrides() if o.startswith("data.validation=")]
+
+
+def test_each_stage_of_every_study_carries_its_split():
+    """Stage 1's multiruns (and the grid-edge rule's added rates, on the tuning seeds) train with
+    data.validation=10000; stage 2's (the chosen rates on the evaluation seeds) with data.validation=0; a one-stage
+    study (a seed override) leaves the key to the config (0, test), as before; the user's extra overrides still
+    come last and win."""
+    from bnexp.designs.studies import STUDIES, build_studies, evaluation_batch, networks
+
+    two, one = build_studies(), build_studies(two_stage=False)
+    for name in STUDIES:
+        for b in two[name].batches:
+            assert _split_overrides(b) == ["data.validation=10000"] and "seed=100,101,102" in b.overrides
+            assert b.all_overrides(("data.validation=5",))[-1] == "data.validation=5"
+        assert all(_split_overrides(b) == [] for b in one[name].batches)
+    study = two["normalizer"]
+    (index, net), _ = next(iter(networks(study).items()))
+    stage2 = evaluation_batch(study, index, net, [1.8], FRESH)
+    added = evaluation_batch(study, index, net, [0.45], TUNE, evaluate=False)
+    assert _split_overrides(stage2) == ["data.validation=0"] and "seed=1000,1001,1002,1003,1004" in stage2.overrides
+    assert _split_overrides(added) == ["data.validation=10000"] and "seed=100,101,102" in added.overrides
+
+
+def test_the_lines_command_gives_stage_1_the_validation_split_and_a_one_stage_call_none(tmp_path, capsys):
+    from bnexp.designs.studies import main
+
+    assert main(["lines", "depth", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert len([x for x in lines if x]) == 3 and all("data.validation=10000" in x.split() for x in lines if x)
+    assert main(["lines", "depth", str(tmp_path), "seed=0"]) == 0
+    assert "data.validation" not in capsys.readouterr().out
+
+
+def validated_sweep(tmp_path):
+    """The amended design's normalizer sweep: the tuning grid of :func:`normalizer_sweep` read on the validation
+    split, BN at 3.6 and no BN at 5.4 on the fresh seeds 1000-1004 (test); decoys that must never be scored: the
+    chosen rates on the old evaluation seeds 0-4 (no BN 100 steps: a ratio of 0.1) and no BN at 1.8 on 1000-1004."""
+    tuning = {("none", 1.8): 4000, ("none", 3.6): 3000, ("none", 5.4): 2000,
+              ("batch", 1.8): 1600, ("batch", 3.6): 1000, ("batch", 5.4): 1200}
+    for (norm, lr), reach in tuning.items():
+        for s in TUNE:
+            make_run(tmp_path, f"{norm}_{lr}_{s}", seed=s, norm=norm, lr=lr, reach=reach, budget=8000,
+                     validation=10_000)
+    for i, s in enumerate(FRESH):
+        make_run(tmp_path, f"none_5.4_{s}", seed=s, norm="none", lr=5.4, reach=[2000, 2200, 2400, 2000, 2200][i],
+                 budget=8000, validation=0)
+        make_run(tmp_path, f"batch_3.6_{s}", seed=s, lr=3.6, reach=[1000, 1000, 1200, 1000, 1100][i], budget=8000,
+                 validation=0)
+        make_run(tmp_path, f"none_1.8_{s}", seed=s, norm="none", lr=1.8, reach=100, budget=8000, validation=0)
+    for s in EVAL:  # the chosen rates on the old seeds, read on the validation split: never scored
+        make_run(tmp_path, f"none_5.4_{s}", seed=s, norm="none", lr=5.4, reach=100, budget=8000, validation=10_000)
+        make_run(tmp_path, f"batch_3.6_{s}", seed=s, lr=3.6, reach=1000, budget=8000, validation=10_000)
+    (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
+    return tmp_path
+
+
+def test_a_study_tuned_on_the_validation_split_scores_only_the_fresh_seeds(tmp_path):
+    sweep = load_sweep(find_run_dirs(validated_sweep(tmp_path)))
+    sel = Selection(study_cells("normalizer", sweep), ("norm",))
+    assert sel.held_out and sel.validated and sorted(sel.scored["seed"].unique()) == list(FRESH)
+    rows, lr, _ = sel.rows(("none",))
+    assert lr == 5.4 and sorted(rows["seed"]) == list(FRESH) and set(rows["lr"]) == {5.4}
+    sec = study_section(tmp_path, sweep)
+    bn = sec["claims"][0]  # NM_BN: steps to 95%, no BN / BN, seed s with seed s
+    assert bn["per_seed"] == pytest.approx({1000: 2.0, 1001: 2.2, 1002: 2.0, 1003: 2.0, 1004: 2.0})
+    assert bn["verdict"] == SUPPORTED
+    assert sec["tuning_seeds"] == list(TUNE) and sec["evaluation_seeds"] == list(FRESH)
+    assert all(s in FRESH for r in sec["table"] for s in r["per_seed"])
+
+
+def test_report_json_of_a_study_tuned_on_the_validation_split_names_each_stages_split(tmp_path):
+    """As the MNIST report does (tests/test_report_splits.py): report.json's tuning_split / evaluation_split and
+    each claim's own split; the decoys on seeds 0-4 (read on the validation split) are not stage 2's."""
+    from bnexp.report.build import build_report
+
+    data = build_report(validated_sweep(tmp_path)).data
+    assert data["evaluated_on"] == {"tuning": ["validation"], "evaluation": ["test"]}
+    assert (data["tuning_split"], data["evaluation_split"]) == ("validation (10,000 held-out training images)", "test")
+    assert data["study"]["claims"] and all(r["evaluated_on"] == ["test"] for r in data["study"]["claims"])

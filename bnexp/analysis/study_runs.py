@@ -3,8 +3,12 @@
 A study's sweep is *held out* when it holds completed runs on the tuning seeds
 :data:`bnexp.analysis.tuning.TUNING_SEEDS` (stage 1 of ``scripts/study.sh``). Then, per configuration (a
 *family*: the runs that share the study's :data:`FAMILY_KEYS` values and differ in ``lr``) and per
-objective, the rate is chosen on the tuning runs alone (:func:`choose`), and only the runs on the other seeds
-(the evaluation seeds, stage 2) at that rate are scored; a run on a tuning seed never enters a claim. A sweep
+objective, the rate is chosen on the tuning runs alone (:func:`choose`), and only the runs on the evaluation seeds
+(stage 2) at that rate are scored; a run on a tuning seed never enters a claim. Which seeds are the evaluation
+seeds depends on the split the tuning runs read (docs/studies/PLAN.md, second amendment of 2026-11-29): tuning runs
+on the validation split (``data.validation``; the summary's ``evaluated_on``) make the amended design, scored on
+:data:`bnexp.analysis.tuning.FRESH_EVALUATION_SEEDS` (1000-1004) alone; tuning runs that read the test set are
+the design before it, scored on every seed that is not a tuning seed (0-4). A sweep
 without tuning-seed runs is the one-stage design of the pages' current results: each family at
 :func:`bnexp.analysis.tuning.best_rate` on the scored seeds themselves.
 
@@ -26,12 +30,13 @@ import pandas as pd
 from bnexp.analysis.rules import NORMALIZERS, optional
 from bnexp.analysis.runs import is_number, native
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
-from bnexp.analysis.tuning import HELD_OUT, TUNING_SEEDS, RateChoice, best_rate, choose_rates, runs_from_table
+from bnexp.analysis.tuning import (FRESH_EVALUATION_SEEDS, HELD_OUT, TUNING_SEEDS, RateChoice, best_rate, choose_rates,
+                                   runs_from_table)
 
 log = logging.getLogger("bnexp.report")
 
 CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
-                "depth", "budget", "final", "steps", "left_chance", "wall_time_s"]
+                "depth", "budget", "final", "steps", "left_chance", "wall_time_s", "evaluated_on"]
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
 # the cells' columns that make one configuration of each study (its runs differ in lr and seed only)
@@ -48,7 +53,8 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
     again), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
     model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
-    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s, the
+    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s,
+    evaluated_on (the split its evaluations read: the summary's "test" or "validation"; "test" without the field), the
     table's columns ``extra`` names ({table column: its name here}, e.g. inference.batch -> acc_batch), and
     final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
     naming it."""
@@ -66,10 +72,15 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
             "momentum": row["momentum"], "position": row["position"], "act": row["nonlinearity"], "model": row["net"],
             "depth": row["depth"], "budget": row["budget"], "final": optional(row["final_test_accuracy"]),
             "steps": optional(reach.loc[rid, "steps"], int), "left_chance": bool(row["left_chance"]),
-            "wall_time_s": row["wall_time_s"],
+            "wall_time_s": row["wall_time_s"], "evaluated_on": _split(row.get("summary.evaluated_on")),
             **{name: row[col] for col, name in (extra or {}).items()}})
     out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (extra or {}).values() if k not in CELL_COLUMNS])
     return out.assign(final_test_accuracy=out["final"])
+
+
+def _split(value) -> str:
+    """A run's ``evaluated_on`` (the summary's field; a run without it read the test set)."""
+    return value if isinstance(value, str) and value else "test"
 
 
 def select(frame: pd.DataFrame, **where) -> pd.DataFrame:
@@ -140,18 +151,28 @@ class Selection:
 
     Attributes:
         c: the cells. keys: :data:`FAMILY_KEYS` of the study. held_out: whether ``c`` holds a run on a tuning
-        seed (the two-stage design). choices: {objective: :func:`choose`} (held out only).
+        seed (the two-stage design). validated: held out with tuning runs that read the validation split (the
+        design of docs/studies/PLAN.md's second amendment: scored on :data:`FRESH_EVALUATION_SEEDS` alone).
+        choices: {objective: :func:`choose`} (held out only).
     """
 
     def __init__(self, c: pd.DataFrame, keys, objectives=("steps",)):
         self.c, self.keys = c, tuple(keys)
         self.held_out = bool(not c.empty and c["seed"].isin(TUNING_SEEDS).any())
+        tuning = c[c["seed"].isin(TUNING_SEEDS)] if self.held_out else c.iloc[0:0]
+        self.validated = bool("evaluated_on" in c and (tuning["evaluated_on"] == "validation").any())
         self.choices = {o: choose(c, self.keys, o) for o in objectives} if self.held_out else {}
 
     @property
     def scored(self) -> pd.DataFrame:
-        """The runs that may enter a claim: the evaluation-seed runs when held out, else every run."""
-        return self.c[~self.c["seed"].isin(TUNING_SEEDS)] if self.held_out else self.c
+        """The runs that may enter a claim: held out, the evaluation-seed runs (tuning on the validation split:
+        those on :data:`FRESH_EVALUATION_SEEDS`; tuning on test, the design before the amendment: every seed but
+        the tuning seeds); one stage, every run."""
+        if not self.held_out:
+            return self.c
+        if self.validated:
+            return self.c[self.c["seed"].isin(FRESH_EVALUATION_SEEDS)]
+        return self.c[~self.c["seed"].isin(TUNING_SEEDS)]
 
     def rows(self, combo: tuple, objective: str = "steps") -> tuple[pd.DataFrame, float | None, str]:
         """(the family's scored runs at its rate, the rate, how it was picked) for the family ``combo``

@@ -6,9 +6,9 @@ minimum of a noisy grid is biased low, and by more for the denser grid. So every
 
 1. **tuning**: every rate of a network's grid on the tuning seeds :data:`TUNING_SEEDS` (100, 101, 102);
 2. **evaluation**: each network at its chosen rate on the evaluation seeds :data:`EVALUATION_SEEDS`
-   (0-4; the MNIST reproduction's re-run uses its own fresh seeds 1000-1004,
-   :data:`bnexp.designs.mnist.EVALUATION_SEEDS`, docs/mnist/PLAN.md amendment), fresh runs never seen by the
-   choice. Only these are scored (claims, intervals); report.json
+   (0-4; the re-runs of the MNIST reproduction and of the five studies, which tune on a validation split, use
+   the fresh seeds :data:`FRESH_EVALUATION_SEEDS`, 1000-1004: docs/mnist/PLAN.md and docs/studies/PLAN.md,
+   amendments), fresh runs never seen by the choice. Only these are scored (claims, intervals); report.json
    records both seed lists as ``tuning_seeds`` and ``evaluation_seeds``
    (:func:`bnexp.report.best_rate.held_out_seeds`, :mod:`bnexp.analysis.ics_design`, a study's study.json).
 
@@ -36,6 +36,9 @@ from bnexp.analysis.rules import CHANCE, optional
 
 TUNING_SEEDS = (100, 101, 102)
 EVALUATION_SEEDS = (0, 1, 2, 3, 4)
+# stage 2's seeds of the designs that tune on the validation split (docs/mnist/PLAN.md and docs/studies/PLAN.md,
+# amendments of 2026-11-29): fresh, used by no committed sweep (those used 0-4, 1-3 and 100-102)
+FRESH_EVALUATION_SEEDS = (1000, 1001, 1002, 1003, 1004)
 OBJECTIVES = ("steps", "accuracy")
 
 STEPS_RULE = ("the rate with the fewest tuning seeds that failed (never reached the target within the budget, "

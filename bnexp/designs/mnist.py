@@ -38,15 +38,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bnexp.analysis.runs import load_sweep, target_key
-from bnexp.analysis.tuning import SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates, runs_from_table
-from bnexp.designs.stages import one_stage
+from bnexp.analysis.tuning import (FRESH_EVALUATION_SEEDS, SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates,
+                                   runs_from_table)
+from bnexp.designs.stages import VALIDATION, one_stage, runs_on_test, split_of, split_text  # noqa: F401 (shared)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
 SEEDS = TUNING_SEEDS  # stage 1: every rate of every grid; stage 2 at the chosen rates: EVALUATION_SEEDS
 # stage 2's seeds (docs/mnist/PLAN.md, amendment): fresh, used by no committed sweep (those used 0-4, 1-3, 100-102)
-EVALUATION_SEEDS = (1000, 1001, 1002, 1003, 1004)
-VALIDATION = 10_000  # stage 1's data.validation: training images held out and read instead of the test set
+EVALUATION_SEEDS = FRESH_EVALUATION_SEEDS
+# VALIDATION (stage 1's data.validation), split_of and split_text: bnexp.designs.stages, shared with the studies
 MAX_STEPS = 30_000
 EVAL_EVERY = 250
 HIST_EVERY = 500
@@ -128,38 +129,12 @@ def block_overrides(block: Block, seeds=SEEDS, max_steps: int = MAX_STEPS, valid
             *([] if validation is None else [f"data.validation={int(validation)}"]), SUBDIR]
 
 
-def split_of(seeds, evaluation_seeds) -> int | None:
-    """The ``data.validation`` of a block that runs on ``seeds`` (docs/mnist/PLAN.md, amendment): 0 (the full
-    training set, scored on test) for stage 2's ``evaluation_seeds``, :data:`VALIDATION` for stage 1's tuning
-    runs (the grids and the rates the grid-edge rule adds); None in a one-stage sweep (no ``evaluation_seeds``:
-    the seeds the runs are scored on read the test set, the config's default)."""
-    if not evaluation_seeds:
-        return None
-    return 0 if tuple(seeds) == tuple(evaluation_seeds) else VALIDATION
-
-
-def split_text(validation: int | None) -> str:
-    """How a block's runs read their evaluations, for the DRY_RUN plan: "validation split (data.validation=10000:
-    ...)" or "test set (data.validation=0: ...)"."""
-    if validation:
-        return (f"read on the validation split (data.validation={validation}: {validation:,} training images held "
-                f"out by one fixed seeded draw, trained on the rest; the test set is never read)")
-    return "trained on the full training set and scored on the test set (data.validation=0)"
-
-
 def tuning_runs_on_test(sweep_dir: Path, blocks, seeds) -> list[str]:
     """The complete tuning runs in ``sweep_dir`` (every block's rate x ``seeds``) that read the test set: their
     summary's ``evaluated_on`` is not "validation" (the one-stage design's runs, before docs/mnist/PLAN.md's
     amendment; a summary without the field read the test set). A two-stage sweep must not reuse them: the
     orchestrator refuses such a folder (one line, exit code 2)."""
-    out = []
-    for b in blocks:
-        for lr in b.rates:
-            for s in seeds:
-                summary = read_summary(Path(sweep_dir) / run_name(b, lr, s)) or {}
-                if summary.get("status") in COMPLETE_STATUSES and summary.get("evaluated_on", "test") != "validation":
-                    out.append(run_name(b, lr, s))
-    return out
+    return runs_on_test(sweep_dir, [run_name(b, lr, s) for b in blocks for lr in b.rates for s in seeds])
 
 
 def run_name(block: Block, lr: float, seed) -> str:

@@ -340,26 +340,39 @@ def ics_parts(env: Env, extra: list[str], defer: bool = False) -> list[Part]:
 
 def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     """scripts/study.sh NAME: the multiruns of :mod:`.studies` still to do, into SWEEP_DIR (study_NAME), in two
-    stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
-    chosen there (:func:`.studies.evaluation_batches`, the report's rule) on EVALUATION_SEEDS (0-4); one stage
-    (the grids on the given seeds) when the overrides set ``seed``."""
+    stages (docs/studies/PLAN.md and its second amendment of 2026-11-29): every grid on the tuning seeds, read on
+    the validation split (``data.validation=``:data:`.stages.VALIDATION`), then each configuration at the rate(s)
+    chosen there (:func:`.studies.evaluation_batches`, the report's rule) on the full training set, scored on
+    test, on the fresh :data:`.studies.EVALUATION_SEEDS` (1000-1004); one stage (the grids on the given seeds, on
+    test) when the overrides set ``seed``.
+
+    Raises:
+        UserError: SWEEP_DIR holds complete tuning runs that read the test set (the design before the amendment),
+            which the two-stage design must not reuse; or an override Hydra's grammar rejects.
+    """
     from bnexp.analysis.grid_edges import rule_text, write_record
     from bnexp.analysis.tuning import TUNING_SEEDS
     from bnexp.designs import studies
+    from bnexp.designs.stages import runs_on_test, split_of, split_text
 
-    study = studies.build_studies()[name]
+    evaluation = () if one_stage(extra) else studies.EVALUATION_SEEDS
+    study = studies.build_studies(two_stage=bool(evaluation))[name]
     sweep = env.sweep_dir("SWEEP_DIR", f"outputs/sweeps/study_{name}", extra)
     docs = env.docs_dir("DOCS_DIR", f"docs/studies/{name}", not extra)
     common = env.launcher_args(sweep)
     ex = tuple(extra)
     ex2 = tuple(o for o in extra if o.split("=", 1)[0] != "lr")  # stage 2 trains the chosen rates
-    evaluation = () if one_stage(extra) else studies.EVALUATION_SEEDS
     every = [Block(b.label, common + b.all_overrides(), extra) for b in study.batches]
     try:
         jobs = studies.expand(study, ex)
     except Exception as exc:  # Hydra's grammar: worded by the preflight below
         preflight.check_blocks(every[:1])
         raise UserError(str(exc)) from None
+    on_test = runs_on_test(sweep, [j.folder for j in jobs]) if evaluation else []
+    if on_test:
+        raise UserError(f"SWEEP_DIR={sweep}: {len(on_test)} complete tuning run(s) read the test set, e.g. "
+                        f"{on_test[0]} (the design before docs/studies/PLAN.md's second amendment, which tunes on "
+                        "the validation split): move them aside or choose another SWEEP_DIR")
     seeds = ", ".join(map(str, evaluation))
 
     def stage2() -> studies.StageTwo:
@@ -424,8 +437,10 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
                             + ("" if exact else " (decided after stage 1; estimated at its most: one rate per "
                                "objective of the study)"), tuple(batches))
         est2 = studies.estimate(st2, env.jobs, ex2, sweep_dir=sweep)
-        text = "\n".join([f"stage 1 (tuning seeds {', '.join(map(str, TUNING_SEEDS))}):", text,
-                          "stage 2 (evaluation): " + studies.plan_text(st2, est2, env.jobs).split(": ", 1)[1],
+        text = "\n".join([f"stage 1 (tuning seeds {', '.join(map(str, TUNING_SEEDS))}): every grid, "
+                          f"{split_text(split_of(TUNING_SEEDS, evaluation))}:", text,
+                          f"stage 2 (evaluation), {split_text(split_of(evaluation, evaluation))}: "
+                          + studies.plan_text(st2, est2, env.jobs).split(": ", 1)[1],
                           f"both stages: {est['runs'] + est2['runs']} runs{'' if exact else ' at most'}; estimated "
                           f"wall time {(seconds + est2['seconds']) / 60:.0f} min with {env.jobs} parallel jobs"])
         seconds += est2["seconds"]

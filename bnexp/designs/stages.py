@@ -16,6 +16,46 @@ from typing import Callable
 from bnexp.designs.preflight import Block
 
 
+VALIDATION = 10_000  # stage 1's data.validation: training images held out and read instead of the test set
+
+
+def split_of(seeds, evaluation_seeds) -> int | None:
+    """The ``data.validation`` of a held-out design's runs on ``seeds`` (docs/mnist/PLAN.md and docs/studies/PLAN.md,
+    amendments of 2026-11-29): 0 (the full training set, scored on test) for stage 2's ``evaluation_seeds``,
+    :data:`VALIDATION` for stage 1's tuning runs (the grids and the rates the grid-edge rule adds); None in a
+    one-stage sweep (no ``evaluation_seeds``: the seeds the runs are scored on read the test set, the config's
+    default)."""
+    if not evaluation_seeds:
+        return None
+    return 0 if tuple(seeds) == tuple(evaluation_seeds) else VALIDATION
+
+
+def split_text(validation: int | None) -> str:
+    """How a stage's runs read their evaluations, for the DRY_RUN plan: "read on the validation split
+    (data.validation=10000: ...)" or "trained on the full training set and scored on the test set
+    (data.validation=0)"."""
+    if validation:
+        return (f"read on the validation split (data.validation={validation}: {validation:,} training images held "
+                f"out by one fixed seeded draw, trained on the rest; the test set is never read)")
+    return "trained on the full training set and scored on the test set (data.validation=0)"
+
+
+def runs_on_test(sweep_dir: Path, folders) -> list[str]:
+    """The ``folders`` (run folders relative to ``sweep_dir``: a design's tuning runs) that hold a complete run
+    (finished or diverged) which read the test set: its summary's ``evaluated_on`` is not "validation" (a summary
+    without the field read the test set, as every run did before ``data.validation`` existed). A held-out design
+    that tunes on the validation split must not reuse them: the orchestrator refuses such a sweep folder (one
+    line, exit code 2)."""
+    from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
+
+    out = []
+    for f in folders:
+        summary = read_summary(Path(sweep_dir) / f) or {}
+        if summary.get("status") in COMPLETE_STATUSES and summary.get("evaluated_on", "test") != "validation":
+            out.append(str(f))
+    return out
+
+
 def one_stage(overrides: list[str]) -> bool:
     """Whether a held-out design (MNIST, the studies: docs/mnist/PLAN.md, docs/studies/PLAN.md) runs one stage:
     the extra ``overrides`` set ``seed``, so the grids run on those seeds and no evaluation stage follows."""

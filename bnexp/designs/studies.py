@@ -26,12 +26,16 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bnexp.analysis.tuning import EVALUATION_SEEDS, TUNING_SEEDS
+from bnexp.analysis.tuning import FRESH_EVALUATION_SEEDS, TUNING_SEEDS
+from bnexp.designs.stages import VALIDATION, split_text  # noqa: F401 (the split of each stage, shared with MNIST)
 
 STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
-# two stages (docs/studies/PLAN.md): every grid on the tuning seeds, then each configuration at the rate(s)
-# chosen there (bnexp/analysis/study_runs.py, the report's rule) on the evaluation seeds
+# two stages (docs/studies/PLAN.md and its second amendment of 2026-11-29): every grid on the tuning seeds, read on
+# the validation split (data.validation=VALIDATION), then each configuration at the rate(s) chosen there
+# (bnexp/analysis/study_runs.py, the report's rule) on the full training set, scored on test, on the fresh
+# evaluation seeds 1000-1004 (data.validation=0)
 SEEDS = ",".join(map(str, TUNING_SEEDS))
+EVALUATION_SEEDS = FRESH_EVALUATION_SEEDS
 # every run of every study: one torch thread per job, no progress bar, no TensorBoard histograms and no
 # distribution-shift metrics (the studies read accuracies only); each batch adds trainer.hist_every =
 # max_steps / 4 (5 shift-monitor records). Task overrides hold plain values only: an interpolation
@@ -87,12 +91,17 @@ class Batch:
     every: int = 1
     evaluate: tuple[str, ...] = ()   # overrides stage 2 adds (inference_statistics: both momenta)
     name: str | None = None          # stage 2: the run folder's name, "bn=true,lr=${lr},seed=${seed}"
+    split: int | None = None         # data.validation of its runs: VALIDATION (stage 1), 0 (stage 2), None (unset)
 
     def all_overrides(self, extra: tuple[str, ...] = ()) -> list[str]:
         """:data:`COMMON`, the budget (max_steps, eval_every, hist_every), this batch's overrides, its
-        run-folder rule and ``extra`` (last of a key wins)."""
+        run-folder rule and ``extra`` (last of a key wins); ``data.validation`` after its overrides when
+        :attr:`split` is set (docs/studies/PLAN.md, second amendment: stage 1 reads the validation split, stage 2
+        the test set; a one-stage study leaves the key at the config's default, 0)."""
         out = list(COMMON) + [f"trainer.max_steps={self.steps}", f"trainer.eval_every={self.every}",
                               f"trainer.hist_every={max(1, round(self.steps / 4))}"] + list(self.overrides)
+        if self.split is not None:
+            out.append(f"data.validation={int(self.split)}")
         if self.name:
             out.append(f"hydra.sweep.subdir='{self.prefix + '/' if self.prefix else ''}{self.name}'")
         elif self.prefix:
@@ -122,9 +131,20 @@ def _fixed_examples(m: int) -> dict:
             "lr": f"lr={_grid(BATCH_RATES[m])}"}
 
 
-def build_studies() -> dict[str, Study]:
-    """The five studies (docs/studies/), by name. The multiruns of a study run one after another, the
-    longest first; each run folder is SWEEP_DIR/<prefix>/<the keys its multirun sweeps>."""
+def build_studies(two_stage: bool = True) -> dict[str, Study]:
+    """The five studies (docs/studies/), by name: stage 1's multiruns. The multiruns of a study run one after
+    another, the longest first; each run folder is SWEEP_DIR/<prefix>/<the keys its multirun sweeps>.
+    ``two_stage``: each multirun reads the validation split (``data.validation=``:data:`VALIDATION`,
+    docs/studies/PLAN.md, second amendment), since its runs tune the rates stage 2 scores on test; False: the
+    one-stage study of a ``seed=`` override (:func:`bnexp.designs.stages.one_stage`), whose runs are the scored
+    ones and read the test set (``data.validation`` left at the config's default)."""
+    studies = _build_studies()
+    split = VALIDATION if two_stage else None
+    return {k: replace(s, batches=tuple(replace(b, split=split) for b in s.batches)) for k, s in studies.items()}
+
+
+def _build_studies() -> dict[str, Study]:
+    """The five studies' multiruns without their split (:func:`build_studies`)."""
     bs, inf = [], []
     for m in BATCH_SIZES:
         b = _fixed_examples(m)
@@ -262,7 +282,8 @@ def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seed
     the chosen ``rates``, ``seed`` the evaluation ``seeds`` and the batch's ``evaluate`` overrides; its run
     folders are named as stage 1 names them (the keys stage 1 sweeps, plus those ``evaluate`` sweeps), e.g.
     ``m=2/bn=layer,lr=0.3,seed=0``. ``evaluate=False``: without the ``evaluate`` overrides (stage 1's own
-    settings: the grid-edge rule's added rates on the tuning seeds)."""
+    settings, its split included: the grid-edge rule's added rates on the tuning seeds); ``evaluate=True``: on the
+    full training set, scored on test (``data.validation=0``; docs/studies/PLAN.md, second amendment)."""
     from bnexp.runfolders.runnames import swept_name
 
     b = study.batches[index]
@@ -277,6 +298,7 @@ def evaluation_batch(study: Study, index: int, net: tuple[str, ...], rates, seed
     for k, v in marks.items():
         name = name.replace(v, "${" + k + "}")
     return replace(b, label=": ".join(x for x in (b.label, " ".join(net)) if x), name=name,
+                   split=b.split if not evaluate else 0,
                    overrides=(*fixed, *net, f"lr={_grid(sorted(set(rates)))}", f"seed={','.join(map(str, seeds))}",
                               *b.evaluate))
 
@@ -448,7 +470,7 @@ def estimate(study: Study, jobs: int, extra: tuple[str, ...] = (), cost: CostMod
         secs = makespan([cost.job_seconds(j, b) for j in todo], jobs)
         row = {"label": b.label, "prefix": b.prefix, "runs": len(mine), "todo": len(todo),
                "steps": sum(j.steps for j in mine), "seconds": secs,
-               "overrides": " ".join(o for o in b.overrides)}
+               "overrides": " ".join([*b.overrides, *([] if b.split is None else [f"data.validation={b.split}"])])}
         out["batches"].append(row)
         out["todo"] += len(todo)
         out["steps"] += row["steps"]
@@ -492,8 +514,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``python -m bnexp.designs.studies lines|plan NAME SWEEP_DIR [--jobs N] [EXTRA ...]``: exit 0, or 2 with
     one ``error:`` line for an unknown study or an override Hydra cannot parse."""
+    from bnexp.designs.stages import one_stage
+
     a = _parser().parse_intermixed_args(argv)
-    studies = build_studies()
+    studies = build_studies(two_stage=not one_stage(list(a.extra)))
     if a.study not in studies:
         print(f"error: unknown study {a.study!r}; the studies are {', '.join(STUDIES)}", file=sys.stderr)
         return 2

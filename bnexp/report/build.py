@@ -112,18 +112,21 @@ def scored_runs(groups: list[ConfigGroup], table: pd.DataFrame,
     return scored, table[~table["seed"].isin(list(tuning_seeds))]
 
 
-def evaluated_on(table: pd.DataFrame, tuning_seeds: Collection[int]) -> dict[str, list[str]]:
+def evaluated_on(table: pd.DataFrame, tuning_seeds: Collection[int],
+                 evaluation_seeds: Collection[int] | None = None) -> dict[str, list[str]]:
     """Which split the runs read (the summary's ``evaluated_on``: "test", or "validation" with
     ``data.validation``; a run without the field read the test set, as every run did before the key existed):
-    {"tuning": splits of the runs on ``tuning_seeds``, "evaluation": of the other runs} (sorted lists) in a
-    held-out sweep, {"all": ...} otherwise (docs/mnist/PLAN.md: tuning on the validation split, evaluation on
-    test)."""
+    {"tuning": splits of the runs on ``tuning_seeds``, "evaluation": of the runs on ``evaluation_seeds`` (None:
+    every other run)} (sorted lists) in a held-out sweep, {"all": ...} otherwise (docs/mnist/PLAN.md and
+    docs/studies/PLAN.md, amendments: tuning on the validation split, evaluation on test; a study scores its
+    evaluation seeds alone, :class:`bnexp.analysis.study_runs.Selection`)."""
     col = table["summary.evaluated_on"] if "summary.evaluated_on" in table else pd.Series("test", index=table.index)
     col = col.where(col.notna(), "test").astype(str)
     if not tuning_seeds:
         return {"all": sorted(set(col))}
     tuned = table["seed"].isin(list(tuning_seeds))
-    return {"tuning": sorted(set(col[tuned])), "evaluation": sorted(set(col[~tuned]))}
+    scored = table["seed"].isin(list(evaluation_seeds)) if evaluation_seeds else ~tuned
+    return {"tuning": sorted(set(col[tuned])), "evaluation": sorted(set(col[scored]))}
 
 
 def split_names(table: pd.DataFrame, splits: dict[str, list[str]]) -> dict[str, str]:
@@ -203,7 +206,8 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     study = study_section(sweep_dir, sweep)  # None unless the sweep folder holds study.json
     speedups = best_rate_speedups(groups, table)  # claims at 90/95/97%, each at its best rate
     held = held_out_seeds(speedups)  # {} unless the rates were chosen on tuning seeds (docs/mnist/PLAN.md)
-    splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()))
+    splits = evaluated_on(table, (study or {}).get("tuning_seeds") or held.get("tuning_seeds", ()),
+                          (study or {}).get("evaluation_seeds") if (study or {}).get("tuning_seeds") else None)
     progress = progress_records(sweep.metrics, gradient_long(sweep.ics))
     probes = {k: probe_records(sweep.metrics, gradient_long(sweep.ics), table, k) for k in DEF21}
     own, equal = equal_rate_groups(groups, design)
