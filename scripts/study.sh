@@ -7,7 +7,12 @@
 # (bnexp/designs/studies.py) are Hydra multiruns through the stacked launcher, one torch thread per process, into
 # one sweep folder; each run folder is named by the keys its multirun sweeps. inference_statistics then
 # evaluates every run's final weights with batch statistics, running averages and Alg. 2 population
-# statistics (python -m bnexp.train.inference_eval). `bnexp report` writes the study section (claims with
+# statistics (python -m bnexp.train.inference_eval).
+# Two stages (docs/studies/PLAN.md and its second amendment): stage 1 runs every grid on the tuning seeds 100-102
+# with data.validation=10000 (10,000 training images held out and evaluated instead of the test set, which the
+# tuning runs never read); stage 2 trains each configuration at the rate(s) chosen there on the full training set
+# (data.validation=0), scored on test, on the fresh evaluation seeds 1000-1004. A seed=... override runs one stage:
+# the grids on those seeds, on test. A SWEEP_DIR holding complete tuning runs that read the test set is refused. `bnexp report` writes the study section (claims with
 # per-seed values, 95% intervals and verdicts, a table, a figure) beside the usual report.
 # Extra overrides come last and win, e.g. a quick look: scripts/study.sh depth trainer.max_steps=500 seed=0
 # Environment:
