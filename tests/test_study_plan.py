@@ -201,3 +201,19 @@ def test_a_tiny_study_trains_reports_and_a_second_call_trains_nothing(tmp_path, 
     assert ({str(f): f.read_bytes() for f in docs.rglob("*") if f.is_file()} if docs.is_dir() else {}) == before
     again = _script(tmp_path, "depth", *extra, timeout=1200, SWEEP_DIR=str(sweep), BNEXP_DATA_ROOT=str(data_root))
     assert again.returncode == 0 and "every run of" in again.stdout and "bnexp train" not in again.stderr
+
+
+def test_script_and_readme_state_the_seeds_and_split_of_the_design():
+    """scripts/study.sh's header and docs/studies/README.md name the design's own tuning and evaluation seeds and
+    each stage's split (docs/studies/PLAN.md, second amendment), read from bnexp/designs/studies.py."""
+    from bnexp.analysis.tuning import TUNING_SEEDS
+    from bnexp.designs import studies
+
+    span = lambda ss: f"{min(ss)}-{max(ss)}"  # noqa: E731
+    ev = studies.EVALUATION_SEEDS
+    assert list(ev) == list(range(min(ev), max(ev) + 1))  # a span names them all
+    for path in ("scripts/study.sh", "docs/studies/README.md"):
+        text = " ".join(" ".join(line.lstrip("#> ").split()) for line in (REPO / path).read_text().splitlines())
+        assert f"tuning seeds {span(TUNING_SEEDS)}" in text, path
+        assert f"data.validation={studies.VALIDATION}" in text and "data.validation=0" in text, path
+        assert f"seeds {span(studies.EVALUATION_SEEDS)}" in text, path

@@ -7,7 +7,12 @@ puts its run folders under ``SWEEP_DIR/<prefix>/``; every run folder is named by
 sweeps (:mod:`bnexp.runfolders.runnames`), so a second call of ``scripts/study.sh`` finds the finished runs.
 
 The designs, their claims and pass rules are fixed in docs/studies/NAME.md and
-:mod:`bnexp.report.study_claims` before any run. Command line (what ``scripts/study.sh`` calls)::
+:mod:`bnexp.report.study_claims` before any run. Two stages (docs/studies/PLAN.md and its second amendment of
+2026-11-29): :func:`build_studies` gives stage 1, every grid on the tuning seeds read on the validation split
+(``data.validation=``:data:`bnexp.designs.stages.VALIDATION`); :func:`stage_two` the grid-edge rule's added rates
+(the same split) and then stage 2, each configuration at its chosen rate(s) on the full training set, scored on
+test (``data.validation=0``), on the fresh :data:`EVALUATION_SEEDS` (1000-1004). A one-stage study (a ``seed=``
+override, :func:`bnexp.designs.stages.one_stage`) leaves ``data.validation`` to the config, as before. Command line (what ``scripts/study.sh`` calls)::
 
     python -m bnexp.designs.studies lines NAME SWEEP_DIR [EXTRA ...]   # one line of overrides per multirun that
                                                                 # still has runs to do (none: complete)
