@@ -21,6 +21,7 @@ from bnexp.report.claims import Claim, evaluate
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.analysis.runs import config_key, target_key
 from bnexp.analysis.rules import Censored, format_target, normalizer_label, optional
+from bnexp.report.fmt import censored_why
 from bnexp.analysis.tuning import (HELD_OUT, SPEEDUP_TARGETS, TUNING_SEEDS, best_rate, choose_rates,
                                   runs_from_table)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
@@ -110,7 +111,7 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
                   **{f"{k}_{f}": side[f] for f in ("lr", "selection", "edge", "steps", "budget", "choice")
                      for k, side in (("bn", b), ("no_bn", n))},  # bn_lr, no_bn_lr, bn_selection, ...
                   "lower_bound_seeds": sorted(s for s, k in row["bounds"].items() if k == "lower"),
-                  "left_out": {s: "missing on one side" if v is None else v.why for s, v in per_seed.items()
+                  "left_out": {s: "missing on one side" if v is None else censored_why(v) for s, v in per_seed.items()
                                if row["per_seed"].get(s) is None}}
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.analysis.frontier import ORDER, PASS_FACTOR
-from bnexp.analysis.rules import Censored
-from bnexp.report.fmt import render_template
+from bnexp.analysis.frontier import CLAIMED, ORDER, PASS_FACTOR
+from bnexp.analysis.rules import CHANCE, Censored
+from bnexp.report.fmt import render_template, words
 
 
+# the paper's names of the presets: a vocabulary (one name per code, as rules.NORMALIZERS), not sentences
 NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
          "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
 PASS_CELL = {True: "yes", False: "no", None: "undecided"}
@@ -79,8 +80,22 @@ MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PAS
       **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
 
 
+def frontier_words(section: dict) -> dict:
+    """``section`` (:func:`bnexp.analysis.frontier.analyze`'s dict) with the analysis layer's codes in words, in
+    place (templates/rules_and_bounds.md.j2): each preset's ``claim`` (a preset of
+    :data:`~bnexp.analysis.frontier.CLAIMED`) as the Sec. 4.2 claim its "pass" decides, and each note that is a
+    code ({"note": "seed_counts" | "baseline_censored", ...}) as its sentence; text already there (report.json
+    read back, the sweep's warnings) stays. Returns ``section``."""
+    fa = section.get("frontier_analysis") or {}
+    for d in (fa.get("speedup") or {}).values():
+        if d.get("claim") in CLAIMED:
+            d["claim"] = words("frontier_claim", d["claim"], CHANCE)
+    fa["notes"] = [words("frontier_note", n) if isinstance(n, dict) else n for n in fa.get("notes") or []]
+    return section
+
+
 def frontier_markdown(section: dict) -> list[str]:
-    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
-    templates/frontier.md.j2."""
-    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, worded in place by
+    :func:`frontier_words`, or report.json's data): templates/frontier.md.j2."""
+    return (render_template("frontier.md.j2", frontier_words(section), MD) + "\n").split("\n")[:-1]
 

@@ -162,10 +162,11 @@ def mark_claims(rows: list[dict], record: list[dict]) -> None:
     ``record``; and :data:`BUDGET_BOUND` when :func:`budget_bound`) and "marked_verdict" (the verdict, with ",
     edge-bound" and / or ", budget-bound" after a "supported" or "not supported": never a plain verdict then)."""
     from bnexp.analysis.grid_edges import mark_of
+    from bnexp.report.fmt import edge_mark
 
     for r in rows:
         choices = [r.get(k) for k in ("bn_choice", "no_bn_choice")] + list(r.get("choices") or [])
-        marks = list(dict.fromkeys(m for ch in choices if ch for m in [mark_of(ch, record)] if m))
+        marks = list(dict.fromkeys(m for ch in choices if ch for m in [edge_mark(mark_of(ch, record))] if m))
         if budget_bound(r):
             marks.append(BUDGET_BOUND)
         kinds = ([EDGE_BOUND] if any(m.startswith("edge") for m in marks) else []) + \
