@@ -289,6 +289,9 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
         None (never reached), "speedup_is_lower_bound", "speedup_per_seed": {seed as str: S at a*_s or
         None}, "pass": bool | None (None: undecidable, e.g. a reference preset is missing)}},
         "frontier_analysis": targets, per-preset frontiers, S(a) curves, per-seed details, tuning, verdict}.
+        Codes, never words: a preset's "claim" is the preset (one of :data:`CLAIMED`, else None) and a note is
+        {"note": "seed_counts", "preset", "seeds"} or {"note": "baseline_censored"}; the report words them
+        (:func:`bnexp.report.frontier_text.frontier_words`).
 
     Raises:
         ValueError: without baseline runs, or with a missing column.
