@@ -12,8 +12,7 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier_text import MD as FRONTIER_MD, headline_bound, speedup_text
-from bnexp.report.fmt import (format_acc, format_stat, format_target, interval_cell, md_table, render_template,
-                              std_note)
+from bnexp.report.fmt import format_acc, format_stat, format_target, interval_cell, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
@@ -78,7 +77,7 @@ def render_markdown(d: dict) -> str:
     """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): templates/report.md.j2."""
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
-        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "STD_NOTE": std_note(), "DDOF": DDOF,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "DDOF": DDOF,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none",
         "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,
