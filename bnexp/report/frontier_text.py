@@ -29,6 +29,13 @@ def speedup_text(v: float | None, bound: str | None = None) -> str:
     return Censored(v, bound or "exact").text()
 
 
+def claim_text(claim: str | None) -> str | None:
+    """A preset's Sec. 4.2 claim in words (templates/rules_and_bounds.md.j2: frontier_claim) when ``claim`` is
+    :func:`bnexp.analysis.frontier.analyze`'s code (a preset of :data:`~bnexp.analysis.frontier.CLAIMED`); text
+    (report.json read back) and None stay."""
+    return words("frontier_claim", claim, CHANCE) if claim in CLAIMED else claim
+
+
 def details(section: dict, preset: str) -> dict:
     """``frontier_analysis.speedup[preset]`` of report.json or :func:`analyze`'s dict ({} when absent)."""
     return ((section.get("frontier_analysis") or {}).get("speedup") or {}).get(preset) or {}
@@ -75,7 +82,7 @@ def tuning_md(t: dict) -> str:
 
 #: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
 MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
-                   "headline_bound": headline_bound, "speedup_text": speedup_text}
+                   "headline_bound": headline_bound, "speedup_text": speedup_text, "claim_text": claim_text}
 MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
       **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
 
@@ -88,8 +95,8 @@ def frontier_words(section: dict) -> dict:
     read back, the sweep's warnings) stays. Returns ``section``."""
     fa = section.get("frontier_analysis") or {}
     for d in (fa.get("speedup") or {}).values():
-        if d.get("claim") in CLAIMED:
-            d["claim"] = words("frontier_claim", d["claim"], CHANCE)
+        if "claim" in d:
+            d["claim"] = claim_text(d["claim"])
     fa["notes"] = [words("frontier_note", n) if isinstance(n, dict) else n for n in fa.get("notes") or []]
     return section
 
