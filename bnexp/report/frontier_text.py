@@ -97,7 +97,8 @@ def frontier_words(section: dict) -> dict:
     for d in (fa.get("speedup") or {}).values():
         if "claim" in d:
             d["claim"] = claim_text(d["claim"])
-    fa["notes"] = [words("frontier_note", n) if isinstance(n, dict) else n for n in fa.get("notes") or []]
+    if fa.get("notes"):
+        fa["notes"] = [words("frontier_note", n) if isinstance(n, dict) else n for n in fa["notes"]]
     return section
 
 
