@@ -898,3 +898,31 @@ def test_the_written_files_line_names_each_subfolder_once(tmp_path):
     paths.append(tmp_path / "frontier.png")
     assert written_text(paths, tmp_path) == "report.md, report.json, aggregate/ (3 files), frontier.png"
     assert written_text([tmp_path / "aggregate" / "a" / "e"], tmp_path) == "aggregate/ (1 file)"
+
+
+def test_ladder_labels_name_the_budget_once_and_keep_a_key_that_varies_on_its_own():
+    from bnexp.report.groups import ConfigGroup as mk, label_groups
+
+    def rung(steps: int, precision: str, **extra) -> dict:
+        return {"experiment": "baseline", "bn.enabled": False, "bn.noise": False, "lr": 0.025,
+                "trainer.max_steps": steps, "optim.decay_steps": steps // 5, "trainer.eval_every": steps // 4,
+                "trainer.hist_every": steps // 2, "trainer.precision": precision, "scale.precision": precision,
+                "scale.base_lr": 0.025, **extra}
+
+    ladder = [mk("a", rung(3000, "fp32")), mk("b", rung(6000, "fp32")), mk("c", rung(48000, "bf16"))]
+    label_groups(ladder)
+    assert [g.label for g in ladder] == ["baseline trainer.max_steps=3000 trainer.precision=fp32",
+                                         "baseline trainer.max_steps=6000 trainer.precision=fp32",
+                                         "baseline trainer.max_steps=48000 trainer.precision=bf16"]
+    assert ladder[2].variant_label == "no BN trainer.max_steps=48000 trainer.precision=bf16 (baseline preset)"
+    # decay_steps that vary at one budget are a setting of their own: named
+    own = [mk("a", rung(6000, "fp32")), mk("b", rung(6000, "fp32", **{"optim.decay_steps": 600}))]
+    label_groups(own)
+    assert [g.label for g in own] == ["baseline optim.decay_steps=1200", "baseline optim.decay_steps=600"]
+    # a preset source that does not follow the key it sets (two lrs at one base) stays named
+    free = [mk("a", {"bn.enabled": True, "lr": 0.1, "scale.base_lr": 0.1}),
+            mk("b", {"bn.enabled": True, "lr": 0.5, "scale.base_lr": 0.1}),
+            mk("c", {"bn.enabled": True, "lr": 0.5, "scale.base_lr": 0.2})]
+    label_groups(free)
+    assert [g.label for g in free] == ["lr=0.1 scale.base_lr=0.1", "lr=0.5 scale.base_lr=0.1",
+                                       "lr=0.5 scale.base_lr=0.2"]

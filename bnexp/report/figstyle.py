@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from bnexp.report.groups import ConfigGroup, bn_variant, pair_key, sort_value
+from bnexp.report.groups import ConfigGroup, bn_variant, following_keys, pair_key, sort_value
 from bnexp.analysis.rules import BN_OPTIONS, NORMALIZERS, colour_family as colour_family_of, normalizer, variant
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
@@ -36,11 +36,6 @@ FAMILY_WORDS = {"LayerNorm": "purple", "GroupNorm": "magenta"}
 UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",
           "trainer.device", "trainer.ckpt_every", "trainer.save_checkpoint", "data.root", "data.download",
           "data.verify_checksums", "logger", "monitor.histograms")
-#: run-length keys a design sets from another key: a study from m (max_steps = 240,000 / m), the CIFAR-10 ladder
-#: from the budget (decay_steps = budget / 5, eval_every = budget / 4, ...)
-SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
-                 "trainer.ckpt_every", "optim.decay_steps")
-BUDGET = "trainer.max_steps"
 
 
 @dataclass(frozen=True)
@@ -105,24 +100,11 @@ def colour_family(group: ConfigGroup) -> str | None:
     return colour_family_of(group.normalizer)
 
 
-def schedule_keys_to_drop(values: dict[str, list], budget_only: bool = False) -> set[str]:
-    """The :data:`SCHEDULE_KEYS` a legend leaves out, given each varying key's values over the configurations
-    shown (one list per key, in one order): those whose values determine and are determined by (one to one)
-    those of the budget (:data:`BUDGET`, which stays) or, unless ``budget_only``, of a shown key outside
-    :data:`SCHEDULE_KEYS`. The ladder's decay_steps follows the budget; the batch-size study's max_steps
-    follows m."""
-    def follows(k: str, j: str) -> bool:
-        return len(set(values[k])) == len(set(values[j])) == len(set(zip(values[k], values[j])))
-
-    anchors = [j for j in values if j == BUDGET or (not budget_only and j not in SCHEDULE_KEYS)]
-    return {k for k in values if k in SCHEDULE_KEYS and any(follows(k, j) for j in anchors if j != k)}
-
-
 def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """{group.key: label}: the overrides (``.hydra/overrides.yaml`` of each configuration's first run) whose
     values differ between the configurations, as the user typed them (``bn=false lr=0.5``; ``+`` and the
     quotes bnexp adds dropped, :func:`bnexp.runfolders.resumecmd.as_typed`; seeds, :data:`UNTOLD` keys and the
-    run-length keys of :func:`schedule_keys_to_drop` left out); where LayerNorm or GroupNorm is among them, the
+    keys :func:`~bnexp.report.groups.following_keys` leaves out); where LayerNorm or GroupNorm is among them, the
     ``bn`` and ``bn.norm`` overrides are replaced by the normalizer's name ("LayerNorm lr=0.9", not "bn=true
     bn.norm=layer lr=0.9"). {} when a configuration has no readable overrides or two configurations would read
     alike."""
@@ -135,7 +117,7 @@ def typed_labels(groups: list[ConfigGroup]) -> dict[str, str]:
         per[g.key] = {key: value for key, _, value in pairs if key and not key.startswith(UNTOLD)}
     keys = dict.fromkeys(k for kv in per.values() for k in kv)
     varying = [k for k in keys if len({kv.get(k) for kv in per.values()}) > 1]
-    drop = schedule_keys_to_drop({k: [kv.get(k) for kv in per.values()] for k in varying}, budget_only=True)
+    drop = following_keys({k: [kv.get(k) for kv in per.values()] for k in varying}, budget_only=True)
     varying = [k for k in varying if k not in drop]
     named = {g.key: NORMALIZERS.get(normalizer(g.config) or "") for g in groups}
     if {"bn", "bn.norm"} & set(varying) and {"LayerNorm", "GroupNorm"} & set(named.values()):

@@ -17,10 +17,11 @@ import pandas as pd
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.figstyle import (LINESTYLE, SCHEDULE_KEYS, STEP_LABEL, Style, colour_family, family_color,
-                                   legend_below, legend_label, legend_title, pyplot, refs, schedule_keys_to_drop,
+from bnexp.report.figstyle import (LINESTYLE, STEP_LABEL, Style, colour_family, family_color,
+                                   legend_below, legend_label, legend_title, pyplot, refs,
                                    style_note, styles, wrap_title)
-from bnexp.report.groups import ConfigGroup, bn_variant, format_value, kv_label, pair_key, sort_value, varying_keys
+from bnexp.report.groups import (SCHEDULE_KEYS, ConfigGroup, bn_variant, following_keys, format_value, key_values,
+                                 kv_label, pair_key, sort_value, varying_keys)
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
 from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
@@ -76,7 +77,7 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
 
 def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     """Legend labels of the configurations a figure shows: the keys that vary among them (not across the whole
-    sweep), without the run-length keys :func:`~bnexp.report.figstyle.schedule_keys_to_drop` leaves out; e.g. the
+    sweep), without the run-length keys :func:`~bnexp.report.groups.following_keys` leaves out; e.g. the
     inference study's "trainer.batch_size=2 lr=0.15 bn.momentum=0.01" instead of five keys; an option left unset
     (null, e.g. no ghost batches) is not named. Maps group key -> label (the configuration's own label where no
     key varies)."""
@@ -87,9 +88,9 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
 
 def shown_keys(groups: list[ConfigGroup]) -> list[str]:
     """The keys that vary among ``groups``, without the run-length keys that follow another key
-    (:func:`~bnexp.report.figstyle.schedule_keys_to_drop`)."""
+    (:func:`~bnexp.report.groups.following_keys`)."""
     keys = varying_keys(groups)
-    drop = schedule_keys_to_drop({k: [format_value(g.config.get(k)) for g in groups] for k in keys})
+    drop = following_keys(key_values(groups, keys))
     return [k for k in keys if k not in drop]
 
 
@@ -238,7 +239,7 @@ FAMILY_ORDER = ("no BN", "BN", "noisy BN", "LayerNorm", "GroupNorm", None)
 
 def ramp_order(groups: list[ConfigGroup]) -> tuple[list[ConfigGroup], list[str]]:
     """(``groups`` in ramp order, the keys that order them): the keys that vary among them (run-length keys that
-    follow another key left out, :func:`~bnexp.report.figstyle.schedule_keys_to_drop`), the one with the most
+    follow another key left out, :func:`~bnexp.report.groups.following_keys`), the one with the most
     values first (the batch-size study's m), the rate ``lr`` last; values by
     :func:`bnexp.report.groups.sort_value` (unset last)."""
     keys = shown_keys(groups)

@@ -22,6 +22,14 @@ from bnexp.analysis.rules import normalizer, normalizer_label, variant
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
 # Keys named in the label when nothing varies across the sweep.
 SALIENT_KEYS = ("bn.enabled", "act", "lr")
+#: run-length keys a design sets from another key: a study from m (max_steps = 240,000 / m), the CIFAR-10 ladder
+#: from the budget (decay_steps = budget / 5, eval_every = budget / 4, ...)
+SCHEDULE_KEYS = ("trainer.max_steps", "trainer.eval_every", "trainer.hist_every", "trainer.log_every",
+                 "trainer.ckpt_every", "optim.decay_steps")
+BUDGET = "trainer.max_steps"
+#: a CIFAR-10 preset's sources of other keys and the key each sets (conf/experiment/*.yaml: lr = a multiple of
+#: scale.base_lr; trainer.precision = scale.precision): named only where they say more than the key they set
+SOURCES = {"scale.base_lr": "lr", "scale.precision": "trainer.precision"}
 
 
 @dataclass
@@ -138,6 +146,37 @@ def kv_label(config: dict, keys: Iterable[str]) -> str:
     return " ".join(f"{KEY_ALIASES.get(k, k)}={format_value(config[k])}" for k in keys if k in config)
 
 
+def following_keys(values: dict[str, list], budget_only: bool = False) -> set[str]:
+    """The varying keys a label or legend leaves out because another one it names says the same, given each
+    key's values over the configurations shown (one list per key, in one order; a missing value as None):
+    the :data:`SCHEDULE_KEYS` whose values determine and are determined by (one to one) those of the budget
+    (:data:`BUDGET`, which stays) or, unless ``budget_only``, of a key outside :data:`SCHEDULE_KEYS` and
+    :data:`SOURCES`; and the preset sources (:data:`SOURCES`) one to one with the key each sets, where every
+    configuration has that key. The ladder's
+    decay_steps follows the budget; the batch-size study's max_steps follows m; the CIFAR-10 presets'
+    scale.precision follows trainer.precision."""
+    def follows(k: str, j: str) -> bool:
+        return j in values and len(set(values[k])) == len(set(values[j])) == len(set(zip(values[k], values[j])))
+
+    anchors = [j for j in values if j == BUDGET or (not budget_only and j not in SCHEDULE_KEYS and j not in SOURCES)]
+    schedule = {k for k in values if k in SCHEDULE_KEYS and any(follows(k, j) for j in anchors if j != k)}
+    return schedule | {k for k in values if k in SOURCES and follows(k, SOURCES[k]) and None not in values[SOURCES[k]]}
+
+
+def key_values(groups: list[ConfigGroup], keys: Iterable[str]) -> dict[str, list]:
+    """Each key's values over ``groups`` as labels write them (:func:`format_value`; None where a configuration
+    lacks the key), for :func:`following_keys`."""
+    return {k: [format_value(g.config[k]) if k in g.config else None for g in groups] for k in keys}
+
+
+def label_keys(keys: list[str], groups: list[ConfigGroup]) -> list[str]:
+    """``keys`` (varying across ``groups``) less those that follow the budget or name a preset's source of a
+    key already named (:func:`following_keys` with ``budget_only``): a CIFAR-10 ladder's labels say
+    trainer.max_steps once, not also its decay_steps, eval_every and hist_every."""
+    drop = following_keys(key_values(groups, keys), budget_only=True)
+    return [k for k in keys if k not in drop]
+
+
 def bn_variant(group: ConfigGroup) -> str | None:
     """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown):
     :func:`bnexp.analysis.rules.variant` of its normalizer."""
@@ -188,10 +227,10 @@ def label_groups(groups: list[ConfigGroup]) -> None:
             label = "unknown configuration"
         elif g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
-            within = [k for k in varying_keys(same) if k not in ("experiment", "experiment.name")]
+            within = label_keys([k for k in varying_keys(same) if k not in ("experiment", "experiment.name")], same)
             label = f"{g.experiment} {kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
-            label = kv_label(g.config, vary if vary else SALIENT_KEYS) or "all runs"
+            label = kv_label(g.config, label_keys(vary, groups) if vary else SALIENT_KEYS) or "all runs"
         g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label
@@ -210,7 +249,7 @@ def pair_label(group: ConfigGroup, groups: list[ConfigGroup], ignore: tuple[str,
     """The varying keys of ``group`` other than bn.*, experiment and ``ignore``, e.g. "lr=0.5" ("" if none)."""
     keys = [k for k in varying_keys(groups) if not (k.startswith("bn.") or k.startswith("experiment"))
             and k.split(".")[0] not in ignore]
-    return kv_label(group.config, keys)
+    return kv_label(group.config, label_keys(keys, groups))
 
 
 def sort_value(v: Any) -> tuple:
