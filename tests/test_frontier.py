@@ -267,6 +267,20 @@ def test_a_ladder_still_climbing_below_a_star_is_undecided_not_a_fail():
         assert sec["frontier_analysis"]["pass_rule"]["verdict"] == "FAIL"
 
 
+def test_bn_x30_below_a_star_and_still_climbing_is_undecided_not_a_fail():
+    """Read mid-sweep: bn_x30 has run 375..1,500 steps below bn_x5 and a*, still gaining 5 points per doubling,
+    so its ladder would run on and "above bn_x5 at their largest common budget" is not decided yet; once its
+    ladder has stopped (converged, +0.2 points per doubling) the same comparison is a verdict."""
+    x5 = (doubling(375, 8), lambda b: f_lin(8 * np.asarray(b)))
+    climbing = analyze(table({"baseline": (BASE, f_lin), "bn_x5": x5,
+                              "bn_x30": (doubling(375, 3), lambda b: f_lin(4 * np.asarray(b)))}))
+    assert climbing["matched_accuracy"]["bn_x30"]["pass"] is None
+    assert climbing["frontier_analysis"]["speedup"]["bn_x30"]["x5_vs_x30"]["budget_steps"] == 1500
+    flat = lambda b: 0.5 + 0.002 * np.log2(np.asarray(b) / 375)  # noqa: E731
+    stopped = analyze(table({"baseline": (BASE, f_lin), "bn_x5": x5, "bn_x30": (doubling(375, 3), flat)}))
+    assert stopped["matched_accuracy"]["bn_x30"]["pass"] is True  # 50.4% vs bn_x5's 47.8% at 1,500 steps
+
+
 def test_an_upper_bound_passes_no_rule_and_a_lower_bound_fails_none():
     """The baseline's best at its smallest budget makes B_baseline(a*) at most 1,000, so S(a*) <= 5.52 decides
     nothing about S >= 5 (it may be far below); a lower bound S >= 0.5 decides nothing about S > 1."""
@@ -451,7 +465,7 @@ def test_frontier_section_of_a_sweep_folder(tmp_path):
     assert frontier_section(tmp_path / "nothing") is None
 
 
-def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
+def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path, capsys):
     from bnexp.report import report_main
 
     sweep = tmp_path / "sweep"
@@ -470,6 +484,12 @@ def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path):
     b = 2 ** (math.log2(750) + (0.605 - 0.52) / (0.61 - 0.52))
     assert data["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(12000 / b)
     assert data["matched_accuracy"]["bn_x5"]["pass"] is (12000 / b >= 5)
+    # the terminal says it in words: the paper's preset name, yes / no, whether the baseline converged
+    out = " ".join(capsys.readouterr().out.split())
+    verdict = "yes" if 12000 / b >= 5 else "no"
+    assert f"BN-x5: S(a*) = {12000 / b:.2f}x; its claim met: {verdict}" in out
+    assert "the baseline had not converged" in out  # 12k gained 5 points over 6k
+    assert not {"True", "False", "None"} & set(out.replace(";", " ").replace(",", " ").split())
     md = (sweep / "report.md").read_text()
     assert "budget-accuracy frontier" in md and "(frontier.png)" in md
     assert (sweep / "frontier.png").stat().st_size > 0 and "frontier.png" in data["files"]

@@ -270,11 +270,12 @@ def _claim_pass(preset: str, s: dict | None, presets: dict, x5_vs_x30: tuple | N
     def no(p):
         return does_not_train(presets[p]["best"], presets[p]["budgets"][-1])
 
+    if preset in ("bn_x5", "bn_baseline", "bn_x30") and not (s and s["speedup"]) \
+            and still_climbing(presets[preset], presets[BASELINE]["budgets"][-1]):
+        return None  # not reached yet, and its ladder is not done: no verdict from an unfinished sweep
     if preset in ("bn_x5", "bn_baseline"):
-        if not (s and s["speedup"]) and still_climbing(presets[preset], presets[BASELINE]["budgets"][-1]):
-            return None  # not reached yet, and its ladder is not done: no FAIL from an unfinished sweep
         return speedup_pass(preset, s and s["speedup"], s and s["bound"])
-    if preset == "bn_x30":
+    if preset == "bn_x30":  # at their largest common budget: bn_x30's ladder must have stopped to fix it
         return None if x5_vs_x30 is None else bool(x5_vs_x30[1] > x5_vs_x30[0])
     if preset == "bn_x5_sigmoid":  # trains where baseline_sigmoid does not: False if either side is False
         if "baseline_sigmoid" not in presets:

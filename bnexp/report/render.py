@@ -11,7 +11,7 @@ from bnexp.analysis.tuning import SPEEDUP_TARGETS, STEPS_RULE
 from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
-from bnexp.report.frontier_text import MD as FRONTIER_MD, headline_bound, speedup_text
+from bnexp.report.frontier_text import MATCHED_HELPERS, MD as FRONTIER_MD
 from bnexp.report.fmt import format_acc, format_stat, format_target, interval_cell, md_table, render_template
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
@@ -167,7 +167,7 @@ def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
     return render_template("summary.md.j2", d, {
         "sweep_dir": sweep_dir, "report_md": report_md, "table": terminal_table(d, width),
         "claims": terminal_claims(d.get("claims") or []), "DDOF": DDOF,
-        "speedup_text": speedup_text, "headline_bound": headline_bound})
+        **MATCHED_HELPERS})
 
 
 def render_csv(d: dict) -> str:
