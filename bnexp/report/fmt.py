@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping
 
-from bnexp.analysis.interval import SeedInterval
+from bnexp.analysis.interval import REASONS, SeedInterval
 from bnexp.analysis.rules import Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
@@ -106,6 +106,15 @@ def _num(v: float, digits: int) -> str:
     return f"{v:.{digits}g}"
 
 
+def interval_reason(iv: SeedInterval) -> str:
+    """Why ``iv`` has an open side or no interval, in words ("1 seed(s) only a lower bound: the upper side is open",
+    "" for none): templates/verdicts.md.j2's ``interval_reason`` of the code of
+    :data:`bnexp.analysis.interval.REASONS`; an interval read back from report.json holds the words already."""
+    if iv.reason not in REASONS:
+        return iv.reason
+    return macro("interval_reason", iv.reason, iv.n_censored, template="verdicts.md.j2")
+
+
 def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     """One line for a page: estimate, interval, per-seed range and n, e.g.
 
@@ -125,12 +134,13 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     else:
         head = num(iv.estimate, iv.estimate_bound)
     pct = f"{100 * iv.level:g}%"
+    reason = interval_reason(iv)
     if iv.n < 2 or (iv.low_open and iv.high_open):
-        body = f"no {pct} interval ({iv.reason})"
+        body = f"no {pct} interval ({reason})"
     else:
         lo = "open" if iv.low_open else num(iv.low)
         hi = "open" if iv.high_open else num(iv.high)
-        note = f": {iv.reason.split(':')[0]}" if iv.reason else ""
+        note = f": {reason.split(':')[0]}" if reason else ""
         body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
             f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
     rng = ("per seed n/a" if iv.seed_min is None else
