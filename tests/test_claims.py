@@ -56,7 +56,7 @@ def test_ratio_claims_use_the_log_scale_and_a_bound_opens_one_side():
     assert row["interval"]["method"] == "student-t, log ratio"
     # seed 2 never reached the target with no BN: its ratio is only a lower bound, so the upper side is open;
     # the lower side still decides "supported"
-    bound = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "lower", "not reached within 300 steps")}
+    bound = {0: Censored(2.0), 1: Censored(2.5), 2: Censored(3.0, "lower", "budget", 300)}
     row = evaluate(RATIO, bound, scale="log", never_learned=[])
     assert row["ci_high"] is None and row["ci_low"] == pytest.approx(math.exp(lo))
     assert row["verdict"] == SUPPORTED and row["bounds"] == {2: "lower"} and "upper side is open" in row["reason"]

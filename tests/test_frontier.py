@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bnexp.analysis.frontier import COLUMNS, GAIN, analyze, budget_to_reach, frontier_section, load_runs, speedup_at
-from bnexp.report.frontier_text import frontier_markdown
+from bnexp.report.frontier_text import frontier_markdown, frontier_words
 from bnexp.designs import ladder as L
 
 
@@ -350,8 +350,12 @@ def test_load_runs_diverged_as_chance_unfinished_left_out_and_tuning_winner(tmp_
     # between 750 and 1500: log2 B = log2 750 + (0.62 - 0.10) / (0.63 - 0.10)
     b = 2 ** (math.log2(750) + 0.52 / 0.53)
     assert sec["matched_accuracy"]["bn_x5"]["speedup"] == pytest.approx(24000 / b)
-    assert any("seed counts differ" in n for n in sec["frontier_analysis"]["notes"])
-    assert any("'interrupted', left out" in n for n in sec["frontier_analysis"]["notes"])  # the warning, noted
+    notes = sec["frontier_analysis"]["notes"]  # codes from the analysis layer, the sweep's warnings as text
+    assert {"note": "seed_counts", "preset": "bn_x5", "seeds": [2, 1, 2]} in notes
+    assert any("'interrupted', left out" in n for n in notes if isinstance(n, str))  # the warning, noted
+    worded = frontier_words(sec)["frontier_analysis"]["notes"]
+    assert "bn_x5: the seed counts differ between budgets ([2, 1, 2])" in worded
+    assert sec["frontier_analysis"]["speedup"]["bn_x5"]["claim"].startswith("pass rule: S(a*) >= 5")
     assert frontier_section(tmp_path / "empty") is None
 
 

@@ -9,7 +9,9 @@ import math
 
 import pytest
 
-from bnexp.analysis.grid_edges import MAX_ADDED, edge_state, rule_text
+from bnexp.analysis.grid_edges import MAX_ADDED, edge_state, mark_of
+from bnexp.designs.stages import edge_mark_text, grid_edge_rule
+from bnexp.report.fmt import edge_mark
 from bnexp.analysis.tuning import TUNING_SEEDS, TuningRun, choose_rates
 
 GRID = [0.15, 0.3, 0.6, 1.2]
@@ -31,7 +33,7 @@ def test_the_rule_stops_when_the_rate_last_added_failed_on_every_seed():
     rates = [0.075, *GRID]
     s = edge_state(GRID, rates, 0.075, {r: True for r in rates})
     assert (s.status, s.edge, s.added, s.next_rate) == ("failed", "low", 1, None)
-    assert s.mark == "edge (the next rate beyond it failed on every tuning seed)"
+    assert s.mark == "failed" and edge_mark(s.mark) == "edge (the next rate beyond it failed on every tuning seed)"
     # the added rate failed but the choice went back inside: interior
     s = edge_state(GRID, [*GRID, 2.4], 1.2, {2.4: True})
     assert s.status == "interior"
@@ -41,7 +43,7 @@ def test_the_rule_stops_after_three_rates_beyond_one_edge():
     rates = [*GRID, 2.4, 4.8, 9.6]
     s = edge_state(GRID, rates, 9.6, {r: False for r in rates})
     assert (s.status, s.added, s.next_rate) == ("limit", MAX_ADDED, None)
-    assert s.mark == f"edge ({MAX_ADDED} rates added beyond it)"
+    assert s.mark == "limit" and edge_mark(s.mark) == f"edge ({MAX_ADDED} rates added beyond it)"
     s = edge_state(GRID, rates[:-1], 4.8, {r: False for r in rates})
     assert (s.status, s.added, s.next_rate) == ("extend", 2, pytest.approx(9.6))
 
@@ -51,8 +53,29 @@ def test_bad_input():
         edge_state(GRID, GRID, 0.5, {})
     with pytest.raises(ValueError, match="positive rates"):
         edge_state([], GRID, 0.6, {})
-    assert edge_state([0.3], [0.3], 0.3, {}).mark == "edge (a grid of one rate)"
-    assert "factor-2" in rule_text() and str(MAX_ADDED) in rule_text()
+    assert edge_mark(edge_state([0.3], [0.3], 0.3, {}).mark) == "edge (a grid of one rate)"
+    assert "factor-2" in grid_edge_rule() and str(MAX_ADDED) in grid_edge_rule()
+    with pytest.raises(ValueError, match="edge mark's code"):
+        edge_mark("edge (a grid of one rate)")
+
+
+@pytest.mark.parametrize("state", [edge_state(GRID, [0.075, *GRID], 0.075, {0.075: True}),
+                                   edge_state(GRID, [*GRID, 2.4, 4.8, 9.6], 9.6, {}),
+                                   edge_state([0.3], [0.3], 0.3, {}), edge_state(GRID, GRID, 0.6, {})])
+def test_the_designs_plans_and_the_report_write_a_mark_alike(state):
+    """The designs word a mark for DRY_RUN and grid_edges.json (they cannot reach the report's templates), the
+    report words a claim's mark from the code: the same words for every stop of the rule, none inside."""
+    assert edge_mark_text(state) == edge_mark(state.mark)
+    assert (state.mark is None) == (state.status in ("interior", "extend"))
+
+
+def test_a_claims_mark_is_the_records_stop_or_no_record():
+    record = [{"chosen": 9.6, "rates": [*GRID, 2.4, 4.8, 9.6], "status": "limit"},
+              {"chosen": 0.6, "rates": GRID, "status": "interior"}]
+    at_edge = {"rate": 9.6, "grid": [{"rate": r} for r in [*GRID, 2.4, 4.8, 9.6]]}
+    assert mark_of(at_edge, record) == "limit" and mark_of(at_edge, []) == "no_record"
+    assert mark_of({"rate": 0.6, "grid": [{"rate": r} for r in GRID]}, record) is None  # interior: no mark
+    assert edge_mark(mark_of(at_edge, [])) == "edge (the rule was not applied: no record of it)"
 
 
 def _tune(rates, best: float, seeds=TUNING_SEEDS) -> tuple[float, dict]:

@@ -97,7 +97,8 @@ def test_marks_edge_and_budget_bound():
     assert budget_bound(row) and row["verdict"] == "supported"
     edge = {"rate": 2.4, "grid": [{"rate": r} for r in (0.15, 0.3, 0.6, 1.2, 2.4)]}
     inside = {"rate": 0.6, "grid": edge["grid"]}
-    record = [{"chosen": 2.4, "rates": [0.15, 0.3, 0.6, 1.2, 2.4], "mark": "edge (3 rates added beyond it)"}]
+    record = [{"chosen": 2.4, "rates": [0.15, 0.3, 0.6, 1.2, 2.4], "status": "limit", "added": 3,
+               "mark": "edge (3 rates added beyond it)"}]  # grid_edges.json's entry: the rule stopped at its limit
     row["choices"] = [edge, inside]
     plain = evaluate(c, {s: 2.0 + 0.1 * s for s in range(5)}, [], scale="log")
     plain["bn_choice"] = inside

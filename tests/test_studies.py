@@ -17,6 +17,7 @@ from bnexp.report.figures_studies import study_figure
 from bnexp.analysis.runs import find_run_dirs, load_sweep
 from bnexp.analysis.tuning import best_rate
 from bnexp.analysis.rules import Censored
+from bnexp.report.fmt import censored_why
 from bnexp.analysis.study_runs import cells
 from bnexp.report.study_section import MARKER
 from bnexp.report.study_claims import study_section
@@ -75,7 +76,10 @@ def test_censored_ratio_and_the_bounds_a_claim_may_use():
     assert Censored(400.0, "lower") / Censored(100.0) == Censored(4.0, "lower")   # true ratio >= 4
     assert Censored(100.0) / Censored(400.0, "lower") == Censored(0.25, "upper")  # true ratio <= 0.25
     assert (Censored(400.0, "lower") / Censored(400.0, "lower")).bound == "unknown"
-    assert Censored.steps(None, 4000, 60) == Censored(240000.0, "lower", "not reached within 4,000 steps")
+    assert Censored.steps(None, 4000, 60) == Censored(240000.0, "lower", "budget", 4000)
+    assert censored_why(Censored.steps(None, 4000, 60)) == "not reached within 4,000 steps"
+    assert censored_why(Censored(3.0) / Censored.steps(None, 4000)) == "not reached within 4,000 steps"
+    assert censored_why(Censored.steps(None, None)) == "not reached, budget unknown" and censored_why(Censored(3.0)) is None
     assert Censored(3.0, "lower").text() == ">= 3.00x" and Censored(None).text() == "not reached"
 
 

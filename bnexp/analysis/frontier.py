@@ -24,7 +24,7 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   ladder doubles the baseline while a doubling gains >= 0.5 points, up to :data:`BASELINE_CAP` (192k steps on
   the CPU ladder); stopped at the cap still gaining, it is "not converged, reached the 192k cap" and S(a*) is
   measured at the cap's accuracy (:func:`bnexp.report.frontier_plan_v2.convergence` says which).
-* *pass rules* (PLAN.md, plan version 2, before the results; :data:`CLAIMS`): S(a*) >= :data:`PASS_FACTOR`
+* *pass rules* (PLAN.md, plan version 2, before the results; :data:`CLAIMED`): S(a*) >= :data:`PASS_FACTOR`
   for ``bn_x5``; S(a*) > 1 for ``bn_baseline``; ``bn_x30`` above ``bn_x5`` at their largest common budget;
   ``bn_x5_sigmoid`` above chance + 5 points (:data:`bnexp.analysis.rules.CHANCE`) where ``baseline_sigmoid``
   stays at or below it; ``baseline_x5``'s ``pass`` is "does not train at 5x the rate", and its three outcomes
@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from bnexp.analysis.runs import Sweep, find_run_dirs, load_sweep, numeric
-from bnexp.analysis.rules import CHANCE, CHANCE_TEXT, Censored
+from bnexp.analysis.rules import CHANCE, Censored
 from bnexp.analysis.tuning import best_rate
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
@@ -70,15 +70,9 @@ ORDER = ["baseline", "bn_baseline", "bn_x5", "bn_x30", "bn_x5_sigmoid", "baselin
 # order in which the presets' ladders run (stage 4 follows this order after the headline)
 PRESET_SETS = {"default": ("bn_x5", "bn_baseline"),
                "all": ("bn_x5", "bn_baseline", "baseline_x5", "baseline_sigmoid", "bn_x5_sigmoid", "bn_x30")}
-CLAIMS = {  # preset -> the Sec. 4.2 claim its "pass" decides (paper Table 2 / Sec. 4.2.2)
-    "bn_x5": "pass rule: S(a*) >= 5 on the seed-mean frontiers (paper: 14.7x fewer steps to Inception's 72.2%)",
-    "bn_baseline": "faster than the baseline: S(a*) > 1 (paper: 2.3x)",
-    "bn_x30": "higher accuracy than bn_x5 at their largest common budget (paper: 74.8% vs 73.0%; 11.5x)",
-    "bn_x5_sigmoid": f"trains (best above chance, {CHANCE_TEXT}) where baseline_sigmoid does not "
-                     "(paper: 69.8% vs untrainable)",
-    "baseline_sigmoid": f"does not train: best at or below chance, {CHANCE_TEXT} (paper: the sigmoid net without BN)",
-    "baseline_x5": f"does not train at 5x the rate: best at or below chance, {CHANCE_TEXT} (paper: diverges)",
-}
+# the presets whose "pass" decides a Sec. 4.2 claim (paper Table 2 / Sec. 4.2.2); a preset's claim in words is the
+# report's (bnexp.report.frontier_text.frontier_words, templates/rules_and_bounds.md.j2: frontier_claim)
+CLAIMED = ("bn_x5", "bn_baseline", "bn_x30", "bn_x5_sigmoid", "baseline_sigmoid", "baseline_x5")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -296,6 +290,9 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
         None (never reached), "speedup_is_lower_bound", "speedup_per_seed": {seed as str: S at a*_s or
         None}, "pass": bool | None (None: undecidable, e.g. a reference preset is missing)}},
         "frontier_analysis": targets, per-preset frontiers, S(a) curves, per-seed details, tuning, verdict}.
+        Codes, never words: a preset's "claim" is the preset (one of :data:`CLAIMED`, else None) and a note is
+        {"note": "seed_counts", "preset", "seeds"} or {"note": "baseline_censored"}; the report words them
+        (:func:`bnexp.report.frontier_text.frontier_words`).
 
     Raises:
         ValueError: without baseline runs, or with a missing column.
@@ -341,14 +338,14 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
                       "speedup_per_seed": {str(d["seed"]): d["speedup"] for d in per_seed},
                       "pass": _claim_pass(p, head, presets, x5_vs_x30)}
         details[p] = {"headline": head, "per_seed": per_seed, "range": [min(vals), max(vals)] if vals else None,
-                      "claim": CLAIMS.get(p), "curve": speedup_curve(base, pre)}
+                      "claim": p if p in CLAIMED else None, "curve": speedup_curve(base, pre)}
         if p == "bn_x30" and x5_vs_x30:
             details[p]["x5_vs_x30"] = {"budget_steps": common[-1], "bn_x5": x5_vs_x30[0], "bn_x30": x5_vs_x30[1]}
     b_star, cens = budget_to_reach(*base, a_star)
-    notes = [f"{p}: the seed counts differ between budgets ({v['seeds']})" for p, v in presets.items()
-             if len(set(v["seeds"])) > 1]
-    if cens:
-        notes.append("the baseline's best accuracy is at its smallest budget: no S(a*) is more than an upper bound")
+    notes: list = [{"note": "seed_counts", "preset": p, "seeds": v["seeds"]} for p, v in presets.items()
+                   if len(set(v["seeds"])) > 1]
+    if cens:  # no S(a*) is more than an upper bound
+        notes.append({"note": "baseline_censored"})
     x5m = matched.get("bn_x5")
     verdict = "n/a" if x5m is None else PASS_WORDS[x5m["pass"]]
     climbing = [p for p in ("bn_x5", "bn_baseline") if p in matched and matched[p]["speedup"] is None

@@ -12,6 +12,8 @@ This module is the rule alone, on a grid's rates (pure functions, no run folder)
 (:mod:`bnexp.designs.mnist`, :mod:`bnexp.designs.studies`) ask it after each tuning batch which rate to add
 (:func:`choice_state` on a :class:`bnexp.analysis.tuning.RateChoice`), and the report asks it for the mark
 (:func:`record_entry` is what the designs write to ``grid_edges.json`` in the sweep folder, :data:`RECORD`).
+It returns codes, never words: the designs word the rule and a mark for their plans and the record
+(:mod:`bnexp.designs.stages`), the report words a claim's mark (templates/rules_and_bounds.md.j2).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ MAX_ADDED = 3  # rates added beyond one edge at most
 FACTOR = 2.0  # each added rate: twice the largest, or half the smallest
 REL_TOL = 1e-9  # two rates within this relative distance are one rate
 RECORD = "grid_edges.json"  # the designs' record of the rule in a sweep folder (read by the report)
+# a claim's mark (mark_of): the rule stopped at an edge ("failed", "limit", "single"), or no record of it
+MARK_CODES = ("failed", "limit", "single", "no_record")
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,10 @@ class EdgeState:
 
     @property
     def mark(self) -> str | None:
-        """The claim's mark: None for an interior choice, else "edge (<why the rule stopped>)"; None while the
-        rule is still extending (no claim is scored then)."""
-        if self.status == "failed":
-            return "edge (the next rate beyond it failed on every tuning seed)"
-        if self.status == "limit":
-            return f"edge ({MAX_ADDED} rates added beyond it)"
-        if self.status == "single":
-            return "edge (a grid of one rate)"
-        return None
+        """The claim's mark as a code (:data:`MARK_CODES`): the ``status`` of a choice the rule left at an edge
+        ("failed", "limit", "single"); None for an interior choice and while the rule is still extending (no
+        claim is scored then)."""
+        return self.status if self.status in ("failed", "limit", "single") else None
 
 
 def same_rate(a: float, b: float) -> bool:
@@ -102,14 +101,6 @@ def edge_state(original: list[float], rates: list[float], chosen: float, failed_
     return EdgeState(nxt, "extend", edge, len(beyond))
 
 
-def rule_text() -> str:
-    """The rule in one sentence (DRY_RUN prints it)."""
-    return (f"grid-edge rule: a rate chosen at its grid's edge gets the next factor-{FACTOR:g} rate beyond that edge "
-            "on the tuning seeds, and the choice is made again, until it is interior, the rate last added fails "
-            f"on every tuning seed, or {MAX_ADDED} rates were added beyond the edge (then the claim is marked "
-            "'edge')")
-
-
 def failed_everywhere(choice) -> dict[float, bool]:
     """{rate: every tuning seed failed at it} of a :class:`bnexp.analysis.tuning.RateChoice`'s grid (its rows'
     "failed" count equals their "n": objective "steps", never reached the target or diverged; "accuracy",
@@ -128,36 +119,38 @@ def choice_state(original, choice) -> EdgeState:
                       failed_everywhere(choice))
 
 
-def record_entry(network: str, objective: str, original, choice, state: EdgeState) -> dict:
+def record_entry(network: str, objective: str, original, choice, state: EdgeState, mark: str | None) -> dict:
     """One entry of the designs' record (:data:`RECORD`): {"network", "objective" ("steps to 95%", "accuracy"),
-    "original" (the design's grid), "rates" (every rate run), "chosen", "status", "edge", "added", "mark"}."""
+    "original" (the design's grid), "rates" (every rate run), "chosen", "status", "edge", "added", "mark"
+    (``mark``: the designs' words for ``state.mark``, :func:`bnexp.designs.stages.edge_mark_text`)}."""
     return {"network": network, "objective": objective, "original": sorted(float(r) for r in original),
             "rates": sorted(float(g["rate"]) for g in choice.grid), "chosen": float(choice.rate),
-            **{k: v for k, v in asdict(state).items() if k != "next_rate"}, "mark": state.mark}
+            **{k: v for k, v in asdict(state).items() if k != "next_rate"}, "mark": mark}
 
 
 def mark_of(choice, record: list[dict] | None = None) -> str | None:
     """The mark a claim resting on ``choice`` (a :class:`bnexp.analysis.tuning.RateChoice`, or its ``as_dict``)
-    carries (docs/studies/PLAN.md, amendment item 2): None when the chosen rate is inside the rates run (or
-    the grid has one rate); else the mark of the designs' ``record`` entry with the same rates and chosen rate
-    (the rule's stop: "edge (the next rate beyond it failed on every tuning seed)" or "edge (3 rates added
-    beyond it)"), and without one "edge (the rule was not applied: no record of it)"."""
+    carries (docs/studies/PLAN.md, amendment item 2), as a code of :data:`MARK_CODES` (the report words it:
+    :func:`bnexp.report.fmt.edge_mark`): None when the chosen rate is inside the rates run (or the grid has one
+    rate); else the rule's stop in the designs' ``record`` entry with the same rates and chosen rate ("failed":
+    the next rate beyond it failed on every tuning seed, "limit": :data:`MAX_ADDED` rates added beyond it,
+    "single"), and without one "no_record" (the rule was not applied)."""
     grid = choice["grid"] if isinstance(choice, dict) else choice.grid
     chosen = float(choice["rate"] if isinstance(choice, dict) else choice.rate)
     rates = sorted(float(g["rate"]) for g in grid)
     if len(rates) < 2 or not (same_rate(chosen, rates[0]) or same_rate(chosen, rates[-1])):
         return None
-    marks = {e.get("mark") for e in record or () if same_rate(float(e["chosen"]), chosen)
+    marks = {e.get("status") for e in record or () if same_rate(float(e["chosen"]), chosen)
              and len(e["rates"]) == len(rates) and all(same_rate(a, b) for a, b in zip(sorted(e["rates"]), rates))}
-    marks.discard(None)
-    return marks.pop() if len(marks) == 1 else "edge (the rule was not applied: no record of it)"
+    marks &= {"failed", "limit", "single"}
+    return marks.pop() if len(marks) == 1 else "no_record"
 
 
-def write_record(sweep_dir: Path, entries: list[dict]) -> None:
-    """Write the designs' record of the rule (:data:`RECORD`: {"rule": :func:`rule_text`, "entries":
-    :func:`record_entry` s}) into ``sweep_dir``."""
+def write_record(sweep_dir: Path, entries: list[dict], rule: str) -> None:
+    """Write the designs' record of the rule (:data:`RECORD`: {"rule": ``rule``, the designs' sentence of it
+    (:func:`bnexp.designs.stages.grid_edge_rule`), "entries": :func:`record_entry` s}) into ``sweep_dir``."""
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    (Path(sweep_dir) / RECORD).write_text(json.dumps({"rule": rule_text(), "entries": entries}, indent=1) + "\n")
+    (Path(sweep_dir) / RECORD).write_text(json.dumps({"rule": rule, "entries": entries}, indent=1) + "\n")
 
 
 def read_record(sweep_dir: Path) -> list[dict]:

@@ -13,7 +13,8 @@ the interval's upper side (``high`` None, ``high_open``) and makes the estimate 
 upper-bound seed ("<=") opens the lower side; an unknown seed ("?") or bounds in both directions open both
 (no interval). The closed side is the t bound with the bounds at their values (its coverage is part of the
 simulation test); an open side is never written as a number. Fewer than 2 seeds: no interval. The per-seed
-range (``seed_min``, ``seed_max``, with their bound marks) is returned beside the interval.
+range (``seed_min``, ``seed_max``, with their bound marks) is returned beside the interval, and why a side is
+open or there is none as a code of :data:`REASONS` (the report words it: templates/verdicts.md.j2).
 
 Entry points: :func:`seed_mean_interval` (the method), :func:`seed_values` (per-seed values that may be
 :class:`bnexp.analysis.rules.Censored` bounds -> values, bounds and the interval: a claim's input) and
@@ -35,6 +36,9 @@ from bnexp.analysis.rules import DDOF, Bound, Censored, finite, stat
 LEVEL = 0.95
 EXACT, LOWER, UPPER, UNKNOWN = (Bound(n) for n in Bound.MARKS)  # the bounds a seed may carry
 SCALES = ("raw", "log")
+# why an interval has an open side or none (SeedInterval.reason): none, a seed's value unknown, bounds in both
+# directions, fewer than 2 seeds, lower-bound seeds (the upper side open), upper-bound seeds (the lower side open)
+REASONS = ("", "unknown", "both_sides", "few_seeds", "lower_bounds", "upper_bounds")
 
 
 @lru_cache(maxsize=None)
@@ -82,7 +86,9 @@ class SeedInterval:
     which ``n_censored`` are bounds or unknown; ``estimate`` (mean or geometric mean, None when both sides
     are open) and its ``estimate_bound`` ("", ">=", "<=", "?"); ``low``, ``high`` on the claim's scale (None
     where open or n < 2) and ``low_open``, ``high_open``; the per-seed range ``seed_min``, ``seed_max`` and
-    their marks ``seed_min_bound``, ``seed_max_bound``; ``reason``: "" or why a side is open / no interval."""
+    their marks ``seed_min_bound``, ``seed_max_bound``; ``reason``: why a side is open or there is no interval, a
+    code of :data:`REASONS` ("" for none; the bounds it names are ``n_censored``), which the report words
+    (:func:`bnexp.report.fmt.interval_reason`: a SeedInterval read back from report.json holds the words)."""
 
     method: str
     scale: str
@@ -176,7 +182,7 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
 
     estimate, bound = None, UNKNOWN
     if low_open and high_open:
-        reason = "a seed's value is unknown" if unknown else "seeds bounded from both sides"
+        reason = "unknown" if unknown else "both_sides"
     else:
         x = fwd(np.array([v for v, _ in known]))
         estimate = float(back(x.mean()))
@@ -184,15 +190,15 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
         reason = ""
     low = high = None
     if estimate is not None and n < 2:
-        reason = "fewer than 2 seeds"
+        reason = "few_seeds"
     elif estimate is not None:
         _, lo, hi = t_bounds(x, level)
         low = None if low_open else float(back(lo))
         high = None if high_open else float(back(hi))
-        if high_open:
-            reason = f"{marks.count(LOWER)} seed(s) only a lower bound: the upper side is open"
+        if high_open:  # lower bounds only (both kinds open both sides): n_censored of them
+            reason = "lower_bounds"
         elif low_open:
-            reason = f"{marks.count(UPPER)} seed(s) only an upper bound: the lower side is open"
+            reason = "upper_bounds"
     return SeedInterval(method=method, scale=scale, level=float(level), n=n, n_censored=n_cens,
                         estimate=estimate, estimate_bound=bound.mark, low=low, high=high, low_open=low_open,
                         high_open=high_open, seed_min=seed_min, seed_max=seed_max, seed_min_bound=min_mark.mark,

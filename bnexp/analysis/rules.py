@@ -24,10 +24,8 @@ import numpy as np
 from bnexp.config.checks import option_value
 
 NUM_CLASSES = 10  # MNIST and CIFAR-10
-CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it: the run never left chance
-CHANCE_TEXT = f"{100 * CHANCE:g}%"  # CHANCE as the pages write it: "15%"
-DDOF = 1  # the sample std over seeds, in every table and claim
-STD_NOTE = f"std is the sample standard deviation over seeds (ddof={DDOF})"
+CHANCE = round(1 / NUM_CLASSES + 0.05, 12)  # best test accuracy at or below it: the run never left chance (15%)
+DDOF = 1  # the sample std over seeds, in every table and claim (the report's words: templates/rules_and_bounds.md.j2)
 
 
 def finite(values) -> np.ndarray:
@@ -100,12 +98,16 @@ class Censored:
         value: the number (steps, examples, a ratio), None when unknown.
         bound: "exact", "lower" (the true value is at least ``value``), "upper" (at most) or "unknown"
             (bounds on both sides of a ratio: no side is known).
-        why: a short reason for a bound or a missing value (e.g. "not reached within 4,000 steps").
+        cause: why the value is a bound or missing, as a code: "budget" (a target not reached within ``budget``
+            steps), "no_budget" (not reached, budget unknown) or None. The report writes it
+            (:func:`bnexp.report.fmt.censored_why`, templates/rules_and_bounds.md.j2).
+        budget: the budget in steps behind ``cause`` "budget" (None otherwise).
     """
 
     value: float | None
     bound: Bound = Bound("exact")
-    why: str | None = None
+    cause: str | None = None
+    budget: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "bound", Bound(self.bound))  # "lower" or ">=" alike: one type
@@ -117,18 +119,20 @@ class Censored:
         if reached is not None and not (isinstance(reached, float) and math.isnan(reached)):
             return cls(float(reached) * scale)
         if budget is None or (isinstance(budget, float) and math.isnan(budget)) or not budget:
-            return cls(None, "unknown", "not reached, budget unknown")
-        return cls(float(budget) * scale, "lower", f"not reached within {budget:,.0f} steps")
+            return cls(None, "unknown", "no_budget")
+        return cls(float(budget) * scale, "lower", "budget", budget)
 
     def __truediv__(self, other: Censored) -> Censored:
         """The ratio of two values: a bound in the numerator stays that bound, one in the denominator flips
         (a lower bound below makes an upper bound); bounds on both sides that disagree make it "unknown"; a
-        missing value (None, NaN, a zero denominator) makes no value."""
+        missing value (None, NaN, a zero denominator) makes no value. The cause (and its budget) is the
+        numerator's, else the denominator's."""
         if self.value is None or other.value is None or not other.value or not math.isfinite(self.value / other.value):
             return Censored(None)  # a missing value on either side: no value, nothing to say about bounds
         kinds = {self.bound, other.bound.flipped()} - {"exact"}
         bound = "exact" if not kinds else kinds.pop() if len(kinds) == 1 else "unknown"
-        return Censored(self.value / other.value, bound, self.why or other.why)
+        why = self if self.cause else other
+        return Censored(self.value / other.value, bound, why.cause, why.budget)
 
     def above(self, threshold: float, strict: bool = False) -> bool | None:
         """Whether the true value lies above ``threshold`` (``>`` if ``strict``, else ``>=``), as far as the bound

@@ -40,7 +40,8 @@ from pathlib import Path
 from bnexp.analysis.runs import load_sweep, target_key
 from bnexp.analysis.tuning import (FRESH_EVALUATION_SEEDS, SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates,
                                    runs_from_table)
-from bnexp.designs.stages import VALIDATION, one_stage, runs_on_test, split_of, split_text  # noqa: F401 (shared)
+from bnexp.designs.stages import (VALIDATION, edge_mark_text, grid_edge_rule, one_stage, runs_on_test,  # noqa: F401
+                                  split_of, split_text)  # VALIDATION, split_of, split_text: shared with the studies
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
@@ -181,14 +182,13 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
                      f"{len(names)} runs, {todo} to run, ~{t:.0f} s each, ~{block_wall / 60:.1f} min")
         lines += [f"  {n}{'  (done)' if n in done else ''}" for n in names]
     if evaluation_seeds:
-        from bnexp.analysis.grid_edges import rule_text
 
         n_seeds = len(evaluation_seeds)
         stage1_done = todo_runs == 0
         st = None if not stage1_done else stage if stage is not None else \
             stage_blocks(sweep_dir, blocks, seeds, evaluation_seeds)
         msgs, chosen = [], blocks
-        lines.append(f"stage 1's {rule_text()}")
+        lines.append(f"stage 1's {grid_edge_rule()}")
         if st is not None and st[1] and tuple(st[2]) == tuple(seeds):  # the rule's added rates, on the tuning seeds
             lines += st[0]
             for b in st[1]:
@@ -294,13 +294,12 @@ def extend(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> Ext
 def edge_lines(ext: Extended) -> list[str]:
     """The plan's lines on one network's grid-edge rule: the rates it adds, or the marks of the choices it left
     at an edge."""
-    from bnexp.analysis.grid_edges import rule_text
 
     b = ext.block
     if ext.todo:
-        return [f"  {b.name}: {rule_text().split(':')[0]}: a choice at its grid's edge; adds lr "
+        return [f"  {b.name}: {grid_edge_rule().split(':')[0]}: a choice at its grid's edge; adds lr "
                 f"{', '.join(f'{r:g}' for r in ext.todo)} on the tuning seeds"]
-    return [f"  {b.name}: {t:.0%} lr {c.rate:g}: {st.mark}" for t, c in ext.picks.items()
+    return [f"  {b.name}: {t:.0%} lr {c.rate:g}: {edge_mark_text(st)}" for t, c in ext.picks.items()
             for st in [ext.states[t]] if st.mark]
 
 
@@ -318,7 +317,8 @@ def edge_record(sweep_dir: Path, blocks: list[Block], seeds, targets=SPEEDUP_TAR
     out = []
     for b in blocks:
         e = extend(sweep_dir, b, seeds, targets)
-        out += [record_entry(b.name, f"steps to {t:.0%}", b.rates, c, e.states[t]) for t, c in e.picks.items()]
+        out += [record_entry(b.name, f"steps to {t:.0%}", b.rates, c, e.states[t],
+                                edge_mark_text(e.states[t])) for t, c in e.picks.items()]
     return out
 
 
@@ -338,21 +338,20 @@ def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,
     Raises:
         ValueError: from :func:`choose`.
     """
-    from bnexp.analysis.grid_edges import rule_text
 
     todo = [b for b in blocks if any(not is_done(sweep_dir, run_name(b, lr, s)) for lr in b.rates for s in seeds)]
     if todo or not evaluation_seeds:
         return [], todo, tuple(seeds)
     grown = [extend(sweep_dir, b, seeds) for b in blocks]
     if any(e.todo for e in grown):
-        return ([f"stage 1 goes on ({rule_text()}):", *(line for e in grown if e.todo for line in edge_lines(e))],
+        return ([f"stage 1 goes on ({grid_edge_rule()}):", *(line for e in grown if e.todo for line in edge_lines(e))],
                 [replace(e.block, rates=e.todo) for e in grown if e.todo], tuple(seeds))
     msgs, out = [f"stage 2 (evaluation seeds {', '.join(map(str, evaluation_seeds))}): the rates chosen on the "
                  f"tuning seeds {', '.join(map(str, seeds))}:"], []
     for e in grown:
         b, picks = e.block, e.picks
         msgs.append(f"  {b.name}: " + ", ".join(f"{t:.0%} lr {c.rate:g}{' (censored)' if c.censored else ''}"
-                                                 + (f" [{e.states[t].mark}]" if e.states[t].mark else "")
+                                                 + (f" [{edge_mark_text(e.states[t])}]" if e.states[t].mark else "")
                                                  for t, c in picks.items()))
         chosen = replace(b, rates=tuple(sorted({c.rate for c in picks.values()})))
         if any(not is_done(sweep_dir, run_name(chosen, lr, s)) for lr in chosen.rates for s in evaluation_seeds):

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
-from bnexp.designs.stages import Decision, Part, decision, one_stage, run_stages
+from bnexp.designs.stages import Decision, Part, decision, grid_edge_rule, one_stage, run_stages
 from bnexp.designs.studytime import StudyClock, record_study
 from bnexp.errors import UserError
 
@@ -111,7 +111,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
         d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps, split), extra)
                             for b in todo], last=not evaluation)
         if evaluation and msgs:  # the rule's record for the report (grid_edges.json), when the stage runs
-            d.prepare = lambda: write_record(sweep, mnist.edge_record(sweep, blocks_, seeds))
+            d.prepare = lambda: write_record(sweep, mnist.edge_record(sweep, blocks_, seeds), grid_edge_rule())
         return d
 
     st = stage()
@@ -350,7 +350,7 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
         UserError: SWEEP_DIR holds complete tuning runs that read the test set (the design before the amendment),
             which the two-stage design must not reuse; or an override Hydra's grammar rejects.
     """
-    from bnexp.analysis.grid_edges import rule_text, write_record
+    from bnexp.analysis.grid_edges import write_record
     from bnexp.analysis.tuning import TUNING_SEEDS
     from bnexp.designs import studies
     from bnexp.designs.stages import runs_on_test, split_of, split_text
@@ -401,14 +401,14 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
         todo = sorted({j.batch for j in studies.expand(studies.Study(name, "", tuple(batches)), ex2)
                        if not studies.is_done(sweep, j)})
         if chosen.extending:
-            return decision([f"stage 1 goes on ({rule_text()}):", *msgs],
+            return decision([f"stage 1 goes on ({grid_edge_rule()}):", *msgs],
                             [Block(batches[i].label, common + batches[i].all_overrides(), list(ex2)) for i in todo])
         d = decision([f"stage 2 (evaluation seeds {seeds}): the rates chosen on the tuning seeds "
                       f"{', '.join(map(str, TUNING_SEEDS))}:", *msgs],
                      [Block(batches[i].label + " (evaluation)", common + batches[i].all_overrides(), list(ex2))
                       for i in todo])
         if d.blocks:  # the rule's record for the report (grid_edges.json), when stage 2 runs
-            d.prepare = lambda: write_record(sweep, chosen.record)
+            d.prepare = lambda: write_record(sweep, chosen.record, grid_edge_rule())
         return d
 
     st = state(jobs)
@@ -418,7 +418,7 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     text = studies.plan_text(study, est, env.jobs, {i: shlex.join(every[i].command) for i in pending})
     seconds = est["seconds"]
     if evaluation:
-        text += f"\nstage 1's {rule_text()}"
+        text += f"\nstage 1's {grid_edge_rule()}"
         exact = not pending
         try:
             if isinstance(st[1], ValueError):

@@ -56,6 +56,27 @@ def runs_on_test(sweep_dir: Path, folders) -> list[str]:
     return out
 
 
+def grid_edge_rule() -> str:
+    """The grid-edge rule (:mod:`bnexp.analysis.grid_edges`) in one sentence: what DRY_RUN prints and the "rule" of
+    the designs' record (grid_edges.json). The designs word it here, below the report's templates."""
+    from bnexp.analysis.grid_edges import FACTOR, MAX_ADDED
+
+    return (f"grid-edge rule: a rate chosen at its grid's edge gets the next factor-{FACTOR:g} rate beyond that edge "
+            "on the tuning seeds, and the choice is made again, until it is interior, the rate last added fails "
+            f"on every tuning seed, or {MAX_ADDED} rates were added beyond the edge (then the claim is marked "
+            "'edge')")
+
+
+def edge_mark_text(state) -> str | None:
+    """The mark of a choice the grid-edge rule left at an edge (an :class:`bnexp.analysis.grid_edges.EdgeState`'s
+    ``mark`` code) as the designs' plans and record write it: "edge (3 rates added beyond it)", ...; None for
+    an interior choice (the report writes a claim's mark the same way: templates/rules_and_bounds.md.j2)."""
+    from bnexp.analysis.grid_edges import MAX_ADDED
+
+    return {"failed": "edge (the next rate beyond it failed on every tuning seed)",
+            "limit": f"edge ({MAX_ADDED} rates added beyond it)", "single": "edge (a grid of one rate)"}.get(state.mark)
+
+
 def one_stage(overrides: list[str]) -> bool:
     """Whether a held-out design (MNIST, the studies: docs/mnist/PLAN.md, docs/studies/PLAN.md) runs one stage:
     the extra ``overrides`` set ``seed``, so the grids run on those seeds and no evaluation stage follows."""

@@ -336,6 +336,7 @@ def stage_two(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS, extra: tupl
         ValueError: a tuning run of the design's grids is missing or unfinished.
     """
     from bnexp.analysis.grid_edges import choice_state, record_entry, same_rate
+    from bnexp.designs.stages import edge_mark_text
     from bnexp.analysis.runs import load_sweep, native
     from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES, choose, family_label, study_cells
     from bnexp.analysis.tuning import TUNING_SEEDS, RateChoice
@@ -390,9 +391,9 @@ def stage_two(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS, extra: tupl
             continue
         msgs.append(f"  {labels[k]}: " + ", ".join(
             f"{o} lr {p.rate:g}{' (censored)' if p.censored else ''}"
-            + (f" [{states[k, o].mark}]" if states[k, o].mark else "") for o, p in ps.items()))
-        record += [record_entry(family_label(keys, combo) if combo else labels[k], o, original[k], p, states[k, o])
-                   for o, p in ps.items()]
+            + (f" [{edge_mark_text(states[k, o])}]" if states[k, o].mark else "") for o, p in ps.items()))
+        record += [record_entry(family_label(keys, combo) if combo else labels[k], o, original[k], p, states[k, o],
+                                edge_mark_text(states[k, o])) for o, p in ps.items()]
         out.append(evaluation_batch(study, index, net, [p.rate for p in ps.values()], seeds))
     return StageTwo(msgs, out, False, record)
 

@@ -10,23 +10,25 @@ the lowest or highest rate of the grid may be beaten by one outside it (:func:`e
 The claims (:func:`best_rate_speedups`, docs/mnist/README.md "Design") use the targets
 :data:`bnexp.analysis.tuning.SPEEDUP_TARGETS` (90%, 95%, 97%, fixed before the run), each network at its own best rate *for
 that target*, per seed the ratio no-BN steps / BN steps against :data:`SPEEDUP_THRESHOLD`, and the verdict
-of :mod:`bnexp.report.claims`.
+of :mod:`bnexp.report.claims`. The title's, claims' and reasons' words are templates/verdicts.md.j2's
+(:func:`bnexp.report.claims.words`).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, evaluate
+from bnexp.report.claims import Claim, evaluate, words
 from bnexp.report.groups import ConfigGroup, pair_label
 from bnexp.analysis.runs import config_key, target_key
-from bnexp.analysis.rules import Censored, format_target, normalizer_label, optional
+from bnexp.analysis.rules import Censored, normalizer_label, optional
+from bnexp.report.fmt import censored_why
 from bnexp.analysis.tuning import (HELD_OUT, SPEEDUP_TARGETS, TUNING_SEEDS, best_rate, choose_rates,
                                   runs_from_table)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
 SPEEDUP_THRESHOLD = 1.0
-SPEEDUP_TITLE = "Speedup at each network's own best rate, per target (claims)"
+SPEEDUP_TITLE = words("speedup_title")
 
 
 def init_of(config: dict) -> str:
@@ -75,13 +77,13 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
             choice = choose_rates(runs, "steps", budget, tuning_seeds=sorted({int(s) for s in tuning["seed"]}))[0]
             lr, selection = choice.rate, HELD_OUT
         except ValueError as exc:
-            lr, selection, why = None, None, f"no rate chosen ({exc})"
+            lr, selection, why = None, None, words("no_rate", str(exc))
         scored = rows[~rows["seed"].isin(TUNING_SEEDS)]
     at = [g for g in family if lr is not None and abs(g.lr - lr) < 1e-12]  # tuning and evaluation runs of one
     group = at[-1] if at else None  # rate may differ in the split they read (data.validation): one rate, all
     if group is None:
         return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "runs": {},
-                "choice": None, "why": why or "no rate of the grid has a completed run"}
+                "choice": None, "why": why or words("no_rate", None)}
     mine = scored[scored["group"].isin([g.key for g in at])].dropna(subset=["seed"])
     return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, sorted({g.lr for g in family})),
             "budget": group.max_steps, "runs": {int(r.seed): i for i, r in mine.iterrows()},
@@ -92,7 +94,7 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
 def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[ConfigGroup], table: pd.DataFrame,
                  target: float) -> dict:
     """One row of :func:`best_rate_speedups`."""
-    variant, init, tgt = normalizer_label(bn[0].config), init_of(bn[0].config), format_target(target)
+    variant, init = normalizer_label(bn[0].config), init_of(bn[0].config)
     b, n = best_rate_for_target(bn, table, target), best_rate_for_target(nb, table, target)
     names = {}
     for side, family in (("bn", bn), ("no_bn", nb)):  # the normalizer and the keys that set the family apart
@@ -101,16 +103,17 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
     per_seed = {s: Censored.steps(n["steps"][s], n["budget"]) / Censored.steps(b["steps"][s], b["budget"])
                 if s in b["steps"] and s in n["steps"] else None for s in sorted(set(b["steps"]) | set(n["steps"]))}
     never = sorted({s for side in (b, n) for s, rid in side["runs"].items() if not table["left_chance"].get(rid)})
-    missing = [f"{names[k]}: {side['why']}" for k, side in (("bn", b), ("no_bn", n)) if side["lr"] is None]
-    claim = Claim(f"{variant} trains in fewer steps to {tgt} ({init} init)",
-                  f"no-BN steps / {variant} steps to {tgt}, seed by seed, each at its own best rate for {tgt}",
-                  ">", SPEEDUP_THRESHOLD)
-    row = evaluate(claim, per_seed, never_learned=never, premise="; ".join(missing) or None, scale="log")
+    missing = [(names[k], side["why"]) for k, side in (("bn", b), ("no_bn", n)) if side["lr"] is None]
+    claim = Claim(words("speedup_claim", variant, target, init), words("speedup_quantity", variant, target), ">",
+                  SPEEDUP_THRESHOLD)
+    row = evaluate(claim, per_seed, never_learned=never, premise=words("no_rate_sides", missing) if missing else None,
+                   scale="log")
     return row | {"target": target, "init": init, "variant": variant, "bn": names["bn"], "no_bn": names["no_bn"],
                   **{f"{k}_{f}": side[f] for f in ("lr", "selection", "edge", "steps", "budget", "choice")
                      for k, side in (("bn", b), ("no_bn", n))},  # bn_lr, no_bn_lr, bn_selection, ...
                   "lower_bound_seeds": sorted(s for s, k in row["bounds"].items() if k == "lower"),
-                  "left_out": {s: "missing on one side" if v is None else v.why for s, v in per_seed.items()
+                  "left_out": {s: words("missing_on_one_side") if v is None else censored_why(v)
+                               for s, v in per_seed.items()
                                if row["per_seed"].get(s) is None}}
 
 

@@ -20,11 +20,13 @@ from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_
 from bnexp.report.duplicate_seeds import drop_duplicate_seeds
 from bnexp.analysis.runs import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
                                target_key)
-from bnexp.analysis.rules import STD_NOTE, optional
+from bnexp.analysis.rules import optional
+from bnexp.report.fmt import std_note, words
 from bnexp.report.stats import config_stability, layer_stability, reach_stat, value_stat
 from bnexp.report.figures_studies import FIGURE as FRONTIER_FILE
 from bnexp.analysis.frontier import frontier_section
 from bnexp.report.frontier_plan_v2 import plan_v2
+from bnexp.report.frontier_text import frontier_words
 from bnexp.report.study_claims import CNN_TARGET, STUDY_FIGURES, TARGET, study_section
 from bnexp.runfolders.rundir import symlink_problem
 
@@ -136,11 +138,8 @@ def split_names(table: pd.DataFrame, splits: dict[str, list[str]]) -> dict[str, 
         return {}
     held = pd.to_numeric(table.get("data.validation", pd.Series(dtype=float)), errors="coerce").dropna()
     n = sorted({int(v) for v in held if v > 0})
-
-    def name(ss):
-        return " and ".join(f"validation ({', '.join(f'{k:,}' for k in n)} held-out training images)"
-                            if x == "validation" and n else x for x in ss)
-    return {"tuning_split": name(splits["tuning"]), "evaluation_split": name(splits["evaluation"])}
+    return {"tuning_split": words("split_name", splits["tuning"], n),
+            "evaluation_split": words("split_name", splits["evaluation"], n)}
 
 
 def equal_rate_groups(groups: list[ConfigGroup], design: dict | None) -> tuple[list[ConfigGroup], list[ConfigGroup]]:
@@ -197,6 +196,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     stats = {g.key: summarize_group(g, report, targets) for g in groups}
     frontier = frontier_section(sweep)  # None unless presets ran at several budgets
     if frontier is not None:
+        frontier_words(frontier)  # the analysis layer's codes (claims, notes) in words
         frontier["frontier_analysis"].update(plan_v2(frontier, [r.summary for r in sweep.runs], sweep_dir))
     ics = ics_section(groups, table, targets)
     design = read_design(sweep_dir) if ics is not None else None
@@ -221,7 +221,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
     for row in page:
         row["evaluated_on"] = splits.get("evaluation") or splits.get("all")
     report.data.update({
-        "sweep_dir": str(sweep_dir), "std": STD_NOTE, "targets": targets, "varying_keys": varying_keys(groups),
+        "sweep_dir": str(sweep_dir), "std": std_note(), "targets": targets, "varying_keys": varying_keys(groups),
         "runs": len(sweep.runs), "duplicate_runs": duplicates,
         "sgd_steps": int(sum(r.summary.get("step") or 0 for r in sweep.runs)),
         "configurations": [stats[g.key] for g in groups],

@@ -9,6 +9,8 @@ per-seed range, the sample std (:data:`bnexp.analysis.rules.DDOF`), and a verdic
   where the bound decides: it never lies on either side by itself);
 * ``supported`` -- the whole interval lies on the claimed side of the threshold;
 * ``not supported`` -- the whole interval lies on the other side (or on the threshold).
+
+The reasons' words are templates/verdicts.md.j2's macros (:func:`words`); this module passes the numbers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Mapping
 
 from bnexp.analysis.interval import seed_values
 from bnexp.analysis.rules import Censored, stat
+from bnexp.report.fmt import interval_reason, macro
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -26,6 +29,13 @@ INCONCLUSIVE = "inconclusive"
 PREMISE_NOT_MET = "premise not met"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, PREMISE_NOT_MET)
 MIN_SEEDS = 3
+WORDS = "verdicts.md.j2"  # the verdicts' words (bnexp/report/templates/)
+
+
+def words(name: str, *args) -> str:
+    """The text of the macro ``name`` of templates/verdicts.md.j2 (a claims row's reason, quantity or note) for
+    ``args`` (numbers, seeds, labels, codes; each macro's comment names them)."""
+    return macro(name, *args, template=WORDS)
 
 
 @dataclass(frozen=True)
@@ -78,35 +88,34 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
         "n", "mean" (the estimate: the geometric mean for ratios), "std" (the sample std on the raw scale,
         ratios as ratios, over the seeds whose side is known: a seed bounded on both sides says nothing about
         the spread; None under two such seeds), "ci_low", "ci_high" (None where open or n < 2), "interval"
-        (:meth:`bnexp.analysis.interval.SeedInterval.as_dict`, None without seeds), "verdict" (one of
-        :data:`VERDICTS`), "reason" (one sentence).
+        (:meth:`bnexp.analysis.interval.SeedInterval.as_dict` with its reason in words,
+        :func:`bnexp.report.fmt.interval_reason`; None without seeds), "verdict" (one of :data:`VERDICTS`),
+        "reason" (one sentence, templates/verdicts.md.j2).
     """
     vals, bounds, iv = seed_values(per_seed, scale)
     std = stat([v for s, v in vals.items() if v is not None and bounds.get(s) != "unknown"])["std"]
     row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "n": iv.n if iv else 0,
                            "mean": iv.estimate if iv else None, "std": std,
                            "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
-                           "interval": iv.as_dict() if iv else None}
+                           "interval": iv.as_dict() | {"reason": interval_reason(iv)} if iv else None}
     bad, t, up = sorted(never_learned), claim.threshold, claim.direction == ">"
     if premise:
         verdict, reason = PREMISE_NOT_MET, premise
     elif missing:
         verdict, reason = INCONCLUSIVE, missing
     elif bad:
-        verdict, reason = INCONCLUSIVE, (f"seed(s) {', '.join(map(str, bad))} never left chance: train longer "
-                                         "(trainer.max_steps) or at a higher rate (lr) so that every run learns")
+        verdict, reason = INCONCLUSIVE, words("never_left_chance", bad)
     elif row["n"] < claim.min_seeds:
-        verdict, reason = INCONCLUSIVE, f"{row['n']} seed(s), fewer than {claim.min_seeds}"
+        verdict, reason = INCONCLUSIVE, words("too_few_seeds", row["n"], claim.min_seeds)
     elif iv.estimate is None:
-        verdict, reason = INCONCLUSIVE, f"no 95% interval: {iv.reason}"
+        verdict, reason = INCONCLUSIVE, words("no_interval", interval_reason(iv))
     else:
         lo, hi = iv.low, iv.high
         if (lo is not None and lo > t) if up else (hi is not None and hi < t):
-            verdict, reason = SUPPORTED, f"the 95% interval lies {'above' if up else 'below'} {t:g}"
+            verdict, side = SUPPORTED, "above" if up else "below"
         elif (hi is not None and hi <= t) if up else (lo is not None and lo >= t):
-            verdict, reason = NOT_SUPPORTED, f"the 95% interval lies on the wrong side of {t:g}"
+            verdict, side = NOT_SUPPORTED, "wrong"
         else:
-            verdict, reason = INCONCLUSIVE, f"the 95% interval straddles {t:g}"
-        if iv.reason:
-            reason += f"; {iv.reason}"
+            verdict, side = INCONCLUSIVE, "straddles"
+        reason = words("interval_side", side, t, interval_reason(iv))
     return row | {"verdict": verdict, "reason": reason}

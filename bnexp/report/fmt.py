@@ -1,5 +1,6 @@
 """How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and its
-text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph.
+text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph, and
+templates/rules_and_bounds.md.j2 the words of the analysis layer's rules and bounds (:func:`words`).
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value and "(1 seed)", never
 "± 0.00" (a spread of one value is not a measured spread). A unit goes with the column header ("max test acc
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping
 
-from bnexp.analysis.interval import SeedInterval
+from bnexp.analysis.interval import REASONS, SeedInterval
 from bnexp.analysis.rules import Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
@@ -105,6 +106,15 @@ def _num(v: float, digits: int) -> str:
     return f"{v:.{digits}g}"
 
 
+def interval_reason(iv: SeedInterval) -> str:
+    """Why ``iv`` has an open side or no interval, in words ("1 seed(s) only a lower bound: the upper side is open",
+    "" for none): templates/verdicts.md.j2's ``interval_reason`` of the code of
+    :data:`bnexp.analysis.interval.REASONS`; an interval read back from report.json holds the words already."""
+    if iv.reason not in REASONS:
+        return iv.reason
+    return macro("interval_reason", iv.reason, iv.n_censored, template="verdicts.md.j2")
+
+
 def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     """One line for a page: estimate, interval, per-seed range and n, e.g.
 
@@ -124,12 +134,13 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     else:
         head = num(iv.estimate, iv.estimate_bound)
     pct = f"{100 * iv.level:g}%"
+    reason = interval_reason(iv)
     if iv.n < 2 or (iv.low_open and iv.high_open):
-        body = f"no {pct} interval ({iv.reason})"
+        body = f"no {pct} interval ({reason})"
     else:
         lo = "open" if iv.low_open else num(iv.low)
         hi = "open" if iv.high_open else num(iv.high)
-        note = f": {iv.reason.split(':')[0]}" if iv.reason else ""
+        note = f": {reason.split(':')[0]}" if reason else ""
         body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
             f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
     rng = ("per seed n/a" if iv.seed_min is None else
@@ -187,3 +198,43 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
 def macro(name: str, *args, template: str = "tables.md.j2") -> str:
     """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``."""
     return str(getattr(_templates().get_template(template).module, name)(*args))
+
+
+RULES_TEMPLATE = "rules_and_bounds.md.j2"  # the words of the analysis layer's rules, bounds and codes
+
+
+def words(name: str, *args) -> str:
+    """The phrase of the macro ``name`` of templates/rules_and_bounds.md.j2 for ``args`` (numbers and codes of the
+    analysis layer: :func:`std_note`, :func:`censored_why`, :func:`edge_mark`, the frontier's claims and notes)."""
+    return macro(name, *args, template=RULES_TEMPLATE)
+
+
+def std_note() -> str:
+    """"std is the sample standard deviation over seeds (ddof=1)" (:data:`bnexp.analysis.rules.DDOF`): report.json's
+    "std" and report.md's note."""
+    from bnexp.analysis.rules import DDOF
+
+    return words("std_note", DDOF)
+
+
+def censored_why(c) -> str | None:
+    """Why a :class:`bnexp.analysis.rules.Censored` value is a bound or missing, from its ``cause`` and ``budget``:
+    "not reached within 4,000 steps", "not reached, budget unknown"; None without a cause."""
+    return words("censored_why", c.cause, c.budget) or None if c.cause else None
+
+
+def edge_mark(code: str | None) -> str | None:
+    """A claim's edge mark (docs/studies/PLAN.md, amendment item 2) from
+    :func:`bnexp.analysis.grid_edges.mark_of`'s code: "edge (3 rates added beyond it)", ...; None for None (an
+    interior choice).
+
+    Raises:
+        ValueError: a code that is not one of "failed", "limit", "single", "no_record".
+    """
+    from bnexp.analysis.grid_edges import MARK_CODES, MAX_ADDED
+
+    if code is None:
+        return None
+    if code not in MARK_CODES:
+        raise ValueError(f"an edge mark's code is one of {', '.join(MARK_CODES)}; got {code!r}")
+    return words("edge_mark", code, MAX_ADDED)

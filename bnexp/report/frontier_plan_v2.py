@@ -35,9 +35,9 @@ import pandas as pd
 
 from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
                                      budget_to_reach, does_not_train, last_gain, mean_frontier, speedup_pass, trains)
-from bnexp.report.fmt import macro
+from bnexp.report.fmt import macro, words
 from bnexp.report.frontier_text import headline_bound, pct, seed_bounds, speedup_text
-from bnexp.analysis.rules import CHANCE, CHANCE_TEXT
+from bnexp.analysis.rules import CHANCE
 
 CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
@@ -52,14 +52,6 @@ PAPER = {
     "bn_x5_sigmoid": "trains with sigmoid: 69.8% max",
     "baseline_sigmoid": "does not train (never better than 1/1000 accuracy)",
     "baseline_x5": "not in the paper (Sec. 3.3: without BN a high rate may make gradients explode or vanish)",
-}
-RULES = {  # the pass rule of each row (PLAN.md, plan version 2, stated before the results)
-    "baseline": "reference: a* is its best seed-mean accuracy",
-    "bn_x5": "S(a*) >= 5", "bn_baseline": "S(a*) > 1",
-    "bn_x30": "above bn_x5 at their largest common budget",
-    "bn_x5_sigmoid": f"best > {CHANCE_TEXT} (chance + 5 points) where baseline_sigmoid's is not",
-    "baseline_sigmoid": f"best <= {CHANCE_TEXT} (chance + 5 points)",
-    "baseline_x5": f"at chance: needs BN; reaches a* within {RATE_ALONE:g} x B_bn_x5(a*): the rate alone",
 }
 OUTCOME_WORDS = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
                  "bn_adds_speed": "the rate alone is not BN-x5's speedup", "undecided": "undecided"}
@@ -126,7 +118,7 @@ def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, e
     words = dict(best=float(cy.max()), last=last, early=early, a_star=a_star, limit=limit, budget_bn_x5=b_x,
                  budget_control=b_c, control_censored=c_cens, bn_x5_censored=x_cens, speedup_control=s(b_c),
                  speedup_bn_x5=s(b_x), last_accuracy=float(cy[-1]), gain=gain, rate_alone=RATE_ALONE,
-                 chance_text=CHANCE_TEXT)
+                 chance=CHANCE)
 
     def say(outcome: str, case: str, **more) -> dict:
         return {**out, "outcome": outcome, **more, "sentence": _words("control", case=case, **words, **more)}
@@ -152,7 +144,8 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
     ``control``: :func:`control_verdict`'s dict; ``conv``: :func:`convergence`'s.
 
     Returns:
-        [{"preset", "paper" (:data:`PAPER`), "rule" (:data:`RULES`), "value" (this net, seed mean, text),
+        [{"preset", "paper" (:data:`PAPER`), "rule" (its pass rule, PLAN.md: templates/rules_and_bounds.md.j2's
+        pass_rule), "value" (this net, seed mean, text),
         "per_seed": [{"seed", "value" (text), "pass": bool | None}], "pass": bool | None (``matched_accuracy``'s;
         None for the baseline), "verdict": PASS / FAIL / UNDECIDED, or the control's outcome in words}].
     """
@@ -192,7 +185,8 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
             if p == CONTROL:
                 per = [dict(d, **{"pass": None}) for d in per]
                 verdict = OUTCOME_WORDS[control["outcome"]] if control else "undecided"
-        out.append({"preset": p, "paper": PAPER.get(p, "-"), "rule": RULES.get(p, "-"), "value": value,
+        out.append({"preset": p, "paper": PAPER.get(p, "-"),
+                    "rule": words("pass_rule", p, CHANCE, RATE_ALONE), "value": value,
                     "per_seed": per, "pass": None if p in (BASELINE, CONTROL) else m.get("pass"), "verdict": verdict})
     return out
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bnexp.analysis.frontier import ORDER, PASS_FACTOR
-from bnexp.analysis.rules import Censored
-from bnexp.report.fmt import render_template
+from bnexp.analysis.frontier import CLAIMED, ORDER, PASS_FACTOR
+from bnexp.analysis.rules import CHANCE, Censored
+from bnexp.report.fmt import render_template, words
 
 
+# the paper's names of the presets: a vocabulary (one name per code, as rules.NORMALIZERS), not sentences
 NAMES = {"bn_x5": "BN-x5", "bn_baseline": "BN-Baseline", "bn_x30": "BN-x30", "bn_x5_sigmoid": "BN-x5-Sigmoid",
          "baseline_sigmoid": "Baseline-Sigmoid", "baseline_x5": "Baseline-x5", "baseline": "Baseline"}  # paper's
 PASS_CELL = {True: "yes", False: "no", None: "undecided"}
@@ -26,6 +27,13 @@ def speedup_text(v: float | None, bound: str | None = None) -> str:
     the preset reached it at its smallest budget), "<= 2.00x" ("upper": the baseline did), "~3.00x (both
     bounds)" ("unknown"), or "not reached" (None)."""
     return Censored(v, bound or "exact").text()
+
+
+def claim_text(claim: str | None) -> str | None:
+    """A preset's Sec. 4.2 claim in words (templates/rules_and_bounds.md.j2: frontier_claim) when ``claim`` is
+    :func:`bnexp.analysis.frontier.analyze`'s code (a preset of :data:`~bnexp.analysis.frontier.CLAIMED`); text
+    (report.json read back) and None stay."""
+    return words("frontier_claim", claim, CHANCE) if claim in CLAIMED else claim
 
 
 def details(section: dict, preset: str) -> dict:
@@ -74,13 +82,28 @@ def tuning_md(t: dict) -> str:
 
 #: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
 MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
-                   "headline_bound": headline_bound, "speedup_text": speedup_text}
+                   "headline_bound": headline_bound, "speedup_text": speedup_text, "claim_text": claim_text}
 MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
       **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
 
 
+def frontier_words(section: dict) -> dict:
+    """``section`` (:func:`bnexp.analysis.frontier.analyze`'s dict) with the analysis layer's codes in words, in
+    place (templates/rules_and_bounds.md.j2): each preset's ``claim`` (a preset of
+    :data:`~bnexp.analysis.frontier.CLAIMED`) as the Sec. 4.2 claim its "pass" decides, and each note that is a
+    code ({"note": "seed_counts" | "baseline_censored", ...}) as its sentence; text already there (report.json
+    read back, the sweep's warnings) stays. Returns ``section``."""
+    fa = section.get("frontier_analysis") or {}
+    for d in (fa.get("speedup") or {}).values():
+        if "claim" in d:
+            d["claim"] = claim_text(d["claim"])
+    if fa.get("notes"):
+        fa["notes"] = [words("frontier_note", n) if isinstance(n, dict) else n for n in fa["notes"]]
+    return section
+
+
 def frontier_markdown(section: dict) -> list[str]:
-    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, or report.json's data):
-    templates/frontier.md.j2."""
-    return (render_template("frontier.md.j2", section, MD) + "\n").split("\n")[:-1]
+    """report.md lines of the frontier section (``section`` = :func:`analyze`'s dict, worded in place by
+    :func:`frontier_words`, or report.json's data): templates/frontier.md.j2."""
+    return (render_template("frontier.md.j2", frontier_words(section), MD) + "\n").split("\n")[:-1]
 

@@ -8,7 +8,8 @@ merely grow cannot manufacture it (the raw ``w1_first`` is in the tables, never 
 :data:`AT_FLOOR` x its sampling-noise floor is named in the reason. The noisy-BN claims (Santurkar et al. 2018,
 Sec. 2.1) are evaluated at the weakest ``bn.noise_scale`` whose KS shift exceeds no BN's in every paired seed
 (:func:`exceeds`); without one, "premise not met". Bounds and chance follow :mod:`bnexp.analysis.rules`; a measure
-the records lack (runs written before it existed) makes the claim inconclusive.
+the records lack (runs written before it existed) makes the claim inconclusive. The quantities', views' and
+reasons' words are templates/verdicts.md.j2's (:func:`bnexp.report.claims.words`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Mapping
 
 import pandas as pd
 
-from bnexp.report.claims import Claim, evaluate
-from bnexp.report.fmt import format_acc, format_stat, format_target, md_table
+from bnexp.report.claims import Claim, evaluate, words
+from bnexp.report.fmt import format_acc, format_stat, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
 from bnexp.report.ics_stats import DEF21, GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
@@ -32,10 +33,8 @@ ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved from sampling noise
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
-SHIFT = (("ks_first", "KS distance"), ("w1_rel_first", "W1 / initial p15-p85 spread"))
+SHIFT = ("ks_first", "w1_rel_first")  # the scale-free shift measures of the shift claims
 MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_stats)
-GRAD_QUANTITY = ("BN / no-BN ||G - G'|| / ||G|| per relative movement of the earlier layers (l2_rel_per_move), "
-                 "layers 2..K")
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,15 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    *(Spec(Claim("BN reduces shift", f"no-BN / BN {what} from the start, {where}", ">", 1.0), "no BN", "BN",
-           f"shift.{key}{end}", f"{'KS' if key == 'ks_first' else 'W1 / spread'}, {where}",
-           key == "ks_first" and end == "")
-      for key, what in SHIFT for end, where in ((".last", "last hidden layer"), ("", "mean over hidden layers"))),
+    *(Spec(Claim("BN reduces shift", words("shift_quantity", key, layer), ">", 1.0), "no BN", "BN",
+           f"shift.{key}{'.last' if layer == 'last' else ''}", words("shift_view", key, layer),
+           key == "ks_first" and layer == "mean")
+      for key in SHIFT for layer in ("last", "mean")),
     Spec(Claim("BN trains in fewer steps", "no-BN / BN steps to the main target", ">", 1.0), "no BN", "BN", "steps"),
-    Spec(Claim("BN reduces gradient ICS", GRAD_QUANTITY + ", at the first probe where each net reaches the "
-               "lowest training loss both reach", "<", 1.0), "BN", "no BN", MATCHED,
+    Spec(Claim("BN reduces gradient ICS", words("grad_quantity", True), "<", 1.0), "BN", "no BN", MATCHED,
          "matched training progress", True),
-    Spec(Claim("BN reduces gradient ICS", GRAD_QUANTITY, "<", 1.0), "BN", "no BN", "grad.l2_rel_per_move",
-         "same steps", False),
+    Spec(Claim("BN reduces gradient ICS", words("grad_quantity", False), "<", 1.0), "BN", "no BN",
+         "grad.l2_rel_per_move", "same steps", False),
     Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, raw "
                "(beta_smoothness)", "<", 1.0), "BN", "no BN", "land.beta_smoothness", "raw", True),
     Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, "
@@ -78,13 +76,9 @@ SPECS: tuple[Spec, ...] = (
 # 1 - cos(G, G'), at the same steps and matched at equal learning rates (RATE_MATCHED + the measure)
 RATE_MATCHED = "grad.rate_matched:"
 SPECS = SPECS + tuple(
-    Spec(Claim("BN reduces gradient ICS", f"BN / no-BN {what} (Santurkar et al. Def. 2.1{', raw' if key == 'l2' else ', Fig. 3'}"
-               f"), mean over layers 2..K{suffix}", "<", 1.0), "BN", "no BN", col, f"Def. 2.1 {name}, {view}", False)
-    for key, what, name in (("l2", DEF21["l2"], "raw L2"), ("one_minus_cos", DEF21["one_minus_cos"], "1 - cos"))
-    for col, view, suffix in ((f"grad.{key}", "same steps", ""),
-                              (RATE_MATCHED + key, "matched progress at equal rates",
-                               ", at the first probe pair at equal learning rates where both nets reach the lowest "
-                               "smoothed evaluation loss both reach")))
+    Spec(Claim("BN reduces gradient ICS", words("def21_quantity", key, DEF21[key], matched), "<", 1.0), "BN",
+         "no BN", RATE_MATCHED + key if matched else f"grad.{key}", words("def21_view", key, matched), False)
+    for key in ("l2", "one_minus_cos") for matched in (False, True))
 CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
 
 
@@ -118,12 +112,6 @@ def monitor_key(measure: str) -> str | None:
     return "monitor.grad_ics" if measure in GRAD_KEYS else "monitor.landscape" if measure in LANDSCAPE_KEYS else None
 
 
-def _turn_on(measure: str) -> str:
-    """How to record a measure that is off by default (gradient ICS, landscape); "" for the others."""
-    key = monitor_key(measure)
-    return f" (it is recorded with {key}=true, off by default: add it to the sweep's command)" if key else ""
-
-
 def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], col: str,
               premise: str | None = None, missing: str | None = None,
               ratios: Mapping[int, float | None] | None = None) -> dict:
@@ -133,14 +121,12 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     missing measure and BN's noise floor in the reason. A measure off by default that a side lacks names its
     key in ``"needs"`` ("monitor.grad_ics"; None otherwise), which the terminal summary lists once instead of
     as inconclusive rows."""
-    lacking = [n if len(s) else f"{n} (no completed run)" for n, s in zip(names, (a, b))
-               if col not in s or s[col].isna().all()]
+    lacking = [(n, bool(len(s))) for n, s in zip(names, (a, b)) if col not in s or s[col].isna().all()]
     key = col.split(".")[1] if "." in col else col
     needs = monitor_key(key) if lacking and not missing else None
-    missing = missing or (f"{key} is not in the records of {' and '.join(lacking)}{_turn_on(key)}" if lacking else None)
+    missing = missing or (words("not_recorded", key, lacking, monitor_key(key)) if lacking else None)
     if ratios is not None and not missing and not any(v is not None for v in ratios.values()):
-        missing = ("no seed has gradient-ICS probes with a training loss (metrics.jsonl train_loss) in both runs: "
-                   "the matched-progress comparison needs both")
+        missing = words("no_matched_probes")
     def value(x) -> Censored:  # steps are Censored already; a measure is exact (NaN: no value)
         return x if isinstance(x, Censored) else Censored(None if pd.isna(x) else float(x))
 
@@ -150,9 +136,7 @@ def claim_row(claim: Claim, a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, 
     row = evaluate(claim, ratio, sorted(set(a.index[a["chance"]]) | set(b.index[b["chance"]])), premise, missing, "log")
     floor = col.replace("_first", "_floor")
     if col.startswith("shift.") and floor in b and not missing and (at := b[col] <= AT_FLOOR * b[floor]).any():
-        seeds = ", ".join(str(int(s)) for s in at.index[at])
-        row["reason"] += (f"; BN's value is within {AT_FLOOR:g}x its sampling-noise floor ({floor.split('.')[1]}) "
-                          f"in seed(s) {seeds}: not resolved from sampling noise")
+        row["reason"] += words("near_floor", AT_FLOOR, floor.split(".")[1], [int(s) for s in at.index[at]])
     row["needs"] = needs
     return row
 
@@ -195,9 +179,7 @@ def confounded_text(matched: Mapping[int, dict | None], names: tuple[str, str]) 
              and not same_rate(m["rate_a"], m["rate_b"])]
     if not apart:
         return None
-    return ("schedule-confounded: the matched probes lie at different learning rates ("
-            + "; ".join(f"seed {s}: {names[0]} step {m['step_a']:,} at {m['rate_a']:.3g}, {names[1]} step "
-                        f"{m['step_b']:,} at {m['rate_b']:.3g}" for s, m in apart) + ")")
+    return words("schedule_confounded", apart, names)
 
 
 def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[float],
@@ -222,10 +204,9 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
             got = [(g, exceeds(seed_frame(table, g, t), side["no BN"])) for g in s["noisy"]]
             chosen = next((g for g, ok in got if ok), None)
             if all(ok is None for _, ok in got):
-                missing = "ks_first is not in the records of noisy BN or no BN: the premise cannot be checked"
+                missing = words("premise_unchecked")
             elif chosen is None:
-                premise = (f"no noisy-BN strength (noise_scale {', '.join(f'{noise_scale(g):g}' for g in s['noisy'])}"
-                           ") has a KS shift from the start above no BN's in every seed")
+                premise = words("no_noisy_strength", [noise_scale(g) for g in s["noisy"]])
             side["noisy BN"] = seed_frame(table, chosen or s["noisy"][0], t)
         for spec in (spec for spec in SPECS if spec.num in side and spec.den in side):
             num, den, col, extra, ratios = spec.num, spec.den, spec.col, {}, None
@@ -238,7 +219,7 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
                     if m:
                         m.update(rate_a=_rate(side[num], s_, m["step_a"]), rate_b=_rate(side[den], s_, m["step_b"]))
                 if (second := confounded_text(extra["matched"], (num, den))) is not None:
-                    extra["second_reading"] = second + "; it is no evidence about BN (docs/ics/PLAN.md, amendment)"
+                    extra["second_reading"] = words("second_reading", second)
             elif col.startswith(RATE_MATCHED):
                 key = col[len(RATE_MATCHED):]
                 col, extra["matched"] = f"grad.{key}", rate_matched_rows(side[num], side[den], (probes or {}).get(key, {}))
@@ -248,14 +229,12 @@ def ics_claims(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[flo
                 sched = {str(v).rsplit(".", 1)[-1] for x in (num, den) if "optim.schedule" in side[x]
                          for v in side[x]["optim.schedule"].dropna()} - {"constant"}
                 if sched:  # equal steps are equal rates there: the same-steps row answers (docs/ics/PLAN.md)
-                    confounded = (f"the rate schedule decays ({', '.join(sorted(sched))}): matched progress is read on "
-                                  "the constant-rate runs; here the same-steps row carries the verdict")
+                    confounded = words("schedule_decays", sorted(sched))
                 extra["schedule_confounded"] = confounded is not None
             row = claim_row(spec.claim, side[num], side[den], (num, den), col,
                             *((premise, missing) if noisy else (confounded, None) if confounded else ()),
                             ratios=ratios)
-            at = (f"; at noise_scale={noise_scale(chosen):g}, the weakest whose KS shift from the start exceeds no "
-                  "BN's in every seed") if noisy and chosen else ""
+            at = words("at_noise_scale", noise_scale(chosen)) if noisy and chosen else ""
             rows.append({**row, "reason": row["reason"] + at, "setting": pair_label(s["no BN"], groups, ignore),
                          "target": t, "view": spec.view, "preregistered": spec.preregistered, **extra,
                          **({"noise_scale": noise_scale(chosen) if chosen else None} if noisy else {})})
@@ -310,10 +289,10 @@ def noise_table(section: dict) -> str:
     yes = {True: "yes", False: "no", None: "n/a"}
     rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"]]
             + [format_stat(r[k]) for k in SHIFT_KEYS] + [yes[r["exceeds_no_bn"]]]
-            + [format_acc(r["final_test_accuracy"]) + (f" (at chance: seed {', '.join(map(str, r['at_chance']))})"
-                                                      if r["at_chance"] else ""), format_acc(r["final_train_accuracy"])]
+            + [format_acc(r["final_test_accuracy"]) + (words("at_chance", r["at_chance"]) if r["at_chance"] else ""),
+               format_acc(r["final_train_accuracy"])]
             + [r["steps_to_target"][target_key(t)]["text"] for t in section["targets"]] for r in section["rows"]]
     head = (["configuration", "noise_scale", "seeds", *SHIFT_KEYS.values(), "KS above no BN's in every seed",
              "final test acc (%)", "final train acc (%)"]
-            + [f"steps to {format_target(t)}" for t in section["targets"]])
+            + [words("steps_to", t) for t in section["targets"]])
     return "\n".join(md_table(head, rows))

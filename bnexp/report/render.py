@@ -16,7 +16,7 @@ from bnexp.report.fmt import format_acc, format_stat, format_target, interval_ce
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
-from bnexp.analysis.rules import CHANCE, DDOF, STD_NOTE
+from bnexp.analysis.rules import CHANCE, DDOF
 from bnexp.report.study_section import table_md
 from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 
@@ -77,7 +77,7 @@ def render_markdown(d: dict) -> str:
     """The text of report.md from report.json's dict ``d`` (:attr:`Report.data`): templates/report.md.j2."""
     return render_template("report.md.j2", d, {
         **FRONTIER_MD, "SPEEDUP_TITLE": SPEEDUP_TITLE, "SPEEDUP_TARGETS": SPEEDUP_TARGETS,
-        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "STD_NOTE": STD_NOTE, "DDOF": DDOF,
+        "SPEEDUP_THRESHOLD": SPEEDUP_THRESHOLD, "STEPS_RULE": STEPS_RULE, "DDOF": DDOF,
         "typed_keys": lambda keys: ", ".join(dict.fromkeys(KEY_ALIASES.get(k, k) for k in keys)) or "none",
         "CHANCE": CHANCE, "ICS_TITLE": ICS_TITLE, "refs": refs,
         "format_target": format_target, "main_table": main_table, "ics_frames": ics_frames,

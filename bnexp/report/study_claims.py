@@ -260,11 +260,12 @@ def attach_choices(sec: dict, sweep_dir: Path) -> None:
     (:data:`RESTS_ON`), in place; the marks use the designs' record in ``sweep_dir``
     (:func:`bnexp.analysis.grid_edges.read_record`)."""
     from bnexp.analysis.grid_edges import mark_of, read_record
+    from bnexp.report.fmt import edge_mark
 
     record = read_record(sweep_dir)
     tuning = {(t["family"], t["objective"]): t for t in sec.get("tuning") or []}
     for t in tuning.values():
-        t["mark"] = mark_of(t["choice"], record) if t.get("choice") else None
+        t["mark"] = edge_mark(mark_of(t["choice"], record)) if t.get("choice") else None
     key_of = {c.name: k for k, c in C.items()} | {c.name: k for k, c in PLACEMENT_CLAIMS.items()}
     for row in sec.get("claims") or []:
         rests = RESTS_ON.get(key_of.get(row["name"]), [])
