@@ -258,6 +258,7 @@ def test_a_study_extends_an_edge_choice_before_stage_2_and_the_report_reads_the_
     """The normalizer study (grid 0.9 ... 21.6): GroupNorm is best at 0.45, one halving below the grid, so the
     rule adds 0.45 and 0.225 (0.45 is then interior); the others are best inside. Stage 2 trains GroupNorm at
     0.45, and the report, on the same runs, chooses 0.45 and shows no edge mark."""
+    from bnexp.designs import studies as studies_design
     from bnexp.designs.studies import Study, build_studies, expand, stage_two
     from bnexp.analysis.runs import find_run_dirs, load_sweep
     from bnexp.report.study_section import MARKER
@@ -278,7 +279,8 @@ def test_a_study_extends_an_edge_choice_before_stage_2_and_the_report_reads_the_
         _study_runs(tmp_path, study, jobs, best)
     assert added == [["0.45"], ["0.225"]]
     rates = {j.folder for j in expand(Study("normalizer", "", tuple(st.batches)))}
-    assert "bn=group,groups=4/lr=0.45,seed=0" in rates and len(rates) == 20
+    first = studies_design.EVALUATION_SEEDS[0]  # stage 2 scores the design's fresh evaluation seeds
+    assert f"bn=group,groups=4/lr=0.45,seed={first}" in rates and len(rates) == 20
     assert {(e["network"], e["status"]) for e in st.record} >= {("GroupNorm", "interior"), ("BN", "interior")}
     (tmp_path / MARKER).write_text(json.dumps({"study": "normalizer"}))
     (tmp_path / RECORD).write_text(json.dumps({"entries": st.record}))
