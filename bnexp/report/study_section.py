@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from bnexp.analysis.interval import seed_interval
-from bnexp.report.claims import Claim, evaluate
+from bnexp.report.claims import Claim, evaluate, words
 from bnexp.report.fmt import format_stat, md_table
 from bnexp.analysis.runs import is_number, native, read_sweep_record
 from bnexp.analysis.rules import CHANCE, NORMALIZERS, Censored, optional
@@ -94,7 +94,7 @@ def ratio_claim(claim: Claim, num: pd.DataFrame, den: pd.DataFrame, unit: str = 
     """Evaluate ``claim`` on the per-seed :func:`ratios` num / den (log scale) with the chance rule
     (:func:`chance_seeds`); a configuration without runs makes the premise fail."""
     if premise is None and (num.empty or den.empty):
-        premise = "no completed runs of one of the two configurations"
+        premise = words("no_completed_runs", "pair")
     return evaluate(claim, ratios(num, den, unit), chance_seeds(claim, (num, den)), premise=premise, scale="log")
 
 
@@ -102,7 +102,7 @@ def diff_claim(claim: Claim, a: dict, b: dict, runs, premise: str | None = None,
     """Evaluate ``claim`` on the per-seed :func:`differences` (a - b) * ``scale`` (accuracies -> points), with the
     chance rule on ``runs`` (the frames of cells the values come from, :func:`chance_seeds`)."""
     if premise is None and (not a or not b):
-        premise = "no completed runs of one of the two configurations"
+        premise = words("no_completed_runs", "pair")
     return evaluate(claim, differences(a, b, scale), chance_seeds(claim, runs), premise=premise)
 
 
@@ -110,7 +110,7 @@ def single_claim(claim: Claim, values: dict, runs, premise: str | None = None) -
     """Evaluate ``claim`` on per-seed values of one configuration, with the chance rule on ``runs`` (the frames of
     cells the values come from, :func:`chance_seeds`); none makes the premise fail."""
     return evaluate(claim, values, chance_seeds(claim, runs),
-                    premise=premise or (None if values else "no completed runs of this configuration"))
+                    premise=premise or (None if values else words("no_completed_runs", "one")))
 
 
 def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str = "steps") -> list[dict]:
