@@ -26,8 +26,10 @@ MAX_ADDED = 3  # rates added beyond one edge at most
 FACTOR = 2.0  # each added rate: twice the largest, or half the smallest
 REL_TOL = 1e-9  # two rates within this relative distance are one rate
 RECORD = "grid_edges.json"  # the designs' record of the rule in a sweep folder (read by the report)
-# a claim's mark (mark_of): the rule stopped at an edge ("failed", "limit", "single"), or no record of it
-MARK_CODES = ("failed", "limit", "single", "no_record")
+# the stops of the rule that leave a choice at an edge: the next rate failed, MAX_ADDED rates added, one rate
+EDGE_STOPS = ("failed", "limit", "single")
+# a claim's mark (mark_of): the rule's stop at an edge, or no record of it
+MARK_CODES = (*EDGE_STOPS, "no_record")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class EdgeState:
         """The claim's mark as a code (:data:`MARK_CODES`): the ``status`` of a choice the rule left at an edge
         ("failed", "limit", "single"); None for an interior choice and while the rule is still extending (no
         claim is scored then)."""
-        return self.status if self.status in ("failed", "limit", "single") else None
+        return self.status if self.status in EDGE_STOPS else None
 
 
 def same_rate(a: float, b: float) -> bool:
@@ -142,7 +144,7 @@ def mark_of(choice, record: list[dict] | None = None) -> str | None:
         return None
     marks = {e.get("status") for e in record or () if same_rate(float(e["chosen"]), chosen)
              and len(e["rates"]) == len(rates) and all(same_rate(a, b) for a, b in zip(sorted(e["rates"]), rates))}
-    marks &= {"failed", "limit", "single"}
+    marks &= set(EDGE_STOPS)
     return marks.pop() if len(marks) == 1 else "no_record"
 
 

@@ -40,8 +40,8 @@ from pathlib import Path
 from bnexp.analysis.runs import load_sweep, target_key
 from bnexp.analysis.tuning import (FRESH_EVALUATION_SEEDS, SPEEDUP_TARGETS, TUNING_SEEDS, RateChoice, choose_rates,
                                    runs_from_table)
-from bnexp.designs.stages import (VALIDATION, edge_mark_text, grid_edge_rule, one_stage, runs_on_test,  # noqa: F401
-                                  split_of, split_text)  # VALIDATION, split_of, split_text: shared with the studies
+from bnexp.designs.stages import (VALIDATION, edge_mark_text, grid_edge_rule, one_stage,  # noqa: F401 (VALIDATION:
+                                  runs_on_test, split_of, split_text)  # this design's name for the shared constant)
 from bnexp.runfolders.rundir import COMPLETE_STATUSES, read_summary
 
 PILOT_SEED = 0
@@ -182,7 +182,6 @@ def plan_and_seconds(sweep_dir: Path, jobs: int, extra: list[str], steps_per_s: 
                      f"{len(names)} runs, {todo} to run, ~{t:.0f} s each, ~{block_wall / 60:.1f} min")
         lines += [f"  {n}{'  (done)' if n in done else ''}" for n in names]
     if evaluation_seeds:
-
         n_seeds = len(evaluation_seeds)
         stage1_done = todo_runs == 0
         st = None if not stage1_done else stage if stage is not None else \
@@ -294,7 +293,6 @@ def extend(sweep_dir: Path, block: Block, seeds, targets=SPEEDUP_TARGETS) -> Ext
 def edge_lines(ext: Extended) -> list[str]:
     """The plan's lines on one network's grid-edge rule: the rates it adds, or the marks of the choices it left
     at an edge."""
-
     b = ext.block
     if ext.todo:
         return [f"  {b.name}: {grid_edge_rule().split(':')[0]}: a choice at its grid's edge; adds lr "
@@ -338,7 +336,6 @@ def stage_blocks(sweep_dir: Path, blocks: list[Block], seeds,
     Raises:
         ValueError: from :func:`choose`.
     """
-
     todo = [b for b in blocks if any(not is_done(sweep_dir, run_name(b, lr, s)) for lr in b.rates for s in seeds)]
     if todo or not evaluation_seeds:
         return [], todo, tuple(seeds)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
-from bnexp.designs.stages import Decision, Part, decision, grid_edge_rule, one_stage, run_stages
+from bnexp.designs.stages import Decision, Part, decision, grid_edge_rule, one_stage, run_stages, split_of
 from bnexp.designs.studytime import StudyClock, record_study
 from bnexp.errors import UserError
 
@@ -61,7 +61,7 @@ REPORT_GLOBS = ("report.md", "report.json", "report.csv", "*.png", "ladders.txt"
 def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
     """scripts/reproduce_mnist.sh: the four blocks of :mod:`.mnist` in SWEEP_DIR (mnist_fig1), in two stages
     (docs/mnist/PLAN.md and its amendment): every grid on the tuning seeds, read on the validation split
-    (``data.validation``, :data:`.mnist.VALIDATION`), then each network at its chosen rates on the full training set
+    (``data.validation``, :data:`.stages.VALIDATION`), then each network at its chosen rates on the full training set
     scored on test, on EVALUATION_SEEDS (default :data:`.mnist.EVALUATION_SEEDS`, 1000-1004); one stage (the grid on
     the given seeds, on test) when the overrides set ``seed``.
 
@@ -107,7 +107,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
         msgs, todo, on = st
         suffix = " (evaluation)" if evaluation and on == tuple(evaluation) else \
             " (grid-edge rule: added rates)" if evaluation and msgs else ""
-        split = mnist.split_of(on, evaluation)  # stage 1: the validation split; stage 2: the test set
+        split = split_of(on, evaluation)  # stage 1: the validation split; stage 2: the test set
         d = decision(msgs, [Block(b.name + suffix, common + mnist.block_overrides(b, on, steps, split), extra)
                             for b in todo], last=not evaluation)
         if evaluation and msgs:  # the rule's record for the report (grid_edges.json), when the stage runs
@@ -119,7 +119,7 @@ def mnist_parts(env: Env, extra: list[str]) -> list[Part]:
                                         None if isinstance(st, ValueError) else st)
     return [Part("MNIST", sweep, docs, decide(st), text, secs, decide,
                  validate=[Block(b.name, common + mnist.block_overrides(b, seeds, steps,
-                                                                         mnist.split_of(seeds, evaluation)), extra)
+                                                                         split_of(seeds, evaluation)), extra)
                            for b in blocks_])]
 
 
@@ -353,7 +353,7 @@ def study_parts(env: Env, name: str, extra: list[str]) -> list[Part]:
     from bnexp.analysis.grid_edges import write_record
     from bnexp.analysis.tuning import TUNING_SEEDS
     from bnexp.designs import studies
-    from bnexp.designs.stages import runs_on_test, split_of, split_text
+    from bnexp.designs.stages import runs_on_test, split_text
 
     evaluation = () if one_stage(extra) else studies.EVALUATION_SEEDS
     study = studies.build_studies(two_stage=bool(evaluation))[name]

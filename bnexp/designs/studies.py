@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bnexp.analysis.tuning import FRESH_EVALUATION_SEEDS, TUNING_SEEDS
-from bnexp.designs.stages import VALIDATION, split_text  # noqa: F401 (the split of each stage, shared with MNIST)
+from bnexp.designs.stages import VALIDATION, edge_mark_text, one_stage
 
 STUDIES = ("batch_size", "inference_statistics", "placement", "normalizer", "depth")
 # two stages (docs/studies/PLAN.md and its second amendment of 2026-11-29): every grid on the tuning seeds, read on
@@ -336,7 +336,6 @@ def stage_two(study: Study, sweep_dir: Path, seeds=EVALUATION_SEEDS, extra: tupl
         ValueError: a tuning run of the design's grids is missing or unfinished.
     """
     from bnexp.analysis.grid_edges import choice_state, record_entry, same_rate
-    from bnexp.designs.stages import edge_mark_text
     from bnexp.analysis.runs import load_sweep, native
     from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES, choose, family_label, study_cells
     from bnexp.analysis.tuning import TUNING_SEEDS, RateChoice
@@ -520,8 +519,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``python -m bnexp.designs.studies lines|plan NAME SWEEP_DIR [--jobs N] [EXTRA ...]``: exit 0, or 2 with
     one ``error:`` line for an unknown study or an override Hydra cannot parse."""
-    from bnexp.designs.stages import one_stage
-
     a = _parser().parse_intermixed_args(argv)
     studies = build_studies(two_stage=not one_stage(list(a.extra)))
     if a.study not in studies:

@@ -14,8 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping
 
+from bnexp.analysis.grid_edges import MARK_CODES, MAX_ADDED
 from bnexp.analysis.interval import REASONS, SeedInterval
-from bnexp.analysis.rules import Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
+from bnexp.analysis.rules import DDOF, Bound, format_target  # noqa: F401 (the formatters' home for callers and templates)
 
 
 def format_steps(st: dict) -> str:
@@ -212,8 +213,6 @@ def words(name: str, *args) -> str:
 def std_note() -> str:
     """"std is the sample standard deviation over seeds (ddof=1)" (:data:`bnexp.analysis.rules.DDOF`): report.json's
     "std" and report.md's note."""
-    from bnexp.analysis.rules import DDOF
-
     return words("std_note", DDOF)
 
 
@@ -231,8 +230,6 @@ def edge_mark(code: str | None) -> str | None:
     Raises:
         ValueError: a code that is not one of "failed", "limit", "single", "no_record".
     """
-    from bnexp.analysis.grid_edges import MARK_CODES, MAX_ADDED
-
     if code is None:
         return None
     if code not in MARK_CODES:

@@ -24,9 +24,11 @@ import math
 
 import numpy as np
 
+from bnexp.analysis.grid_edges import mark_of
 from bnexp.analysis.interval import LEVEL, seed_mean_interval, t_quantile
 from bnexp.analysis.rules import DDOF
 from bnexp.report.claims import INCONCLUSIVE, MIN_SEEDS, NOT_SUPPORTED, PREMISE_NOT_MET, SUPPORTED, words
+from bnexp.report.fmt import edge_mark
 
 ALPHA = round(1 - LEVEL, 12)  # the family-wise error rate of a page: 0.05
 POWER = 0.8
@@ -160,16 +162,13 @@ def mark_claims(rows: list[dict], record: list[dict]) -> None:
     :func:`bnexp.analysis.grid_edges.mark_of` of its "bn_choice", "no_bn_choice" and "choices", with the designs'
     ``record``; and :data:`BUDGET_BOUND` when :func:`budget_bound`) and "marked_verdict" (the verdict, with ",
     edge-bound" and / or ", budget-bound" after a "supported" or "not supported": never a plain verdict then)."""
-    from bnexp.analysis.grid_edges import mark_of
-    from bnexp.report.fmt import edge_mark
-
     for r in rows:
         choices = [r.get(k) for k in ("bn_choice", "no_bn_choice")] + list(r.get("choices") or [])
-        marks = list(dict.fromkeys(m for ch in choices if ch for m in [edge_mark(mark_of(ch, record))] if m))
+        codes = [c for ch in choices if ch for c in [mark_of(ch, record)] if c]
+        marks = list(dict.fromkeys(edge_mark(c) for c in codes))
         if budget_bound(r):
             marks.append(BUDGET_BOUND)
-        kinds = ([EDGE_BOUND] if any(m.startswith("edge") for m in marks) else []) + \
-            ([BUDGET_BOUND] if BUDGET_BOUND in marks else [])
+        kinds = ([EDGE_BOUND] if codes else []) + ([BUDGET_BOUND] if BUDGET_BOUND in marks else [])
         v = r.get("verdict")
         r["marks"] = marks
         r["marked_verdict"] = words("marked_verdict", v, kinds) if kinds and v in (SUPPORTED, NOT_SUPPORTED) else v

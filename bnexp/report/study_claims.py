@@ -22,7 +22,7 @@ from bnexp.analysis.tuning import EVERY_SEED, HELD_OUT
 from bnexp.report.best_rate import edge_of
 from bnexp.analysis.interval import seed_interval, seed_values
 from bnexp.report.claims import Claim
-from bnexp.report.fmt import macro, short_text
+from bnexp.report.fmt import edge_mark, macro, short_text
 from bnexp.analysis.runs import INFERENCE_KINDS
 from bnexp.analysis.rules import NORMALIZERS
 from bnexp.report.study_section import (CHANCE_POINTS, MARKER, config_rows, diff_claim, differences, per_seed,
@@ -260,7 +260,6 @@ def attach_choices(sec: dict, sweep_dir: Path) -> None:
     (:data:`RESTS_ON`), in place; the marks use the designs' record in ``sweep_dir``
     (:func:`bnexp.analysis.grid_edges.read_record`)."""
     from bnexp.analysis.grid_edges import mark_of, read_record
-    from bnexp.report.fmt import edge_mark
 
     record = read_record(sweep_dir)
     tuning = {(t["family"], t["objective"]): t for t in sec.get("tuning") or []}
