@@ -16,6 +16,10 @@ annealing its rate over its own budget. Definitions (accuracies are fractions, b
   smallest budget (B(a) is then at most that budget).
 * *S(a) = B_baseline(a) / B_preset(a)* over every ``a`` both frontiers reach; censored points are
   bounds (preset censored: S >= value; baseline censored: S <= value; both: left out).
+* *decision seeds*: the seeds that ran every configuration of the baseline's tuning stage (:func:`decision_seeds`);
+  every seed mean, a*, S(a*) and pass rule below is theirs. A run of another seed (PLAN.md's stage 5: seed 2 of the
+  baseline and bn_x5) is *held out*: its S(a*_s) is reported beside the decision seeds' with the interval of S(a*)
+  over every seed (:func:`held_out`), and decides nothing.
 * *a\\**: the baseline's best seed-mean frontier accuracy; the headline is S(a*) on the seed-mean
   frontiers, ">= x" when a* is reached at the preset's smallest budget. Per seed s: seed s of the
   baseline with seed s of the preset, at that baseline seed's own best accuracy a*_s (a fixed a*
@@ -49,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bnexp.analysis.interval import seed_values
 from bnexp.analysis.runs import Sweep, find_run_dirs, load_sweep, numeric
 from bnexp.analysis.rules import CHANCE, Censored
 from bnexp.analysis.tuning import best_rate
@@ -145,6 +150,10 @@ def tuning_table(runs: pd.DataFrame) -> dict | None:
         return None
     budget = int(counts[counts == counts.max()].index.min())
     at = base[base.budget_steps == budget]
+    # the decision seeds ran every configuration; a held-out seed (PLAN.md's stage 5: seed 2 ran the winner
+    # alone) takes no part in the rows' means nor in the choice
+    common = set.intersection(*(set(g.seed) for _, g in at.groupby("config")))
+    at = at[at.seed.isin(common)] if common else at
     rows = [{"lr": float(g.lr.iloc[0]), "dropout": float(g.dropout.iloc[0]), "config": cfg, "seeds": len(g),
              "mean_test_accuracy": float(g.final_test_accuracy.mean()),
              "per_seed": {str(int(k)): float(v) for k, v in zip(g.seed, g.final_test_accuracy)}}
@@ -153,6 +162,22 @@ def tuning_table(runs: pd.DataFrame) -> dict | None:
     chosen, _ = best_rate(at, steps=None, by=["lr", "dropout", "weight_decay"])
     win = [r["config"] for r in rows].index(_config(pd.DataFrame([chosen], columns=["lr", "dropout", "weight_decay"]))[0])
     return {"budget_steps": budget, "rows": rows, "winner": win, "config": rows[win]["config"]}
+
+
+def decision_seeds(runs: pd.DataFrame, tuning: dict | None) -> list[int]:
+    """The **decision seeds** (docs/cifar/PLAN.md, plan version 2: every ladder decision uses their seed means):
+    the seeds that ran every configuration of the baseline's tuning stage (the ``per_seed`` keys of
+    :func:`tuning_table`'s rows, intersected); without a tuning stage (or with no seed common to its rows), every
+    seed of ``runs``. A run of another seed is **held out** (PLAN.md's stage 5, ``EXTRA_SEEDS``: seed 2 "decides
+    nothing"): :func:`analyze` leaves it out of every seed mean, a*, S(a*) and pass rule, and reports its S(a*_s)
+    beside the decision seeds'.
+
+    Returns:
+        the decision seeds, ascending (ints).
+    """
+    rows = (tuning or {}).get("rows") or []
+    common = set.intersection(*(set(r["per_seed"]) for r in rows)) if rows else set()
+    return sorted(int(s) for s in common) if common else sorted(int(s) for s in runs.seed.unique())
 
 
 def select_frontier_runs(runs: pd.DataFrame, tuning: dict | None) -> pd.DataFrame:
@@ -292,7 +317,10 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
         "frontier_analysis": targets, per-preset frontiers, S(a) curves, per-seed details, tuning, verdict}.
         Codes, never words: a preset's "claim" is the preset (one of :data:`CLAIMED`, else None) and a note is
         {"note": "seed_counts", "preset", "seeds"} or {"note": "baseline_censored"}; the report words them
-        (:func:`bnexp.report.frontier_text.frontier_words`).
+        (:func:`bnexp.report.frontier_text.frontier_words`). Only the **decision seeds**' runs
+        (:func:`decision_seeds`, from ``tuning``) enter any of these; with runs of other (held-out) seeds,
+        :func:`held_out` adds their per-seed S(a*_s), the interval over every seed and the keys
+        "decision_seeds", "held_out_seeds", "held_out_presets", "held_out_runs" of ``frontier_analysis``.
 
     Raises:
         ValueError: without baseline runs, or with a missing column.
@@ -303,6 +331,11 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
     if not (runs.preset == BASELINE).any():
         raise ValueError("the runs table has no baseline runs: the frontier speedup needs them")
     rank = {p: i for i, p in enumerate(ORDER)}
+    decide = decision_seeds(runs, tuning)
+    held = runs[~runs.seed.isin(decide)]  # held-out seeds: every number below is the decision seeds'
+    runs = runs[runs.seed.isin(decide)]
+    if not (runs.preset == BASELINE).any():
+        raise ValueError("the runs table has no baseline runs of the decision seeds: the frontier speedup needs them")
     runs = runs.sort_values(["preset", "budget_steps", "seed"], key=lambda c: c.map(rank).fillna(99)
                             if c.name == "preset" else c)
     names = list(dict.fromkeys(runs.preset))
@@ -350,12 +383,70 @@ def analyze(runs: pd.DataFrame, tuning: dict | None = None) -> dict:
     verdict = "n/a" if x5m is None else PASS_WORDS[x5m["pass"]]
     climbing = [p for p in ("bn_x5", "bn_baseline") if p in matched and matched[p]["speedup"] is None
                 and still_climbing(presets[p], presets[BASELINE]["budgets"][-1])]
-    frontier = [{k: (int(r[k]) if k in ("budget_steps", "seed") else r[k]) for k in COLUMNS}
-                for r in runs[COLUMNS].to_dict("records")]
-    return {"frontier": frontier, "matched_accuracy": matched, "frontier_analysis": {
-        "target_accuracy": a_star, "target_budget": b_star, "baseline_converged": converged,
-        "baseline_last_gain": gain, "tuning": tuning, "presets": presets, "speedup": details,
-        "pass_rule": {"verdict": verdict, "factor": PASS_FACTOR}, "climbing": climbing, "notes": notes}}
+    frontier = _rows(runs)
+    fa = {"target_accuracy": a_star, "target_budget": b_star, "baseline_converged": converged,
+          "baseline_last_gain": gain, "tuning": tuning, "presets": presets, "speedup": details,
+          "pass_rule": {"verdict": verdict, "factor": PASS_FACTOR}, "climbing": climbing, "notes": notes}
+    if not held.empty:
+        fa.update(held_out(held, runs, matched, details, presets, notes))
+    return {"frontier": frontier, "matched_accuracy": matched, "frontier_analysis": fa}
+
+
+def _rows(runs: pd.DataFrame) -> list[dict]:
+    """``runs`` (:data:`COLUMNS` at least) as report.json rows with exactly :data:`COLUMNS`."""
+    return [{k: (int(r[k]) if k in ("budget_steps", "seed") else r[k]) for k in COLUMNS}
+            for r in runs[COLUMNS].to_dict("records")]
+
+
+def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dict, presets: dict,
+             notes: list) -> dict:
+    """The held-out check (docs/cifar/PLAN.md, stage 5: seed 2 took no part in any choice): per preset and held-out
+    seed s, S(a*_s) computed as the decision seeds' per-seed values are (seed s of the baseline vs seed s of the
+    preset, at that baseline seed's own best accuracy a*_s), and the geometric mean of S(a*_s) over decision and
+    held-out seeds with its 95% Student-t interval on the log values
+    (:func:`bnexp.analysis.interval.seed_values`, the project's one interval; a seed that never reached its a*_s is
+    not counted, a bound opens its side).
+
+    Args:
+        held: the held-out runs (:data:`COLUMNS`); runs: the decision seeds' runs.
+        matched, details, presets, notes: :func:`analyze`'s ``matched_accuracy``, ``frontier_analysis.speedup``,
+            ``.presets`` and ``.notes``, completed in place: ``matched[p]["held_out_per_seed"]`` {seed as str: S or
+            None} and ``matched[p]["interval"]`` (:meth:`~bnexp.analysis.interval.SeedInterval.as_dict`, for a preset
+            with a held-out value and >= 2 values in all), ``details[p]["held_out_per_seed"]`` (as its "per_seed"),
+            and a note {"note": "held_out_short", "preset", "seed", "budgets", "of"} for a held-out seed that ran
+            fewer budgets than the decision seeds (unequal seed counts per budget, PLAN.md).
+
+    Returns:
+        {"decision_seeds", "held_out_seeds" (ints), "held_out_presets" (the presets with held-out runs, in the
+        section's order), "held_out_runs" (rows with exactly :data:`COLUMNS`)}.
+    """
+    seeds = sorted(int(s) for s in held.seed.unique())
+    by_preset = [p for p in presets if (held.preset == p).any()]
+    for p in by_preset:
+        for s in sorted(held[held.preset == p].seed.unique()):
+            n = held[(held.preset == p) & (held.seed == s)].budget_steps.nunique()
+            if n < len(presets[p]["budgets"]):
+                notes.append({"note": "held_out_short", "preset": p, "seed": int(s), "budgets": int(n),
+                              "of": len(presets[p]["budgets"])})
+    base = held[held.preset == BASELINE]
+    for p in matched:
+        one = []
+        for s in sorted(set(base.seed) & set(held[held.preset == p].seed)):
+            bs = mean_frontier(held, BASELINE, s)
+            one.append({"seed": int(s), **speedup_at(bs, mean_frontier(held, p, s), float(bs[1].max()))})
+        if not one:
+            continue
+        matched[p]["held_out_per_seed"] = {str(d["seed"]): d["speedup"] for d in one}
+        details[p]["held_out_per_seed"] = one
+        every = details[p]["per_seed"] + one
+        _, _, iv = seed_values({d["seed"]: Censored(d["speedup"], d["bound"] or "exact") for d in every
+                                if d["speedup"] is not None}, "log")
+        if iv is not None and iv.n >= 2:
+            matched[p]["interval"] = iv.as_dict()
+            matched[p]["interval_seeds"] = sorted(d["seed"] for d in every if d["speedup"] is not None)
+    decide = sorted(int(s) for s in runs.seed.unique())
+    return {"decision_seeds": decide, "held_out_seeds": seeds, "held_out_presets": by_preset,
+            "held_out_runs": _rows(held.sort_values(["preset", "budget_steps", "seed"]))}
 
 
 def frontier_section(source) -> dict | None:
