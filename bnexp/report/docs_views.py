@@ -71,12 +71,16 @@ def seed_speedups(m: dict, bounds: dict[str, str] | None = None) -> dict:
 def cifar_headline(report: dict) -> str:
     """The README's CIFAR-10 Sec. 4.2 result paragraph, from ``matched_accuracy`` (bn_x5 and bn_baseline):
     a* in %, whether the baseline converged, S(a*) (">= x" for a lower bound) with its per-seed range, and
-    the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``)."""
+    the pass rule S(a*) >= 5 for bn_x5 (PASS / FAIL / UNDECIDED from bn_x5's ``pass``); with held-out seeds
+    (``frontier_analysis.held_out_seeds``, docs/cifar/PLAN.md's stage 5) which seeds decided, each held-out seed's
+    S(a*_s) and the interval of S(a*) over every seed (``matched_accuracy[p].held_out_per_seed``, ``interval``)."""
     ma, x5 = need(report, "matched_accuracy"), need(report, "matched_accuracy", "bn_x5")
     presets = [(p, ma[p], speedup_text(ma[p]["speedup"], headline_bound(report, p)),
                 seed_speedups(ma[p], seed_bounds(report, p))) for p in ("bn_x5", "bn_baseline") if p in ma]
     n = len({r.get("seed") for r in report.get("frontier") or []}) or None
-    return _text("cifar_headline", x5=x5, n=n, presets=presets)
+    fa = report.get("frontier_analysis") or {}
+    return _text("cifar_headline", x5=x5, n=n, presets=presets, held=fa.get("held_out_seeds"),
+                 decide=fa.get("decision_seeds"), report=report)
 
 
 @view("cifar_matched")
@@ -92,7 +96,8 @@ def cifar_matched(report: dict) -> str:
 @view("cifar_frontier")
 def cifar_frontier(report: dict) -> str:
     """docs/cifar's frontier table (:func:`bnexp.report.frontier_text.frontier_table`, as in report.md)."""
-    return frontier_table(need(report, "frontier")).to_markdown(index=False, disable_numparse=True)
+    held = (report.get("frontier_analysis") or {}).get("held_out_runs")
+    return frontier_table(need(report, "frontier"), held).to_markdown(index=False, disable_numparse=True)
 
 
 @view("cifar_run")

@@ -8,7 +8,8 @@ import pandas as pd
 
 from bnexp.analysis.frontier import CLAIMED, ORDER, PASS_FACTOR
 from bnexp.analysis.rules import CHANCE, Censored
-from bnexp.report.fmt import render_template, words
+from bnexp.analysis.interval import SeedInterval
+from bnexp.report.fmt import format_interval, render_template, words
 
 
 # the paper's names of the presets: a vocabulary (one name per code, as rules.NORMALIZERS), not sentences
@@ -54,20 +55,37 @@ def seed_bounds(section: dict, preset: str) -> dict[str, str]:
             if d.get("bound") in ("lower", "upper", "unknown")}
 
 
-def frontier_table(rows: list[dict]) -> pd.DataFrame:
-    """The frontiers (``frontier`` rows of :func:`analyze`) as a text table, one row per (preset, budget) in
-    :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
-    "-" where a seed has no run)."""
+def _frame(rows: list[dict]) -> pd.DataFrame:
     fr = pd.DataFrame(rows).astype({"budget_steps": int, "seed": int})
     fr["rank"] = fr["preset"].map({p: i for i, p in enumerate(ORDER)}).fillna(len(ORDER))
+    return fr
+
+
+def frontier_table(rows: list[dict], held_out: list[dict] | None = None) -> pd.DataFrame:
+    """The frontiers (``frontier`` rows of :func:`analyze`) as a text table, one row per (preset, budget) in
+    :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
+    "-" where a seed has no run). With ``held_out`` (``frontier_analysis.held_out_runs``: the runs of seeds that
+    took no part in any choice, docs/cifar/PLAN.md's stage 5) each held-out seed gets its own column and the means
+    are labelled as the decision seeds' (the ``rows``' seeds), which they are."""
+    fr = _frame(rows)
     keys = ["rank", "preset", "budget_steps"]
     test = fr.pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
+    mean = fr.groupby(keys)["final_test_accuracy"].mean()
+    train = fr.groupby(keys)["final_train_accuracy"].mean()
+    label, held = "seed mean", None
+    if held_out:
+        held = _frame(held_out).pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
+        idx = test.index.union(held.index)
+        test, mean, train, held = test.reindex(idx), mean.reindex(idx), train.reindex(idx), held.reindex(idx)
+        label = "mean of decision seeds " + ", ".join(str(s) for s in test.columns)
     tab = pd.DataFrame({"preset": [NAMES.get(i[1], i[1]) for i in test.index],
                         "budget (steps)": [f"{i[2]:,}" for i in test.index],
-                        "test acc, seed mean (%)": fr.groupby(keys)["final_test_accuracy"].mean().map(pct).to_numpy()})
+                        f"test acc, {label} (%)": mean.map(pct).to_numpy()})
     for s in test.columns:
         tab[f"seed {s} (%)"] = test[s].map(pct).to_numpy()
-    tab["train acc, seed mean (%)"] = fr.groupby(keys)["final_train_accuracy"].mean().map(pct).to_numpy()
+    for s in held.columns if held is not None else []:
+        tab[f"seed {s}, held out (%)"] = held[s].map(pct).to_numpy()
+    tab[f"train acc, {label} (%)"] = train.map(pct).to_numpy()
     return tab
 
 
@@ -80,8 +98,23 @@ def tuning_md(t: dict) -> str:
                          for r in t["rows"]]).to_markdown(index=False)
 
 
+def held_out_bounds(section: dict, preset: str) -> dict[str, str]:
+    """{seed as str: "lower" | "upper" | "unknown"} for the held-out S(a*_s) of ``preset`` that are bounds
+    (``frontier_analysis.speedup[preset].held_out_per_seed``)."""
+    return {str(d.get("seed")): d["bound"] for d in details(section, preset).get("held_out_per_seed") or []
+            if d.get("bound") in ("lower", "upper", "unknown")}
+
+
+def interval_text(m: dict) -> str:
+    """The interval of S(a*) over decision and held-out seeds of a ``matched_accuracy`` entry (its "interval",
+    :meth:`bnexp.analysis.interval.SeedInterval.as_dict`) as :func:`bnexp.report.fmt.format_interval` writes it:
+    "3.8x, 95% t interval [2.9x, 4.9x]; per seed 3.6x to 3.9x (n = 3)"."""
+    return format_interval(SeedInterval(**m["interval"]), unit="x")
+
+
 #: what the matched-accuracy table (templates/tables.md.j2: matched) reads from this module
-MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
+MATCHED_HELPERS = {"details": details, "seed_bounds": seed_bounds, "held_out_bounds": held_out_bounds,
+                   "interval_text": interval_text, "NAMES": NAMES, "PASS_CELL": PASS_CELL,
                    "headline_bound": headline_bound, "speedup_text": speedup_text, "claim_text": claim_text}
 MD = {"pct": pct, "tuning_md": tuning_md, "frontier_table": frontier_table, "PASS_FACTOR": PASS_FACTOR,
       **MATCHED_HELPERS}  # what templates/frontier.md.j2 reads
