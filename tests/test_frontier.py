@@ -497,3 +497,139 @@ def test_bnexp_report_has_the_frontier_section_figure_and_json_keys(tmp_path, ca
     md = (sweep / "report.md").read_text()
     assert "budget-accuracy frontier" in md and "(frontier.png)" in md
     assert (sweep / "frontier.png").stat().st_size > 0 and "frontier.png" in data["files"]
+
+
+# ----------------------------------------------------------------------------- held-out seeds (PLAN.md, stage 5)
+
+# decision seeds 0, 1 and held-out seed 2: baseline seed s is f_lin + C[s] on 3k..48k; bn_x5 seed s is that
+# baseline seed at 1/K[s] of the budget on 375..12k (f_lin is linear in log2(budget): S(a*_s) = K[s] exactly, as
+# 12k * K[s] >= 48k); bn_baseline (seeds 0, 1 only) at 1/2 of the budget, shifted by its own offsets
+C, K = {0: 0.0, 1: 0.02, 2: 0.01}, {0: 6.0, 1: 9.0, 2: 5.0}
+TUNING = {"budget_steps": 6000, "winner": 0, "config": "lr=0.025, dropout=0, weight decay=0.0005",
+          "rows": [{"lr": 0.025, "dropout": 0.0, "config": "lr=0.025, dropout=0, weight decay=0.0005", "seeds": 3,
+                    "mean_test_accuracy": 0.6, "per_seed": {"0": 0.6, "1": 0.6, "2": 0.6}},
+                   {"lr": 0.04, "dropout": 0.0, "config": "lr=0.04, dropout=0, weight decay=0.0005", "seeds": 2,
+                    "mean_test_accuracy": 0.5, "per_seed": {"0": 0.5, "1": 0.5}}]}  # seed 2 ran the winner only
+HELD_KEYS = {"decision_seeds", "held_out_seeds", "held_out_presets", "held_out_runs"}
+
+
+def _seed_runs(seeds, x5_ladder=doubling(375, 6)) -> pd.DataFrame:
+    parts = []
+    for s in seeds:
+        parts.append(table({"baseline": (BASE, lambda b, s=s: f_lin(b) + C[s]),
+                            "bn_x5": (x5_ladder, lambda b, s=s: f_lin(K[s] * np.asarray(b)) + C[s])}, seeds=(s,)))
+        if s in (0, 1):
+            parts.append(table({"bn_baseline": (doubling(1500, 6), lambda b, s=s: f_lin(2 * np.asarray(b)) - C[s])},
+                               seeds=(s,)))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _without_held_out(sec: dict) -> dict:
+    sec = json.loads(json.dumps(sec))
+    fa = sec["frontier_analysis"]
+    for k in HELD_KEYS:
+        fa.pop(k, None)
+    fa["notes"] = [n for n in fa["notes"] if not (isinstance(n, dict) and n["note"] == "held_out_short")]
+    for m in sec["matched_accuracy"].values():
+        for k in ("held_out_per_seed", "interval", "interval_seeds"):
+            m.pop(k, None)
+    for d in fa["speedup"].values():
+        d.pop("held_out_per_seed", None)
+    return sec
+
+
+def test_held_out_seed_moves_no_decision_and_is_reported_beside_them():
+    two = analyze(_seed_runs((0, 1)), TUNING)
+    three = analyze(_seed_runs((0, 1, 2)), TUNING)
+    assert not HELD_KEYS & set(two["frontier_analysis"])  # without held-out runs: today's keys only
+    # (a) a*, S(a*), pass, every claim, the frontiers and their means: identical with seed 2 in the sweep
+    assert _without_held_out(three) == json.loads(json.dumps(two))
+    fa, ma = three["frontier_analysis"], three["matched_accuracy"]
+    assert fa["target_accuracy"] == pytest.approx(f_lin(48000) + 0.01)  # the mean of seeds 0 and 1 (C = 0, 0.02)
+    assert {r["seed"] for r in three["frontier"]} == {0, 1}
+    assert fa["decision_seeds"] == [0, 1] and fa["held_out_seeds"] == [2]
+    assert fa["held_out_presets"] == ["baseline", "bn_x5"]
+    assert {(r["preset"], r["seed"]) for r in fa["held_out_runs"]} == {("baseline", 2), ("bn_x5", 2)}
+    # (b) the held-out S(a*_2) = K[2] = 5 (a*_2 = f_lin(48k) + 0.01, reached by bn_x5 seed 2 at 48k / 5 = 9,600)
+    assert ma["bn_x5"]["held_out_per_seed"] == {"2": pytest.approx(5.0)}
+    assert ma["bn_x5"]["speedup_per_seed"] == {"0": pytest.approx(6.0), "1": pytest.approx(9.0)}
+    assert "held_out_per_seed" not in ma["bn_baseline"] and "interval" not in ma["bn_baseline"]
+    # (c) the geometric mean over seeds 0, 1, 2 and its 95% Student-t interval on the logs, by scipy
+    from scipy import stats
+
+    logs = np.log([6.0, 9.0, 5.0])
+    lo, hi = stats.t.interval(0.95, df=2, loc=logs.mean(), scale=stats.sem(logs))
+    iv = ma["bn_x5"]["interval"]
+    assert ma["bn_x5"]["interval_seeds"] == [0, 1, 2] and iv["n"] == 3 and iv["scale"] == "log"
+    assert iv["estimate"] == pytest.approx(math.exp(logs.mean()))
+    assert (iv["low"], iv["high"]) == (pytest.approx(math.exp(lo)), pytest.approx(math.exp(hi)))
+
+
+def test_held_out_seed_cut_short_is_noted_and_every_seed_without_tuning_decides():
+    runs = pd.concat([_seed_runs((0, 1)), _seed_runs((2,), x5_ladder=doubling(375, 5))], ignore_index=True)
+    sec = analyze(runs, TUNING)  # bn_x5 seed 2 ran 375..6k: 5 of the decision seeds' 6 budgets
+    assert {"note": "held_out_short", "preset": "bn_x5", "seed": 2, "budgets": 5, "of": 6} in \
+        sec["frontier_analysis"]["notes"]
+    worded = frontier_words(sec)["frontier_analysis"]["notes"]
+    assert "bn_x5: held-out seed 2 ran 5 of the decision seeds' 6 budgets (unequal seed counts per budget; " \
+           "no decision uses it)" in worded
+    every = analyze(_seed_runs((0, 1, 2)))  # no tuning stage: every seed decides, nothing is held out
+    assert not HELD_KEYS & set(every["frontier_analysis"])
+    assert set(every["matched_accuracy"]["bn_x5"]["speedup_per_seed"]) == {"0", "1", "2"}
+
+
+def test_held_out_words_in_report_md_and_the_docs_views():
+    from bnexp.report.docs_views import cifar_frontier, cifar_headline, cifar_matched
+    from bnexp.report.fmt import format_interval
+    from bnexp.analysis.interval import SeedInterval
+
+    two, three = analyze(_seed_runs((0, 1)), TUNING), analyze(_seed_runs((0, 1, 2)), TUNING)
+    iv = format_interval(SeedInterval(**three["matched_accuracy"]["bn_x5"]["interval"]), unit="x")
+    assert iv.startswith("6.46x, 95% t interval [")  # (6 * 9 * 5)^(1/3) = 6.463
+    md3 = "\n".join(frontier_markdown(json.loads(json.dumps(three))))
+    head = cifar_headline(json.loads(json.dumps(three)))
+    for text in (md3, cifar_matched(json.loads(json.dumps(three)))):
+        assert "Decision seeds 0, 1: every seed mean, a\\*, S(a\\*) and pass above is theirs." in text
+        assert "seed 2, run for Baseline, BN-x5 only (unequal seed counts per preset)" in text
+        assert f"BN-x5: seed 2, held out (no part in any choice): 5.00x; over seeds 0, 1, 2: {iv}." in text
+    assert "(seed-mean frontiers of the decision seeds 0, 1)" in head
+    assert f"Seed 2, held out (no part in any choice): 5.00x; over seeds 0, 1, 2: {iv}." in head
+    assert head.count("held out") == 1  # bn_baseline has no seed 2
+    # the frontier table: seed 2's own column, the means labelled as the decision seeds'
+    tab = cifar_frontier(json.loads(json.dumps(three)))
+    assert "test acc, mean of decision seeds 0, 1 (%)" in tab and "seed 2, held out (%)" in tab
+    assert "train acc, mean of decision seeds 0, 1 (%)" in tab and "seed mean" not in tab
+    row = next(r for r in tab.splitlines() if r.startswith("| Baseline") and "48,000" in r)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:6] == [f"{100 * (f_lin(48000) + 0.01):.2f}", f"{100 * f_lin(48000):.2f}",
+                          f"{100 * (f_lin(48000) + 0.02):.2f}", f"{100 * (f_lin(48000) + 0.01):.2f}"]
+    # without held-out seeds: no word of them anywhere
+    md2 = "\n".join(frontier_markdown(json.loads(json.dumps(two))))
+    for text in (md2, cifar_headline(json.loads(json.dumps(two))), cifar_frontier(json.loads(json.dumps(two)))):
+        assert "held out" not in text and "decision seeds" not in text.lower()
+    assert "(seed-mean frontiers over 2 seeds)" in cifar_headline(json.loads(json.dumps(two)))
+
+
+def test_a_third_seed_of_the_tuning_winner_alone_leaves_the_tuning_table_and_a_star(tmp_path):
+    """A sweep folder as stage 5 leaves it: seed 2 ran the tuning winner's 6k run and the ladders, not the other
+    tuning settings; the tuning rows, the winner, a* and S(a*) are the decision seeds'."""
+    def sweep(root, seeds):
+        for seed in seeds:
+            if seed < 2:
+                for lr, dr, acc in ((0.025, 0.0, 0.50), (0.04, 0.3, 0.51)):
+                    _run_dir(root, "baseline", 6000, seed, acc, 0.6, lr=lr, dropout=dr)
+            for b, acc in ((3000, 0.45), (6000, 0.55 - 0.2 * (seed == 2)), (12000, 0.60), (24000, 0.62 + 0.1 * seed)):
+                _run_dir(root, "baseline", b, seed, acc, 0.7, lr=0.04, dropout=0.0)
+            for b, acc in ((375, 0.50), (1500, 0.63 + 0.05 * seed)):
+                _run_dir(root, "bn_x5", b, seed, acc, 0.66, lr=0.2, dropout=0.0)
+    sweep(tmp_path / "two", (0, 1))
+    sweep(tmp_path / "three", (0, 1, 2))
+    two, three = frontier_section(tmp_path / "two"), frontier_section(tmp_path / "three")
+    t2, t3 = two["frontier_analysis"]["tuning"], three["frontier_analysis"]["tuning"]
+    # seed 2's 0.35 at 6k in the winner's mean (0.483 < 0.51) would have made lr=0.04, dropout=0.3 the winner
+    assert t3 == t2 and t3["config"] == "lr=0.04, dropout=0, weight decay=0.0005"
+    assert three["frontier_analysis"]["decision_seeds"] == [0, 1]
+    assert _without_held_out(three) == json.loads(json.dumps(two))
+    # seed 2: a*_2 = 0.82 at 24k; bn_x5 seed 2 reaches 0.73 at 1500 only: not reached
+    assert three["matched_accuracy"]["bn_x5"]["held_out_per_seed"] == {"2": None}
+    assert "interval" not in three["matched_accuracy"]["bn_x5"]

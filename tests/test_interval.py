@@ -125,6 +125,18 @@ def test_coverage_log_normal_ratios(n):
     assert all(iv.low is not None and iv.high is not None and iv.estimate_bound == "" for iv in ivs)
 
 
+def test_coverage_of_the_cifar_headline_over_decision_and_held_out_seeds():
+    """The CIFAR-10 headline's interval over every seed (docs/cifar/PLAN.md: decision seeds 0, 1 and held-out seed 2;
+    bnexp.analysis.frontier.held_out): n = 3 per-seed S(a*_s) with log S ~ N(log 3.7, 0.2^2), so the true
+    geometric mean is 3.7. Over 20,000 studies, the sampling std of the coverage is sqrt(0.95 * 0.05 / 20000) =
+    0.0015: an exact 95% method lands in [0.94, 0.96] (6 std either side)."""
+    rng = np.random.default_rng(37)
+    draws = np.exp(rng.normal(math.log(3.7), 0.2, (20000, 3)))
+    ivs = [seed_values({s: float(v) for s, v in enumerate(row)}, "log")[2] for row in draws]
+    assert all(iv.n == 3 and iv.low is not None and iv.high is not None for iv in ivs)
+    assert 0.94 <= _coverage(ivs, 3.7) <= 0.96
+
+
 @pytest.mark.parametrize("n", [3, 5])
 @pytest.mark.parametrize("censored_share", [0.3, 0.6])
 def test_coverage_with_no_bn_seeds_censored_at_a_budget(n, censored_share):
