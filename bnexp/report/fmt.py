@@ -21,12 +21,16 @@ from bnexp.analysis.rules import DDOF, Bound, format_target  # noqa: F401 (the f
 
 def format_steps(st: dict) -> str:
     """Cell text of a :func:`bnexp.report.stats.reach_stat`, mean ± std over the seeds that reached the target:
-    "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", or "n/a" when there are
-    no completed runs."""
+    "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", "n/a" when there are no
+    completed runs, and "<= 12,000" when every seed that reached it did so by its first evaluation after step 0
+    (an upper bound: the evaluations cannot tell how early)."""
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
+    if st.get("at_first_eval") == st["reached"]:
+        text = Bound("upper").written("{:,.0f}".format(max(s for s in st["per_seed"] if s is not None)))
+        return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
     text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
     return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
