@@ -187,9 +187,10 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
 
 
-def macro(name: str, *args, template: str = "tables.md.j2") -> str:
-    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``."""
-    return str(getattr(_templates().get_template(template).module, name)(*args))
+def macro(name: str, *args, template: str = "tables.md.j2", **kw) -> str:
+    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``
+    and the keyword arguments ``kw``."""
+    return str(getattr(_templates().get_template(template).module, name)(*args, **kw))
 
 
 RULES_TEMPLATE = "rules_and_bounds.md.j2"  # the words of the analysis layer's rules, bounds and codes
