@@ -149,6 +149,41 @@ def test_one_bound_type_read_from_names_and_marks_and_written_one_way():
     assert by_name.estimate_bound == ">=" and format_interval(by_name, "x").startswith(">= 2.88x")
 
 
+def test_a_target_reached_by_the_first_evaluation_is_only_an_upper_bound():
+    """Steps to a target are read at evaluations: a run that meets the target at its first evaluation after step 0
+    (step e) met it somewhere in (0, e], so its steps are at most e, not e. Two such runs give a ratio that the
+    evaluation interval sets (1 whatever the nets do); it must say so ("unknown") instead of a ratio of 1."""
+    up = Censored.steps(100, 4000, first_eval=100)
+    assert (up.value, up.bound, up.cause, up.budget) == (100.0, "upper", "first_evaluation", 100.0)
+    assert Censored.steps(200, 4000, first_eval=100) == Censored(200.0)  # an evaluation below it came first
+    assert Censored.steps(None, 4000, first_eval=100) == Censored(4000.0, "lower", "budget", 4000)
+    assert Censored.steps(100, 4000, first_eval=math.nan) == Censored(100.0)  # no evaluations recorded
+    assert (Censored.steps(400, 4000, first_eval=100) / up).text() == ">= 4.00x"  # no BN exact / BN at most 100
+    assert (up / Censored.steps(100, 4000, first_eval=100)).bound == "unknown"
+    from bnexp.report.fmt import censored_why
+    assert censored_why(up) == "reached by the first evaluation (step 100): at most that many steps"
+
+
+def test_two_nets_both_at_the_target_by_the_first_evaluation_make_no_verdict(tmp_path):
+    """The normalizer study's claim "BN reaches 95% in fewer steps than no BN" on two nets that both reach 95% by
+    their first evaluation (step 100) in every seed: the per-seed ratio is bounded on neither side, so the claim is
+    inconclusive; read as exact steps it was 1.00 in every seed, an interval [1, 1] and "not supported", a verdict
+    the evaluation interval manufactured. The per-run table records each run's first evaluation after step 0, with
+    or without an evaluation at step 0."""
+    for s in range(3):
+        make_run(tmp_path, f"bn_{s}", seed=s, lr=0.6, reach=100)
+        make_run(tmp_path, f"no_{s}", seed=s, norm="none", lr=0.6, reach=100)
+    sweep = load_sweep(find_run_dirs(tmp_path))
+    assert sweep.table["first_eval"].tolist() == [100.0] * 6
+    claim = section(tmp_path, "normalizer")["claims"][0]
+    assert claim["bounds"] == {0: "unknown", 1: "unknown", 2: "unknown"}
+    assert claim["verdict"] == INCONCLUSIVE
+    late = make_run(tmp_path / "late", "r", seed=0, lr=0.6, reach=300, every=150)
+    (late / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "test_accuracy": 0.97 if s >= 300 else 0.5})
+                                                + "\n" for s in (150, 300, 450)))  # no evaluation at step 0
+    assert load_sweep([late]).table["first_eval"].tolist() == [150.0]
+
+
 # ----------------------------------------------------------------------------- the docs view renders report.json
 
 

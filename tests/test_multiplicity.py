@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from bnexp.report.claims import Claim, evaluate
-from bnexp.report.multiplicity import (adjust_page, budget_bound, claim_p_value, detectable, holm,
+from bnexp.report.multiplicity import (adjust_page, budget_bound, claim_p_value, detectable, evaluation_bound, holm,
                                        interval_p_value, mark_claims)
 from bnexp.analysis.rules import Censored
 
@@ -106,3 +106,17 @@ def test_marks_edge_and_budget_bound():
     assert row["marks"] == ["edge (3 rates added beyond it)", "budget-bound"]
     assert row["marked_verdict"] == "supported, edge-bound, budget-bound"
     assert plain["marks"] == [] and plain["marked_verdict"] == "supported"
+
+
+def test_a_ratio_set_by_the_first_evaluation_is_marked_evaluation_bound_not_budget_bound():
+    """BN at the target by its first evaluation (step 100) in every seed, no BN exact: each no-BN / BN ratio is only
+    a lower bound, set by the evaluation interval; the verdict says so ("evaluation-bound"), not "budget-bound"."""
+    c = Claim("c", "ratio", ">", 1.0)
+    per_seed = {s: Censored.steps(2000 + 100 * s, 4000) / Censored.steps(100, 4000, first_eval=100) for s in range(5)}
+    row = evaluate(c, per_seed, [], scale="log")
+    assert row["causes"] == {s: "first_evaluation" for s in range(5)} and row["verdict"] == "supported"
+    assert evaluation_bound(row) and not budget_bound(row)
+    mark_claims([row], [])
+    assert row["marks"] == ["evaluation-bound"] and row["marked_verdict"] == "supported, evaluation-bound"
+    legacy = {k: v for k, v in row.items() if k != "causes"}  # report.json from before causes: budget, as then
+    assert budget_bound(legacy) and not evaluation_bound(legacy)

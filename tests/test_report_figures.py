@@ -395,6 +395,39 @@ def test_at_most_keeps_each_ladders_top_rung_then_spreads_the_rest():
     assert at_most(lrs[:8]) == lrs[:8]
 
 
+def test_at_most_shows_each_cifar_preset_at_its_top_rung_whatever_its_precision():
+    """The CIFAR-10 plan-version-2 sweep: 7 presets' ladders whose rungs switch to bf16 from one on, plus the
+    baseline's tuning grid (3 other (rate, dropout) settings at 6,000 steps): 10 configurations once the rungs are
+    merged. The legend keeps every ladder at its top rung (the baseline's bf16 192k, not its last fp32 rung) and
+    fills the one slot left with a tuning setting; the labels name the preset, not the keys it fixes."""
+    from bnexp.report.figures import at_most, shown_labels
+    from bnexp.report.groups import ConfigGroup
+
+    def g(preset, b, lr=0.025, dropout=0.0, mult=1, act="relu"):
+        precision = "bf16" if b >= 48000 or preset not in ("baseline", "bn_x5") else "fp32"
+        return ConfigGroup(f"{preset},{lr},{dropout},{b}", {
+            "experiment": preset, "scale.base_lr": lr, "lr": lr * mult, "model.dropout": dropout, "act": act,
+            "bn": preset.startswith("bn"), "trainer.max_steps": b, "optim.decay_steps": b // 5,
+            "trainer.precision": precision, "scale.precision": precision})
+
+    ladders = ([g("baseline", b) for b in (3000, 6000, 12000, 24000, 48000, 96000, 192000)]
+               + [g("bn_baseline", b) for b in (1500, 3000, 48000)] + [g("bn_x5", b, mult=5) for b in (375, 96000)]
+               + [g("bn_x30", b, mult=30) for b in (375, 48000)]
+               + [g("bn_x5_sigmoid", b, mult=5, act="sigmoid") for b in (375, 12000)]
+               + [g("baseline_sigmoid", b, act="sigmoid") for b in (3000, 12000)]
+               + [g("baseline_x5", b, mult=5) for b in (3000, 12000)])
+    tuning = [g("baseline", 6000, 0.025, 0.3), g("baseline", 6000, 0.04, 0.0), g("baseline", 6000, 0.04, 0.3)]
+    kept = at_most(ladders + tuning)
+    assert [x.key for x in kept] == ["baseline,0.025,0.0,192000", "bn_baseline,0.025,0.0,48000",
+                                     "bn_x5,0.025,0.0,96000", "bn_x30,0.025,0.0,48000", "bn_x5_sigmoid,0.025,0.0,12000",
+                                     "baseline_sigmoid,0.025,0.0,12000", "baseline_x5,0.025,0.0,12000",
+                                     "baseline,0.025,0.3,6000"]
+    labels = shown_labels(kept)
+    assert labels["bn_x5,0.025,0.0,96000"] == (
+        "experiment=bn_x5 model.dropout=0 trainer.max_steps=96000 trainer.precision=bf16")
+    assert "lr=" not in labels["baseline_x5,0.025,0.0,12000"] and "act=" not in labels["bn_x5_sigmoid,0.025,0.0,12000"]
+
+
 @pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
 def test_stability_figure_names_at_most_eight_configurations(tmp_path):
     root = tmp_path / "many"

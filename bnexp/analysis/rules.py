@@ -99,9 +99,12 @@ class Censored:
         bound: "exact", "lower" (the true value is at least ``value``), "upper" (at most) or "unknown"
             (bounds on both sides of a ratio: no side is known).
         cause: why the value is a bound or missing, as a code: "budget" (a target not reached within ``budget``
-            steps), "no_budget" (not reached, budget unknown) or None. The report writes it
-            (:func:`bnexp.report.fmt.censored_why`, templates/rules_and_bounds.md.j2).
-        budget: the budget in steps behind ``cause`` "budget" (None otherwise).
+            steps), "first_evaluation" (reached by the run's first evaluation after step 0, at step ``budget``:
+            the evaluations cannot tell how early, so the steps are only an upper bound), "no_budget" (not
+            reached, budget unknown) or None. The report writes it (:func:`bnexp.report.fmt.censored_why`,
+            templates/rules_and_bounds.md.j2).
+        budget: the steps behind ``cause``: the budget ("budget"), the first evaluation's step
+            ("first_evaluation"); None otherwise.
     """
 
     value: float | None
@@ -113,10 +116,16 @@ class Censored:
         object.__setattr__(self, "bound", Bound(self.bound))  # "lower" or ">=" alike: one type
 
     @classmethod
-    def steps(cls, reached: float | None, budget: float | None, scale: float = 1.0) -> Censored:
-        """Steps (or examples with ``scale`` = m) to a target: exact when reached, else the ``budget`` as a
+    def steps(cls, reached: float | None, budget: float | None, scale: float = 1.0,
+              first_eval: float | None = None) -> Censored:
+        """Steps (or examples with ``scale`` = m) to a target, a target being reached at the first evaluation at
+        or above it: exact when reached after an earlier evaluation below it; an upper bound when reached at
+        ``first_eval``, the run's first evaluation after step 0 (the target was met somewhere in (0, first_eval]:
+        a ratio of two such values is set by the evaluation interval, not by training); else the ``budget`` as a
         lower bound ("censored at the budget"); unknown without a budget."""
         if reached is not None and not (isinstance(reached, float) and math.isnan(reached)):
+            if first_eval is not None and not math.isnan(float(first_eval)) and float(reached) <= float(first_eval):
+                return cls(float(reached) * scale, "upper", "first_evaluation", float(first_eval))
             return cls(float(reached) * scale)
         if budget is None or (isinstance(budget, float) and math.isnan(budget)) or not budget:
             return cls(None, "unknown", "no_budget")

@@ -388,10 +388,12 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
     (the summary's, else the last record's), ``final_train_accuracy`` (the last record with one), both
     1 / NUM_CLASSES for a diverged run, ``inference.<kind>`` (the run's :func:`read_inference` accuracies, None
     when not evaluated), and ``left_chance`` (completed and above CHANCE): the chance rule of
-    :mod:`bnexp.analysis.rules`; per target T ``steps_to_T`` (summary ``steps_to_target`` when it lists T, else
-    the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN: not reached)
-    and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps). Accuracies are
-    fractions, steps SGD steps."""
+    :mod:`bnexp.analysis.rules`; ``first_eval`` (the step of the run's first evaluation after step 0, NaN
+    without one: a target reached there is reached somewhere in (0, first_eval], an upper bound,
+    :meth:`bnexp.analysis.rules.Censored.steps`); per target T ``steps_to_T`` (summary ``steps_to_target`` when
+    it lists T, else the first evaluation at or above T within :data:`bnexp.runfolders.rundir.REACHED_TOL`; NaN:
+    not reached) and ``censored_T`` (completed and not reached: the budget is a lower bound on its steps).
+    Accuracies are fractions, steps SGD steps."""
     t = pd.DataFrame([{"path": str(r.path), "seed": r.seed, "status": r.status, "error": r.error, **r.config,
                        **{f"summary.{k}": v for k, v in r.summary.items() if not isinstance(v, (dict, list))}}
                       for r in runs], index=pd.RangeIndex(len(runs), name="run"),
@@ -422,6 +424,10 @@ def run_table(runs: list[Run], metrics: pd.DataFrame, targets: Iterable[float]) 
         t[f"inference.{k}"] = pd.Series([r.inference.get(k) for r in runs], index=t.index, dtype=object)
     done = t["status"].isin(COMPLETE_STATUSES)
     t["left_chance"] = done & (t["max_test_accuracy"] > CHANCE)
+    t["first_eval"] = math.nan
+    if len(metrics):
+        evaluated = numeric(metrics["step"]).set_axis(metrics.index)[acc.notna()]
+        t["first_eval"] = evaluated[evaluated > 0].groupby(metrics["run"]).min().reindex(t.index).astype(float)
     for target in targets:
         first = metrics["step"][acc >= target - REACHED_TOL].groupby(metrics["run"]).min().reindex(t.index)
         steps = pd.Series([_recorded_steps(r.summary, target, c) for r, c in zip(runs, first)], index=t.index,

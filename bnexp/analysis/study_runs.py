@@ -36,7 +36,7 @@ from bnexp.analysis.tuning import (FRESH_EVALUATION_SEEDS, HELD_OUT, TUNING_SEED
 log = logging.getLogger("bnexp.report")
 
 CELL_COLUMNS = ["run", "seed", "status", "norm", "ghost", "groups", "m", "lr", "momentum", "position", "act", "model",
-                "depth", "budget", "final", "steps", "left_chance", "wall_time_s", "evaluated_on"]
+                "depth", "budget", "final", "steps", "first_eval", "left_chance", "wall_time_s", "evaluated_on"]
 TARGET = 0.95       # MNIST target of every MLP study (the paper's Fig. 1 net reaches it in 2-45k steps)
 CNN_TARGET = 0.97   # the placement study's small CNN reaches 95% within a few hundred steps
 # the cells' columns that make one configuration of each study (its runs differ in lr and seed only)
@@ -53,7 +53,7 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
     again), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
     model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
-    None: not reached), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s,
+    None: not reached), first_eval (the step of the run's first evaluation after step 0), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s,
     evaluated_on (the split its evaluations read: the summary's "test" or "validation"; "test" without the field), the
     table's columns ``extra`` names ({table column: its name here}, e.g. inference.batch -> acc_batch), and
     final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning
@@ -71,7 +71,8 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
             "ghost": row["ghost"], "groups": row["groups"], "m": optional(row["m"], int) or 60, "lr": float(lr),
             "momentum": row["momentum"], "position": row["position"], "act": row["nonlinearity"], "model": row["net"],
             "depth": row["depth"], "budget": row["budget"], "final": optional(row["final_test_accuracy"]),
-            "steps": optional(reach.loc[rid, "steps"], int), "left_chance": bool(row["left_chance"]),
+            "steps": optional(reach.loc[rid, "steps"], int), "first_eval": optional(row["first_eval"]),
+            "left_chance": bool(row["left_chance"]),
             "wall_time_s": row["wall_time_s"], "evaluated_on": _split(row.get("summary.evaluated_on")),
             **{name: row[col] for col, name in (extra or {}).items()}})
     out = pd.DataFrame(rows, columns=CELL_COLUMNS + [k for k in (extra or {}).values() if k not in CELL_COLUMNS])

@@ -59,7 +59,8 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
     Returns:
         {"lr" (None: no choice), "selection" (:data:`EVERY_SEED`, :data:`HIGHEST_FINAL` or :data:`HELD_OUT`),
         "edge" ("lowest" / "highest" rate of the grid, else None), "budget" (max_steps), "runs": {seed: run
-        id}, "steps": {seed: steps to the target, None if not reached}, "choice" (held out:
+        id}, "steps": {seed: steps to the target, None if not reached}, "first_eval": {seed: the step of its
+        first evaluation after step 0}, "choice" (held out:
         :meth:`bnexp.analysis.tuning.RateChoice.as_dict`, else None), "why" (why there is no rate, else None)}.
     """
     col = f"steps_to_{target_key(target)}"
@@ -82,12 +83,13 @@ def best_rate_for_target(family: list[ConfigGroup], table: pd.DataFrame, target:
     at = [g for g in family if lr is not None and abs(g.lr - lr) < 1e-12]  # tuning and evaluation runs of one
     group = at[-1] if at else None  # rate may differ in the split they read (data.validation): one rate, all
     if group is None:
-        return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "runs": {},
+        return {"lr": None, "selection": None, "edge": None, "budget": None, "steps": {}, "first_eval": {}, "runs": {},
                 "choice": None, "why": why or words("no_rate", None)}
     mine = scored[scored["group"].isin([g.key for g in at])].dropna(subset=["seed"])
     return {"lr": group.lr, "selection": selection, "edge": edge_of(group.lr, sorted({g.lr for g in family})),
             "budget": group.max_steps, "runs": {int(r.seed): i for i, r in mine.iterrows()},
             "steps": {int(r.seed): optional(r[col], int) for _, r in mine.iterrows()},
+            "first_eval": {int(r.seed): optional(r.get("first_eval")) for _, r in mine.iterrows()},
             "choice": choice.as_dict() if choice else None, "why": None}
 
 
@@ -100,7 +102,8 @@ def _speedup_row(bn: list[ConfigGroup], nb: list[ConfigGroup], groups: list[Conf
     for side, family in (("bn", bn), ("no_bn", nb)):  # the normalizer and the keys that set the family apart
         others = [p for p in pair_label(family[0], groups).split() if not p.startswith("lr=")]
         names[side] = " ".join([normalizer_label(family[0].config) or family[0].label] + others)
-    per_seed = {s: Censored.steps(n["steps"][s], n["budget"]) / Censored.steps(b["steps"][s], b["budget"])
+    per_seed = {s: Censored.steps(n["steps"][s], n["budget"], first_eval=n["first_eval"].get(s))
+                / Censored.steps(b["steps"][s], b["budget"], first_eval=b["first_eval"].get(s))
                 if s in b["steps"] and s in n["steps"] else None for s in sorted(set(b["steps"]) | set(n["steps"]))}
     never = sorted({s for side in (b, n) for s, rid in side["runs"].items() if not table["left_chance"].get(rid)})
     missing = [(names[k], side["why"]) for k, side in (("bn", b), ("no_bn", n)) if side["lr"] is None]

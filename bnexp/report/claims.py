@@ -85,7 +85,8 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
 
     Returns:
         dict with the keys of :class:`Claim` and "per_seed", "bounds" ({seed: "lower" | "upper" | "unknown"}),
-        "n", "mean" (the estimate: the geometric mean for ratios), "std" (the sample std on the raw scale,
+        "causes" ({seed: the :attr:`bnexp.analysis.rules.Censored.cause` of each bounded seed, e.g. "budget"}), "n",
+        "mean" (the estimate: the geometric mean for ratios), "std" (the sample std on the raw scale,
         ratios as ratios, over the seeds whose side is known: a seed bounded on both sides says nothing about
         the spread; None under two such seeds), "ci_low", "ci_high" (None where open or n < 2), "interval"
         (:meth:`bnexp.analysis.interval.SeedInterval.as_dict` with its reason in words,
@@ -94,7 +95,9 @@ def evaluate(claim: Claim, per_seed: Mapping[int, float | Censored | None], neve
     """
     vals, bounds, iv = seed_values(per_seed, scale)
     std = stat([v for s, v in vals.items() if v is not None and bounds.get(s) != "unknown"])["std"]
-    row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "n": iv.n if iv else 0,
+    causes = {s: v.cause for s, v in per_seed.items()
+              if isinstance(v, Censored) and v.cause and bounds.get(s, "exact") != "exact"}
+    row = asdict(claim) | {"per_seed": vals, "bounds": bounds, "causes": causes, "n": iv.n if iv else 0,
                            "mean": iv.estimate if iv else None, "std": std,
                            "ci_low": iv.low if iv else None, "ci_high": iv.high if iv else None,
                            "interval": iv.as_dict() | {"reason": interval_reason(iv)} if iv else None}

@@ -91,11 +91,22 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
             for g in groups}
 
 
+PRESET = "experiment"  # the CIFAR-10 preset (conf/experiment/): it sets act, bn, lr, dropout and weight decay
+
+
 def shown_keys(groups: list[ConfigGroup]) -> list[str]:
     """The keys that vary among ``groups``, without the run-length keys that follow another key
-    (:func:`~bnexp.report.groups.following_keys`)."""
+    (:func:`~bnexp.report.groups.following_keys`) and, where the preset (:data:`PRESET`) varies, without the keys
+    whose value the preset fixes among ``groups`` (one value per preset: "experiment=bn_x5", not also its act, bn,
+    lr and weight decay), and without ``lr`` where both the preset and its base rate (``scale.base_lr``: a
+    preset's lr is a multiple of it) are named."""
     keys = varying_keys(groups)
-    drop = following_keys(key_values(groups, keys))
+    values = key_values(groups, keys)
+    drop = following_keys(values)
+    if PRESET in values:
+        drop |= {k for k in keys if k != PRESET and len(set(zip(values[PRESET], values[k]))) == len(set(values[PRESET]))}
+        if "scale.base_lr" in values and "scale.base_lr" not in drop:
+            drop.add("lr")
     return [k for k in keys if k not in drop]
 
 
@@ -277,7 +288,9 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
     zoom = zr is not None and sum(1 for d in data if d[2][-1] >= zr[0]) >= 2
     ncol, nrow = len(columns), 2 if zoom else 1
     labels = {}
-    for fam, rows, keys, _ in columns:
+    for fam, rows, keys, total in columns:
+        if len(rows) < total:  # name only the keys that vary among the configurations drawn
+            keys = [k for k in keys if k in shown_keys([g for g, *_ in rows])]
         for g, *_ in rows:
             labels[g.key] = kv_label(g.config, [k for k in keys if g.config.get(k) is not None]) or legend_label(g)
     chars = max(len(x) for x in labels.values()) + 6  # " (n=5)"
@@ -485,23 +498,52 @@ def percentiles_figure(report: Report):
     return fig
 
 
+# the keys a CIFAR-10 ladder's rungs may differ in besides run length: its rungs switch to bf16 from one on
+# (docs/cifar/PLAN.md, "Precision"), and the rung, not the precision, is what a legend tells apart
+PRECISION_KEYS = ("trainer.precision", "scale.precision")
+
+
+def _spread(items: list, k: int) -> list:
+    """``k`` of ``items`` spread evenly over the list in its order (first and last included); all when they fit."""
+    if len(items) <= k:
+        return list(items)
+    if k <= 1:
+        return items[:k]
+    return [items[i] for i in sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})]
+
+
 def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGroup]:
     """At most ``limit`` of ``groups`` (all when they fit), for a figure whose legend names each: first each
-    configuration's longest run only among those that differ only in run length (:data:`SCHEDULE_KEYS`: the
-    CIFAR-10 ladder's rungs, shown by their top rung), then, if still more, ``limit`` spread evenly over the
-    list in its order (first and last included)."""
+    configuration's longest run only among those that differ only in run length or precision
+    (:data:`SCHEDULE_KEYS`, :data:`PRECISION_KEYS`: the CIFAR-10 ladder's rungs, shown by their top rung); then,
+    if still more, the ladders (configurations with several rungs) before single runs: every ladder when they
+    fit, with the slots left spread evenly over the single runs (a tuning grid's other rates); else ``limit``
+    ladders spread evenly. The result keeps the order of ``groups``."""
     if len(groups) <= limit:
         return list(groups)
     longest: dict[str, ConfigGroup] = {}
+    rungs: dict[str, int] = {}
     for g in groups:
-        key = config_key(g.config, SCHEDULE_KEYS)
+        key = config_key(g.config, SCHEDULE_KEYS + PRECISION_KEYS)
+        rungs[key] = rungs.get(key, 0) + 1
         budget = g.config.get("trainer.max_steps") or 0
         if key not in longest or budget > (longest[key].config.get("trainer.max_steps") or 0):
             longest[key] = g
-    kept = [g for g in groups if g in longest.values()]
-    if len(kept) <= limit:
-        return kept
-    return [kept[i] for i in sorted({round(i * (len(kept) - 1) / (limit - 1)) for i in range(limit)})]
+    if len(longest) <= limit:
+        return [g for g in groups if g in longest.values()]
+    ladders = [g for k, g in longest.items() if rungs[k] > 1]
+    singles = [g for k, g in longest.items() if rungs[k] == 1]
+    chosen = ladders + _spread(singles, limit - len(ladders)) if len(ladders) <= limit else _spread(ladders, limit)
+    return [g for g in groups if g in chosen]
+
+
+def subset_styles(shown: list[ConfigGroup], every: list[ConfigGroup], st: dict[str, Style]) -> dict[str, Style]:
+    """``st`` for the configurations a figure draws; where it draws fewer than ``every`` (:func:`at_most`), their
+    legend labels name only the keys that vary among those drawn (:func:`shown_labels`)."""
+    if len(shown) == len(every):
+        return st
+    named = shown_labels(shown)
+    return {**st, **{g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}}
 
 
 def stability_figure(report: Report):
@@ -513,7 +555,8 @@ def stability_figure(report: Report):
     plt = pyplot()
     shown, note, st = _shown(report)
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
-    total, confs = len(confs), [c for c in confs if c[0] in at_most([g for g, _ in confs])]
+    every, confs = [g for g, _ in confs], [c for c in confs if c[0] in at_most([g for g, _ in confs])]
+    total, st = len(every), subset_styles([g for g, _ in confs], every, st)
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),

@@ -11,6 +11,7 @@ import pandas as pd
 
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
+from bnexp.report.figures import at_most, subset_styles
 from bnexp.report.ics_stats import gradient_long, layer_long, records
 from bnexp.analysis.runs import Run, Sweep, numeric
 
@@ -58,11 +59,17 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     """One ICS figure of the configurations that measured ``view``: a panel per (key, y label, series of a run:
     ``fn(sweep, run) -> (steps, values)``) that has data (one "not measured" panel when none has), one line per
     configuration (mean over its finished seeds at every step), y labels of :func:`axis_label`, log y-scale with
-    ``log`` where all values are positive, one legend below the panels."""
+    ``log`` where all values are positive, one legend below the panels; at most :data:`~.figures.MAX_LEGEND`
+    configurations (:func:`~.figures.at_most`; the title says how many of how many)."""
     plt = pyplot()
-    st = styles(report.groups)
     confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
              if s.get("ics") and any(k.startswith(view + ".") for k in s["ics"]["measures"])]
+    every = [g for g, _ in confs]
+    kept = at_most(every)
+    confs = [(g, runs) for g, runs in confs if g in kept]
+    st = subset_styles(kept, every, styles(report.groups))
+    if len(kept) < len(every):
+        title += f"; {len(kept)} of {len(every)} configurations (the longest run of each; report.md lists all)"
     drawn_panels = []
     for key, ylabel, fn in panels:
         lines = []

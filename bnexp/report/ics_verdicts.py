@@ -91,11 +91,13 @@ def main_target(targets: list[float]) -> float:
 def seed_frame(table: pd.DataFrame, g: ConfigGroup, target: float) -> pd.DataFrame:
     """The completed runs of ``g`` by seed (the per-run table with the ICS columns; the first run of a seed),
     plus ``steps`` (to ``target``, a :class:`bnexp.analysis.rules.Censored`: the budget as a lower bound where
-    not reached) and ``chance`` (the run never left chance)."""
+    not reached, the first evaluation's step as an upper bound where reached by it) and ``chance`` (the run never left chance)."""
     rows = table[(table["group"] == g.key) & table["status"].isin(COMPLETE_STATUSES)].dropna(subset=["seed"])
     rows = rows.drop_duplicates("seed").assign(run_id=lambda r: r.index.astype(str))
     rows = rows.set_index(rows["seed"].astype(int).rename("seed"))
-    steps = [Censored.steps(v, b) for v, b in zip(rows[f"steps_to_{target_key(target)}"], rows["budget"])]
+    steps = [Censored.steps(v, b, first_eval=f)
+             for v, b, f in zip(rows[f"steps_to_{target_key(target)}"], rows["budget"],
+                                         rows.get("first_eval", pd.Series(None, index=rows.index)))]
     return rows.assign(steps=pd.Series(steps, index=rows.index, dtype=object),
                        chance=~rows["left_chance"].astype(bool))
 

@@ -146,29 +146,45 @@ def adjust_page(rows: list[dict]) -> dict:
             "claims_tested": sum(p is not None for p in ps)}
 
 
-EDGE_BOUND, BUDGET_BOUND = "edge-bound", "budget-bound"
+EDGE_BOUND, BUDGET_BOUND, EVALUATION_BOUND = "edge-bound", "budget-bound", "evaluation-bound"
+
+
+def _bound_causes(row: dict) -> set[str]:
+    """The causes of a claims row's bounds when every seed with a value is only a bound ("budget" where a row
+    records none: report.json written before the causes were), else the empty set."""
+    bounds = {str(k): b for k, b in (row.get("bounds") or {}).items()}
+    causes = {str(k): c for k, c in (row.get("causes") or {}).items()}
+    seeds = [str(s) for s, v in (row.get("per_seed") or {}).items() if v is not None]
+    if not seeds or any(bounds.get(s, "exact") == "exact" for s in seeds):
+        return set()
+    return {causes.get(s, "budget") for s in seeds}
 
 
 def budget_bound(row: dict) -> bool:
-    """Every seed with a value of a claims row is only a bound (a target missed within the budget on one side in
-    every seed): the claim's value is set by the step budget (docs/studies/PLAN.md, amendment item 2)."""
-    bounds = {str(k): b for k, b in (row.get("bounds") or {}).items()}
-    seeds = [str(s) for s, v in (row.get("per_seed") or {}).items() if v is not None]
-    return bool(seeds) and all(bounds.get(s, "exact") != "exact" for s in seeds)
+    """Every seed with a value of a claims row is only a bound, and some seed's bound is a target missed within
+    the budget: the claim's value is set by the step budget (docs/studies/PLAN.md, amendment item 2)."""
+    return "budget" in _bound_causes(row)
+
+
+def evaluation_bound(row: dict) -> bool:
+    """Every seed with a value of a claims row is only a bound, and some seed's bound is a target met by a run's
+    first evaluation after step 0 (:meth:`bnexp.analysis.rules.Censored.steps`): the claim's value is set by the
+    evaluation interval, as :func:`budget_bound`'s by the budget."""
+    return "first_evaluation" in _bound_causes(row)
 
 
 def mark_claims(rows: list[dict], record: list[dict]) -> None:
     """Add to each claims row, in place, "marks" (the grid-edge marks of the rate choices it rests on:
     :func:`bnexp.analysis.grid_edges.mark_of` of its "bn_choice", "no_bn_choice" and "choices", with the designs'
-    ``record``; and :data:`BUDGET_BOUND` when :func:`budget_bound`) and "marked_verdict" (the verdict, with ",
-    edge-bound" and / or ", budget-bound" after a "supported" or "not supported": never a plain verdict then)."""
+    ``record``; :data:`BUDGET_BOUND` when :func:`budget_bound`, :data:`EVALUATION_BOUND` when
+    :func:`evaluation_bound`) and "marked_verdict" (the verdict, with ", edge-bound", ", budget-bound" and / or ",
+    evaluation-bound" after a "supported" or "not supported": never a plain verdict then)."""
     for r in rows:
         choices = [r.get(k) for k in ("bn_choice", "no_bn_choice")] + list(r.get("choices") or [])
         codes = [c for ch in choices if ch for c in [mark_of(ch, record)] if c]
         marks = list(dict.fromkeys(edge_mark(c) for c in codes))
-        if budget_bound(r):
-            marks.append(BUDGET_BOUND)
-        kinds = ([EDGE_BOUND] if codes else []) + ([BUDGET_BOUND] if BUDGET_BOUND in marks else [])
+        marks += [m for m, bound in ((BUDGET_BOUND, budget_bound), (EVALUATION_BOUND, evaluation_bound)) if bound(r)]
+        kinds = ([EDGE_BOUND] if codes else []) + [m for m in (BUDGET_BOUND, EVALUATION_BOUND) if m in marks]
         v = r.get("verdict")
         r["marks"] = marks
         r["marked_verdict"] = words("marked_verdict", v, kinds) if kinds and v in (SUPPORTED, NOT_SUPPORTED) else v

@@ -62,8 +62,10 @@ def per_seed(frame: pd.DataFrame, column: str) -> dict[int, float | None]:
 
 def censored(frame: pd.DataFrame, unit: str = "steps") -> dict[int, Censored]:
     """{seed: steps or examples (``unit`` "examples": times m) to the target}: a run that never reached it
-    counts as its budget, a lower bound (:meth:`bnexp.analysis.rules.Censored.steps`)."""
-    return {int(r["seed"]): Censored.steps(r["steps"], r["budget"], r["m"] if unit == "examples" else 1)
+    counts as its budget, a lower bound; one that reached it by its first evaluation counts as that step, an upper
+    bound (:meth:`bnexp.analysis.rules.Censored.steps`)."""
+    return {int(r["seed"]): Censored.steps(r["steps"], r["budget"], r["m"] if unit == "examples" else 1,
+                                           r.get("first_eval"))
             for _, r in frame.iterrows()}
 
 
