@@ -210,3 +210,15 @@ def test_mnist_rates_reads_the_chance_count_and_applies_no_rule():
         del c["left_chance"]  # an older report.json: the view says what it lacks, it does not recompute
     with pytest.raises(ValueError, match="left_chance"):
         VIEWS["mnist_rates"](report)
+
+
+def test_steps_cells_say_at_most_when_every_seed_reached_the_target_by_its_first_evaluation():
+    """report.md's and the terminal's steps cells: "<= 12,000" where each seed met the target by its first
+    evaluation after step 0 (the CIFAR-10 ladder evaluates every quarter budget), the mean ± std otherwise."""
+    from bnexp.report.stats import reach_stat
+
+    assert reach_stat([12000, 12000], [12000.0, 12000.0])["text"] == "<= 12,000"
+    assert reach_stat([12000, None], [12000.0, 12000.0])["text"] == "<= 12,000; not reached (1/2)"
+    st = reach_stat([6000, 12000], [6000.0, 3000.0])  # seed 1 passed an evaluation below the target first
+    assert st["at_first_eval"] == 1 and st["text"] == "9,000 ± 4,243"
+    assert reach_stat([6000, 12000])["text"] == "9,000 ± 4,243"  # no evaluation steps known: as before

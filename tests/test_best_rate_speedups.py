@@ -330,7 +330,8 @@ def test_the_accuracy_figure_of_a_held_out_sweep_shows_each_network_at_its_rate_
     whole = {g.key: g for g in rep.groups}
     assert all({r.seed for r in whole[g.key].completed} == {0, 1, 2, 3, 4, 100, 101, 102} for g in shown)
     assert all(sorted(r.seed for r in g.completed) == [0, 1, 2, 3, 4] for g in shown)
-    assert "evaluation seeds 0, 1, 2, 3, 4" in note
+    assert note == "\neach network at the rate it chose for 95% on the tuning seeds; evaluation seeds 0, 1, 2, 3, 4"
     fig = accuracy_figure(rep)
     legend = fig.axes[0].get_legend_handles_labels()[1]
-    assert len(legend) == 2 and all(text.endswith("(n=5)") for text in legend)
+    assert legend == ["bn=false lr=2 (n=5)", "bn=true lr=4 (n=5)"]
+    assert fig._suptitle.get_text() == "Test accuracy vs training steps (Sec. 4.1, Fig. 1(a))" + note

@@ -14,7 +14,7 @@ MAX_HEIGHT = 1000  # px
 # when `bnexp report` redraws it from its sweep (the page's stated source). The TensorBoard screenshots are
 # retaken with docs/tensorboard.md's screenshots.
 DRAWN_BEFORE = {
-    "docs/cifar/stability.png": "stability.png with more than 8 configurations",
+    "docs/cifar/plan_v1/stability.png": "stability.png with more than 8 configurations",
     "docs/mnist/one_stage/stability.png": "stability.png with more than 8 configurations",
     "docs/mnist/stacked/stability.png": "stability.png with more than 8 configurations",
     "docs/studies/batch_size/stability.png": "stability.png with more than 8 configurations",

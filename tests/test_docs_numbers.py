@@ -496,3 +496,18 @@ def test_ics_study_copies_into_docs_ics_for_the_default_run(tmp_path, args, env,
     assert got == copied
     for part in copied:
         assert sorted(p.name for p in (docs / part).iterdir()) == ["ics_gradient.png", "report.json"]
+
+
+def test_cifar_claims_lists_each_preset_rule_value_and_verdict_by_hand():
+    """README's list of Sec. 4.2's claims: one entry per claimed preset from frontier_analysis.paper_claims (the
+    reference baseline, verdict "-", left out), in order; plan version 1's report.json has no such claims."""
+    fa = {"paper_claims": [
+        {"preset": "baseline", "rule": "reference", "value": "a* = 80.50%", "verdict": "-"},
+        {"preset": "bn_x5", "rule": "S(a*) >= 5", "value": "S(a*) = 3.74x", "verdict": "FAIL"},
+        {"preset": "baseline_x5", "rule": "at chance: needs BN", "value": "best 10.00%", "verdict": "the 5x rate needs BN"}]}
+    text = VIEWS["cifar_claims"]({"frontier_analysis": fa})
+    assert text == ("Sec. 4.2's claims on this net (decision seeds' means; docs/cifar has each beside the paper's): "
+                    "BN-x5 (S(a*) >= 5; S(a*) = 3.74x): **FAIL**; Baseline-x5 (at chance: needs BN; best 10.00%): "
+                    "**the 5x rate needs BN**.")
+    with pytest.raises(ViewDataError, match="frontier_analysis.paper_claims"):
+        VIEWS["cifar_claims"]({"frontier_analysis": {}})

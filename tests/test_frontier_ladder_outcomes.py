@@ -195,6 +195,47 @@ def test_claims_table_beside_the_paper_per_seed(v2_report):
     assert "| baseline_sigmoid | does not train (never better than 1/1000 accuracy) |" in md
 
 
+def test_claims_table_cells_word_for_word(v2_report):
+    """Every text cell of the claims table as the report writes it (the paper's quote, this net's value, the
+    per-seed values, the verdict), for the SWEEP above, each control outcome, no control and no convergence, and
+    bn_x30 without its comparison with bn_x5. The numbers by hand: the baseline's seed means at 192k are
+    (0.80 + 0.82) / 2 = 81.00% (a*); bn_x30 and bn_x5 at 24,000 steps 84.00% and 83.00%; sigmoid BN's best seed
+    mean (0.66 + 0.68) / 2 = 67.00% at 12,000 steps; baseline_sigmoid's (0.10 + 0.11) / 2 = 10.50% at 6,000, its
+    ladder through 12,000."""
+    from bnexp.report.frontier_plan_v2 import paper_claims
+
+    _, data, _, _, _ = v2_report
+    fa = data["frontier_analysis"]
+    rows = [(r["preset"], r["paper"], r["value"], [d["value"] for d in r["per_seed"]], r["verdict"])
+            for r in fa["paper_claims"]]
+    assert rows == [
+        ("baseline", "72.2% max, reached after 31.0M steps", "a* = 81.00% at 192,000 steps (cap)",
+         ["best 80.00%", "best 82.00%"], "-"),
+        ("bn_baseline", "72.2% after 13.3M steps: 2.3x fewer", "S(a*) = 5.66x", ["5.66x", "5.66x"], "PASS"),
+        ("bn_x5", "72.2% after 2.1M steps: 14.7x fewer (73.0% max)", "S(a*) = 20.16x", ["20.16x", "20.16x"], "PASS"),
+        ("bn_x30", "72.2% after 2.7M steps (11.5x fewer); 74.8% max, above BN-x5's 73.0%",
+         "84.00% vs bn_x5 83.00% at 24,000 steps; max 84.00%; S(a*) = 16.00x", ["+1.00 points", "+1.00 points"],
+         "PASS"),
+        ("bn_x5_sigmoid", "trains with sigmoid: 69.8% max", "best 67.00% (through 12,000 steps)",
+         ["best 66.00%", "best 68.00%"], "PASS"),
+        ("baseline_sigmoid", "does not train (never better than 1/1000 accuracy)",
+         "best 10.50% (through 12,000 steps)", ["best 10.00%", "best 11.00%"], "PASS"),
+        ("baseline_x5", "not in the paper (Sec. 3.3: without BN a high rate may make gradients explode or vanish)",
+         "best 10.00% (through 12,000 steps)", ["best 10.00%", "best 10.00%"], "the 5x rate needs BN"),
+    ]
+    sec = {k: data[k] for k in ("frontier", "matched_accuracy", "frontier_analysis")}
+    words = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
+             "bn_adds_speed": "the rate alone is not BN-x5's speedup", "undecided": "undecided"}
+    for code, said in words.items():
+        assert paper_claims(sec, {"outcome": code}, fa["convergence"])[-1]["verdict"] == said
+    bare = paper_claims(sec, None, None)
+    assert (bare[0]["value"], bare[-1]["verdict"]) == ("a* = 81.00% at 192,000 steps", "undecided")
+    sec["frontier_analysis"] = {**fa, "speedup": {k: v for k, v in fa["speedup"].items() if k != "bn_x30"}}
+    rows = {r["preset"]: r for r in paper_claims(sec, fa["control"], {"state": "not_converged"})}
+    assert rows["baseline"]["value"] == "a* = 81.00% at 192,000 steps (not converged)"
+    assert (rows["bn_x30"]["value"], rows["bn_x30"]["per_seed"]) == ("max 84.00%", [])
+
+
 def test_a_run_without_a_final_accuracy_is_no_value_in_the_bn_x30_comparison(tmp_path):
     """bn_x30's seed 0 at 24,000 steps with NaN accuracies (a hand edit) is left out of the frontier
     (frontier.runs_table), so its per-seed comparison with bn_x5 is "-", no pass or fail (it read "+nan points

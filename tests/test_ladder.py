@@ -60,7 +60,7 @@ def runs_of(spec: dict, seeds=(0, 1)) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# the committed CPU results of plan version 1 (docs/cifar/report.json, seed means): the baseline's ladder
+# the committed CPU results of plan version 1 (docs/cifar/plan_v1/report.json, seed means): the baseline's ladder
 # stopped at the old cap (48k) while its last doubling gained 3.2 points
 BASE_V1 = {("baseline", 3000): 0.5388, ("baseline", 12000): 0.6975, ("baseline", 24000): 0.75215,
            ("baseline", 48000): 0.78415}

@@ -192,7 +192,9 @@ def test_the_accuracy_figure_of_a_held_out_study_shows_the_evaluated_configurati
     report = build_report(normalizer_sweep(tmp_path))
     shown, note = chosen_groups(report)
     assert sorted((g.config.get("bn.enabled"), g.lr) for g in shown) == [(False, 1.8), (False, 5.4), (True, 3.6)]
-    assert "evaluation seeds" in note and len(report.groups) == 6  # + no BN at 3.6, BN at 1.8 and 5.4
+    assert note == ("\nthe configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning seeds); "
+                    "evaluation seeds 0, 1, 2, 3, 4")
+    assert len(report.groups) == 6  # + no BN at 3.6, BN at 1.8 and 5.4
     m = [ConfigGroup(f"k{i}", {"trainer.batch_size": b, "trainer.max_steps": 240_000 // b, "lr": lr})
          for i, (b, lr) in enumerate([(2, 0.15), (60, 7.2), (256, 3.6)])]
     assert list(shown_labels(m).values()) == ["trainer.batch_size=2 lr=0.15", "trainer.batch_size=60 lr=7.2",

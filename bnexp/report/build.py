@@ -95,7 +95,8 @@ def summarize_group(group: ConfigGroup, report: Report, targets: list[float]) ->
         "left_chance": int(done["left_chance"].sum()),  # completed runs that left chance (the chance rule)
         "max_test_accuracy": value_stat(done["max_test_accuracy"]),
         "final_test_accuracy": value_stat(done["final_test_accuracy"]),
-        "steps_to_target": {target_key(t): reach_stat(done[f"steps_to_{target_key(t)}"]) for t in targets},
+        "steps_to_target": {target_key(t): reach_stat(done[f"steps_to_{target_key(t)}"], done.get("first_eval"))
+                            for t in targets},
         "stability": config_stability(group, report.sweep),
         "ics": ics_summary(group, report.table),
         "seeds": [_run_record(r, rows, report.sweep, targets) for r in group.runs],

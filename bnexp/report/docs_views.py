@@ -123,6 +123,15 @@ def cifar_plan_v2(report: dict) -> str:
     return render_template("frontier_v2.md.j2", report, {}).strip("\n")
 
 
+@view("cifar_claims")
+def cifar_claims(report: dict) -> str:
+    """The README's one-paragraph list of Sec. 4.2's claims on CIFAR-10 (``frontier_analysis.paper_claims``, written
+    by :func:`bnexp.report.frontier_plan_v2.plan_v2`): per preset its rule, this net's value and the verdict; a
+    report.json of plan version 1 lacks them (:class:`ViewDataError`)."""
+    rows = [r for r in need(report, "frontier_analysis", "paper_claims") if r.get("rule") and r.get("verdict") != "-"]
+    return _text("cifar_claims", rows=rows)
+
+
 @view("claims")
 def claims(report: dict) -> str:
     """The claims table of report.json's ``claims`` rows (:func:`bnexp.report.claims.evaluate`'s), or of

@@ -17,6 +17,7 @@ import pandas as pd
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
+from bnexp.report.fmt import macro
 from bnexp.report.figstyle import (LINESTYLE, STEP_LABEL, Style, colour_family, family_color,
                                    legend_below, legend_label, legend_title, pyplot, refs,
                                    style_note, styles, wrap_title)
@@ -27,10 +28,15 @@ from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
 from bnexp.report.stats import band_keys, config_stability
 
-MISSING = {"no BN": "without BN", "BN": "with BN", "noisy BN": "with noisy BN", "LayerNorm": "with LayerNorm",
-           "GroupNorm": "with GroupNorm", "configuration": "of unknown BN"}
 MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
 MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
+TITLES = "figure_titles.md.j2"  # the figures' words
+
+
+def caption(name: str, *args, **kw) -> str:
+    """The words of the macro ``name`` of templates/figure_titles.md.j2 for ``args`` and ``kw`` (paper references,
+    counts, numbers and codes): a figure's title, a panel's title, a note or a legend entry."""
+    return macro(name, *args, template=TITLES, **kw)
 
 
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
@@ -55,10 +61,9 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
     the rate it chose for ``target`` on the tuning seeds (``best_rate_speedups``); in both, each group keeps only
     its runs on the evaluation seeds (those the claims score). Otherwise every configuration and no note."""
     study, data = report.data.get("study") or {}, report.data
-    candidates = []  # (configurations, evaluation seeds, note), the first that ran on its seeds is shown
+    candidates = []  # (configurations, evaluation seeds, the note's code), the first that ran on its seeds is shown
     if study.get("tuning_seeds"):
-        candidates.append((report.groups, study.get("evaluation_seeds"), "the configurations the evaluation seeds "
-                           "ran (stage 2: each at its rate chosen on the tuning seeds)"))
+        candidates.append((report.groups, study.get("evaluation_seeds"), "study"))
     rows = [r for r in data.get("best_rate_speedups") or [] if abs(r["target"] - target) < 1e-9]
     if data.get("tuning_seeds") and rows:
         chosen = {(r["init"], side, r[f"{key}_lr"]) for r in rows
@@ -66,12 +71,12 @@ def chosen_groups(report: Report, target: float = 0.95) -> tuple[list[ConfigGrou
         candidates.append(([g for g in report.groups if g.lr is not None and any(
             abs(g.lr - lr) < 1e-12 for i, side, lr in chosen
             if lr is not None and i == init_of(g.config) and side == normalizer_label(g.config))],
-            data.get("evaluation_seeds"), f"each network at the rate it chose for {target:.0%} on the tuning seeds"))
-    for groups, seeds, note in candidates:
+            data.get("evaluation_seeds"), "held_out"))
+    for groups, seeds, kind in candidates:
         scored = set(seeds or [])
         shown = [g for g in (replace(g, runs=[r for r in g.runs if r.seed in scored]) for g in groups) if g.completed]
         if shown:
-            return shown, f"\n{note}; evaluation seeds {', '.join(map(str, sorted(scored)))}"
+            return shown, "\n" + caption("shown_note", kind, target, sorted(scored))
     return list(report.groups), ""
 
 
@@ -167,7 +172,7 @@ def _draw_curves(panels, data: list[tuple], st: dict[str, Style], label_ax) -> N
                 a.plot(seed_steps, 100 * np.asarray(acc), color=s.color, linestyle="-", linewidth=0.6, alpha=0.3)
             a.fill_between(steps, low, high, color=s.color, alpha=0.25, linewidth=0)
             a.plot(steps, mean, color=s.color, linestyle=s.linestyle, linewidth=2.0,
-                   label=f"{s.label} (n={len(g.completed)})" if a is label_ax else None)
+                   label=caption("curve_entry", s.label, len(g.completed)) if a is label_ax else None)
 
 
 def _zoom_x(data: list[tuple], zr: tuple[float, float]) -> tuple[float, float]:
@@ -191,9 +196,6 @@ def _set_zoom_x(zax, x0: float, last: float, linthresh: int | None) -> None:
         zax.set_xlim(x0 - 0.02 * (last - x0), last + 0.02 * (last - x0))
     else:
         zax.set_xlim(x0 * 0.9, last * 1.1)
-
-
-ACCURACY_NOTE = "bold: mean over seeds, shaded: its 95% Student-t band, light: each seed"
 
 
 def accuracy_figure(report: Report):
@@ -228,7 +230,7 @@ def accuracy_figure(report: Report):
         zax = axes[0][1]
         zax.set_ylim(*zr)
         _set_zoom_x(zax, *_zoom_x(data, zr), linthresh)
-        zax.set_title(f"top of the range (zoom): {zr[0]:.1f}-{zr[1]:.1f}%", fontsize=9)
+        zax.set_title(caption("zoom_title", *zr), fontsize=9)
         from matplotlib.patches import Rectangle
 
         x_lo, x_hi = zax.get_xlim()
@@ -239,9 +241,9 @@ def accuracy_figure(report: Report):
     for a in panels:
         a.set_ylabel("test accuracy (%)")
         a.grid(alpha=0.3)
-    fig.suptitle(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}){note}", fontsize=10)
+    fig.suptitle(caption("accuracy_title", refs(report.data)["accuracy"]) + note, fontsize=10)
     legend_below(fig, *ax.get_legend_handles_labels(),
-                 title=legend_title(ACCURACY_NOTE, style_note(report.groups)), top=0.97)
+                 title=legend_title(caption("accuracy_note"), style_note(report.groups)), top=0.97)
     return fig
 
 
@@ -302,10 +304,9 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
               for i, (g, *_) in enumerate(rows)}
         panels = [axes[r][c] for r in range(nrow)]
         _draw_curves(panels, rows, st, panels[0])
-        name = fam or "unknown normalizer"
-        panels[0].set_title(name + (f": {n} of {total} configurations" if n < total else ""), fontsize=9)
+        panels[0].set_title(caption("family_panel", fam, n, total), fontsize=9)
         if zoom:
-            panels[1].set_title(f"{name}: top of the range (zoom)", fontsize=9)
+            panels[1].set_title(caption("family_panel", fam, n, total, zoom=True), fontsize=9)
     for a in axes.flat:
         step_axis(a, linthresh)
         a.set_ylabel("test accuracy (%)")
@@ -320,9 +321,8 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
             a.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                   linewidth=0.8, label=None))
     width, height = fig.get_size_inches()
-    title = wrap_title(f"Test accuracy vs training steps ({refs(report.data)['accuracy']}): one column per "
-                       f"normalizer, the same axes in each{note}", int(width * 12))
-    title += "\n" + wrap_title(f"{ACCURACY_NOTE}; light to dark in legend order", int(width * 12))
+    title = wrap_title(caption("accuracy_title", refs(report.data)["accuracy"], columns=True) + note, int(width * 12))
+    title += "\n" + wrap_title(caption("family_note"), int(width * 12))
     fig.suptitle(title, fontsize=10)
     legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)],
                           top=1 - (0.05 + 0.17 * (title.count("\n") + 1)) / height)
@@ -407,7 +407,7 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
     rows = sweep.rows("shift", run) if run else None
     keys = band_keys(c[5:] for c in rows.columns if c.startswith("unit.")) if run else None
     if keys is None:
-        ax.set_title(f"{label}\nno shift.jsonl records", fontsize=8)
+        ax.set_title(label + "\n" + caption("unit_panel", "no_records"), fontsize=8)
         return False
     (lo, mid, hi), steps = keys, rows["step"].tolist()
     band = {k: np.asarray(numeric(rows[f"unit.{k}"]), dtype=float) for k in (lo, mid, hi)}
@@ -416,12 +416,13 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
     if relative:
         spread = band[hi][0] - band[lo][0]
         if not np.isfinite(spread) or spread <= 0:
-            ax.set_title(f"{label}\ninitial 15-85 spread is 0: no relative view", fontsize=8)
+            ax.set_title(label + "\n" + caption("unit_panel", "no_spread"), fontsize=8)
             return False
         band = {k: (v - band[mid][0]) / spread for k, v in band.items()}
     ax.fill_between(steps, band[lo], band[hi], alpha=0.3, color=color, linewidth=0,
-                    label=f"{lo[1:]}-{hi[1:]}th percentile band")
-    ax.plot(steps, band[mid], color=color, label=f"median ({mid[1:]}th)", marker="o" if len(rows) < 3 else None)
+                    label=caption("percentile_entry", "band", low=lo[1:], high=hi[1:]))
+    ax.plot(steps, band[mid], color=color, label=caption("percentile_entry", "median", mid=mid[1:]),
+            marker="o" if len(rows) < 3 else None)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     if relative:  # linear within one initial spread, logarithmic beyond: a band of 0.5 and one of 10^4 both show
         from matplotlib.ticker import FuncFormatter
@@ -429,7 +430,7 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
         ax.set_yscale("symlog", linthresh=1.0)
         ax.yaxis.set_major_formatter(FuncFormatter(  # -10,000 and 0.55, not -10^4 and 5.5x10^-1
             lambda v, _: f"{v:,.0f}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"))
-    ax.set_title(f"{label}\nseed {run.seed}, unit {index} of {layer}", fontsize=8)
+    ax.set_title(label + "\n" + caption("unit_panel", "unit", run.seed, index, layer), fontsize=8)
     return True
 
 
@@ -467,13 +468,13 @@ def percentiles_figure(report: Report):
     labels: list[str] = []
     for k, (row, (relative, ylabel)) in enumerate((r, v) for r in rows for v in VIEWS):
         ax_row = axes[k]
-        missing = " or ".join(MISSING.get(c, f"with {c}") for c in columns if c not in row)
+        missing = caption("missing_runs", [c for c in columns if c not in row])
         for col, ax in zip(columns, ax_row):
             g = row.get(col)
             if g is None:
                 ax.set_visible(False)
                 continue
-            label = st[g.key].label + (f" (no run {missing} with these settings)" if missing else "")
+            label = st[g.key].label + missing
             if not _percentile_panel(ax, report.sweep, g, wrap_title(label, int(width_in / ncol * 13)),
                                      st[g.key].color, relative):
                 ax.set_axis_off()
@@ -488,10 +489,9 @@ def percentiles_figure(report: Report):
             lims = [a.get_ylim() for a in drawn]
             for a in drawn:
                 a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
-    shown = f"; {len(rows)} of {total} settings (report.md lists all)" if len(rows) < total else ""
     width, height = fig.get_size_inches()
-    title = wrap_title(f"A typical unit of the last hidden layer over training ({refs(report.data)['percentiles']})"
-                       f"{shown}; per setting raw units, then relative to the unit's start", int(width * 12))
+    title = wrap_title(caption("percentiles_title", refs(report.data)["percentiles"], len(rows), total),
+                       int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""  # ~12 characters per inch at size 10
     fig.suptitle(title, fontsize=10)
     legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
@@ -557,8 +557,6 @@ def stability_figure(report: Report):
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
     every, confs = [g for g, _ in confs], [c for c in confs if c[0] in at_most([g for g, _ in confs])]
     total, st = len(every), subset_styles([g for g, _ in confs], every, st)
-    shown = (f"; {len(confs)} of {total} configurations (the longest run of each; report.md lists all)"
-             if len(confs) < total else "")
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
     metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
@@ -582,8 +580,8 @@ def stability_figure(report: Report):
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     width, height = fig.get_size_inches()
-    title = wrap_title(f"How far each layer's input distribution moved, first to last monitor step "
-                       f"({refs(report.data)['stability']}){shown}", int(width * 12))
+    title = wrap_title(caption("stability_title", refs(report.data)["stability"], len(confs), total),
+                       int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),

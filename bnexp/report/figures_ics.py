@@ -11,7 +11,7 @@ import pandas as pd
 
 from bnexp.report.build import Report
 from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
-from bnexp.report.figures import at_most, subset_styles
+from bnexp.report.figures import at_most, caption, subset_styles
 from bnexp.report.ics_stats import gradient_long, layer_long, records
 from bnexp.analysis.runs import Run, Sweep, numeric
 
@@ -68,8 +68,7 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     kept = at_most(every)
     confs = [(g, runs) for g, runs in confs if g in kept]
     st = subset_styles(kept, every, styles(report.groups))
-    if len(kept) < len(every):
-        title += f"; {len(kept)} of {len(every)} configurations (the longest run of each; report.md lists all)"
+    title += caption("shown_of", len(kept), len(every))
     drawn_panels = []
     for key, ylabel, fn in panels:
         lines = []

@@ -21,12 +21,16 @@ from bnexp.analysis.rules import DDOF, Bound, format_target  # noqa: F401 (the f
 
 def format_steps(st: dict) -> str:
     """Cell text of a :func:`bnexp.report.stats.reach_stat`, mean ± std over the seeds that reached the target:
-    "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", or "n/a" when there are
-    no completed runs."""
+    "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", "n/a" when there are no
+    completed runs, and "<= 12,000" when every seed that reached it did so by its first evaluation after step 0
+    (an upper bound: the evaluations cannot tell how early)."""
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
         return "not reached"
+    if st.get("at_first_eval") == st["reached"]:
+        text = Bound("upper").written("{:,.0f}".format(max(s for s in st["per_seed"] if s is not None)))
+        return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
     text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
     return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
@@ -117,7 +121,8 @@ def interval_reason(iv: SeedInterval) -> str:
 
 
 def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
-    """One line for a page: estimate, interval, per-seed range and n, e.g.
+    """One line for a page: estimate, interval, per-seed range and n (the numbers written here, the words by
+    templates/rules_and_bounds.md.j2's ``interval_line``), e.g.
 
     "1.98x, 95% t interval [0.76x, 5.18x]; per seed 1.5x to 3.08x (n = 3)",
     ">= 2.3x, 95% t interval [1.21x, open: 1 seed(s) only a lower bound]; per seed 1.5x to >= 4x (n = 3)".
@@ -130,23 +135,13 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
     def num(v, mark=None):
         return Bound(mark).written(f"{_num(v, digits)}{unit}")
 
-    if iv.estimate is None:
-        head = "unknown"
-    else:
-        head = num(iv.estimate, iv.estimate_bound)
-    pct = f"{100 * iv.level:g}%"
-    reason = interval_reason(iv)
-    if iv.n < 2 or (iv.low_open and iv.high_open):
-        body = f"no {pct} interval ({reason})"
-    else:
-        lo = "open" if iv.low_open else num(iv.low)
-        hi = "open" if iv.high_open else num(iv.high)
-        note = f": {reason.split(':')[0]}" if reason else ""
-        body = f"{pct} t interval [{lo}, {hi}{note}]" if iv.high_open else (
-            f"{pct} t interval [{lo}{note}, {hi}]" if iv.low_open else f"{pct} t interval [{lo}, {hi}]")
-    rng = ("per seed n/a" if iv.seed_min is None else
-           f"per seed {num(iv.seed_min, iv.seed_min_bound)} to {num(iv.seed_max, iv.seed_max_bound)}")
-    return f"{head}, {body}; {rng} (n = {iv.n})"
+    none = iv.n < 2 or (iv.low_open and iv.high_open)
+    low, high = (None if none or side_open else num(v)
+                 for v, side_open in ((iv.low, iv.low_open), (iv.high, iv.high_open)))
+    return words("interval_line", None if iv.estimate is None else num(iv.estimate, iv.estimate_bound), iv.level,
+                 "none" if none else "interval", low, high, interval_reason(iv),
+                 None if iv.seed_min is None else num(iv.seed_min, iv.seed_min_bound),
+                 None if iv.seed_min is None else num(iv.seed_max, iv.seed_max_bound), iv.n)
 
 
 def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
@@ -196,9 +191,10 @@ def render_template(name: str, d: dict, helpers: dict) -> str:
     return _templates().get_template(name).render(d=d, f=SimpleNamespace(**helpers)).rstrip("\n") + "\n"
 
 
-def macro(name: str, *args, template: str = "tables.md.j2") -> str:
-    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``."""
-    return str(getattr(_templates().get_template(template).module, name)(*args))
+def macro(name: str, *args, template: str = "tables.md.j2", **kw) -> str:
+    """The text of the macro ``name`` of ``template`` (templates/tables.md.j2: the claims table, ...) for ``args``
+    and the keyword arguments ``kw``."""
+    return str(getattr(_templates().get_template(template).module, name)(*args, **kw))
 
 
 RULES_TEMPLATE = "rules_and_bounds.md.j2"  # the words of the analysis layer's rules, bounds and codes

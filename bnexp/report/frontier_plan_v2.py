@@ -43,20 +43,6 @@ CONTROL, HEADLINE = "baseline_x5", "bn_x5"
 LADDERS_FILE = "ladders.txt"  # written into the sweep folder by scripts/reproduce_cifar.sh before the report
 LADDERS_HEAD = "ladders ("  # the line above the stop rules in ladders.txt
 PRECISION_CHECK_FILE = "precision_check.json"  # the bf16 check's verdict, written into the sweep folder
-# paper Sec. 4.2.2 (Inception on ImageNet; Table 2 and Figure 3): steps to Inception's 72.2% and max accuracy
-PAPER = {
-    "baseline": "72.2% max, reached after 31.0M steps",
-    "bn_baseline": "72.2% after 13.3M steps: 2.3x fewer",
-    "bn_x5": "72.2% after 2.1M steps: 14.7x fewer (73.0% max)",
-    "bn_x30": "72.2% after 2.7M steps (11.5x fewer); 74.8% max, above BN-x5's 73.0%",
-    "bn_x5_sigmoid": "trains with sigmoid: 69.8% max",
-    "baseline_sigmoid": "does not train (never better than 1/1000 accuracy)",
-    "baseline_x5": "not in the paper (Sec. 3.3: without BN a high rate may make gradients explode or vanish)",
-}
-OUTCOME_WORDS = {"needs_bn": "the 5x rate needs BN", "rate_alone": "the rate alone explains it",
-                 "bn_adds_speed": "the rate alone is not BN-x5's speedup", "undecided": "undecided"}
-
-
 def _k(b: float) -> str:
     """A budget in steps as text: 192000 -> "192k", 1500 -> "1.5k", 375 -> "375"."""
     return f"{b / 1000:g}k" if b >= 1000 else f"{b:g}"
@@ -82,10 +68,13 @@ def convergence(budgets, accs, stop_line: str | None = None) -> dict:
             "sentence": _words("convergence", state=state, last=b[-1], gain=gain, best=max(y))}
 
 
+VERDICTS_TEMPLATE = "frontier_v2_verdicts.md.j2"  # the words of plan version 2's verdicts and claims table
+
+
 def _words(verdict: str, **v) -> str:
-    """The sentence of ``verdict`` ("convergence" or "control") for the values ``v``: the macro of
-    templates/frontier_v2_verdicts.md.j2 (the wording lives there)."""
-    return macro(verdict, v, SimpleNamespace(pct=pct, speedup_text=speedup_text), template="frontier_v2_verdicts.md.j2")
+    """The sentence of ``verdict`` ("convergence", "control" or a claims table's "claim_value") for the values
+    ``v``: the macro of templates/frontier_v2_verdicts.md.j2 (the wording lives there)."""
+    return macro(verdict, v, SimpleNamespace(pct=pct, speedup_text=speedup_text), template=VERDICTS_TEMPLATE)
 
 
 def control_verdict(base: tuple, x5: tuple | None, ctrl: tuple, a_star: float, early: int = EARLY) -> dict:
@@ -144,10 +133,11 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
     ``control``: :func:`control_verdict`'s dict; ``conv``: :func:`convergence`'s.
 
     Returns:
-        [{"preset", "paper" (:data:`PAPER`), "rule" (its pass rule, PLAN.md: templates/rules_and_bounds.md.j2's
+        [{"preset", "paper" (the paper's result: templates/frontier_v2_verdicts.md.j2's ``paper``), "rule" (its pass rule, PLAN.md: templates/rules_and_bounds.md.j2's
         pass_rule), "value" (this net, seed mean, text),
         "per_seed": [{"seed", "value" (text), "pass": bool | None}], "pass": bool | None (``matched_accuracy``'s;
-        None for the baseline), "verdict": PASS / FAIL / UNDECIDED, or the control's outcome in words}].
+        None for the baseline), "verdict": PASS / FAIL / UNDECIDED, or the control's outcome in words (the
+        template's ``outcome``)}]; the numbers are written here, the cells' words by the template's ``claim_value``.
     """
     runs, ma = pd.DataFrame(section["frontier"]), section["matched_accuracy"]
     fa = section["frontier_analysis"]
@@ -158,34 +148,38 @@ def paper_claims(section: dict, control: dict | None = None, conv: dict | None =
         bests = {s: float(mean_frontier(runs, p, s)[1].max()) for s in seeds}
         per, value, verdict = [], "", PASS_WORDS[m.get("pass")]
         if p == BASELINE:
-            value = f"a* = {pct(fa['target_accuracy'])}% at {fa['target_budget']:,.0f} steps"
-            value += f" ({conv['state'].replace('_', ' ')})" if conv else ""
-            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": None} for s, v in bests.items()]
+            value = _words("claim_value", case="a_star", a_star=fa["target_accuracy"], budget=fa["target_budget"],
+                           state=conv["state"] if conv else None)
+            per = [{"seed": s, "value": _words("claim_value", case="best", best=v), "pass": None}
+                   for s, v in bests.items()]
             verdict = "-"
         elif p in ("bn_x5", "bn_baseline"):
-            value = f"S(a*) = {speedup_text(m.get('speedup'), headline_bound(section, p))}"
+            value = _words("claim_value", case="speedup", speedup=m.get("speedup"), bound=headline_bound(section, p))
             bounds = seed_bounds(section, p)
             per = [{"seed": int(s), "value": speedup_text(v, bounds.get(s)),
                     "pass": None if v is None else speedup_pass(p, v, bounds.get(s))}
                    for s, v in (m.get("speedup_per_seed") or {}).items()]
         elif p == "bn_x30":
             x = (fa["speedup"].get(p) or {}).get("x5_vs_x30")
-            value = (f"{pct(x['bn_x30'])}% vs bn_x5 {pct(x['bn_x5'])}% at {x['budget_steps']:,} steps; max "
-                     f"{pct(best)}%; S(a*) = {speedup_text(m.get('speedup'))}") if x else f"max {pct(best)}%"
+            value = _words("claim_value", case="x5_vs_x30", bn_x30=x["bn_x30"], bn_x5=x["bn_x5"],
+                           budget=x["budget_steps"], best=best, speedup=m.get("speedup")) if x else \
+                _words("claim_value", case="max", best=best)
             acc = runs.groupby(["preset", "budget_steps", "seed"]).final_test_accuracy.first()
             for s in seeds if x else []:
                 a30, a5 = (acc.get((q, x["budget_steps"], s)) for q in ("bn_x30", "bn_x5"))
-                per.append({"seed": s, "value": "-" if None in (a30, a5) else f"{100 * (a30 - a5):+.2f} points",
+                per.append({"seed": s, "value": _words("claim_value", case="points",
+                                                       diff=None if None in (a30, a5) else a30 - a5),
                             "pass": None if None in (a30, a5) else bool(a30 > a5)})
         elif p in ("bn_x5_sigmoid", "baseline_sigmoid", CONTROL):
-            value = f"best {pct(best)}% (through {fa['presets'][p]['budgets'][-1]:,} steps)"
             last = fa["presets"][p]["budgets"][-1]
+            value = _words("claim_value", case="best_through", best=best, last=last)
             rule = does_not_train if p == "baseline_sigmoid" else trains  # the claim of each preset
-            per = [{"seed": s, "value": f"best {pct(v)}%", "pass": rule(v, last)} for s, v in bests.items()]
+            per = [{"seed": s, "value": _words("claim_value", case="best", best=v), "pass": rule(v, last)}
+                   for s, v in bests.items()]
             if p == CONTROL:
                 per = [dict(d, **{"pass": None}) for d in per]
-                verdict = OUTCOME_WORDS[control["outcome"]] if control else "undecided"
-        out.append({"preset": p, "paper": PAPER.get(p, "-"),
+                verdict = macro("outcome", control["outcome"] if control else None, template=VERDICTS_TEMPLATE)
+        out.append({"preset": p, "paper": macro("paper", p, template=VERDICTS_TEMPLATE),
                     "rule": words("pass_rule", p, CHANCE, RATE_ALONE), "value": value,
                     "per_seed": per, "pass": None if p in (BASELINE, CONTROL) else m.get("pass"), "verdict": verdict})
     return out

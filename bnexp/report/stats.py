@@ -24,14 +24,18 @@ def value_stat(values) -> dict:
     return {"mean": st["mean"], "std": st["std"], "n": st["n"], "per_seed": per_seed}
 
 
-def reach_stat(steps) -> dict:
+def reach_stat(steps, first_evals=None) -> dict:
     """Steps-to-target statistics from, per seed, the step it reached the target at (None or NaN: not reached):
-    {"n", "reached", "not_reached", "mean", "std", "per_seed", "text" (:func:`bnexp.report.fmt.format_steps`)},
-    mean and std in SGD steps over the seeds that reached it (None when none did)."""
+    {"n", "reached", "not_reached", "mean", "std", "per_seed", "at_first_eval" (how many reached it by their
+    first evaluation after step 0, ``first_evals`` per seed: their steps are only upper bounds,
+    :meth:`bnexp.analysis.rules.Censored.steps`), "text" (:func:`bnexp.report.fmt.format_steps`)}, mean and std in
+    SGD steps over the seeds that reached it (None when none did)."""
     per_seed = [optional(s, int) for s in steps]
+    firsts = [optional(f) for f in first_evals] if first_evals is not None else [None] * len(per_seed)
     st = value_stat([s for s in per_seed if s is not None])
     out = {"n": len(per_seed), "reached": st["n"], "not_reached": len(per_seed) - st["n"], "mean": st["mean"],
-           "std": st["std"], "per_seed": per_seed}
+           "std": st["std"], "per_seed": per_seed,
+           "at_first_eval": sum(1 for s, f in zip(per_seed, firsts) if s is not None and f is not None and s <= f)}
     return {**out, "text": format_steps(out)}
 
 

@@ -1,0 +1,115 @@
+"""The figures' words (bnexp/report/templates/figure_titles.md.j2, rendered by bnexp.report.figures.caption): each
+title, panel title, note and legend entry for known numbers, and the titles of figures rendered from a small
+sweep. The expected strings are the ones the figures wrote while their titles were f-strings in figures.py (the
+move into the template kept them character for character).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_report import BN_05, make_ics_run, make_run
+
+from bnexp.report import build_report
+from bnexp.report.figures import accuracy_figure, caption, percentiles_figure, stability_figure
+
+pytest.importorskip("matplotlib")
+
+S41A, S41BC = "Sec. 4.1, Fig. 1(a)", "Sec. 4.1, Fig. 1(b, c)"
+CIFAR_VIEW = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
+
+
+@pytest.mark.parametrize("name, args, kw, want", [
+    ("accuracy_title", (S41A,), {}, "Test accuracy vs training steps (Sec. 4.1, Fig. 1(a))"),
+    ("accuracy_title", ("Sec. 4.2, Fig. 2 form, on CIFAR-10",), {"columns": True},
+     "Test accuracy vs training steps (Sec. 4.2, Fig. 2 form, on CIFAR-10): one column per normalizer, the same "
+     "axes in each"),
+    ("accuracy_note", (), {}, "bold: mean over seeds, shaded: its 95% Student-t band, light: each seed"),
+    ("family_note", (), {},
+     "bold: mean over seeds, shaded: its 95% Student-t band, light: each seed; light to dark in legend order"),
+    ("zoom_title", (96.94, 98.75), {}, "top of the range (zoom): 96.9-98.8%"),  # one decimal, as "{:.1f}"
+    ("curve_entry", ("BN lr=0.5", 3), {}, "BN lr=0.5 (n=3)"),
+    ("family_panel", ("BN", 8, 8), {}, "BN"),
+    ("family_panel", ("LayerNorm", 8, 9), {}, "LayerNorm: 8 of 9 configurations"),
+    ("family_panel", (None, 2, 2), {}, "unknown normalizer"),
+    ("family_panel", ("no BN", 3, 5), {"zoom": True}, "no BN: top of the range (zoom)"),
+    ("family_panel", (None, 1, 1), {"zoom": True}, "unknown normalizer: top of the range (zoom)"),
+    ("percentiles_title", (S41BC, 3, 3), {},
+     "A typical unit of the last hidden layer over training (Sec. 4.1, Fig. 1(b, c)); per setting raw units, then "
+     "relative to the unit's start"),
+    ("percentiles_title", (CIFAR_VIEW, 2, 11), {},
+     "A typical unit of the last hidden layer over training (Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10); 2 of 11 "
+     "settings (report.md lists all); per setting raw units, then relative to the unit's start"),
+    ("stability_title", (S41BC, 6, 6), {},
+     "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c))"),
+    ("stability_title", (S41BC, 8, 12), {},
+     "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c)); 8 of 12 "
+     "configurations (the longest run of each; report.md lists all)"),
+    ("unit_panel", ("unit", 0, 3, "layer3"), {}, "seed 0, unit 3 of layer3"),
+    ("unit_panel", ("unit", 1, None, None), {}, "seed 1, unit None of None"),  # a record without index or layer
+    ("unit_panel", ("no_records",), {}, "no shift.jsonl records"),
+    ("unit_panel", ("no_spread",), {}, "initial 15-85 spread is 0: no relative view"),
+    ("missing_runs", ([],), {}, ""),
+    ("missing_runs", (["no BN"],), {}, " (no run without BN with these settings)"),
+    ("missing_runs", (["BN", "noisy BN", "configuration"],), {},
+     " (no run with BN or with noisy BN or of unknown BN with these settings)"),
+    ("missing_runs", (["LayerNorm", "GroupNorm", "BN after g"],), {},
+     " (no run with LayerNorm or with GroupNorm or with BN after g with these settings)"),
+    ("percentile_entry", ("band",), {"low": "15", "high": "85"}, "15-85th percentile band"),
+    ("percentile_entry", ("median",), {"mid": "50"}, "median (50th)"),
+    ("shown_note", ("held_out", 0.95, [0, 1, 2, 3, 4]), {},
+     "each network at the rate it chose for 95% on the tuning seeds; evaluation seeds 0, 1, 2, 3, 4"),
+    ("shown_note", ("held_out", 0.975, [7]), {}, "each network at the rate it chose for 98% on the tuning seeds; "
+     "evaluation seeds 7"),  # as f"{0.975:.0%}" writes it
+    ("shown_note", ("study", 0.95, [1000, 1001]), {},
+     "the configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning seeds); "
+     "evaluation seeds 1000, 1001"),
+])
+def test_each_caption_for_known_numbers(name, args, kw, want):
+    assert caption(name, *args, **kw) == want
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    """BN, noisy BN and no BN at lr 0.5 and 0.12, seeds 0 and 1 (test_report_figures' sweep)."""
+    root = tmp_path_factory.mktemp("titles") / "mnist"
+    for lr in (0.5, 0.12):
+        for variant in ("BN", "noisy BN", "no BN"):
+            for seed in (0, 1):
+                make_ics_run(root, variant, lr, seed)
+    return build_report(root)
+
+
+def _titles(fig) -> tuple[str, list[str], list[list[str]]]:
+    return (fig._suptitle.get_text(), [a.get_title() for a in fig.axes],
+            [[leg.get_title().get_text()] + [t.get_text() for t in leg.get_texts()] for leg in fig.legends])
+
+
+@pytest.mark.slow  # renders three figures (> 2.5 s of CPU)
+def test_titles_of_the_figures_of_a_small_sweep(mnist):
+    sup, axes, legends = _titles(accuracy_figure(mnist))
+    assert sup == "Test accuracy vs training steps (Sec. 4.1, Fig. 1(a))"
+    assert axes == ["whole range", "top of the range (zoom): 96.9-98.8%"]
+    assert legends == [["bold: mean over seeds, shaded: its 95% Student-t band, light: each seed; no BN blue dashed, "
+                        "BN orange solid, noisy BN green dash-dot; one shade per\nsetting"]
+                       + [f"{v} lr={lr} (n=2)" for lr in (0.12, 0.5) for v in ("BN", "noisy BN", "no BN")]]
+    sup, axes, legends = _titles(percentiles_figure(mnist))
+    assert sup == ("A typical unit of the last hidden layer over training (Sec. 4.1, Fig. 1(b, c)); per setting raw "
+                   "units, then relative to the unit's start")
+    assert axes == [f"{v} lr={lr}\nseed 0, unit 0 of layer3" for lr in (0.12, 0.5) for _ in range(2)
+                    for v in ("no BN", "BN", "noisy BN")]
+    assert legends == [["", "15-85th percentile band", "median (50th)"]]
+    sup, axes, _ = _titles(stability_figure(mnist))
+    assert sup == "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c))"
+    assert axes == ["how far the median moved", "how the 15-85 spread changed"]
+
+
+@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
+def test_stability_title_of_twelve_configurations_says_eight_of_twelve(tmp_path):
+    root = tmp_path / "many"
+    for lr in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
+        for bn in (True, False):
+            make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
+    assert stability_figure(build_report(root))._suptitle.get_text() == (
+        "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c)); 8 of 12 "
+        "configurations\n(the longest run of each; report.md lists all)")
