@@ -578,6 +578,22 @@ def test_held_out_seed_cut_short_is_noted_and_every_seed_without_tuning_decides(
     assert set(every["matched_accuracy"]["bn_x5"]["speedup_per_seed"]) == {"0", "1", "2"}
 
 
+def test_a_held_out_seed_in_another_precision_is_noted():
+    """The CPU ladder switched to bf16 after its check: seed 2 of the baseline, run afterwards, is bf16 at the rungs
+    where the decision seeds were fp32; the report says so (and nothing where precisions agree or are unknown)."""
+    runs = _seed_runs((0, 1, 2))
+    runs["precision"] = np.where((runs.seed == 2) | (runs.budget_steps >= 24000), "bf16", "fp32")
+    notes = analyze(runs, TUNING)["frontier_analysis"]["notes"]
+    assert {"note": "held_out_precision", "preset": "baseline", "seed": 2, "budgets": [3000, 6000, 12000],
+            "precision": "bf16", "decision_precision": "fp32"} in notes
+    assert [n["preset"] for n in notes if n["note"] == "held_out_precision"] == ["baseline", "bn_x5"]
+    worded = frontier_words(analyze(runs, TUNING))["frontier_analysis"]["notes"]
+    assert ("baseline: held-out seed 2 ran in bf16 at 3,000, 6,000, 12,000 steps, where the decision seeds ran in "
+            "fp32 (it started after the bf16 check; PLAN.md, \"Precision\")") in worded
+    runs["precision"] = "bf16"
+    assert not [n for n in analyze(runs, TUNING)["frontier_analysis"]["notes"] if n["note"] == "held_out_precision"]
+
+
 def test_held_out_words_in_report_md_and_the_docs_views():
     from bnexp.report.docs_views import cifar_frontier, cifar_headline, cifar_matched
     from bnexp.report.fmt import format_interval

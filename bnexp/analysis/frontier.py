@@ -414,7 +414,10 @@ def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dic
             None} and ``matched[p]["interval"]`` (:meth:`~bnexp.analysis.interval.SeedInterval.as_dict`, for a preset
             with a held-out value and >= 2 values in all), ``details[p]["held_out_per_seed"]`` (as its "per_seed"),
             and a note {"note": "held_out_short", "preset", "seed", "budgets", "of"} for a held-out seed that ran
-            fewer budgets than the decision seeds (unequal seed counts per budget, PLAN.md).
+            fewer budgets than the decision seeds (unequal seed counts per budget, PLAN.md), and one {"note":
+            "held_out_precision", "preset", "seed", "budgets", "precision", "decision_precision"} where its runs
+            computed in another precision than the decision seeds' at the same budgets (with a ``precision``
+            column: the ladder switches to bf16 after its check, so a held-out seed run later is bf16 throughout).
 
     Returns:
         {"decision_seeds", "held_out_seeds" (ints), "held_out_presets" (the presets with held-out runs, in the
@@ -428,6 +431,14 @@ def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dic
             if n < len(presets[p]["budgets"]):
                 notes.append({"note": "held_out_short", "preset": p, "seed": int(s), "budgets": int(n),
                               "of": len(presets[p]["budgets"])})
+            if "precision" in held and "precision" in runs:  # the ladder's rungs switch precision (PLAN.md)
+                mine = held[(held.preset == p) & (held.seed == s)].set_index("budget_steps").precision
+                theirs = runs[runs.preset == p].groupby("budget_steps").precision.agg(lambda v: set(v.dropna()))
+                differ = sorted(int(b) for b, x in mine.items() if x and b in theirs and theirs[b] and theirs[b] != {x})
+                if differ:
+                    notes.append({"note": "held_out_precision", "preset": p, "seed": int(s), "budgets": differ,
+                                  "precision": str(mine[differ[0]]),
+                                  "decision_precision": "/".join(sorted(theirs[differ[0]]))})
     base = held[held.preset == BASELINE]
     for p in matched:
         one = []
