@@ -288,3 +288,16 @@ def test_the_coverage_check_fails_a_z_interval_at_three_seeds():
     t_bounds_ = [(iv.low, iv.high) for iv in (ratio_interval(a, b) for a, b in zip(no_bn, bn))]
     low, high = _misses(t_bounds_, truth)
     assert 1 - low - high >= 0.93
+
+
+def test_a_log_scale_bound_too_far_out_for_exp_is_inf_without_a_warning():
+    """The p-value inversion asks for intervals at levels near 1, where exp(upper log bound) overflows: the bound is
+    inf and no RuntimeWarning reaches the user's terminal (the MNIST report printed one)."""
+    import warnings
+
+    from bnexp.analysis.interval import seed_mean_interval
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        iv = seed_mean_interval([1e150, 1e-150, 1e150], [None] * 3, "log", level=0.999999)
+    assert iv.high == float("inf") and 0.0 <= iv.low < 1.0

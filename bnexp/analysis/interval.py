@@ -193,8 +193,9 @@ def seed_mean_interval(values: Sequence[float | None], censored: Sequence[str | 
         reason = "few_seeds"
     elif estimate is not None:
         _, lo, hi = t_bounds(x, level)
-        low = None if low_open else float(back(lo))
-        high = None if high_open else float(back(hi))
+        with np.errstate(over="ignore"):  # exp of a log-scale bound far out (a p-value's level near 1): inf
+            low = None if low_open else float(back(lo))
+            high = None if high_open else float(back(hi))
         if high_open:  # lower bounds only (both kinds open both sides): n_censored of them
             reason = "lower_bounds"
         elif low_open:
