@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_report import BN_05, make_ics_run, make_run
+from test_report import make_ics_run
 
 from bnexp.report import build_report
 from bnexp.report.figures import accuracy_figure, caption, percentiles_figure, stability_figure
@@ -103,13 +103,3 @@ def test_titles_of_the_figures_of_a_small_sweep(mnist):
     assert sup == "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c))"
     assert axes == ["how far the median moved", "how the 15-85 spread changed"]
 
-
-@pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
-def test_stability_title_of_twelve_configurations_says_eight_of_twelve(tmp_path):
-    root = tmp_path / "many"
-    for lr in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6):
-        for bn in (True, False):
-            make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
-    assert stability_figure(build_report(root))._suptitle.get_text() == (
-        "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c)); 8 of 12 "
-        "configurations\n(the longest run of each; report.md lists all)")

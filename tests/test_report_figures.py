@@ -436,7 +436,9 @@ def test_stability_figure_names_at_most_eight_configurations(tmp_path):
             make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
     fig = stability_figure(build_report(root))
     _check_axes_and_legend(fig)
-    assert len(fig.legends[0].get_texts()) == 8 and "8 of 12 configurations" in fig._suptitle.get_text()
+    assert len(fig.legends[0].get_texts()) == 8 and fig._suptitle.get_text() == (  # the title word for word
+        "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c)); 8 of 12 "
+        "configurations\n(the longest run of each; report.md lists all)")
     assert fig.get_size_inches()[1] * 100 <= 1000  # stability.png's dpi
 
 

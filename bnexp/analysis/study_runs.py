@@ -53,7 +53,8 @@ def cells(sweep, target: float, extra: dict[str, str] | None = None) -> pd.DataF
     again), one row each: run (path), seed, status, norm (the normalizer code,
     :data:`bnexp.analysis.rules.NORMALIZERS`), ghost, groups, m (60 when unknown), lr, momentum, position, act,
     model, depth (hidden layers of an MLP), budget, final (final test accuracy, fraction), steps (to ``target``,
-    None: not reached), first_eval (the step of the run's first evaluation after step 0), left_chance (the chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s,
+    None: not reached), first_eval (the step of the run's first evaluation after step 0), left_chance (the
+    chance rule, :data:`bnexp.analysis.rules.CHANCE`), wall_time_s,
     evaluated_on (the split its evaluations read: the summary's "test" or "validation"; "test" without the field), the
     table's columns ``extra`` names ({table column: its name here}, e.g. inference.batch -> acc_batch), and
     final_test_accuracy (= final). A run whose lr is not a number (a hand edit) is left out with a warning

@@ -115,8 +115,8 @@ def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:
     the whole sweep; in a held-out sweep labelled by :func:`shown_labels`)."""
     st = styles(report.groups)
     shown, note = chosen_groups(report)
-    named = shown_labels(shown) if note else {}
-    return shown, note, {g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}
+    st = relabelled(shown, st) if note else st
+    return shown, note, {g.key: st[g.key] for g in shown}
 
 
 LOG_STEPS = 100  # a step axis is logarithmic when the last step is at least this many times the first evaluated one
@@ -540,8 +540,11 @@ def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGr
 def subset_styles(shown: list[ConfigGroup], every: list[ConfigGroup], st: dict[str, Style]) -> dict[str, Style]:
     """``st`` for the configurations a figure draws; where it draws fewer than ``every`` (:func:`at_most`), their
     legend labels name only the keys that vary among those drawn (:func:`shown_labels`)."""
-    if len(shown) == len(every):
-        return st
+    return st if len(shown) == len(every) else relabelled(shown, st)
+
+
+def relabelled(shown: list[ConfigGroup], st: dict[str, Style]) -> dict[str, Style]:
+    """``st`` with the configurations ``shown`` labelled by :func:`shown_labels` (the keys that vary among them)."""
     named = shown_labels(shown)
     return {**st, **{g.key: replace(st[g.key], label=named.get(g.key, st[g.key].label)) for g in shown}}
 

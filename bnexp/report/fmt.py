@@ -30,8 +30,8 @@ def format_steps(st: dict) -> str:
         return "not reached"
     if st.get("at_first_eval") == st["reached"]:
         text = Bound("upper").written("{:,.0f}".format(max(s for s in st["per_seed"] if s is not None)))
-        return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
-    text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
+    else:
+        text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
     return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from bnexp.report.fmt import format_steps
 from bnexp.report.groups import ConfigGroup
 from bnexp.analysis.runs import Sweep, numeric, ordered_keys
-from bnexp.analysis.rules import optional, stat
+from bnexp.analysis.rules import Censored, optional, stat
 
 
 def value_stat(values) -> dict:
@@ -35,7 +35,8 @@ def reach_stat(steps, first_evals=None) -> dict:
     st = value_stat([s for s in per_seed if s is not None])
     out = {"n": len(per_seed), "reached": st["n"], "not_reached": len(per_seed) - st["n"], "mean": st["mean"],
            "std": st["std"], "per_seed": per_seed,
-           "at_first_eval": sum(1 for s, f in zip(per_seed, firsts) if s is not None and f is not None and s <= f)}
+           "at_first_eval": sum(1 for s, f in zip(per_seed, firsts)
+                                if s is not None and Censored.steps(s, None, first_eval=f).bound == "upper")}
     return {**out, "text": format_steps(out)}
 
 
