@@ -5,7 +5,7 @@ colour alone; within a family one shade per setting, darkest first (:func:`style
 repeat the variant. Seeds are light thin lines of their configuration's colour, the mean over seeds a bold line.
 Labels name the keys the sweep varies as the user typed them (:func:`typed_labels`, else :func:`legend_label`).
 Legends go below the panels (:func:`legend_below`), never over the data, and describe only the variants present
-(:func:`style_note`).
+(:func:`style_note`). The figures' words are the macros of templates/figure_titles.md.j2 (:func:`caption`).
 """
 
 from __future__ import annotations
@@ -16,22 +16,19 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from bnexp.report.fmt import macro
 from bnexp.report.groups import ConfigGroup, bn_variant, following_keys, pair_key, sort_value
 from bnexp.analysis.rules import BN_OPTIONS, NORMALIZERS, colour_family as colour_family_of, normalizer, variant
 from bnexp.runfolders.resumecmd import as_typed
 from bnexp.runfolders.rundir import run_overrides
 
-STEP_LABEL = "training step (SGD updates)"
+TITLES = "figure_titles.md.j2"  # the figures' words
 LINESTYLE = {"BN": "-", "noisy BN": "-.", "no BN": "--", None: "-"}
 HATCH = {"BN": None, "noisy BN": "..", "no BN": "//", None: None}
-LINE_WORDS = {"no BN": "no BN blue dashed", "BN": "BN orange solid", "noisy BN": "noisy BN green dash-dot"}
-BAR_WORDS = {"no BN": "no BN blue hatched", "BN": "BN orange plain", "noisy BN": "noisy BN green dotted"}
 # matplotlib colour maps: one family per BN variant (noisy BN: Santurkar et al. 2018; rules.NORMALIZERS names
 # LayerNorm and GroupNorm), greys for an unknown one
 FAMILY = {"no BN": "Blues", "BN": "Oranges", "noisy BN": "Greens", "LayerNorm": "Purples", "GroupNorm": "RdPu",
           None: "Greys"}
-# the style note's word for the families drawn like BN (a normalizer in BN's place) in a colour of their own
-FAMILY_WORDS = {"LayerNorm": "purple", "GroupNorm": "magenta"}
 # override keys that never tell configurations apart in a legend (seeds are averaged; the rest is result-neutral)
 UNTOLD = ("seed", "hydra.", "trainer.progress", "trainer.num_threads", "trainer.resume", "trainer.async_records",
           "trainer.device", "trainer.ckpt_every", "trainer.save_checkpoint", "data.root", "data.download",
@@ -49,29 +46,37 @@ class Style:
     label: str
 
 
+def caption(name: str, *args, **kw) -> str:
+    """The words of the macro ``name`` of templates/figure_titles.md.j2 for ``args`` and ``kw`` (paper references,
+    counts, numbers and codes): a figure's title, a panel's title, an axis label, a note or a legend entry."""
+    return macro(name, *args, template=TITLES, **kw)
+
+
+PARTS = ("accuracy", "percentiles", "stability")  # the parts of the report that cite the paper (:func:`refs`)
+
+
 def refs(data: dict) -> dict[str, str]:
-    """The paper references of the report's parts ("accuracy", "percentiles", "stability"), from report.json's
-    ``data``: for a CIFAR-10 sweep or one with the Sec. 4.2 baseline preset, Sec. 4.2 (Fig. 2 form) and, for the
-    percentile views, Sec. 4.1's method applied to the Sec. 4.2 networks; else Sec. 4.1 (MNIST, Fig. 1(a)
-    accuracy, Fig. 1(b, c) percentiles)."""
-    if any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
-           for c in data["configurations"]):
-        view = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
-        return {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": view, "stability": view}
-    return {"accuracy": "Sec. 4.1, Fig. 1(a)", "percentiles": "Sec. 4.1, Fig. 1(b, c)",
-            "stability": "Sec. 4.1, Fig. 1(b, c)"}
+    """The paper references of the report's parts (:data:`PARTS`), from report.json's ``data``: for a CIFAR-10
+    sweep or one with the Sec. 4.2 baseline preset, Sec. 4.2 (Fig. 2 form) and, for the percentile views, Sec. 4.1's
+    method applied to the Sec. 4.2 networks; else Sec. 4.1 (MNIST, Fig. 1(a) accuracy, Fig. 1(b, c) percentiles).
+    The words are the macro ``paper_ref`` of templates/figure_titles.md.j2."""
+    cifar = any(c.get("experiment") == "baseline" or str(c["config"].get("data.name", "")).lower().startswith("cifar")
+                for c in data["configurations"])
+    return {part: caption("paper_ref", "cifar" if cifar else "mnist", part) for part in PARTS}
 
 
 def style_note(groups: list[ConfigGroup], bars: bool = False) -> str:
     """How the legend tells the BN variants apart, naming only those in ``groups``: "no BN blue dashed, BN
     orange solid, LayerNorm purple; one shade per setting" (or with ``bars`` the bar hatches); "" without
-    variants."""
-    present = {bn_variant(g) for g in groups}
-    words = [w for v, w in (BAR_WORDS if bars else LINE_WORDS).items() if v in present]
-    families = {colour_family(g) for g in groups}
-    words += [f"{name} {colour}" for name, colour in FAMILY_WORDS.items() if name in families]
-    several = len({pair_key(g) for g in groups}) > 1
-    return ", ".join(words) + ("; one shade per setting" if several else "") if words else ""
+    variants. The BN variants and colour families present and whether there are several settings
+    (:func:`~bnexp.report.groups.pair_key`) go to the macro ``style_note`` of templates/figure_titles.md.j2."""
+    return caption("style_note", {bn_variant(g) for g in groups}, {colour_family(g) for g in groups},
+                   len({pair_key(g) for g in groups}) > 1, bars=bars)
+
+
+def step_label(log: bool = False) -> str:
+    """The step axis's label, "training step (SGD updates)"; with ``log`` a symmetric-log axis's."""
+    return caption("step_label", log=log)
 
 
 def legend_label(group: ConfigGroup) -> str:

@@ -17,9 +17,8 @@ import pandas as pd
 
 from bnexp.report.best_rate import init_of
 from bnexp.report.build import Report
-from bnexp.report.fmt import macro
-from bnexp.report.figstyle import (LINESTYLE, STEP_LABEL, Style, colour_family, family_color,
-                                   legend_below, legend_label, legend_title, pyplot, refs,
+from bnexp.report.figstyle import (LINESTYLE, Style, caption, colour_family, family_color,
+                                   legend_below, legend_label, legend_title, pyplot, refs, step_label,
                                    style_note, styles, wrap_title)
 from bnexp.report.groups import (SCHEDULE_KEYS, ConfigGroup, bn_variant, following_keys, format_value, key_values,
                                  kv_label, pair_key, sort_value, varying_keys)
@@ -30,15 +29,6 @@ from bnexp.report.stats import band_keys, config_stability
 
 MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
 MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
-TITLES = "figure_titles.md.j2"  # the figures' words
-
-
-def caption(name: str, *args, **kw) -> str:
-    """The words of the macro ``name`` of templates/figure_titles.md.j2 for ``args`` and ``kw`` (paper references,
-    counts, numbers and codes): a figure's title, a panel's title, a note or a legend entry."""
-    return macro(name, *args, template=TITLES, **kw)
-
-
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
                min_span: float = 1.0) -> tuple[float, float] | None:
     """The y range (low, high) in % of the zoomed accuracy panel (None without data): the top of
@@ -139,7 +129,7 @@ def step_axis(ax, linthresh: int | None) -> None:
     0 still shown) with plain step numbers as ticks when ``linthresh`` is set (:func:`log_steps`), else linear."""
     from matplotlib.ticker import FuncFormatter
 
-    ax.set_xlabel(STEP_LABEL if linthresh is None else STEP_LABEL[:-1] + ", log axis)")
+    ax.set_xlabel(step_label(linthresh is not None))
     if linthresh is None:
         ax.set_xscale("linear")
     else:
@@ -220,9 +210,9 @@ def accuracy_figure(report: Report):
     fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7.5, 5.2), squeeze=False)
     ax, panels = axes[0][0], list(axes[0])
     _draw_curves(panels, data, st, ax)
-    ax.set_title("whole range" if zoom else "", fontsize=9)
+    ax.set_title(caption("whole_title") if zoom else "", fontsize=9)
     if zr is None:
-        ax.text(0.5, 0.5, "no completed runs with metrics.jsonl", ha="center", va="center",
+        ax.text(0.5, 0.5, caption("no_metrics"), ha="center", va="center",
                 transform=ax.transAxes, fontsize=8)
     for a in panels:
         step_axis(a, linthresh)
@@ -239,7 +229,7 @@ def accuracy_figure(report: Report):
     if data:  # a band of few seeds may reach past 0% or 100%: the axis stops there, as accuracy does
         ax.set_ylim(max(ax.get_ylim()[0], -1.0), min(ax.get_ylim()[1], 101.0))
     for a in panels:
-        a.set_ylabel("test accuracy (%)")
+        a.set_ylabel(caption("accuracy_axis"))
         a.grid(alpha=0.3)
     fig.suptitle(caption("accuracy_title", refs(report.data)["accuracy"]) + note, fontsize=10)
     legend_below(fig, *ax.get_legend_handles_labels(),
@@ -309,7 +299,7 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
             panels[1].set_title(caption("family_panel", fam, n, total, zoom=True), fontsize=9)
     for a in axes.flat:
         step_axis(a, linthresh)
-        a.set_ylabel("test accuracy (%)")
+        a.set_ylabel(caption("accuracy_axis"))
         a.grid(alpha=0.3)
         a.tick_params(labelleft=True, labelbottom=True)
     axes[0][0].set_ylim(max(axes[0][0].get_ylim()[0], -1.0), min(axes[0][0].get_ylim()[1], 101.0))
@@ -434,8 +424,12 @@ def _percentile_panel(ax, sweep: Sweep, group: ConfigGroup, label: str, color, r
     return True
 
 
-VIEWS = ((False, "raw: input to the nonlinearity\n(pre-activation, a.u.)"),
-         (True, "relative: from the initial median\n(initial 15-85 spreads, symlog)"))  # percentiles.png's two rows
+VIEWS = (False, True)  # percentiles.png's two rows per setting: raw, relative (:func:`_percentile_panel`)
+
+
+def percentile_ylabel(relative: bool) -> str:
+    """The y label of a row of the percentile figure: the view (raw or ``relative``) over its unit, two lines."""
+    return caption("percentile_axis", relative) + "\n" + caption("percentile_unit", relative)
 
 
 def percentiles_figure(report: Report):
@@ -457,7 +451,7 @@ def percentiles_figure(report: Report):
     total, rows = len(rows), shown_rows(columns, rows)
     if not rows:
         fig, ax = plt.subplots(figsize=(6, 3))
-        ax.text(0.5, 0.5, "no configurations", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, caption("no_configurations"), ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
     ncol = len(columns)
@@ -466,7 +460,7 @@ def percentiles_figure(report: Report):
                              squeeze=False)
     handles: list = []
     labels: list[str] = []
-    for k, (row, (relative, ylabel)) in enumerate((r, v) for r in rows for v in VIEWS):
+    for k, (row, relative) in enumerate((r, v) for r in rows for v in VIEWS):
         ax_row = axes[k]
         missing = caption("missing_runs", [c for c in columns if c not in row])
         for col, ax in zip(columns, ax_row):
@@ -481,8 +475,8 @@ def percentiles_figure(report: Report):
                 continue
             if not handles:
                 handles, labels = ax.get_legend_handles_labels()
-            ax.set_xlabel(STEP_LABEL, fontsize=8)
-            ax.set_ylabel(ylabel, fontsize=8)
+            ax.set_xlabel(step_label(), fontsize=8)
+            ax.set_ylabel(percentile_ylabel(relative), fontsize=8)
             ax.grid(alpha=0.3)
         drawn = [a for a in ax_row if a.get_visible() and a.axison]
         if len(drawn) > 1:  # one y scale per row: no BN and BN of a setting compare directly
@@ -562,15 +556,13 @@ def stability_figure(report: Report):
     total, st = len(every), subset_styles([g for g, _ in confs], every, st)
     layers = ordered_keys(stab for _, stab in confs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4 + 0.22 * len(confs)), squeeze=False)
-    metrics = (("median_shift", "how far the median moved", "|median end - median first|\n(pre-activation, a.u.)"),
-               ("spread_ratio", "how the 15-85 spread changed", "15-85 spread, end / first\n(ratio; 1 = unchanged)"))
-    for ax, (key, title, ylabel) in zip(axes[0], metrics):
-        ax.set_title(title, fontsize=9)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.set_xlabel("hidden layer (input to output)", fontsize=8)
+    for ax, key in zip(axes[0], ("median_shift", "spread_ratio")):
+        ax.set_title(caption("stability_panel", key), fontsize=9)
+        ax.set_ylabel(caption("stability_axis", key) + "\n" + caption("stability_unit", key), fontsize=8)
+        ax.set_xlabel(caption("layer_axis"), fontsize=8)
         ax.grid(alpha=0.3, axis="y")
         if not confs:
-            ax.text(0.5, 0.5, "no shift.jsonl records", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, caption("no_records"), ha="center", va="center", transform=ax.transAxes)
             continue
         width = 0.8 / len(confs)
         for i, (g, stab) in enumerate(confs):
@@ -588,7 +580,7 @@ def stability_figure(report: Report):
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                 title=legend_title("mean over finished seeds", style_note(report.groups, bars=True)),
+                 title=legend_title(caption("seed_mean_note"), style_note(report.groups, bars=True)),
                  top=1 - (0.04 + 0.18 * (title.count("\n") + 1)) / height)
     return fig
 

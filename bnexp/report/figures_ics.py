@@ -10,34 +10,21 @@ from typing import Any
 import pandas as pd
 
 from bnexp.report.build import Report
-from bnexp.report.figstyle import STEP_LABEL, legend_below, legend_title, pyplot, style_note, styles, wrap_title
-from bnexp.report.figures import at_most, caption, subset_styles
+from bnexp.report.figstyle import (caption, legend_below, legend_title, pyplot, step_label, style_note, styles,
+                                   wrap_title)
+from bnexp.report.figures import at_most, subset_styles
 from bnexp.report.ics_stats import gradient_long, layer_long, records
 from bnexp.analysis.runs import Run, Sweep, numeric
 
-# Axis name and unit of each plotted measure, by panel key (the cross-entropy loss is in nats;
-# the inputs to the nonlinearity have the arbitrary units of the pre-activations).
-AXES = {"w1_first": ("W1 from step 0", "pre-activation, a.u."), "ks_first": ("KS from step 0", "unitless"),
-        "w1_rel_first": ("W1 from step 0 / p15-p85 spread", "unitless"), "l2": ("||G - G'||_2", "nats per weight unit"),
-        "l2_rel": ("||G - G'|| / ||G||", "unitless"), "l2_rel_per_move": ("||G - G'|| / ||G|| per move", "unitless"),
-        "cos": ("cos(G, G')", "unitless"), "fn_loss_variation": ("loss variation", "nats"),
-        "fn_beta_smoothness": ("effective beta-smoothness", "nats per step squared"),
-        "loss_variation": ("loss variation", "nats"), "rel_loss_variation": ("loss variation", "nats"),
-        "grad_predictiveness": ("max ||grad change||_2", "nats per weight unit"),
-        "beta_smoothness": ("effective beta-smoothness", "nats per weight unit squared"),
-        "rel_grad_predictiveness": ("max ||grad change||_2", "nats per relative step"),
-        "rel_beta_smoothness": ("effective beta-smoothness", "nats per relative step squared")}
-
-
 def axis_label(key: str) -> str:
-    """The y-axis label of the measure ``key``: name and unit in parentheses (:data:`AXES`; a ``w1_*``
-    variant of W1 is in pre-activation units). Raises KeyError for a key without a known unit."""
-    if key not in AXES and key.startswith("w1"):
-        return f"W1 ({AXES['w1_first'][1]})"
-    if key not in AXES:
-        raise KeyError(f"no axis label known for the ICS figure panel {key!r}: add it to figures_ics.AXES")
-    name, unit = AXES[key]
-    return f"{name} ({unit})"
+    """The y-axis label of the measure ``key``: name and unit in parentheses (the macro ``ics_axis`` of
+    templates/figure_titles.md.j2; a ``w1_*`` variant of W1 is in pre-activation units). Raises KeyError for a key
+    without a known unit."""
+    label = caption("ics_axis", key)
+    if not label:
+        raise KeyError(f"no axis label known for the ICS figure panel {key!r}: add it to the macro ics_axis of "
+                       "bnexp/report/templates/figure_titles.md.j2")
+    return label
 
 
 def layer_mean_series(sweep: Sweep, run: Run, view: str, key: str) -> tuple[list[int], list[float]]:
@@ -60,7 +47,8 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     ``fn(sweep, run) -> (steps, values)``) that has data (one "not measured" panel when none has), one line per
     configuration (mean over its finished seeds at every step), y labels of :func:`axis_label`, log y-scale with
     ``log`` where all values are positive, one legend below the panels; at most :data:`~.figures.MAX_LEGEND`
-    configurations (:func:`~.figures.at_most`; the title says how many of how many)."""
+    configurations (:func:`~.figures.at_most`; the title says how many of how many). The words are macros of
+    templates/figure_titles.md.j2."""
     plt = pyplot()
     confs = [(g, g.finished) for g, s in zip(report.groups, report.data["configurations"])
              if s.get("ics") and any(k.startswith(view + ".") for k in s["ics"]["measures"])]
@@ -85,50 +73,43 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
     width = max(8.0, 4.8 * len(drawn_panels) + 0.6)
     fig, axes = plt.subplots(1, max(1, len(drawn_panels)), figsize=(width, 4.6), squeeze=False)
     if not drawn_panels:
-        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+        axes[0][0].text(0.5, 0.5, caption("not_measured"), ha="center", va="center", transform=axes[0][0].transAxes)
         axes[0][0].set_axis_off()
     for ax, (key, ylabel, lines) in zip(axes[0], drawn_panels):
         for g, steps, vals, n in lines:
             ax.plot(steps, vals, color=st[g.key].color, linestyle=st[g.key].linestyle, linewidth=1.6,
-                    marker="o" if len(steps) < 3 else None, label=f"{st[g.key].label} (n={n})")
+                    marker="o" if len(steps) < 3 else None, label=caption("curve_entry", st[g.key].label, n))
         every = [v for _, _, vals, _ in lines for v in vals]
         if log and every and min(every) > 0:
             ax.set_yscale("log")
         ax.set_title(wrap_title(ylabel, int(width / max(1, len(drawn_panels)) * 10)), fontsize=9)
         ax.set_ylabel(axis_label(key), fontsize=8)
-        ax.set_xlabel(STEP_LABEL, fontsize=8)
+        ax.set_xlabel(step_label(), fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                 title=legend_title("mean over finished seeds", style_note([g for g, _ in confs])), top=0.95)
+                 title=legend_title(caption("seed_mean_note"), style_note([g for g, _ in confs])), top=0.95)
     return fig
 
 
-def _view(view: str, panels: list[tuple[str, str]], title: str, log: bool = False):
-    """The figure of ``view`` with a panel per (key, title), as a function of the report."""
-    series = [(k, t, partial(layer_mean_series, view=view, key=k)) for k, t in panels]
-    return partial(ics_figure, view=view, panels=series, title=title, log=log)
+def _view(view: str, keys: list[str], log: bool = False):
+    """The figure of ``view`` with a panel per measure of ``keys``, as a function of the report; its title and the
+    panels' titles are the macros ``ics_title`` and ``ics_panel`` of templates/figure_titles.md.j2."""
+    def figure(report: Report):
+        panels = [(k, caption("ics_panel", k), partial(layer_mean_series, view=view, key=k)) for k in keys]
+        return ics_figure(report, view=view, panels=panels, title=caption("ics_title", view), log=log)
+
+    return figure
 
 
 ICS_PLOTS = {  # file name -> figure of a report
     # the BN paper's view: how far each layer's input distribution moved from its first record (step 0),
     # averaged over layers: KS distance and W1 / initial spread (scale-free), raw W1 (pre-activation units)
-    "ics_distribution.png": _view("shift", [
-        ("ks_first", "KS(now, step 0), mean over layers"),
-        ("w1_rel_first", "W1(now, step 0) / initial spread, mean over layers"),
-        ("w1_first", "W1(now, step 0), raw, mean over layers")],
-        "Distribution view (BN paper): how far the input distributions moved from their start"),
+    "ics_distribution.png": _view("shift", ["ks_first", "w1_rel_first", "w1_first"]),
     # Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged: ||G - G'|| / ||G|| per unit of
     # the earlier layers' relative movement, ||G - G'|| / ||G|| and cos(G, G')
-    "ics_gradient.png": _view("grad", [
-        ("l2_rel_per_move", "||G - G'|| / ||G|| per move, layers 2..K"),
-        ("l2_rel", "||G - G'|| / ||G||, layers 2..K"), ("cos", "cos(G, G'), layers 2..K")],
-        "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)"),
+    "ics_gradient.png": _view("grad", ["l2_rel_per_move", "l2_rel", "cos"]),
     # loss variation and effective beta-smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4)
     # along filter-normalized directions (Li et al. 2018), and the raw beta-smoothness; log y where all positive
-    "ics_landscape.png": _view("land", [
-        ("fn_loss_variation", "loss variation (filter-normalized)"),
-        ("fn_beta_smoothness", "effective beta-smoothness (filter-normalized)"),
-        ("beta_smoothness", "effective beta-smoothness (raw)")],
-        "Loss landscape along the gradient (Santurkar et al. 2018)", log=True),
+    "ics_landscape.png": _view("land", ["fn_loss_variation", "fn_beta_smoothness", "beta_smoothness"], log=True),
 }

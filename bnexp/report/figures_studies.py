@@ -2,7 +2,7 @@
 (docs/studies/, :func:`bnexp.report.study_claims.study_section`; :data:`FIGURES`) and the Sec. 4.2 frontier
 (:func:`frontier_figure`). Styles follow :mod:`bnexp.report.figstyle`; seed means are lines or bars with each
 seed's value as a point, log axes where a quantity spans orders of magnitude, and a target never reached is an
-open marker at the budget.
+open marker at the budget. Their words are the macros of templates/figure_titles.md.j2 (:func:`~.figstyle.caption`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from itertools import product
 
-from bnexp.report.figstyle import FAMILY, family_color, figure_png, legend_below, pyplot, wrap_title
+from bnexp.report.figstyle import FAMILY, caption, family_color, figure_png, legend_below, pyplot, wrap_title
 from bnexp.analysis.frontier import BASELINE, ORDER, PASS_FACTOR
 from bnexp.analysis.rules import NORMALIZERS as NAMES
 
@@ -89,16 +89,13 @@ def batch_size_figure(sec: dict):
             if norm != "ghost":
                 ax.plot([r["m"] for r in mine], [_mean(r[key]) for r in mine], "-", color=color, label=NAMES[norm])
             else:
-                ax.scatter([], [], marker="x", color=color, label="ghost BN at m = 60 (g = 2, 4)")
+                ax.scatter([], [], marker="x", color=color, label=caption("ghost_entry"))
         _log(ax, "x", 2)
-        ax.set_xlabel("mini-batch size m")
+        ax.set_xlabel(caption("study_axis", "m"))
     _log(axes[0], "y")
-    axes[0].set_ylabel(f"examples to {100 * sec['target']:g}% (open: not reached)")
-    axes[1].set_ylabel("final test accuracy (%)")
-    title = ("Mini-batch size at a fixed number of examples: each normalizer and m at its rate chosen on the tuning "
-             "seeds (left for examples to the target, right for final accuracy); points: evaluation seeds") if held \
-        else "Mini-batch size at a fixed number of examples (lr = 0.01 m)"
-    return _finish(fig, axes, title)
+    axes[0].set_ylabel(caption("examples_axis", sec["target"]))
+    axes[1].set_ylabel(caption("study_axis", "final"))
+    return _finish(fig, axes, caption("study_title", "batch_size", held))
 
 
 def inference_figure(sec: dict):
@@ -112,18 +109,16 @@ def inference_figure(sec: dict):
         color = f"C{i}"
         for ax, key in ((a1, "gap"), (a2, "pop_minus_ema")):
             ax.plot([r["m"] for r in mine], [_mean(r[key]) for r in mine], "-o", color=color, markersize=3,
-                    label=f"momentum {mom:g}")
+                    label=caption("momentum_entry", mom))
             for r in mine:
                 if r[key].get("ci_low") is not None:
                     ax.vlines(r["m"], r[key]["ci_low"], r[key]["ci_high"], color=color, alpha=0.5)
-    for ax, lab in ((a1, "moving average - batch statistics (points)"),
-                    (a2, "Alg. 2 population - moving average (points)")):
+    for ax, key in ((a1, "gap"), (a2, "pop_minus_ema")):
         _log(ax, "x", 2)
         ax.axhline(0, color="black", linewidth=0.6)
-        ax.set_xlabel("mini-batch size m")
-        ax.set_ylabel(lab)
-    return _finish(fig, (a1, a2), "Test accuracy: inference statistics vs batch statistics "
-                                       "(seed mean, bars: 95% interval)")
+        ax.set_xlabel(caption("study_axis", "m"))
+        ax.set_ylabel(caption("study_axis", key))
+    return _finish(fig, (a1, a2), caption("study_title", "inference_statistics"))
 
 
 def placement_figure(sec: dict):
@@ -138,14 +133,15 @@ def placement_figure(sec: dict):
                   and r.get("best")), None)
         if r is None:
             continue
-        ax.bar(i, _mean(r["to_target"]) or 0, color=colors[pos], alpha=0.8, label=f"BN {pos} g")
+        ax.bar(i, _mean(r["to_target"]) or 0, color=colors[pos], alpha=0.8, label=caption("placement_entry", pos))
         _points(ax, i, r, "to_target", "black")
         xs.append(i)
-        labels.append(f"{model.upper()} {act}\n{pos}\nlr {r['lr']:g}"
-                      + ("" if r["reached"] == r["seeds"] else f"\n{r['reached']}/{r['seeds']} reached"))
+        lines = [caption("network_tick", model, act), pos, caption("rate_tick", r["lr"])]
+        lines += [] if r["reached"] == r["seeds"] else [caption("reached_tick", r["reached"], r["seeds"])]
+        labels.append("\n".join(lines))
     ax.set_xticks(xs, labels, fontsize=7)
-    ax.set_ylabel("steps to target at the best rate (MLP 95%, CNN 97%)")
-    return _finish(fig, [ax], "BN before vs after the nonlinearity (each at its best rate; points: seeds)")
+    ax.set_ylabel(caption("study_axis", "placement_steps"))
+    return _finish(fig, [ax], caption("study_title", "placement"))
 
 
 def normalizer_figure(sec: dict):
@@ -183,12 +179,9 @@ def normalizer_figure(sec: dict):
                 ax.scatter([r["lr"]], [_mean(r["to_target"])], s=120, facecolors="none", edgecolors=color)
     _log(ax, "x")
     _log(ax, "y")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("steps to 95% (seeds that reached it)")
-    title = ("Normalizers on the paper's MNIST net: tuning grids (dashed, seeds 100-102; star: chosen rate), "
-             "evaluation seeds at the chosen rate (points; circle: mean)") if held else \
-        "Normalizers on the paper's MNIST net (circles: each one's best rate)"
-    return _finish(fig, [ax], title)
+    ax.set_xlabel(caption("study_axis", "lr"))
+    ax.set_ylabel(caption("study_axis", "normalizer_steps"))
+    return _finish(fig, [ax], caption("study_title", "normalizer", held))
 
 
 def depth_figure(sec: dict):
@@ -206,11 +199,11 @@ def depth_figure(sec: dict):
             for r in best:
                 _points(ax, r["depth"], r, key, color, scale=scale)
     for ax in (a1, a2):
-        ax.set_xlabel("hidden sigmoid layers")
+        ax.set_xlabel(caption("study_axis", "depth"))
         ax.set_xticks([3, 6, 12])
-    a1.set_ylabel("steps to 95% at the best rate")
-    a2.set_ylabel("final test accuracy at the best rate (%)")
-    return _finish(fig, (a1, a2), "Depth: BN vs no BN, each at its best rate")
+    a1.set_ylabel(caption("study_axis", "depth_steps"))
+    a2.set_ylabel(caption("study_axis", "depth_final"))
+    return _finish(fig, (a1, a2), caption("study_title", "depth"))
 
 
 FIGURES = {"batch_size": batch_size_figure, "inference_statistics": inference_figure,
@@ -276,18 +269,18 @@ def frontier_figure(section: dict):
     ticks = sorted({b for f in fa["presets"].values() for b in f["budgets"]})
     ax.set_xticks(ticks, [f"{b:,}" for b in ticks], rotation=45, fontsize=8)
     ax.minorticks_off()
-    ax.set_xlabel("training budget (SGD steps, log2 axis; the rate halves 5 times over each run's budget)")
-    ax.set_ylabel("final test accuracy (%)")
-    ax.set_title(f"Frontiers: seed mean (line), each seed (x); a* = {a_star:.2f}% (dotted)", fontsize=10)
+    ax.set_xlabel(caption("study_axis", "budget"))
+    ax.set_ylabel(caption("study_axis", "final"))
+    ax.set_title(caption("frontier_title", a_star), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     bx.axhline(1.0, color="grey", ls=":", lw=1)
     bx.axhline(PASS_FACTOR, color="black", ls="--", lw=1)
     bx.axvline(a_star, color="grey", ls=":", lw=1)
     bx.set_yscale("log", base=2)
     bx.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    bx.set_xlabel("test accuracy a (%)")
-    bx.set_ylabel("S(a) = B_baseline(a) / B_preset(a)")
-    bx.set_title(f"Speedup S(a); * = S(a*), dashed = pass rule {PASS_FACTOR:g}x, triangles = bounds", fontsize=10)
+    bx.set_xlabel(caption("study_axis", "a"))
+    bx.set_ylabel(caption("study_axis", "speedup"))
+    bx.set_title(caption("speedup_title", PASS_FACTOR), fontsize=10)
     bx.grid(True, which="both", alpha=0.3)
     legend_below(fig, handles, names, max_cols=len(handles))
     return fig
