@@ -1,7 +1,8 @@
-"""The figures' words (bnexp/report/templates/figure_titles.md.j2, rendered by bnexp.report.figures.caption): each
-title, panel title, note and legend entry for known numbers, and the titles of figures rendered from a small
-sweep. The expected strings are the ones the figures wrote while their titles were f-strings in figures.py (the
-move into the template kept them character for character).
+"""The figures' words (bnexp/report/templates/figure_titles.md.j2, rendered by bnexp.report.figstyle.caption): each
+title, panel title, axis label, note, legend entry and paper reference for known numbers, and the titles of figures
+rendered from a small sweep. The expected strings are the ones the figures wrote while their words were constants
+and f-strings in figstyle.py, figures.py, figures_ics.py and figures_studies.py (the move into the template kept
+them character for character).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 from test_report import make_ics_run
 
 from bnexp.report import build_report
+from bnexp.report.figstyle import refs
 from bnexp.report.figures import accuracy_figure, caption, percentiles_figure, stability_figure
 
 pytest.importorskip("matplotlib")
@@ -64,9 +66,69 @@ CIFAR_VIEW = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
     ("shown_note", ("study", 0.95, [1000, 1001]), {},
      "the configurations the evaluation seeds ran (stage 2: each at its rate chosen on the tuning seeds); "
      "evaluation seeds 1000, 1001"),
+    # the words that were constants and f-strings of figstyle.py, figures.py, figures_ics.py and figures_studies.py
+    ("paper_ref", ("mnist", "accuracy"), {}, S41A),
+    ("paper_ref", ("mnist", "stability"), {}, S41BC),
+    ("paper_ref", ("cifar", "accuracy"), {}, "Sec. 4.2, Fig. 2 form, on CIFAR-10"),
+    ("paper_ref", ("cifar", "percentiles"), {}, CIFAR_VIEW),
+    ("style_note", ({"BN", "no BN", None}, {"BN", "no BN"}, True), {},
+     "no BN blue dashed, BN orange solid; one shade per setting"),
+    ("style_note", ({"noisy BN", "BN"}, {"noisy BN", "BN"}, False), {"bars": True},
+     "BN orange plain, noisy BN green dotted"),
+    ("style_note", ({"BN"}, {"BN", "LayerNorm", "GroupNorm"}, True), {},
+     "BN orange solid, LayerNorm purple, GroupNorm magenta; one shade per setting"),
+    ("style_note", ({None}, {None}, True), {}, ""),  # no variant named: no note, not a lone "; one shade ..."
+    ("step_label", (), {}, "training step (SGD updates)"),
+    ("step_label", (), {"log": True}, "training step (SGD updates, log axis)"),
+    ("seed_mean_note", (), {}, "mean over finished seeds"),
+    ("percentile_axis", (False,), {}, "raw: input to the nonlinearity"),
+    ("percentile_unit", (True,), {}, "(initial 15-85 spreads, symlog)"),
+    ("stability_axis", ("median_shift",), {}, "|median end - median first|"),
+    ("stability_unit", ("spread_ratio",), {}, "(ratio; 1 = unchanged)"),
+    ("ics_axis", ("l2",), {}, "||G - G'||_2 (nats per weight unit)"),
+    ("ics_axis", ("w1_last",), {}, "W1 (pre-activation, a.u.)"),  # another W1 variant: pre-activation units
+    ("ics_axis", ("new_measure",), {}, ""),  # unknown: nothing (figures_ics.axis_label raises KeyError)
+    ("ics_panel", ("cos",), {}, "cos(G, G'), layers 2..K"),
+    ("ics_title", ("grad",), {}, "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)"),
+    ("study_title", ("batch_size",), {}, "Mini-batch size at a fixed number of examples (lr = 0.01 m)"),
+    ("study_title", ("normalizer", True), {},
+     "Normalizers on the paper's MNIST net: tuning grids (dashed, seeds 100-102; star: chosen rate), evaluation "
+     "seeds at the chosen rate (points; circle: mean)"),
+    ("study_title", ("depth",), {}, "Depth: BN vs no BN, each at its best rate"),
+    ("study_axis", ("budget",), {},
+     "training budget (SGD steps, log2 axis; the rate halves 5 times over each run's budget)"),
+    ("examples_axis", (0.95,), {}, "examples to 95% (open: not reached)"),  # as f"{100 * 0.95:g}" writes it
+    ("examples_axis", (0.975,), {}, "examples to 97.5% (open: not reached)"),
+    ("momentum_entry", (0.001,), {}, "momentum 0.001"),
+    ("placement_entry", ("after",), {}, "BN after g"),
+    ("network_tick", ("cnn", "relu"), {}, "CNN relu"),
+    ("rate_tick", (0.25,), {}, "lr 0.25"),
+    ("reached_tick", (2, 3), {}, "2/3 reached"),
+    ("frontier_title", (78.456,), {}, "Frontiers: seed mean (line), each seed (x); a* = 78.46% (dotted)"),
+    ("speedup_title", (2.0,), {}, "Speedup S(a); * = S(a*), dashed = pass rule 2x, triangles = bounds"),
 ])
 def test_each_caption_for_known_numbers(name, args, kw, want):
     assert caption(name, *args, **kw) == want
+
+
+def test_refs_name_the_paper_part_per_dataset():
+    """report.md's captions (f.refs) and the titles cite Sec. 4.2 for a CIFAR-10 sweep or one with the baseline
+    preset, Sec. 4.1 otherwise."""
+    mnist = {"configurations": [{"config": {"data.name": "mnist"}}]}
+    cifar = {"configurations": [{"config": {"data.name": "mnist"}}, {"config": {"data.name": "CIFAR10"}}]}
+    preset = {"configurations": [{"config": {}, "experiment": "baseline"}]}
+    assert refs(mnist) == {"accuracy": S41A, "percentiles": S41BC, "stability": S41BC}
+    want = {"accuracy": "Sec. 4.2, Fig. 2 form, on CIFAR-10", "percentiles": CIFAR_VIEW, "stability": CIFAR_VIEW}
+    assert refs(cifar) == want and refs(preset) == want
+
+
+def test_the_template_writes_each_phrase_without_a_newline_around_it():
+    """Every macro's words for a few arguments: no leading or trailing whitespace (Python breaks the lines)."""
+    for name, args in [("study_title", (n, h)) for n in ("batch_size", "inference_statistics", "placement",
+                                                          "normalizer", "depth") for h in (False, True)] + \
+            [("ics_title", (v,)) for v in ("shift", "grad", "land")] + [("style_note", ({"BN"}, {"BN"}, True))]:
+        text = caption(name, *args)
+        assert text and text == text.strip() and "\n" not in text, (name, args, text)
 
 
 @pytest.fixture(scope="module")

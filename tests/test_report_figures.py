@@ -23,7 +23,7 @@ from test_report import BN_05, make_ics_run, make_run
 from bnexp.report import build_report
 from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure, zoom_range
 from bnexp.report.figures_ics import ICS_PLOTS, axis_label, ics_figure
-from bnexp.report.figstyle import STEP_LABEL, legend_label
+from bnexp.report.figstyle import legend_label
 
 pytest.importorskip("matplotlib")
 
@@ -105,7 +105,8 @@ def test_accuracy_figure_has_a_zoomed_top_panel_units_and_paired_colours(mnist):
     # 100 to 20,000 evaluated steps: a log step axis, step 0 still on it, so BN's early lead is not one sliver;
     # the zoom, from about 1,000 steps to 20,000, stays linear
     assert full.get_xscale() == "symlog" and full.get_xlim()[0] <= 0 and zoom.get_xscale() == "linear"
-    assert full.get_xlabel() == "training step (SGD updates, log axis)" and zoom.get_xlabel() == STEP_LABEL
+    assert full.get_xlabel() == "training step (SGD updates, log axis)"
+    assert zoom.get_xlabel() == "training step (SGD updates)"
     # one legend entry per configuration; BN and no BN in their own colour families, a shade per setting
     labels = fig.legends[0].texts
     entries = {t.get_text().rsplit(" (n=", 1)[0] for t in labels}
