@@ -661,4 +661,8 @@ def test_a_third_seed_of_the_tuning_winner_alone_leaves_the_tuning_table_and_a_s
     assert _without_held_out(three) == json.loads(json.dumps(two))
     # seed 2: a*_2 = 0.82 at 24k; bn_x5 seed 2 reaches 0.73 at 1500 only: not reached
     assert three["matched_accuracy"]["bn_x5"]["held_out_per_seed"] == {"2": None}
-    assert "interval" not in three["matched_accuracy"]["bn_x5"]
+    # seeds 1 and 2 never reach their a*_s within bn_x5's 1,500 steps: each enters the interval as S <= 24,000 /
+    # 1,500 = 16 (an upper bound that opens the lower side), not left out, which would leave seed 0 alone
+    iv = three["matched_accuracy"]["bn_x5"]["interval"]
+    assert three["matched_accuracy"]["bn_x5"]["interval_seeds"] == [0, 1, 2]
+    assert iv["n"] == 3 and iv["n_censored"] == 2 and iv["low"] is None and iv["low_open"]
