@@ -25,7 +25,7 @@ import yaml
 from bnexp.report.claims import Claim, evaluate, words
 from bnexp.report.fmt import format_acc, format_stat, label, labels, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
-from bnexp.report.ics_stats import DEF21, GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
+from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
 from bnexp.analysis.rules import Censored
 from bnexp.report.stats import value_stat
@@ -39,7 +39,6 @@ ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved from sampling noise
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
-SHIFT = ("ks_first", "w1_rel_first")  # the scale-free shift measures of the shift claims
 MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_stats)
 
 

@@ -5,7 +5,7 @@ rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` 
 configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
-for :func:`study_section`, its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
+for :func:`study_section` (the title and columns: study_sections.yaml, :func:`section_head`), its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
 (:func:`finding_text`).
 """
 
@@ -39,7 +39,7 @@ PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cn
 PLACEMENT_CLAIMS = {(model, act): C[f"PL_{model}_{act}".upper()]  # BN before vs after g, each at its best rate
                     for model, act in PLACEMENT_CASES}
 # {study: {"title", "columns", "rests_on"}} of study_sections.yaml: each study's section beside its claims
-SECTIONS = yaml.safe_load(Path(__file__).with_name("study_sections.yaml").read_text())
+SECTIONS = yaml.safe_load(Path(__file__).with_name("study_sections.yaml").read_text(encoding="utf-8"))
 
 
 def section_head(study: str, held_out: bool) -> dict:
