@@ -5,8 +5,8 @@ rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` 
 configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
-for :func:`study_section` (the title and columns: study_sections.yaml, :func:`section_head`), its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
-(:func:`finding_text`).
+for :func:`study_section` (the title and columns: study_sections.yaml, :func:`section_head`), its findings as
+numbers ({"kind", ...}); their words are templates/study_findings.md.j2's (:func:`finding_text`).
 """
 
 from __future__ import annotations
