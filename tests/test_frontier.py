@@ -578,6 +578,19 @@ def test_held_out_seed_cut_short_is_noted_and_every_seed_without_tuning_decides(
     assert set(every["matched_accuracy"]["bn_x5"]["speedup_per_seed"]) == {"0", "1", "2"}
 
 
+def test_a_held_out_seed_that_never_reaches_its_target_bounds_the_interval_instead_of_leaving_it():
+    """bn_x5 seed 2 ran 375..1,500 steps and never reached a*_2 (it needs 48,000 / K[2] = 9,600): its S(a*_2) is at
+    most B_baseline(a*_2) / 1,500 = 32, an upper bound that opens the interval's lower side. Leaving the seed out
+    would report the two faster seeds' interval (6, 9) as if seed 2 had not run."""
+    runs = pd.concat([_seed_runs((0, 1)), _seed_runs((2,), x5_ladder=doubling(375, 3))], ignore_index=True)
+    ma = analyze(runs, TUNING)["matched_accuracy"]["bn_x5"]
+    assert ma["held_out_per_seed"] == {"2": None} and ma["interval_seeds"] == [0, 1, 2]
+    iv = ma["interval"]
+    assert iv["n"] == 3 and iv["n_censored"] == 1 and iv["low"] is None and iv["low_open"]
+    assert iv["seed_max"] == pytest.approx(48000 / 1500) and iv["seed_max_bound"] == "<="
+    assert iv["estimate"] == pytest.approx((6.0 * 9.0 * 32.0) ** (1 / 3)) and iv["estimate_bound"] == "<="
+
+
 def test_a_held_out_seed_in_another_precision_is_noted():
     """The CPU ladder switched to bf16 after its check: seed 2 of the baseline, run afterwards, is bf16 at the rungs
     where the decision seeds were fp32; the report says so (and nothing where precisions agree or are unknown)."""

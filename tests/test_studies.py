@@ -18,6 +18,7 @@ from bnexp.analysis.runs import find_run_dirs, load_sweep
 from bnexp.analysis.tuning import best_rate
 from bnexp.analysis.rules import Censored
 from bnexp.report.fmt import censored_why
+from bnexp.report.frontier_text import speedup_text
 from bnexp.analysis.study_runs import cells
 from bnexp.report.study_section import MARKER
 from bnexp.report.study_claims import study_section
@@ -80,7 +81,8 @@ def test_censored_ratio_and_the_bounds_a_claim_may_use():
     assert censored_why(Censored.steps(None, 4000, 60)) == "not reached within 4,000 steps"
     assert censored_why(Censored(3.0) / Censored.steps(None, 4000)) == "not reached within 4,000 steps"
     assert censored_why(Censored.steps(None, None)) == "not reached, budget unknown" and censored_why(Censored(3.0)) is None
-    assert Censored(3.0, "lower").text() == ">= 3.00x" and Censored(None).text() == "not reached"
+    assert speedup_text(3.0, "lower") == ">= 3.00x" and speedup_text(None) == "not reached"
+    assert speedup_text(3.0, "unknown") == "~3.00x (both bounds)" and speedup_text(1234.5) == "1,234.50x"
 
 
 def test_best_rate_fewest_steps_then_highest_final(tmp_path):

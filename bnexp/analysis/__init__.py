@@ -13,5 +13,5 @@ holds them).
 
 Nothing here imports :mod:`bnexp.designs` or :mod:`bnexp.report`. The text here is what report.json records
 as data (the rate rules' sentences, the frontier's claims, a study family's label) and
-:meth:`.rules.Censored.text`, how a bound is written; report.md's wording is the report's templates'.
+:meth:`.rules.Bound.written`, the one mark of a bound (">= 3.00x"); report.md's wording is the report's templates'.
 """

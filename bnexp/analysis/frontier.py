@@ -398,14 +398,26 @@ def _rows(runs: pd.DataFrame) -> list[dict]:
             for r in runs[COLUMNS].to_dict("records")]
 
 
+def seed_speedup(d: dict, largest: float) -> Censored | None:
+    """One seed's S(a*_s) (a :func:`speedup_at` dict ``d``) as it enters the interval over seeds: the ratio with its
+    bound; where the preset never reached a*_s within its largest budget ``largest`` (steps) though the baseline
+    did, at most B_baseline(a*_s) / ``largest`` (the preset needs more than ``largest`` steps, if it gets there at
+    all): an upper bound, never a seed left out (leaving it out would favour the preset). None without a value."""
+    if d["speedup"] is not None:
+        return Censored(d["speedup"], d["bound"] or "exact")
+    if d.get("budget_baseline") is None or d.get("budget_preset") is not None or not largest > 0:
+        return None
+    return Censored(d["budget_baseline"] / float(largest), "upper")
+
+
 def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dict, presets: dict,
              notes: list) -> dict:
     """The held-out check (docs/cifar/PLAN.md, stage 5: seed 2 took no part in any choice): per preset and held-out
     seed s, S(a*_s) computed as the decision seeds' per-seed values are (seed s of the baseline vs seed s of the
     preset, at that baseline seed's own best accuracy a*_s), and the geometric mean of S(a*_s) over decision and
     held-out seeds with its 95% Student-t interval on the log values
-    (:func:`bnexp.analysis.interval.seed_values`, the project's one interval; a seed that never reached its a*_s is
-    not counted, a bound opens its side).
+    (:func:`bnexp.analysis.interval.seed_values`, the project's one interval; a bound opens its side, and a seed
+    whose preset never reached a*_s counts as the upper bound of :func:`seed_speedup`).
 
     Args:
         held: the held-out runs (:data:`COLUMNS`); runs: the decision seeds' runs.
@@ -449,12 +461,13 @@ def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dic
             continue
         matched[p]["held_out_per_seed"] = {str(d["seed"]): d["speedup"] for d in one}
         details[p]["held_out_per_seed"] = one
-        every = details[p]["per_seed"] + one
-        _, _, iv = seed_values({d["seed"]: Censored(d["speedup"], d["bound"] or "exact") for d in every
-                                if d["speedup"] is not None}, "log")
+        both = pd.concat([runs, held])
+        values = {d["seed"]: v for d in details[p]["per_seed"] + one
+                  if (v := seed_speedup(d, both[(both.preset == p) & (both.seed == d["seed"])].budget_steps.max()))}
+        _, _, iv = seed_values(values, "log")
         if iv is not None and iv.n >= 2:
             matched[p]["interval"] = iv.as_dict()
-            matched[p]["interval_seeds"] = sorted(d["seed"] for d in every if d["speedup"] is not None)
+            matched[p]["interval_seeds"] = sorted(values)
     decide = sorted(int(s) for s in runs.seed.unique())
     return {"decision_seeds": decide, "held_out_seeds": seeds, "held_out_presets": by_preset,
             "held_out_runs": _rows(held.sort_values(["preset", "budget_steps", "seed"]))}

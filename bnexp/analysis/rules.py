@@ -154,14 +154,6 @@ class Censored:
             return hit
         return (True if hit else None) if self.bound == "lower" else (None if hit else False)
 
-    def text(self, digits: int = 2, unit: str = "x", missing: str = "not reached") -> str:
-        """">= 3.00x" (a lower bound), "<= 0.50x" (upper), "~3.00x (both bounds)" (unknown), "2.50x" or
-        ``missing`` without a value."""
-        if self.value is None:
-            return missing
-        return self.bound.written(f"{self.value:,.{digits}f}{unit}") + (" (both bounds)" if self.bound == "unknown"
-                                                                          else "")
-
 
 def option_text(v) -> str | None:
     """A config option as text (:func:`bnexp.config.checks.option_value`): an Enum's value, and an Enum

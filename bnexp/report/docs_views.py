@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from bnexp.analysis.interval import row_interval
-from bnexp.report.fmt import format_interval, label, labels, md_table, render_template
+from bnexp.report.fmt import cell, format_interval, label, labels, md_table, render_template
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.study_section import table_md
@@ -231,7 +231,7 @@ def ics_overview(report: dict) -> str:
     rows = [[first[0]] + [str(c["completed"]) for c, _ in cols],
             [first[1]] + [pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
             [first[2]] + [pct(((s or {}).get("final_train_accuracy") or {}).get("mean")) for _, s in cols],
-            [first[3]] + [st.get("text", "-") if st.get("reached") else label("not_reached") for st in steps]]
+            [first[3]] + [st.get("text", "-") if st.get("reached") else cell("steps", None, 0, 0) for st in steps]]
     rows += [[label("ics_row", key)] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols] for key in ICS_ROWS]
     return "\n".join(md_table(header, rows))
 

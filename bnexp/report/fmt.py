@@ -1,6 +1,7 @@
 """How the report writes numbers (steps, accuracies, targets, statistics over seeds, markdown tables) and its
-text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph, and
-templates/rules_and_bounds.md.j2 the words of the analysis layer's rules and bounds (:func:`words`).
+text: the Jinja2 templates of bnexp/report/templates/ (:func:`render_template`) hold every paragraph,
+templates/rules_and_bounds.md.j2 the words of the analysis layer's rules and bounds (:func:`words`) and
+templates/cells.md.j2 those of one table cell (:func:`cell`); this module writes the numbers.
 
 A statistic over seeds is written "mean ± std"; from a single run it is written as the value and "(1 seed)", never
 "± 0.00" (a spread of one value is not a measured spread). A unit goes with the column header ("max test acc
@@ -23,28 +24,28 @@ def format_steps(st: dict) -> str:
     """Cell text of a :func:`bnexp.report.stats.reach_stat`, mean ± std over the seeds that reached the target:
     "1,200 ± 163", "1,200 (1 seed)", "2,200 ± 200; not reached (1/3)", "not reached", "n/a" when there are no
     completed runs, and "<= 12,000" when every seed that reached it did so by its first evaluation after step 0
-    (an upper bound: the evaluations cannot tell how early)."""
+    (an upper bound: the evaluations cannot tell how early). The numbers are written here, the words by
+    templates/cells.md.j2's ``steps``."""
     if st["n"] == 0:
-        return "n/a"
+        return cell("missing")
     if st["reached"] == 0:
-        return "not reached"
-    if st.get("at_first_eval") == st["reached"]:
-        text = Bound("upper").written("{:,.0f}".format(max(s for s in st["per_seed"] if s is not None)))
+        reached = None
+    elif st.get("at_first_eval") == st["reached"]:
+        reached = Bound("upper").written("{:,.0f}".format(max(s for s in st["per_seed"] if s is not None)))
     else:
-        text = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
-    return text + (f"; not reached ({st['not_reached']}/{st['n']})" if st["not_reached"] else "")
+        reached = format_stat({**st, "n": st["reached"]}, "{:,.0f}", "{:,.0f}")
+    return cell("steps", reached, st["not_reached"], st["n"])
 
 
 def format_stat(st: dict | None, fmt: str = "{:.4g}", std_fmt: str = "{:.2g}", scale: float = 1.0,
-                missing: str = "n/a") -> str:
+                missing: str | None = None) -> str:
     """A statistic over seeds ({"mean", "std", "n"}) as "0.1234 ± 0.005" (``fmt`` for the mean, ``std_fmt``
-    for the std, both times ``scale``); one value as "0.1234 (1 seed)"; ``missing`` without a mean."""
+    for the std, both times ``scale``); one value as "0.1234 (1 seed)" (templates/cells.md.j2's ``stat``);
+    without a mean ``missing``, or "n/a" when it is None."""
     if st is None or st.get("mean") is None:
-        return missing
-    mean = fmt.format(scale * st["mean"])
-    if st.get("n") == 1 or st.get("std") is None:
-        return f"{mean} (1 seed)"
-    return f"{mean} ± {std_fmt.format(scale * st['std'])}"
+        return cell("missing") if missing is None else missing
+    one = st.get("n") == 1 or st.get("std") is None
+    return cell("stat", fmt.format(scale * st["mean"]), None if one else std_fmt.format(scale * st["std"]))
 
 
 def format_acc(st: dict) -> str:
@@ -75,15 +76,18 @@ def table(text: str) -> str:
 def grid_text(choice: dict) -> str:
     """A :meth:`bnexp.analysis.tuning.RateChoice.as_dict` grid as one table cell: every rate with its failed
     (objective "steps") or diverged ("accuracy") tuning seeds / n and the mean steps or final accuracy, the chosen
-    rate in bold, then " (censored)" when every rate had a failed seed."""
-    def cell(g: dict) -> str:
-        if choice.get("objective", "steps") == "steps":
-            return f"{g['rate']:g}: {g['failed']}/{g['n']} failed, {g['mean_steps']:,.0f}"
-        acc = "-" if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
-        return f"{g['rate']:g}: {g['diverged']}/{g['n']} diverged, {acc}"
+    rate in bold, then " (censored)" when every rate had a failed seed (the words: templates/cells.md.j2's
+    ``grid_rate`` and ``grid``)."""
+    steps = choice.get("objective", "steps") == "steps"
 
-    text = "; ".join(f"**{cell(g)}**" if g["chosen"] else cell(g) for g in choice["grid"])
-    return text + (" (censored)" if choice["censored"] else "")
+    def rate(g: dict) -> str:
+        if steps:
+            return cell("grid_rate", f"{g['rate']:g}", "steps", g["failed"], g["n"], f"{g['mean_steps']:,.0f}",
+                        g["chosen"])
+        acc = None if g["mean_accuracy"] is None else f"{100 * g['mean_accuracy']:.2f}%"
+        return cell("grid_rate", f"{g['rate']:g}", "accuracy", g["diverged"], g["n"], acc, g["chosen"])
+
+    return cell("grid", [rate(g) for g in choice["grid"]], choice["censored"])
 
 
 def by_seed(per_seed: Mapping) -> list[tuple]:
@@ -146,21 +150,21 @@ def format_interval(iv: SeedInterval, unit: str = "", digits: int = 3) -> str:
 
 def interval_cell(row: dict, digits: int = 3, unit: str = "") -> str:
     """The interval of a claims row (``ci_low``, ``ci_high``; None where open or n < 2) as a table cell:
-    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval."""
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None and hi is None:
-        return "-"
-    return "[" + ", ".join("open" if v is None else f"{_num(v, digits)}{unit}" for v in (lo, hi)) + "]"
+    "[0.76, 5.16]", "[1.21, open]" (a side open because of censored seeds), "-" without an interval
+    (templates/cells.md.j2's ``interval``)."""
+    return cell("interval", *(None if v is None else f"{_num(v, digits)}{unit}"
+                              for v in (row.get("ci_low"), row.get("ci_high"))))
 
 
 def short_text(iv: SeedInterval | None, digits: int = 3) -> str:
     """The estimate and its interval in a sentence of several: "1.62 [1.6, 1.67]", ">= 2.3 [1.21, open]",
     "n/a" without a value (:func:`format_interval` adds the per-seed range and n)."""
     if iv is None or iv.estimate is None:
-        return "n/a"
+        return cell("missing")
     head = Bound(iv.estimate_bound).written(_num(iv.estimate, digits))
-    cell = interval_cell({"ci_low": iv.low, "ci_high": iv.high}, digits)
-    return head if cell == "-" else f"{head} {cell}"
+    if iv.low is None and iv.high is None:
+        return head
+    return f"{head} {interval_cell({'ci_low': iv.low, 'ci_high': iv.high}, digits)}"
 
 
 @lru_cache(maxsize=1)
@@ -198,12 +202,20 @@ def macro(name: str, *args, template: str = "tables.md.j2", **kw) -> str:
 
 
 RULES_TEMPLATE = "rules_and_bounds.md.j2"  # the words of the analysis layer's rules, bounds and codes
+CELLS_TEMPLATE = "cells.md.j2"  # the words of one table cell: a statistic, steps, a ratio, an interval, a grid
 
 
 def words(name: str, *args) -> str:
     """The phrase of the macro ``name`` of templates/rules_and_bounds.md.j2 for ``args`` (numbers and codes of the
     analysis layer: :func:`std_note`, :func:`censored_why`, :func:`edge_mark`, the frontier's claims and notes)."""
     return macro(name, *args, template=RULES_TEMPLATE)
+
+
+def cell(name: str, *args) -> str:
+    """The words of the macro ``name`` of templates/cells.md.j2 for ``args`` (numbers already written, codes): one
+    table cell's phrase (:func:`format_stat`, :func:`format_steps`, :func:`interval_cell`, :func:`grid_text`,
+    :func:`bnexp.report.frontier_text.speedup_text`)."""
+    return macro(name, *args, template=CELLS_TEMPLATE)
 
 
 def std_note() -> str:

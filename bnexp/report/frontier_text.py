@@ -9,7 +9,7 @@ import pandas as pd
 from bnexp.analysis.frontier import CLAIMED, ORDER, PASS_FACTOR
 from bnexp.analysis.rules import CHANCE, Censored
 from bnexp.analysis.interval import SeedInterval
-from bnexp.report.fmt import format_interval, labels, render_template, words
+from bnexp.report.fmt import cell, format_interval, labels, render_template, words
 
 
 # the paper's names of the presets: a vocabulary (one name per code, as rules.NORMALIZERS), not sentences
@@ -24,10 +24,11 @@ def pct(v) -> str:
 
 
 def speedup_text(v: float | None, bound: str | None = None) -> str:
-    """A speedup as text (:meth:`bnexp.analysis.rules.Censored.text`): "6.10x", ">= 8.00x" (``bound`` "lower":
+    """A speedup (a :class:`bnexp.analysis.rules.Censored` ratio) as text: "6.10x", ">= 8.00x" (``bound`` "lower":
     the preset reached it at its smallest budget), "<= 2.00x" ("upper": the baseline did), "~3.00x (both
-    bounds)" ("unknown"), or "not reached" (None)."""
-    return Censored(v, bound or "exact").text()
+    bounds)" ("unknown"), or "not reached" (None); the words: templates/cells.md.j2's ``ratio``."""
+    c = Censored(v, bound or "exact")
+    return cell("ratio", None if c.value is None else c.bound.written(f"{c.value:,.2f}x"), c.bound)
 
 
 def claim_text(claim: str | None) -> str | None:

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from bnexp.report.claims import Claim, evaluate, words
-from bnexp.report.fmt import format_acc, format_stat, label, labels, md_table
+from bnexp.report.fmt import cell, format_acc, format_stat, labels, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
 from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
@@ -273,9 +273,9 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
 
 def noise_table(section: dict) -> str:
     """The markdown table of :func:`noise_strength_section` (templates/report.md.j2 says what its accuracy
-    columns are; the headers and yes / no cells are templates/columns.md.j2's)."""
+    columns are; the headers are templates/columns.md.j2's, the yes / no cells templates/cells.md.j2's)."""
     rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"]]
-            + [format_stat(r[k]) for k in SHIFT_KEYS] + [label("exceeds", r["exceeds_no_bn"])]
+            + [format_stat(r[k]) for k in SHIFT_KEYS] + [cell("exceeds", r["exceeds_no_bn"])]
             + [format_acc(r["final_test_accuracy"]) + (words("at_chance", r["at_chance"]) if r["at_chance"] else ""),
                format_acc(r["final_train_accuracy"])]
             + [r["steps_to_target"][target_key(t)]["text"] for t in section["targets"]] for r in section["rows"]]

@@ -12,7 +12,7 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier_text import MATCHED_HELPERS, MD as FRONTIER_MD
-from bnexp.report.fmt import (format_acc, format_stat, format_target, interval_cell, label, labels, md_table,
+from bnexp.report.fmt import (cell, format_acc, format_stat, format_target, interval_cell, label, labels, md_table,
                               render_template)
 from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, ONE_VIEW, noise_table
@@ -55,9 +55,9 @@ def stability_table(d: dict) -> str:
 def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
     """The ICS section's tables, one row per configuration with ICS data: "distribution" (:data:`DIST_COLUMNS`),
     "gradient" (:data:`GRAD_COLUMNS`, with the landscape) and "cost" (seconds per run, headed by the probe kind);
-    "not measured" cells (the words: templates/columns.md.j2)."""
+    "not measured" cells (the headers: templates/columns.md.j2; the cells' words: templates/cells.md.j2)."""
     confs = [s["ics"] for s in d["configurations"] if s.get("ics")]
-    missing = label("not_measured")
+    missing = cell("not_measured")
 
     def frame(columns) -> pd.DataFrame:
         return _frame(labels("ics_first") + [h for _, h in columns],
@@ -95,7 +95,7 @@ def _compact_steps(st: dict) -> str:
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
-        return label("not_reached")
+        return cell("steps", None, st["not_reached"], st["n"])
     text = _compact_stat({**st, "n": st["reached"]}, "{:,.0f}")
     return text + (f" ({st['reached']}/{st['n']})" if st["not_reached"] else "")
 
