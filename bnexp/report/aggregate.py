@@ -39,21 +39,17 @@ from hydra.experimental.callback import Callback
 
 from bnexp.analysis.runs import Run, load_sweep
 from bnexp.analysis.seed_bands import seed_band
+from bnexp.report.fmt import label
 from bnexp.report.groups import ConfigGroup, group_runs
 from bnexp.runfolders.rundir import AGGREGATE_DIR, HYDRA_CONFIG, find_run_dirs
 from bnexp.runfolders.runnames import safe_dirname
 
 PREFIX = "over_seeds"
-CATEGORY = "over seeds: each configuration's mean over its seeds, with the 95% Student-t band of the mean"
+# the Custom Scalars category of the aggregate runs and its charts' titles: templates/columns.md.j2's
+CATEGORY = label("aggregate_category")
 # the charts of the category, in reading order (the drift first: BN against no BN on one scale)
 CHART_ORDER = ("drift", "test_accuracy", "test_loss", "train_loss")
-CHART_TITLES = {
-    "drift": "deepest hidden layer: drift of the median input to g, (median - initial median) / initial 15-85 "
-             "spread; mean and 95% band over seeds",
-    "test_accuracy": "test accuracy; mean and 95% band over seeds",
-    "test_loss": "test loss; mean and 95% band over seeds",
-    "train_loss": "train loss (mean over the last log_every mini-batches); mean and 95% band over seeds",
-}
+CHART_TITLES = {q: label("chart_title", q) for q in CHART_ORDER}
 EVENTS = "events.out.tfevents.bnexp-aggregate"
 MIN_SEEDS = 2
 LAYOUT_WITHIN = 100  # events of a run's event file searched for its Custom Scalars layout

@@ -16,7 +16,7 @@ from bnexp.report.multiplicity import adjust_page, mark_claims
 from bnexp.report.groups import ConfigGroup, group_runs, varying_keys
 from bnexp.report.ics_stats import DEF21, gradient_long, ics_run_frame, ics_summary, probe_records, progress_records
 from bnexp.analysis.ics_design import design_fields, ignored_keys, read_design
-from bnexp.report.ics_verdicts import ICS_FILES, ics_claims, ics_section, noise_strength_section
+from bnexp.report.ics_verdicts import ICS_FILES, RATE_MATCHED_VIEWS, ics_claims, ics_section, noise_strength_section
 from bnexp.report.duplicate_seeds import drop_duplicate_seeds
 from bnexp.analysis.runs import (ReportError, Run, Sweep, find_run_dirs, is_run_dir, load_sweep, run_table, sweep_of,
                                target_key)
@@ -216,7 +216,7 @@ def build_report(sweep_dir: Path, targets: list[float] | None = None) -> Report:
         *scored_runs(own, table, held.get("tuning_seeds", ())), targets, progress, ignore, probes)
     if equal:  # BN at no BN's rate: the Def. 2.1 rows matched at equal rates (docs/ics/PLAN.md, amendment)
         claims += [r for r in ics_claims(*scored_runs(equal, table, held.get("tuning_seeds", ())), targets, progress,
-                                         (), probes) if r["view"].endswith("at equal rates")]
+                                         (), probes) if r["view"] in RATE_MATCHED_VIEWS]
     page = [*claims, *speedups, *((study or {}).get("claims") or [])]  # the page's claims: one Holm family
     mark_claims(page, read_record(sweep_dir))
     for row in page:

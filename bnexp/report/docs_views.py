@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from bnexp.analysis.interval import row_interval
-from bnexp.report.fmt import format_interval, format_target, md_table, render_template
+from bnexp.report.fmt import cell, format_interval, label, labels, md_table, render_template
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.study_section import table_md
@@ -193,21 +193,11 @@ def mnist_shift_views(report: dict) -> str:
 
 # ----------------------------------------------------------------------------- ICS study (docs/ics)
 
-ICS_ROWS = (  # (measure key of configurations[].ics.measures, row label)
-    ("shift.ks_first", "KS distance from the start, mean over hidden layers (scale-free)"),
-    ("shift.ks_first.last", "KS distance from the start, last hidden layer"),
-    ("shift.w1_rel_first", "W1 / initial p15-p85 spread from the start (scale-free)"),
-    ("shift.w1_first", "W1 from the start, raw units (tracks scale; no verdict)"),
-    ("shift.ks_prev", "KS distance record to record"),
-    ("bn_input.ks_first", "KS distance of BN's input Wu from the start"),
-    ("grad.l2_rel", "gradient ICS ‖G - G'‖ / ‖G‖, layers 2..K"),
-    ("grad.move_rel", "relative movement of the earlier layers ‖ΔW_<i‖ / ‖W_<i‖"),
-    ("grad.l2_rel_per_move", "gradient ICS per relative movement"),
-    ("grad.cos", "cos(G, G')"),
-    ("land.fn_beta_smoothness", "beta-smoothness along the gradient, filter-normalized"),
-    ("land.fn_loss_variation", "loss variation along the gradient, filter-normalized"),
-    ("land.beta_smoothness", "beta-smoothness, raw"),
-)
+ICS_ROWS = ("shift.ks_first", "shift.ks_first.last", "shift.w1_rel_first", "shift.w1_first", "shift.ks_prev",
+            "bn_input.ks_first", "grad.l2_rel", "grad.move_rel", "grad.l2_rel_per_move", "grad.cos",
+            "land.fn_beta_smoothness", "land.fn_loss_variation", "land.beta_smoothness")
+"""The measures (keys of configurations[].ics.measures) of the ICS overview's rows, labelled by templates/columns.md.j2's
+``ics_row``."""
 
 
 def _ics_columns(report: dict) -> list[tuple[dict, dict | None]]:
@@ -231,18 +221,18 @@ def _stat_cell(st: dict | None) -> str:
 def ics_overview(report: dict) -> str:
     """docs/ics's side-by-side table of one ICS study (:mod:`bnexp.report.ics_stats` measures): one column per
     configuration (BN, noisy BN by strength, no BN), rows: final test and train accuracy, steps to the main
-    target, the shift, gradient-ICS and landscape measures; means over seeds (3 significant digits)."""
+    target, the shift, gradient-ICS and landscape measures; means over seeds (3 significant digits). The row
+    labels are templates/columns.md.j2's."""
     cols = _ics_columns(report)
     target = need(report, "ics", "main_target")
     steps = [(c.get("steps_to_target") or {}).get(str(target)) or {} for c, _ in cols]  # as the report wrote them
     header = [""] + [re.sub(r" \([^()]* preset\)$", "", c["label"]) for c, _ in cols]  # "BN (bn_x5 preset)" -> "BN"
-    rows = [["seeds"] + [str(c["completed"]) for c, _ in cols],
-            ["final test accuracy (%)"] + [pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
-            ["final train accuracy (%, noise on)"] + [pct(((s or {}).get("final_train_accuracy") or {}).get("mean"))
-                                                    for _, s in cols],
-            [f"steps to {format_target(target)}"] + [st.get("text", "-") if st.get("reached") else "not reached"
-                                                     for st in steps]]
-    rows += [[label] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols] for key, label in ICS_ROWS]
+    first = labels("ics_overview_first", target)  # seeds, final test and train accuracy, steps to the target
+    rows = [[first[0]] + [str(c["completed"]) for c, _ in cols],
+            [first[1]] + [pct(need(c, "final_test_accuracy").get("mean")) for c, _ in cols],
+            [first[2]] + [pct(((s or {}).get("final_train_accuracy") or {}).get("mean")) for _, s in cols],
+            [first[3]] + [st.get("text", "-") if st.get("reached") else cell("steps", None, 0, 0) for st in steps]]
+    rows += [[label("ics_row", key)] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols] for key in ICS_ROWS]
     return "\n".join(md_table(header, rows))
 
 

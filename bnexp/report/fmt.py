@@ -243,3 +243,18 @@ def edge_mark(code: str | None) -> str | None:
     if code not in MARK_CODES:
         raise ValueError(f"an edge mark's code is one of {', '.join(MARK_CODES)}; got {code!r}")
     return words("edge_mark", code, MAX_ADDED)
+
+
+COLUMNS_TEMPLATE = "columns.md.j2"  # the words of the report's tables: column headers, row labels, cell words
+
+
+def label(name: str, *args) -> str:
+    """The words of the macro ``name`` of templates/columns.md.j2 for ``args`` (keys and numbers): a column header,
+    a row label or a cell's words ("not reached", "not measured")."""
+    return macro(name, *args, template=COLUMNS_TEMPLATE)
+
+
+def labels(name: str, *args) -> list[str]:
+    """The lines of the macro ``name`` of templates/columns.md.j2 for ``args``: a table's column headers (or row
+    labels), one per line, in the table's order."""
+    return label(name, *args).rstrip("\n").split("\n")

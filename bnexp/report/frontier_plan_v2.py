@@ -35,7 +35,7 @@ import pandas as pd
 
 from bnexp.analysis.frontier import (BASELINE, BASELINE_CAP, EARLY, GAIN, ORDER, PASS_WORDS, RATE_ALONE, TOL,
                                      budget_to_reach, does_not_train, last_gain, mean_frontier, speedup_pass, trains)
-from bnexp.report.fmt import macro, words
+from bnexp.report.fmt import cell, macro, words
 from bnexp.report.frontier_text import headline_bound, pct, seed_bounds, speedup_text
 from bnexp.analysis.rules import CHANCE
 
@@ -258,7 +258,7 @@ def precision_record(summaries: list[dict], sweep_dir: str | Path | None = None)
     order = {p: i for i, p in enumerate(ORDER)}
     groups: dict[tuple, list[dict]] = {}
     for s in done:
-        groups.setdefault((str(s["experiment"]), str(s.get("precision") or "not recorded")), []).append(s)
+        groups.setdefault((str(s["experiment"]), str(s.get("precision") or cell("precision_not_recorded"))), []).append(s)
     keys = sorted(groups, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))
     rungs = [{"preset": p, "precision": pr, "budgets": _budget_ranges([int(s["max_steps"]) for s in groups[(p, pr)]]),
               "runs": len(groups[(p, pr)])} for p, pr in keys]

@@ -9,7 +9,7 @@ import pandas as pd
 from bnexp.analysis.frontier import CLAIMED, ORDER, PASS_FACTOR
 from bnexp.analysis.rules import CHANCE, Censored
 from bnexp.analysis.interval import SeedInterval
-from bnexp.report.fmt import cell, format_interval, render_template, words
+from bnexp.report.fmt import cell, format_interval, labels, render_template, words
 
 
 # the paper's names of the presets: a vocabulary (one name per code, as rules.NORMALIZERS), not sentences
@@ -67,35 +67,32 @@ def frontier_table(rows: list[dict], held_out: list[dict] | None = None) -> pd.D
     :data:`ORDER` then by budget: seed-mean and per-seed final test accuracy, seed-mean final train accuracy (%;
     "-" where a seed has no run). With ``held_out`` (``frontier_analysis.held_out_runs``: the runs of seeds that
     took no part in any choice, docs/cifar/PLAN.md's stage 5) each held-out seed gets its own column and the means
-    are labelled as the decision seeds' (the ``rows``' seeds), which they are."""
+    are labelled as the decision seeds' (the ``rows``' seeds), which they are. The headers are
+    templates/columns.md.j2's ``frontier``."""
     fr = _frame(rows)
     keys = ["rank", "preset", "budget_steps"]
     test = fr.pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
     mean = fr.groupby(keys)["final_test_accuracy"].mean()
     train = fr.groupby(keys)["final_train_accuracy"].mean()
-    label, held = "seed mean", None
+    held = None
     if held_out:
         held = _frame(held_out).pivot_table(index=keys, columns="seed", values="final_test_accuracy", aggfunc="mean")
         idx = test.index.union(held.index)
         test, mean, train, held = test.reindex(idx), mean.reindex(idx), train.reindex(idx), held.reindex(idx)
-        label = "mean of decision seeds " + ", ".join(str(s) for s in test.columns)
-    tab = pd.DataFrame({"preset": [NAMES.get(i[1], i[1]) for i in test.index],
-                        "budget (steps)": [f"{i[2]:,}" for i in test.index],
-                        f"test acc, {label} (%)": mean.map(pct).to_numpy()})
-    for s in test.columns:
-        tab[f"seed {s} (%)"] = test[s].map(pct).to_numpy()
-    for s in held.columns if held is not None else []:
-        tab[f"seed {s}, held out (%)"] = held[s].map(pct).to_numpy()
-    tab[f"train acc, {label} (%)"] = train.map(pct).to_numpy()
-    return tab
+    held_seeds = list(held.columns) if held is not None else []
+    columns = ([[NAMES.get(i[1], i[1]) for i in test.index], [f"{i[2]:,}" for i in test.index], mean.map(pct).to_numpy()]
+               + [test[s].map(pct).to_numpy() for s in test.columns] + [held[s].map(pct).to_numpy() for s in held_seeds]
+               + [train.map(pct).to_numpy()])
+    head = labels("frontier", list(test.columns) if held_out else None, list(test.columns), held_seeds)
+    return pd.DataFrame(dict(zip(head, columns)))
 
 
 def tuning_md(t: dict) -> str:
     """The baseline's tuning stage (``frontier_analysis.tuning``) as a markdown table: rate, dropout, seeds and
-    seed-mean and per-seed final test accuracy (%)."""
-    return pd.DataFrame([{"lr": r["lr"], "dropout": r["dropout"], "seeds": r["seeds"],
-                          "seed-mean final test acc (%)": pct(r["mean_test_accuracy"]),
-                          "per seed (%)": " / ".join(pct(v) for v in r["per_seed"].values())}
+    seed-mean and per-seed final test accuracy (%) (headers: templates/columns.md.j2's ``frontier_tuning``)."""
+    head = labels("frontier_tuning")
+    return pd.DataFrame([dict(zip(head, (r["lr"], r["dropout"], r["seeds"], pct(r["mean_test_accuracy"]),
+                                         " / ".join(pct(v) for v in r["per_seed"].values()))))
                          for r in t["rows"]]).to_markdown(index=False)
 
 

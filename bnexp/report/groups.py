@@ -17,6 +17,7 @@ import pandas as pd
 
 from bnexp.analysis.runs import Run, canon, config_key, experiment_name, seed_order
 from bnexp.analysis.rules import normalizer, normalizer_label, variant
+from bnexp.report.fmt import label as table_label
 
 # Short names of config keys in configuration labels.
 KEY_ALIASES = {"bn.enabled": "bn", "model.name": "model", "data.name": "data", "optim.name": "optim"}
@@ -200,7 +201,7 @@ def variant_label(group: ConfigGroup, groups: list[ConfigGroup]) -> str:
     same = [g for g in groups if g.experiment == exp] if exp else groups
     kv = pair_label(group, same) if not exp or len(same) > 1 else ""
     label = f"{v} {kv}".strip() + (f" ({exp} preset)" if exp else "")
-    return label + (" [no config]" if group.key.startswith("summary:") else "")
+    return label + (table_label("no_config") if group.key.startswith("summary:") else "")
 
 
 def _dedupe(labels: list[str]) -> list[str]:
@@ -224,14 +225,14 @@ def label_groups(groups: list[ConfigGroup]) -> None:
             g.label = variant_label(g, groups)  # already marked "[no config]" where it applies
             continue
         if not g.config:
-            label = "unknown configuration"
+            label = table_label("unknown_configuration")
         elif g.experiment:
             same = [h for h in groups if h.experiment == g.experiment]
             within = label_keys([k for k in varying_keys(same) if k not in ("experiment", "experiment.name")], same)
             label = f"{g.experiment} {kv_label(g.config, within) if len(same) > 1 else ''}".strip()
         else:
-            label = kv_label(g.config, label_keys(vary, groups) if vary else SALIENT_KEYS) or "all runs"
-        g.label = label + (" [no config]" if g.key.startswith("summary:") else "")
+            label = kv_label(g.config, label_keys(vary, groups) if vary else SALIENT_KEYS) or table_label("all_runs")
+        g.label = label + (table_label("no_config") if g.key.startswith("summary:") else "")
     for g, label in zip(groups, _dedupe([g.label for g in groups])):
         g.label = label
     for g, label in zip(groups, _dedupe([variant_label(g, groups) for g in groups])):

@@ -9,77 +9,64 @@ merely grow cannot manufacture it (the raw ``w1_first`` is in the tables, never 
 Sec. 2.1) are evaluated at the weakest ``bn.noise_scale`` whose KS shift exceeds no BN's in every paired seed
 (:func:`exceeds`); without one, "premise not met". Bounds and chance follow :mod:`bnexp.analysis.rules`; a measure
 the records lack (runs written before it existed) makes the claim inconclusive. The quantities', views' and
-reasons' words are templates/verdicts.md.j2's (:func:`bnexp.report.claims.words`).
+reasons' words are templates/verdicts.md.j2's (:func:`bnexp.report.claims.words`); the claims themselves, the
+section's titles and the view of a claim with one view are data, ics_claims.yaml's.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Mapping
 
 import pandas as pd
+import yaml
 
 from bnexp.report.claims import Claim, evaluate, words
-from bnexp.report.fmt import format_acc, format_stat, md_table
+from bnexp.report.fmt import cell, format_acc, format_stat, labels, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
-from bnexp.report.ics_stats import DEF21, GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
+from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
 from bnexp.analysis.rules import Censored
 from bnexp.report.stats import value_stat
 from bnexp.runfolders.rundir import COMPLETE_STATUSES
 
-ICS_TITLE = "Does BN reduce internal covariate shift?"
+# ics_claims.yaml: the claims (SPECS), the two sections' titles and the view of a claim with one view
+_DATA = yaml.safe_load(Path(__file__).with_name("ics_claims.yaml").read_text(encoding="utf-8"))
+ICS_TITLE = _DATA["title"]  # "Does BN reduce internal covariate shift?"
+ONE_VIEW = _DATA["one_view"]  # a claim's view when it has one
 ICS_FILES = ("ics_distribution.png", "ics_gradient.png", "ics_landscape.png")
 AT_FLOOR = 1.5  # a value within 1.5x its sampling-noise floor is not resolved from sampling noise
 PREMISE_KEY = "shift.ks_first"  # noisy BN's premise: more scale-free shift than no BN in every seed
 
-SHIFT = ("ks_first", "w1_rel_first")  # the scale-free shift measures of the shift claims
 MATCHED = "grad.matched"  # gradient ICS at matched training progress: per seed pair (bnexp.report.ics_stats)
 
 
 @dataclass(frozen=True)
 class Spec:
     """One row of the claims table: the claim, the sides of its ratio (numerator / denominator: "BN", "no BN",
-    "noisy BN"), the run-table column it divides (:data:`MATCHED`: the matched-progress comparison), the
-    ``view`` of the measure this row shows and whether that view is the pre-registered one
-    (docs/ics/PLAN.md, fixed before the re-run's results)."""
+    "noisy BN"), the run-table column it divides (:data:`MATCHED`: the matched-progress comparison;
+    :data:`RATE_MATCHED` + a measure: that measure matched at equal rates), the ``view`` of the measure this row
+    shows and whether that view is the pre-registered one (docs/ics/PLAN.md, fixed before the re-run's results)."""
 
     claim: Claim
     num: str
     den: str
     col: str
-    view: str = "one view"
+    view: str = ONE_VIEW
     preregistered: bool = True
 
 
-SPECS: tuple[Spec, ...] = (
-    *(Spec(Claim("BN reduces shift", words("shift_quantity", key, layer), ">", 1.0), "no BN", "BN",
-           f"shift.{key}{'.last' if layer == 'last' else ''}", words("shift_view", key, layer),
-           key == "ks_first" and layer == "mean")
-      for key in SHIFT for layer in ("last", "mean")),
-    Spec(Claim("BN trains in fewer steps", "no-BN / BN steps to the main target", ">", 1.0), "no BN", "BN", "steps"),
-    Spec(Claim("BN reduces gradient ICS", words("grad_quantity", True), "<", 1.0), "BN", "no BN", MATCHED,
-         "matched training progress", True),
-    Spec(Claim("BN reduces gradient ICS", words("grad_quantity", False), "<", 1.0), "BN", "no BN",
-         "grad.l2_rel_per_move", "same steps", False),
-    Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, raw "
-               "(beta_smoothness)", "<", 1.0), "BN", "no BN", "land.beta_smoothness", "raw", True),
-    Spec(Claim("BN smooths the landscape", "BN / no-BN effective beta-smoothness along the gradient, "
-               "filter-normalized (fn_beta_smoothness)", "<", 1.0), "BN", "no BN", "land.fn_beta_smoothness",
-         "filter-normalized", False),
-    Spec(Claim("Noisy BN keeps BN's speed", "BN / noisy-BN steps to the main target", ">", 0.8), "BN", "noisy BN",
-         "steps"),
-    Spec(Claim("Noisy BN still faster than no BN", "no-BN / noisy-BN steps to the main target", ">", 1.0), "no BN",
-         "noisy BN", "steps"),
-)
 # Santurkar et al.'s Def. 2.1 as defined (docs/ics/PLAN.md, amendment of 2026-11-29): the raw ||G - G'||_2 and
 # 1 - cos(G, G'), at the same steps and matched at equal learning rates (RATE_MATCHED + the measure)
 RATE_MATCHED = "grad.rate_matched:"
-SPECS = SPECS + tuple(
-    Spec(Claim("BN reduces gradient ICS", words("def21_quantity", key, DEF21[key], matched), "<", 1.0), "BN",
-         "no BN", RATE_MATCHED + key if matched else f"grad.{key}", words("def21_view", key, matched), False)
-    for key in ("l2", "one_minus_cos") for matched in (False, True))
+# the claims table, fixed before the run: ics_claims.yaml's rows [name, quantity, direction, threshold, num, den,
+# col, view, preregistered]
+SPECS: tuple[Spec, ...] = tuple(Spec(Claim(name, quantity, direction, float(threshold)), num, den, col, view, prereg)
+                                for name, quantity, direction, threshold, num, den, col, view, prereg
+                                in _DATA["claims"])
 CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
+RATE_MATCHED_VIEWS = frozenset(spec.view for spec in SPECS if spec.col.startswith(RATE_MATCHED))  # their rows' views
 
 
 def main_target(targets: list[float]) -> float:
@@ -257,9 +244,8 @@ def ics_section(groups: list[ConfigGroup], table: pd.DataFrame, targets: list[fl
 # --- the noise-strength sweep of noisy BN (Santurkar et al. 2018, Sec. 2.1, Fig. 2), bn.noise_scale: noisy BN
 # must carry more shift than no BN while training about as fast as BN; every strength beside BN and no BN.
 
-NOISE_TITLE = "Noisy BN at increasing noise strength (bn.noise_scale)"
-SHIFT_KEYS = {"ks_first": "KS from the start", "w1_rel_first": "W1 / initial spread from the start",
-              "w1_first": "W1 from the start (raw, a.u.)"}
+NOISE_TITLE = _DATA["noise_title"]  # "Noisy BN at increasing noise strength (bn.noise_scale)"
+SHIFT_KEYS = ("ks_first", "w1_rel_first", "w1_first")  # the shift measures of the table (templates/columns.md.j2)
 
 
 def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], table: pd.DataFrame,
@@ -287,14 +273,10 @@ def noise_strength_section(groups: list[ConfigGroup], stats: dict[str, dict], ta
 
 def noise_table(section: dict) -> str:
     """The markdown table of :func:`noise_strength_section` (templates/report.md.j2 says what its accuracy
-    columns are)."""
-    yes = {True: "yes", False: "no", None: "n/a"}
+    columns are; the headers are templates/columns.md.j2's, the yes / no cells templates/cells.md.j2's)."""
     rows = [[r["label"], "" if r["noise_scale"] is None else f"{r['noise_scale']:g}", r["seeds"]]
-            + [format_stat(r[k]) for k in SHIFT_KEYS] + [yes[r["exceeds_no_bn"]]]
+            + [format_stat(r[k]) for k in SHIFT_KEYS] + [cell("exceeds", r["exceeds_no_bn"])]
             + [format_acc(r["final_test_accuracy"]) + (words("at_chance", r["at_chance"]) if r["at_chance"] else ""),
                format_acc(r["final_train_accuracy"])]
             + [r["steps_to_target"][target_key(t)]["text"] for t in section["targets"]] for r in section["rows"]]
-    head = (["configuration", "noise_scale", "seeds", *SHIFT_KEYS.values(), "KS above no BN's in every seed",
-             "final test acc (%)", "final train acc (%)"]
-            + [words("steps_to", t) for t in section["targets"]])
-    return "\n".join(md_table(head, rows))
+    return "\n".join(md_table(labels("noise_strength", SHIFT_KEYS, section["targets"]), rows))

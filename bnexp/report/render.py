@@ -12,26 +12,21 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import refs
 from bnexp.report.figures_studies import study_files
 from bnexp.report.frontier_text import MATCHED_HELPERS, MD as FRONTIER_MD
-from bnexp.report.fmt import format_acc, format_stat, format_target, interval_cell, md_table, render_template
+from bnexp.report.fmt import (cell, format_acc, format_stat, format_target, interval_cell, label, labels, md_table,
+                              render_template)
 from bnexp.report.groups import KEY_ALIASES, format_value
-from bnexp.report.ics_verdicts import ICS_TITLE, noise_table
+from bnexp.report.ics_verdicts import ICS_TITLE, ONE_VIEW, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
 from bnexp.analysis.rules import CHANCE, DDOF
 from bnexp.report.study_section import table_md
 from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 
-# The ICS tables: (column of the configurations' ics measures, header)
-DIST_COLUMNS = (("shift.ks_first", "KS from start"), ("shift.ks_first.last", "KS from start, last layer"),
-                ("shift.ks_floor", "KS floor"), ("shift.w1_rel_first", "W1 / spread from start"),
-                ("shift.w1_rel_first.last", "W1 / spread, last layer"), ("shift.w1_rel_floor", "W1 / spread floor"),
-                ("shift.w1_first", "W1 from start (raw)"), ("bn_input.ks_first", "BN input KS from start"),
-                ("shift.ks_prev", "KS step to step"))
-GRAD_COLUMNS = (("grad.l2_rel_per_move", "‖G - G'‖ / ‖G‖ per move"), ("grad.l2_rel", "‖G - G'‖ / ‖G‖"),
-                ("grad.move_rel", "earlier layers' move"), ("grad.cos", "cos(G, G')"),
-                ("land.fn_beta_smoothness", "beta-smoothness (filter-norm.)"),
-                ("land.fn_loss_variation", "loss variation (filter-norm.)"),
-                ("land.rel_beta_smoothness", "beta-smoothness (scale-inv.)"),
-                ("land.beta_smoothness", "beta-smoothness (raw)"))
+# The ICS tables: the columns of the configurations' ics measures they show (headers: templates/columns.md.j2's
+# ics_column)
+DIST_COLUMNS = ("shift.ks_first", "shift.ks_first.last", "shift.ks_floor", "shift.w1_rel_first",
+                "shift.w1_rel_first.last", "shift.w1_rel_floor", "shift.w1_first", "bn_input.ks_first", "shift.ks_prev")
+GRAD_COLUMNS = ("grad.l2_rel_per_move", "grad.l2_rel", "grad.move_rel", "grad.cos", "land.fn_beta_smoothness",
+                "land.fn_loss_variation", "land.rel_beta_smoothness", "land.beta_smoothness")
 
 
 def _frame(header: list[str], rows: list[list]) -> pd.DataFrame:
@@ -46,8 +41,7 @@ def main_table(d: dict) -> pd.DataFrame:
              format_acc(s["max_test_accuracy"]), format_acc(s["final_test_accuracy"])]
             + [s["steps_to_target"][target_key(t)]["text"] for t in targets] + [str(s["diverged"]), str(s["failed"])]
             for s in d["configurations"]]
-    return _frame(["configuration", "runs", "max test acc (%)", "final test acc (%)"]
-                  + [f"steps to {format_target(t)}" for t in targets] + ["diverged", "failed"], rows)
+    return _frame(labels("main_table", targets), rows)
 
 
 def stability_table(d: dict) -> str:
@@ -55,21 +49,23 @@ def stability_table(d: dict) -> str:
     rows = [[s["label"], layer, "n/a" if v["median_shift"] is None else f"{v['median_shift']:.4f}",
              "n/a" if v["spread_ratio"] is None else f"{v['spread_ratio']:.3f}", str(v["n"])]
             for s in d["configurations"] for layer, v in s["stability"].items()]
-    head = ["configuration", "layer", "|median shift|", "spread end/first", "seeds"]
-    return "\n".join(md_table(head, rows)) if rows else ""
+    return "\n".join(md_table(labels("stability"), rows)) if rows else ""
 
 
 def ics_frames(d: dict) -> dict[str, pd.DataFrame]:
     """The ICS section's tables, one row per configuration with ICS data: "distribution" (:data:`DIST_COLUMNS`),
-    "gradient" (:data:`GRAD_COLUMNS`, with the landscape) and "cost" (seconds per run); "not measured" cells."""
+    "gradient" (:data:`GRAD_COLUMNS`, with the landscape) and "cost" (seconds per run, headed by the probe kind);
+    "not measured" cells (the headers: templates/columns.md.j2; the cells' words: templates/cells.md.j2)."""
     confs = [s["ics"] for s in d["configurations"] if s.get("ics")]
+    missing = cell("not_measured")
 
     def frame(columns) -> pd.DataFrame:
-        return _frame(["configuration", "seeds"] + [h for _, h in columns],
-                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), missing="not measured")
+        return _frame(labels("ics_first") + [h for _, h in columns],
+                      [[c["label"], str(len(c["seeds"]))] + [format_stat(c["measures"].get(k), missing=missing)
                                                              for k, _ in columns] for c in confs])
 
-    return {"distribution": frame(DIST_COLUMNS), "gradient": frame(GRAD_COLUMNS),
+    return {"distribution": frame([(k, label("ics_column", k)) for k in DIST_COLUMNS]),
+            "gradient": frame([(k, label("ics_column", k)) for k in GRAD_COLUMNS]),
             "cost": frame([(f"time.{k}", k) for k in PROBE_KINDS]).drop(columns="seeds")}
 
 
@@ -99,7 +95,7 @@ def _compact_steps(st: dict) -> str:
     if st["n"] == 0:
         return "n/a"
     if st["reached"] == 0:
-        return "not reached"
+        return cell("steps", None, st["not_reached"], st["n"])
     text = _compact_stat({**st, "n": st["reached"]}, "{:,.0f}")
     return text + (f" ({st['reached']}/{st['n']})" if st["not_reached"] else "")
 
@@ -114,7 +110,7 @@ def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
     confs, targets = d["configurations"], d["targets"]
     cols = {"configuration": [s["label"] for s in confs],
             "runs": [f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"]) for s in confs],
-            "final acc (%)": [_compact_stat(s["final_test_accuracy"], "{:.2f}", 100.0) for s in confs]}
+            label("terminal_final"): [_compact_stat(s["final_test_accuracy"], "{:.2f}", 100.0) for s in confs]}
     steps = {t: [_compact_steps(s["steps_to_target"][target_key(t)]) for s in confs] for t in targets}
 
     def used(columns: dict) -> int:  # rich's table: each column its longest cell or header word plus 3
@@ -124,9 +120,9 @@ def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
     shown = {}
     for t in sorted(targets, key=lambda t: (t != main_target(targets), t)) if targets else []:
         trial = {**shown, t: steps[t]}
-        if not shown or used({**cols, **{f"steps to {format_target(x)}": v for x, v in trial.items()}}) <= width:
+        if not shown or used({**cols, **{label("steps_to", x): v for x, v in trial.items()}}) <= width:
             shown = trial
-    cols.update({f"steps to {format_target(t)}": steps[t] for t in sorted(shown)})
+    cols.update({label("steps_to", t): steps[t] for t in sorted(shown)})
     return pd.DataFrame(cols, dtype=object)
 
 
@@ -140,11 +136,11 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
     several = len({r.get("setting") or "" for r in rows}) > 1
     for r in rows:
         view = r.get("view")
-        name = r["name"] + (f" ({view})" if view and view != "one view" else "")
+        name = r["name"] + (f" ({view})" if view and view != ONE_VIEW else "")
         name = (f"{r['setting']}: " if several and r.get("setting") else "") + name
         if r.get("needs"):
             views = needs.setdefault(r["needs"], {}).setdefault(r["name"], [])
-            if view and view != "one view" and view not in views:
+            if view and view != ONE_VIEW and view not in views:
                 views.append(view)
             continue
         bound = (r.get("interval") or {}).get("estimate_bound")

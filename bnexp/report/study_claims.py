@@ -5,8 +5,8 @@ rows, a table and findings. Every claim is a :class:`bnexp.report.claims.Claim` 
 configuration with seed s of the other.
 
 Each ``analyze_NAME(sweep)`` returns {"title", "target", "claims", "table", "columns", "findings", "cells"}
-for :func:`study_section`, its findings as numbers ({"kind", ...}); their words are templates/study_findings.md.j2's
-(:func:`finding_text`).
+for :func:`study_section` (the title and columns: study_sections.yaml, :func:`section_head`), its findings as
+numbers ({"kind", ...}); their words are templates/study_findings.md.j2's (:func:`finding_text`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import yaml
 from bnexp.analysis.tuning import EVERY_SEED, HELD_OUT
 from bnexp.report.best_rate import edge_of
 from bnexp.analysis.interval import seed_interval, seed_values
-from bnexp.report.claims import Claim
+from bnexp.report.claims import Claim, words
 from bnexp.report.fmt import edge_mark, macro, short_text
 from bnexp.analysis.runs import INFERENCE_KINDS
 from bnexp.analysis.rules import NORMALIZERS
 from bnexp.report.study_section import (CHANCE_POINTS, MARKER, config_rows, diff_claim, differences, per_seed,
                                         ratio_claim, ratios, read_marker, single_claim)
-from bnexp.analysis.study_runs import (CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, cells, select,
-                                       study_cells)
+from bnexp.analysis.study_runs import (CNN_TARGET, FAMILY_KEYS, OBJECTIVES, TARGET, Selection, cells, family_label,
+                                       select, study_cells)
 
 log = logging.getLogger("bnexp")
 # {study: {NAME: Claim}} of study_claims.yaml ("chance": 100 * CHANCE)
@@ -38,6 +38,15 @@ C = {k: c for claims in STUDY_CLAIMS.values() for k, c in claims.items()}  # "BS
 PLACEMENT_CASES = (("mlp", "sigmoid"), ("mlp", "relu"), ("cnn", "sigmoid"), ("cnn", "relu"))
 PLACEMENT_CLAIMS = {(model, act): C[f"PL_{model}_{act}".upper()]  # BN before vs after g, each at its best rate
                     for model, act in PLACEMENT_CASES}
+# {study: {"title", "columns", "rests_on"}} of study_sections.yaml: each study's section beside its claims
+SECTIONS = yaml.safe_load(Path(__file__).with_name("study_sections.yaml").read_text(encoding="utf-8"))
+
+
+def section_head(study: str, held_out: bool) -> dict:
+    """{"title", "columns": [(report.json key, column header)]} of ``study``'s section (study_sections.yaml); the
+    columns marked "held_out" only when ``held_out`` (the evaluation runs at each chosen rate)."""
+    s = SECTIONS[study]
+    return {"title": s["title"], "columns": [(c[0], c[1]) for c in s["columns"] if c[2:] != ["held_out"] or held_out]}
 
 
 # --- batch_size --------------------------------------------------------------------------------------------
@@ -64,20 +73,19 @@ def analyze_batch_size(sweep) -> dict:
     ]
     findings = []
     ms = sorted(int(m) for m in c["m"].unique())
-    for other, label in (("none", "no BN"), ("layer", "LayerNorm")):
+    for other, label in ((k, NORMALIZERS[k]) for k in ("none", "layer")):
         ivs = {m: seed_values(ratios(at(other, m), at("batch", m), "examples"), "log")[2] for m in ms}
         ivs = {m: iv for m, iv in ivs.items() if iv is not None}
         holds = [str(m) for m, iv in ivs.items() if iv.side_of(1.0) == "above"]
         if ivs:
             findings.append({"kind": "examples_ratio", "label": label, "examples": examples,
                              "intervals": list(ivs.items()), "holds": holds})
-    lr = [("lr", "lr")] if sel.held_out else []  # held out: the evaluation runs at each chosen rate
-    table = config_rows(sel.scored, ["norm", "ghost", "m"] + [k for k, _ in lr], TARGET, unit="examples")
-    return {"title": "Mini-batch size: where does BN's advantage end?", "target": TARGET,
+    lr = ["lr"] if sel.held_out else []  # held out: the evaluation runs at each chosen rate
+    table = config_rows(sel.scored, ["norm", "ghost", "m"] + lr, TARGET, unit="examples")
+    head = section_head("batch_size", sel.held_out)
+    return {"title": head["title"], "target": TARGET,
             "budget_examples": examples, "claims": claims, "table": table, "findings": findings,
-            "cells": c, **sel.record(),
-            "columns": [("norm", "normalizer"), ("ghost", "ghost batch"), ("m", "m"), *lr, ("seeds", "seeds"),
-                        ("final", "final test acc (%)"), ("to_target_text", "examples to 95% (reached)")]}
+            "cells": c, **sel.record(), "columns": head["columns"]}
 
 
 # --- inference_statistics ----------------------------------------------------------------------------------
@@ -97,8 +105,7 @@ def analyze_inference_statistics(sweep) -> dict:
     sel = Selection(c, FAMILY_KEYS["inference_statistics"], OBJECTIVES["inference_statistics"])
     scored, missing = sel.scored, None
     if not scored.empty and scored["acc_batch"].isna().all():
-        missing = ("no run has inference_stats.json: run python -m bnexp.train.inference_eval SWEEP_DIR "
-                   "(scripts/study.sh does)")
+        missing = words("no_inference_stats")
 
     def at(m, mom):  # m's scored runs at its rate (held out: chosen at momentum 0.1, both momenta trained)
         return select(sel.rows((m,), "accuracy")[0], momentum=mom)
@@ -112,10 +119,10 @@ def analyze_inference_statistics(sweep) -> dict:
               single_claim(C["IS_POP_2"], pop2, (m2,), missing),
               single_claim(C["IS_SLOW_EMA"], differences(pop2, _gap(m2_slow, "population", "ema")), (m2, m2_slow),
                            missing)]
-    lr = [("lr", "lr")] if sel.held_out else []
-    table = config_rows(scored, ["m", "momentum"] + [k for k, _ in lr], TARGET)
+    lr = ["lr"] if sel.held_out else []
+    table = config_rows(scored, ["m", "momentum"] + lr, TARGET)
     for row in table:
-        g = select(scored, m=row["m"], momentum=float(row["momentum"]), **{k: float(row[k]) for k, _ in lr})
+        g = select(scored, m=row["m"], momentum=float(row["momentum"]), **{k: float(row[k]) for k in lr})
         for k in INFERENCE_KINDS:
             row[f"acc_{k}"] = seed_interval([100 * v for v in per_seed(g, f"acc_{k}").values() if v is not None])
         row["gap"] = seed_interval(list(_gap(g, "ema", "batch").values()))
@@ -125,13 +132,10 @@ def analyze_inference_statistics(sweep) -> dict:
         findings.append({"kind": "inference_gap", "momentum": float(mom),
                          "intervals": [(int(m), seed_values(_gap(at(int(m), float(mom)), "ema", "batch"))[2])
                                        for m in sorted(scored["m"].unique())]})
-    return {"title": "Train-mode vs inference-mode statistics",
+    head = section_head("inference_statistics", sel.held_out)
+    return {"title": head["title"],
             "target": TARGET, "claims": claims, "table": table, "findings": findings, "cells": c,
-            **sel.record(),
-            "columns": [("m", "m"), ("momentum", "momentum"), *lr, ("seeds", "seeds"),
-                        ("acc_batch", "batch statistics (%)"), ("acc_ema", "moving averages (%)"),
-                        ("acc_population", "Alg. 2 population (%)"), ("gap", "moving avg - batch (points)"),
-                        ("pop_minus_ema", "population - moving avg (points)")]}
+            **sel.record(), "columns": head["columns"]}
 
 
 # --- placement, normalizer, depth: each configuration at its best rate ------------------------------------
@@ -174,13 +178,11 @@ def analyze_placement(sweep) -> dict:
               for m, a in PLACEMENT_CASES]
     table = [row for model, target in (("mlp", TARGET), ("cnn", CNN_TARGET))
              for row in config_rows(select(sel.scored, model=model), ["model", "act", "position", "lr"], target)]
-    return {"title": "BN before or after the nonlinearity", "target": TARGET,
+    head = section_head("placement", sel.held_out)
+    return {"title": head["title"], "target": TARGET,
             "claims": claims, "table": _mark_best(table, best, ["model", "act", "position"]), "cells": c,
             **sel.record(),
-            "findings": _best_rate_findings(best, "placement"),
-            "columns": [("model", "model"), ("act", "g"), ("position", "BN"), ("lr", "lr"), ("best", "best rate"),
-                        ("seeds", "seeds"), ("final", "final test acc (%)"),
-                        ("to_target_text", "steps to target (reached); MLP 95%, CNN 97%")]}
+            "findings": _best_rate_findings(best, "placement"), "columns": head["columns"]}
 
 
 def analyze_normalizer(sweep) -> dict:
@@ -197,11 +199,10 @@ def analyze_normalizer(sweep) -> dict:
     if all(means[k] is not None for k in ("none", "batch", "layer")) and means["none"] > means["batch"]:
         share = (means["none"] - means["layer"]) / (means["none"] - means["batch"])
         findings.append({"kind": "layernorm_share", "share": share})
-    return {"title": "Batch vs layer vs group normalization vs none", "target": TARGET, "claims": claims,
+    head = section_head("normalizer", sel.held_out)
+    return {"title": head["title"], "target": TARGET, "claims": claims,
             "table": _mark_best(config_rows(sel.scored, ["norm", "lr"], TARGET), best, ["norm"]),
-            "findings": findings, "cells": c, **sel.record(),
-            "columns": [("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"), ("seeds", "seeds"),
-                        ("final", "final test acc (%)"), ("to_target_text", "steps to 95% (reached)")]}
+            "findings": findings, "cells": c, **sel.record(), "columns": head["columns"]}
 
 
 def analyze_depth(sweep) -> dict:
@@ -228,31 +229,17 @@ def analyze_depth(sweep) -> dict:
     if len(plain) and plain["steps"].isna().all():
         budget = int(pd.to_numeric(plain["budget"]).max())
         findings.append({"kind": "depth_bound", "budget": budget})
-    return {"title": "Depth: 3, 6, 12 sigmoid hidden layers", "target": TARGET,
+    head = section_head("depth", sel.held_out)
+    return {"title": head["title"], "target": TARGET,
             "claims": claims, "table": table, "cells": c, "findings": findings,
-            **sel.record(),
-            "columns": [("depth", "hidden layers"), ("norm", "normalizer"), ("lr", "lr"), ("best", "best rate"),
-                        ("seeds", "seeds"), ("final", "final test acc (%)"),
-                        ("to_target_text", "steps to 95% (reached)")]}
+            **sel.record(), "columns": head["columns"]}
 
 
-# the configurations (family label, objective) whose rate choices each claim rests on: their grid-edge marks
+# the configurations (family label, objective) whose rate choices each claim rests on (study_sections.yaml's
+# rests_on, each family named by bnexp.analysis.study_runs.family_label): their grid-edge marks
 # (bnexp.analysis.grid_edges.mark_of) mark the claim (docs/studies/PLAN.md, amendment item 2)
-RESTS_ON = {
-    "BS_ADV_60": [("no BN, m = 60", "steps"), ("BN, m = 60", "steps")],
-    "BS_ADV_4": [("no BN, m = 4", "steps"), ("BN, m = 4", "steps")],
-    "BS_LN_2": [("LayerNorm, m = 2", "accuracy"), ("BN, m = 2", "accuracy")],
-    "BS_DROP": [(f"{n}, m = {m}", "accuracy") for n in ("BN", "LayerNorm") for m in (16, 2)],
-    "BS_GHOST": [("BN, m = 60", "accuracy"), ("ghost BN, g = 2, m = 60", "accuracy")],
-    "IS_AGREE_60": [("m = 60", "accuracy")], "IS_GAP_GROWS": [("m = 2", "accuracy"), ("m = 60", "accuracy")],
-    "IS_POP_60": [("m = 60", "accuracy")], "IS_POP_2": [("m = 2", "accuracy")], "IS_SLOW_EMA": [("m = 2", "accuracy")],
-    "NM_BN": [("no BN", "steps"), ("BN", "steps")], "NM_LN": [("no BN", "steps"), ("LayerNorm", "steps")],
-    "NM_BN_LN": [("LayerNorm", "steps"), ("BN", "steps")], "NM_BN_GN": [("GroupNorm", "steps"), ("BN", "steps")],
-    "DP_BN_12": [("12 layers, BN", "accuracy")], "DP_NOBN_12": [("12 layers, no BN", "accuracy")],
-    "DP_ADV_6": [("6 layers, no BN", "steps"), ("6 layers, BN", "steps")],
-    "DP_BN_SLOWDOWN": [("12 layers, BN", "steps"), ("3 layers, BN", "steps")],
-    **{(m, a): [(f"{m.upper()}, {a}, BN {p} g", "steps") for p in ("before", "after")] for m, a in PLACEMENT_CASES},
-}
+RESTS_ON = {key: [(family_label(FAMILY_KEYS[study], tuple(family)), objective) for family, objective in rests]
+            for study, sec in SECTIONS.items() for key, rests in sec["rests_on"].items()}
 
 
 def attach_choices(sec: dict, sweep_dir: Path) -> None:
@@ -265,7 +252,7 @@ def attach_choices(sec: dict, sweep_dir: Path) -> None:
     tuning = {(t["family"], t["objective"]): t for t in sec.get("tuning") or []}
     for t in tuning.values():
         t["mark"] = edge_mark(mark_of(t["choice"], record)) if t.get("choice") else None
-    key_of = {c.name: k for k, c in C.items()} | {c.name: k for k, c in PLACEMENT_CLAIMS.items()}
+    key_of = {c.name: k for k, c in C.items()}
     for row in sec.get("claims") or []:
         rests = RESTS_ON.get(key_of.get(row["name"]), [])
         row["choices"] = [tuning[r]["choice"] for r in rests if r in tuning and tuning[r].get("choice")]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from bnexp.analysis.interval import seed_interval
 from bnexp.report.claims import Claim, evaluate, words
-from bnexp.report.fmt import format_stat, md_table
+from bnexp.report.fmt import cell, format_stat, md_table
 from bnexp.analysis.runs import is_number, native, read_sweep_record
 from bnexp.analysis.rules import CHANCE, NORMALIZERS, Censored, optional
 
@@ -131,7 +131,7 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
                     "seeds": n, "final": seed_interval(list(100 * finals)), "reached": reached,
                     "to_target": to_target, "target": target, "unit": unit,
                     "to_target_text": (f"{format_stat(to_target, '{:,.0f}', '{:,.0f}')} ({reached}/{n})" if len(reach)
-                                       else f"not reached (0/{n})"),
+                                       else cell("none_reached", n)),
                     "per_seed": {int(r["seed"]): {"final": native(r["final"]), "to_target": None if pd.isna(r["steps"])
                                                   else float(r["steps"] * (r["m"] if unit == "examples" else 1))}
                                  for _, r in g.iterrows()}})
