@@ -21,7 +21,8 @@ import pytest
 from test_report import BN_05, make_ics_run, make_run
 
 from bnexp.report import build_report
-from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure, zoom_range
+from bnexp.report.figures import (accuracy_figure, percentiles_figure, stability_figure, stability_figure_of,
+                                  zoom_range)
 from bnexp.report.figures_ics import ICS_PLOTS, axis_label, ics_figure
 from bnexp.report.figstyle import legend_label
 
@@ -285,6 +286,25 @@ def test_stability_figure_units_hatches_and_legend_outside(mnist):
     colour = {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers}
     assert colour["no BN lr=0.5"] != colour["BN lr=0.5"] != colour["BN lr=0.12"]
     assert hatch["no BN lr=0.5"] == "//" and hatch["BN lr=0.5"] is None and hatch["noisy BN lr=0.5"] == ".."
+
+
+def test_stability_figure_of_report_json_draws_the_bars_the_runs_give(mnist):
+    """An archived sweep keeps only report.json: the figure drawn from it has the same bars, bar for bar, as the one
+    drawn from the run folders (the numbers are report.json's per-configuration stability), in the same colours
+    and hatches; a held-out sweep's figure (evaluation seeds only) is refused."""
+    import json
+
+    report = build_report(mnist)
+
+    def bars(fig):
+        return [[(c.get_label(), round(b.get_x(), 9), b.get_height(), b.get_facecolor(), b.get_hatch())
+                 for c in ax.containers for b in c.patches] for ax in _visible(fig)]
+
+    live, archived = stability_figure(report), stability_figure_of(json.loads(json.dumps(report.data)))
+    assert bars(archived) == bars(live) and bars(live)[0]
+    assert archived._suptitle.get_text() == live._suptitle.get_text()
+    with pytest.raises(ValueError, match="held-out sweep"):
+        stability_figure_of({**report.data, "tuning_seeds": [100, 101]})
 
 
 @pytest.mark.slow  # renders figures (> 2.5 s of CPU)

@@ -549,9 +549,35 @@ def stability_figure(report: Report):
     finished seeds; one bar per configuration (in a held-out sweep, those of :func:`chosen_groups`, over their
     evaluation seeds), at most :data:`MAX_LEGEND` of them (:func:`at_most`; the title says how many of how
     many)."""
-    plt = pyplot()
     shown, note, st = _shown(report)
     confs = [(g, stab) for g in shown if (stab := config_stability(g, report.sweep))]
+    return _stability_bars(confs, st, report.data, note, report.groups)
+
+
+def stability_figure_of(data: dict):
+    """The stability figure (:func:`stability_figure`) of a report.json ``data`` alone, for an archived sweep whose
+    run folders are gone: one configuration per ``configurations`` entry, with the per-layer ``stability`` it stores
+    (the numbers :func:`bnexp.report.stats.config_stability` gave over its finished seeds, those the figure draws)
+    and its stored label.
+
+    Raises:
+        ValueError: ``data`` is a held-out sweep's (its figure draws the evaluation seeds only, which report.json
+            does not store per configuration).
+    """
+    if data.get("tuning_seeds") or data.get("evaluation_seeds"):
+        raise ValueError("a held-out sweep's stability figure needs its run folders: run bnexp report on the sweep")
+    groups = [ConfigGroup(key=config_key(c["config"]), config=c["config"], label=c["label"],
+                          variant_label=c.get("variant_label") or "") for c in data["configurations"]]
+    confs = [(g, c["stability"]) for g, c in zip(groups, data["configurations"]) if c.get("stability")]
+    return _stability_bars(confs, styles(groups), data, "", groups)
+
+
+def _stability_bars(confs: list[tuple[ConfigGroup, dict]], st: dict[str, Style], data: dict, note: str,
+                    groups: list[ConfigGroup]):
+    """The stability figure of ``confs`` (configuration, {layer: {"median_shift", "spread_ratio", ...}}) in the
+    styles ``st``: at most :data:`MAX_LEGEND` of them (:func:`at_most`), the title citing the paper part of report.json
+    ``data`` with ``note`` under it, the legend's style note naming the variants of ``groups``."""
+    plt = pyplot()
     every, confs = [g for g, _ in confs], [c for c in confs if c[0] in at_most([g for g, _ in confs])]
     total, st = len(every), subset_styles([g for g, _ in confs], every, st)
     layers = ordered_keys(stab for _, stab in confs)
@@ -575,12 +601,11 @@ def stability_figure(report: Report):
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     width, height = fig.get_size_inches()
-    title = wrap_title(caption("stability_title", refs(report.data)["stability"], len(confs), total),
-                       int(width * 12))
+    title = wrap_title(caption("stability_title", refs(data)["stability"], len(confs), total), int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                 title=legend_title(caption("seed_mean_note"), style_note(report.groups, bars=True)),
+                 title=legend_title(caption("seed_mean_note"), style_note(groups, bars=True)),
                  top=1 - (0.04 + 0.18 * (title.count("\n") + 1)) / height)
     return fig
 
