@@ -185,7 +185,9 @@ def progress_records(metrics: pd.DataFrame, grad: pd.DataFrame, key: str = "l2_r
 # --- matched progress at equal learning rates (docs/ics/PLAN.md, amendment of 2026-11-29) --------------------
 
 RATE_TOL = 0.01  # two probes' learning rates agree when they differ by at most 1% (relative)
-DEF21 = {"l2": "||G - G'||_2", "one_minus_cos": "1 - cos(G, G')"}  # Santurkar et al. Def. 2.1 and Fig. 3
+# the ics.jsonl measures of Santurkar et al.'s Def. 2.1 and Fig. 3 (||G - G'||_2, 1 - cos(G, G')): the claims
+# that read them and their words are ics_claims.yaml's
+DEF21 = ("l2", "one_minus_cos")
 
 
 @dataclass(frozen=True)
