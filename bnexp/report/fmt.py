@@ -245,12 +245,12 @@ def edge_mark(code: str | None) -> str | None:
     return words("edge_mark", code, MAX_ADDED)
 
 
-COLUMNS_TEMPLATE = "columns.md.j2"  # the words of the report's tables: column headers, row labels, cell words
+COLUMNS_TEMPLATE = "columns.md.j2"  # the words of the report's tables: column headers and row labels
 
 
 def label(name: str, *args) -> str:
-    """The words of the macro ``name`` of templates/columns.md.j2 for ``args`` (keys and numbers): a column header,
-    a row label or a cell's words ("not reached", "not measured")."""
+    """The words of the macro ``name`` of templates/columns.md.j2 for ``args`` (keys and numbers): a column header or
+    a row label (one cell's words are templates/cells.md.j2's, :func:`cell`)."""
     return macro(name, *args, template=COLUMNS_TEMPLATE)
 
 
