@@ -451,7 +451,8 @@ def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dic
                     notes.append({"note": "held_out_precision", "preset": p, "seed": int(s), "budgets": differ,
                                   "precision": str(mine[differ[0]]),
                                   "decision_precision": "/".join(sorted(theirs[differ[0]]))})
-    base = held[held.preset == BASELINE]
+    base, both = held[held.preset == BASELINE], pd.concat([runs, held])
+    largest = both.groupby(["preset", "seed"]).budget_steps.max()  # each preset's and seed's largest budget
     for p in matched:
         one = []
         for s in sorted(set(base.seed) & set(held[held.preset == p].seed)):
@@ -461,9 +462,8 @@ def held_out(held: pd.DataFrame, runs: pd.DataFrame, matched: dict, details: dic
             continue
         matched[p]["held_out_per_seed"] = {str(d["seed"]): d["speedup"] for d in one}
         details[p]["held_out_per_seed"] = one
-        both = pd.concat([runs, held])
         values = {d["seed"]: v for d in details[p]["per_seed"] + one
-                  if (v := seed_speedup(d, both[(both.preset == p) & (both.seed == d["seed"])].budget_steps.max()))}
+                  if (v := seed_speedup(d, largest.get((p, d["seed"]), float("nan"))))}
         _, _, iv = seed_values(values, "log")
         if iv is not None and iv.n >= 2:
             matched[p]["interval"] = iv.as_dict()
