@@ -863,6 +863,10 @@ def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, w
         assert ">= 9.84" in text and "2 seed(s), fewer than 3" in text  # lr=5: a reason, once as a note
             # no BN lr=5: 2 diverged, 1 failed; BN lr=5: 1 failed (summary.json lost)
         assert " ".join(text.split()).count("lr=5, seed") == 4 and "(RuntimeError: boom)" in text
+        # each setting heads its own claims table, once, whole on its line (never cut inside a claim cell)
+        claims = lines[next(i for i, line in enumerate(lines) if line.startswith("Claims")):]
+        assert [line.strip() for line in claims if line.strip() in ("lr=0.5", "lr=5")] == ["lr=0.5", "lr=5"]
+        assert not any(line.lstrip().startswith(("lr=0.5:", "lr=5:")) for line in lines)
 
 
 def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick_sweep):

@@ -127,17 +127,19 @@ def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
 
 
 def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]], list[str]]:
-    """The claims as the terminal summary lists them: (the rows with a measure, each as {"claim", "rule",
-    "value", "interval", "verdict", "note"} with ``note`` the number of its reason among the notes, None for a
-    supported row; {config key: {claim: its views}} for the rows whose measure a run lacks because it is off by
-    default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named once over
-    the settings; the distinct reasons, numbered from 1)."""
-    shown, needs, notes = [], {}, []
+    """The claims as the terminal summary lists them: (the rows with a measure, grouped by setting in the order
+    the rows first name it, as [{"setting": its label, or None when the sweep has one setting, "rows": [{"claim",
+    "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason among the notes,
+    None for a supported row; {config key: {claim: its views}} for the rows whose measure a run lacks because it
+    is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named
+    once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
+    long setting label is never cut in an 80-column claim cell."""
+    groups, needs, notes = {}, {}, []
     several = len({r.get("setting") or "" for r in rows}) > 1
     for r in rows:
         view = r.get("view")
         name = r["name"] + (f" ({view})" if view and view != ONE_VIEW else "")
-        name = (f"{r['setting']}: " if several and r.get("setting") else "") + name
+        shown = groups.setdefault((r.get("setting") or None) if several else None, [])
         if r.get("needs"):
             views = needs.setdefault(r["needs"], {}).setdefault(r["name"], [])
             if view and view != ONE_VIEW and view not in views:
@@ -152,7 +154,7 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
             note = notes.index(r["reason"]) + 1
         shown.append({"claim": name, "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
                       "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
-    return shown, needs, notes
+    return [{"setting": k, "rows": v} for k, v in groups.items() if v], needs, notes
 
 
 def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
