@@ -869,6 +869,37 @@ def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, w
         assert not any(line.lstrip().startswith(("lr=0.5:", "lr=5:")) for line in lines)
 
 
+def test_a_setting_where_no_seed_ran_both_sides_is_named_in_one_line_not_tabled():
+    """A held-out seed that ran only one side of a BN / no-BN pair (the CIFAR-10 frontier's seed 2 of the baseline
+    at a rung BN-Baseline ran on seeds 0 and 1) gives claim rows with no paired seed (n = 0): the terminal names
+    that setting once instead of a table of empty rows; a setting with a paired seed keeps its table."""
+    import json as _json
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from bnexp.report.render import render_summary, terminal_claims
+
+    def row(setting: str, n: int, view: str) -> dict:
+        return {"name": "BN reduces shift", "view": view, "setting": setting, "needs": None, "n": n,
+                "mean": 1.5 if n else None, "ci_low": 1.2 if n > 1 else None, "ci_high": 1.9 if n > 1 else None,
+                "interval": None, "verdict": "supported" if n > 2 else "inconclusive",
+                "reason": "" if n > 2 else f"{n} seed(s), fewer than 3", "direction": ">", "threshold": 1.0}
+
+    rows = [row("steps=3000", 0, "KS"), row("steps=3000", 0, "W1"), row("steps=48000", 3, "KS"),
+            row("steps=48000", 2, "W1"), row("steps=6000", 0, "KS")]
+    groups, _, notes = terminal_claims(rows)
+    assert [(g["setting"], g["paired"], len(g["rows"])) for g in groups] == [
+        ("steps=3000", False, 0), ("steps=48000", True, 2), ("steps=6000", False, 0)]
+    assert notes == ["2 seed(s), fewer than 3"]  # the unpaired rows' reasons are not numbered
+    d = _json.loads(_json.dumps({"configurations": [], "targets": [], "claims": rows}))
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(Markdown(render_summary(d, "sweep", "sweep/report.md", 80)))
+    text = " ".join(console.export_text().split())
+    assert "No seed ran both configurations of these settings" in text and "steps=3000; steps=6000." in text
+    assert text.count("BN reduces shift") == 2 and "0 seed(s)" not in text
+
+
 def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick_sweep):
     text = " ".join(_terminal(quick_sweep, 80).split())
     assert text.count("add monitor.grad_ics=true") == 1 and text.count("add monitor.landscape=true") == 1

@@ -133,17 +133,24 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
     None for a supported row; {config key: {claim: its views}} for the rows whose measure a run lacks because it
     is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named
     once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
-    long setting label is never cut in an 80-column claim cell."""
+    long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
+    both of its configurations (every row's ``n`` is 0: a held-out seed that ran one side only), and the
+    summary names such a setting in one line instead of a table of empty rows (report.md keeps the rows)."""
     groups, needs, notes = {}, {}, []
     several = len({r.get("setting") or "" for r in rows}) > 1
+    setting = (lambda r: (r.get("setting") or None) if several else None)
+    paired = {setting(r) for r in rows if not r.get("needs") and r.get("n")}
     for r in rows:
         view = r.get("view")
         name = r["name"] + (f" ({view})" if view and view != ONE_VIEW else "")
-        shown = groups.setdefault((r.get("setting") or None) if several else None, [])
+        shown = groups.setdefault(setting(r), [])
         if r.get("needs"):
             views = needs.setdefault(r["needs"], {}).setdefault(r["name"], [])
             if view and view != ONE_VIEW and view not in views:
                 views.append(view)
+            continue
+        if setting(r) not in paired:
+            shown.append(None)  # no seed ran both sides: the setting is named, its empty rows are not shown
             continue
         bound = (r.get("interval") or {}).get("estimate_bound")
         value = "-" if r.get("mean") is None else (f"{bound} " if bound in (">=", "<=") else "") + f"{r['mean']:.3g}"
@@ -154,7 +161,8 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
             note = notes.index(r["reason"]) + 1
         shown.append({"claim": name, "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
                       "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
-    return [{"setting": k, "rows": v} for k, v in groups.items() if v], needs, notes
+    return [{"setting": k, "paired": k in paired, "rows": [r for r in v if r]} for k, v in groups.items() if v], \
+        needs, notes
 
 
 def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
