@@ -278,6 +278,30 @@ def test_ics_overview_orders_bn_noisy_by_strength_no_bn_by_hand():
         VIEWS["ics_overview"]({"configurations": confs})
 
 
+def test_ics_def21_writes_each_def21_row_per_setting_and_nothing_else():
+    """The Def. 2.1 sentence (docs/ics, README): every row of Santurkar et al.'s Def. 2.1 as defined with its
+    value and verdict, one line per setting when the claims have several; other rows, and rows whose measure no
+    run recorded ("needs"), are left out; a report without such rows is refused by name."""
+    from bnexp.report.ics_verdicts import DEF21_VIEWS
+
+    def row(view, setting, ratios, verdict="supported", needs=None):
+        r = evaluate(Claim("BN reduces gradient ICS", "BN / no-BN", "<", 1.0), ratios, never_learned=[])
+        return json.loads(json.dumps({**r, "view": view, "setting": setting, "verdict": verdict, "needs": needs}))
+
+    same, matched = DEF21_VIEWS[0], DEF21_VIEWS[1]
+    one = VIEWS["ics_def21"]({"claims": [row("same steps", "", {0: 0.9, 1: 1.1, 2: 1.0}),
+                                         row(same, "", {0: 0.4, 1: 0.5, 2: 0.45})]})
+    assert "\n" not in one and one.count("*supported*") == 1 and "raw L2, same steps 0.45 [" in one
+    assert "Def. 2.1 raw L2" not in one  # the sentence names Def. 2.1 once
+    two = VIEWS["ics_def21"]({"claims": [row(same, "optim.schedule=constant", {0: 0.4, 1: 0.5, 2: 0.45}),
+                                         row(matched, "optim.schedule=exponential", {}, "premise not met")]})
+    lines = two.splitlines()
+    assert lines[1].startswith("- optim.schedule=constant: raw L2, same steps 0.45 [")
+    assert lines[2] == "- optim.schedule=exponential: raw L2, matched progress at equal rates *premise not met*."
+    with pytest.raises(ViewDataError, match="no Def. 2.1 row"):
+        VIEWS["ics_def21"]({"claims": [row(same, "", {}, "inconclusive", needs="monitor.grad_ics")]})
+
+
 def _study_report(wall=750.0, jobs=2, calls=1):
     c1 = evaluate(Claim("BN before g is faster", "steps, after / before", ">", 1.0), {0: 1.8, 1: 2.0, 2: 2.2}, never_learned=[])
     c2 = evaluate(Claim("LayerNorm keeps up", "steps, LN / BN", "<", 1.25), {0: 3.0, 1: None, 2: None}, never_learned=[])

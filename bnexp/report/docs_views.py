@@ -10,7 +10,8 @@ import re
 from collections.abc import Callable
 
 from bnexp.analysis.interval import row_interval
-from bnexp.report.fmt import cell, format_interval, label, labels, md_table, render_template
+from bnexp.report.fmt import cell, format_interval, label, labels, md_table, render_template, short_text
+from bnexp.report.ics_verdicts import DEF21_VIEWS
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.study_section import table_md
@@ -48,7 +49,7 @@ def need(d: dict, *keys: str):
 def _text(name: str, **d) -> str:
     """The text of view ``name`` in templates/docs_views.md.j2 for the values ``d`` it reads."""
     helpers = {"table_md": table_md, "row_interval": row_interval, **MATCHED_HELPERS,
-               "format_interval": format_interval, "pct": pct, "PASS_WORDS": PASS_WORDS}
+               "format_interval": format_interval, "short_text": short_text, "pct": pct, "PASS_WORDS": PASS_WORDS}
     return render_template("docs_views.md.j2", {"view": name, **d}, helpers).strip("\n")
 
 
@@ -234,6 +235,23 @@ def ics_overview(report: dict) -> str:
             [first[3]] + [st.get("text", "-") if st.get("reached") else cell("steps", None, 0, 0) for st in steps]]
     rows += [[label("ics_row", key)] + [_stat_cell(c["ics"]["measures"].get(key)) for c, _ in cols] for key in ICS_ROWS]
     return "\n".join(md_table(header, rows))
+
+
+@view("ics_def21")
+def ics_def21(report: dict) -> str:
+    """The sentence of docs/ics and the README on Santurkar et al.'s Def. 2.1 as defined (docs/ics/PLAN.md,
+    amendment of 2026-11-29): per setting of report.json's ``claims`` (the sweep's one setting, or e.g.
+    "optim.schedule=constant"), each Def. 2.1 row (:data:`bnexp.report.ics_verdicts.DEF21_VIEWS`: raw L2 and
+    1 - cos, at the same steps and matched at equal rates) as its seed mean of BN / no BN with the 95% interval,
+    and its verdict. Raises :class:`ViewDataError` when report.json has no such row with a measure."""
+    rows = [r for r in need(report, "claims") if r.get("view") in DEF21_VIEWS and not r.get("needs")]
+    if not rows:
+        raise ViewDataError("report.json's claims have no Def. 2.1 row with a measure (monitor.grad_ics was off, "
+                            "or the report predates the rows)")
+    settings: dict[str, list[dict]] = {}
+    for r in rows:
+        settings.setdefault(r.get("setting") or "", []).append(r)
+    return _text("ics_def21", settings=list(settings.items()))
 
 
 # ----------------------------------------------------------------------------- studies (docs/studies)

@@ -25,7 +25,7 @@ import yaml
 from bnexp.report.claims import Claim, evaluate, words
 from bnexp.report.fmt import cell, format_acc, format_stat, labels, md_table
 from bnexp.report.groups import ConfigGroup, bn_variant, comparison_sets, noise_scale, pair_label
-from bnexp.report.ics_stats import GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
+from bnexp.report.ics_stats import DEF21, GRAD_KEYS, LANDSCAPE_KEYS, matched_at_equal_rates, matched_by_seed, rate_at
 from bnexp.analysis.runs import target_key
 from bnexp.analysis.rules import Censored
 from bnexp.report.stats import value_stat
@@ -67,6 +67,8 @@ SPECS: tuple[Spec, ...] = tuple(Spec(Claim(name, quantity, direction, float(thre
                                 in _DATA["claims"])
 CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
 RATE_MATCHED_VIEWS = frozenset(spec.view for spec in SPECS if spec.col.startswith(RATE_MATCHED))  # their rows' views
+#: the views of Santurkar et al.'s Def. 2.1 as defined (the raw L2 and 1 - cos rows, both views), in the table's order
+DEF21_VIEWS = tuple(spec.view for spec in SPECS if spec.col.removeprefix(RATE_MATCHED).removeprefix("grad.") in DEF21)
 
 
 def main_target(targets: list[float]) -> float:
