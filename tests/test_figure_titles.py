@@ -88,8 +88,11 @@ CIFAR_VIEW = "Sec. 4.1's Fig. 1(b, c) view, on CIFAR-10"
     ("ics_axis", ("l2",), {}, "||G - G'||_2 (nats per weight unit)"),
     ("ics_axis", ("w1_last",), {}, "W1 (pre-activation, a.u.)"),  # another W1 variant: pre-activation units
     ("ics_axis", ("new_measure",), {}, ""),  # unknown: nothing (figures_ics.axis_label raises KeyError)
-    ("ics_panel", ("cos",), {}, "cos(G, G'), layers 2..K"),
-    ("ics_title", ("grad",), {}, "Gradient-based ICS (Santurkar et al. 2018, Def. 2.1)"),
+    ("ics_panel", ("cos",), {}, "cos(G, G') (Def. 2.1, Fig. 3), layers 2..K"),
+    ("ics_panel", ("l2",), {}, "||G - G'||_2 (Def. 2.1, raw), layers 2..K"),
+    ("ics_panel", ("l2_rel_per_move",), {}, "||G - G'|| / ||G|| per move (normalized, not Def. 2.1), layers 2..K"),
+    ("ics_title", ("grad",), {},
+     "Gradient-based ICS: Santurkar et al. 2018's Def. 2.1 as defined, and a normalized variant"),
     ("study_title", ("batch_size",), {}, "Mini-batch size at a fixed number of examples (lr = 0.01 m)"),
     ("study_title", ("normalizer", True), {},
      "Normalizers on the paper's MNIST net: tuning grids (dashed, seeds 100-102; star: chosen rate), evaluation "

@@ -106,9 +106,10 @@ ICS_PLOTS = {  # file name -> figure of a report
     # the BN paper's view: how far each layer's input distribution moved from its first record (step 0),
     # averaged over layers: KS distance and W1 / initial spread (scale-free), raw W1 (pre-activation units)
     "ics_distribution.png": _view("shift", ["ks_first", "w1_rel_first", "w1_first"]),
-    # Santurkar et al.'s gradient-based ICS (Def. 2.1), layers 2..K averaged: ||G - G'|| / ||G|| per unit of
-    # the earlier layers' relative movement, ||G - G'|| / ||G|| and cos(G, G')
-    "ics_gradient.png": _view("grad", ["l2_rel_per_move", "l2_rel", "cos"]),
+    # gradient-based ICS, layers 2..K averaged: Santurkar et al.'s Def. 2.1 as defined (the raw ||G - G'||_2, and
+    # cos(G, G') of their Fig. 3), then the normalized variant of the pre-registered row (||G - G'|| / ||G|| per
+    # unit of the earlier layers' relative movement), which is not Def. 2.1 (docs/ics/PLAN.md, amendment)
+    "ics_gradient.png": _view("grad", ["l2", "cos", "l2_rel_per_move"]),
     # loss variation and effective beta-smoothness along the gradient (Santurkar et al. 2018, Sec. 3.1, Fig. 4)
     # along filter-normalized directions (Li et al. 2018), and the raw beta-smoothness; log y where all positive
     "ics_landscape.png": _view("land", ["fn_loss_variation", "fn_beta_smoothness", "beta_smoothness"], log=True),
