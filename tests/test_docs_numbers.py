@@ -181,6 +181,11 @@ def test_claims_view_renders_evaluate_rows():
     assert got["claim"] == "BN reduces shift" and got["rule"] == "> 1" and got["per seed"] == "0: 1.5, 1: 2.5, 2: 3.5"
     assert got["mean"] == "2.5" and got["std (ddof=1)"] == "1" and got["verdict"] == row["verdict"]
     assert VIEWS["claims"]({"ics": {"claims": [row]}}) == VIEWS["claims"]({"claims": [row]})
+    # the pre-registered matched row's second reading (docs/ics/PLAN.md, amendment) follows its reason
+    second = {**row, "second_reading": "schedule-confounded: the matched probes lie at different learning rates"}
+    got = dict(zip(*_cells(VIEWS["claims"]({"claims": [second]})), strict=True))
+    assert got["reason"] == (row["reason"] + "; second reading: schedule-confounded: the matched probes lie at "
+                             "different learning rates") and got["verdict"] == row["verdict"]
 
 
 def test_cifar_run_names_steps_winner_and_ranges_exact_speedups_by_hand():

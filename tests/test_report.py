@@ -900,6 +900,20 @@ def test_a_setting_where_no_seed_ran_both_sides_is_named_in_one_line_not_tabled(
     assert text.count("BN reduces shift") == 2 and "0 seed(s)" not in text
 
 
+def test_a_supported_row_with_a_second_reading_gets_a_terminal_note():
+    """The pre-registered matched-progress row keeps its verdict and gains a second reading where its matched
+    probes lie at different learning rates (docs/ics/PLAN.md, amendment): the terminal numbers it as a note."""
+    from bnexp.report.render import terminal_claims
+
+    row = {"name": "BN reduces gradient ICS", "view": "matched training progress", "setting": "", "needs": None,
+           "n": 3, "mean": 0.25, "ci_low": 0.1, "ci_high": 0.7, "interval": None, "verdict": "supported",
+           "reason": "the 95% interval lies below 1", "direction": "<", "threshold": 1.0}
+    (plain,), _, none = terminal_claims([row])
+    (read,), _, notes = terminal_claims([{**row, "second_reading": "schedule-confounded: ..."}])
+    assert plain["rows"][0]["note"] is None and none == []
+    assert read["rows"][0]["note"] == 1 and notes == ["schedule-confounded: ..."]
+
+
 def test_claims_whose_measure_is_off_by_default_are_named_once_not_as_rows(quick_sweep):
     text = " ".join(_terminal(quick_sweep, 80).split())
     assert text.count("add monitor.grad_ics=true") == 1 and text.count("add monitor.landscape=true") == 1

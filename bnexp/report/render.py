@@ -129,8 +129,9 @@ def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
 def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]], list[str]]:
     """The claims as the terminal summary lists them: (the rows with a measure, grouped by setting in the order
     the rows first name it, as [{"setting": its label, or None when the sweep has one setting, "rows": [{"claim",
-    "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason among the notes,
-    None for a supported row; {config key: {claim: its views}} for the rows whose measure a run lacks because it
+    "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason (and its second
+    reading, the pre-registered matched row's, docs/ics/PLAN.md's amendment) among the notes, None for a
+    supported row without a second reading; {config key: {claim: its views}} for the rows whose measure a run lacks because it
     is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named
     once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
     long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
@@ -155,10 +156,12 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
         bound = (r.get("interval") or {}).get("estimate_bound")
         value = "-" if r.get("mean") is None else (f"{bound} " if bound in (">=", "<=") else "") + f"{r['mean']:.3g}"
         note = None
-        if r["verdict"] != "supported" and r.get("reason"):
-            if r["reason"] not in notes:
-                notes.append(r["reason"])
-            note = notes.index(r["reason"]) + 1
+        why = "; ".join(x for x in (r.get("reason") if r["verdict"] != "supported" else None,
+                                    r.get("second_reading")) if x)  # a supported row's second reading too
+        if why:
+            if why not in notes:
+                notes.append(why)
+            note = notes.index(why) + 1
         shown.append({"claim": name, "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
                       "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
     return [{"setting": k, "paired": k in paired, "rows": [r for r in v if r]} for k, v in groups.items() if v], \
