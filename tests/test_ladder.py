@@ -175,6 +175,18 @@ def test_extra_seeds_rerun_the_rungs_the_ladders_ran_and_change_no_decision():
     assert L.next_batches(both, CPU, ("bn_x5", "bn_baseline"), (0, 1), (2,))[1] == []
 
 
+def test_a_later_call_for_fewer_presets_keeps_the_stop_rules_of_every_ladder_in_the_folder():
+    """PRESETS=bn_x5 EXTRA_SEEDS=2 after PRESETS=all: ladders.txt (the report's "rule that stopped each ladder")
+    still names bn_baseline's ladder, which that call did not run."""
+    done = runs_of({**BASE_V1, ("baseline", 96000): 0.78815, ("bn_x5", 375): 0.70, ("bn_x5", 750): 0.80,
+                    ("bn_baseline", 1500): 0.79})
+    shown = L.presets_in_folder(done, CPU, ("bn_x5",))
+    assert shown == ("bn_x5", "bn_baseline")
+    lines = L.ladder_stops(done, CPU, shown, (0, 1))
+    assert [line.split(":")[0] for line in lines] == ["baseline", "bn_x5", "bn_baseline"]
+    assert L.presets_in_folder(done, CPU, L.PRESET_SETS["all"]) == L.PRESET_SETS["all"]  # nothing added twice
+
+
 def test_plan_table_with_extra_seeds_and_the_rule_lines(tmp_path, capsys):
     t = L.plan_table(runs_of({}), CPU, L.PRESET_SETS["default"], (0, 1), (2,))
     extra = t[t.stage == "5 extra seeds"]

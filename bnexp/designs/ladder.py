@@ -267,6 +267,14 @@ def _ordered(presets) -> list[str]:
     return [p for p in presets if p == HEADLINE] + [p for p in presets if p != HEADLINE]
 
 
+def presets_in_folder(runs: pd.DataFrame, lad: Ladder, presets) -> tuple[str, ...]:
+    """``presets`` plus every other ladder preset (:data:`PRESET_SETS` "all" order) that has runs in the sweep
+    folder: ladders.txt names the rule that stopped each of them, so a later call for fewer presets (PRESETS=bn_x5
+    EXTRA_SEEDS=2, docs/cifar/PLAN.md's stage 5) does not drop the stop rules of the ladders it did not run."""
+    have = set(runs["preset"]) if "preset" in runs else set()
+    return tuple(presets) + tuple(p for p in PRESET_SETS["all"] if p in have and p in lad.starts and p not in presets)
+
+
 def ladder_stops(runs: pd.DataFrame, lad: Ladder, presets, seeds) -> list[str]:
     """One line per ladder (the baseline's, then each preset's in run order): the rule that stopped it
     (a*, decided, chance, trains, converged, cap), or what it waits for / runs next."""

@@ -202,7 +202,7 @@ def cifar_parts(env: Env, extra: list[str]) -> list[Part]:
         runs = state()
         text = ladder.plan_text(ladder.plan_table(runs, lad, presets, seeds, extra_seeds), env.jobs, steps_per_s,
                                 40.0)[0]
-        stops = ladder.ladder_stops(runs, lad, presets, seeds)
+        stops = ladder.ladder_stops(runs, lad, ladder.presets_in_folder(runs, lad, presets), seeds)
         return "\n".join([text, "ladders (the rule that stopped each, or what it runs next):",
                           *(f"  {line}" for line in stops)]) + "\n"
 
