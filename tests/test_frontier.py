@@ -565,6 +565,18 @@ def test_held_out_seed_moves_no_decision_and_is_reported_beside_them():
     assert (iv["low"], iv["high"]) == (pytest.approx(math.exp(lo)), pytest.approx(math.exp(hi)))
 
 
+def test_the_terminal_names_the_held_out_seed_and_the_interval_beside_the_headline():
+    from bnexp.report.render import render_summary
+
+    three = analyze(_seed_runs((0, 1, 2)), TUNING)
+    d = json.loads(json.dumps({"configurations": [], "targets": [], **three}))
+    lines = [" ".join(x.split()) for x in render_summary(d, "sweep", "sweep/report.md", 80).splitlines()]
+    (x5,) = [x for x in lines if x.startswith("- BN-x5:")]
+    assert "; held out (no part in any choice): seed 2 5.00x; over seeds 0, 1, 2: " in x5  # K[2] = 5
+    assert "95% t interval [" in x5 and x5.endswith("(n = 3)")
+    assert not any("held out" in x for x in lines if x.startswith("- BN-Baseline:"))  # it ran no seed 2
+
+
 def test_held_out_seed_cut_short_is_noted_and_every_seed_without_tuning_decides():
     runs = pd.concat([_seed_runs((0, 1)), _seed_runs((2,), x5_ladder=doubling(375, 5))], ignore_index=True)
     sec = analyze(runs, TUNING)  # bn_x5 seed 2 ran 375..6k: 5 of the decision seeds' 6 budgets
