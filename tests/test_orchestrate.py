@@ -110,6 +110,24 @@ def test_ics_plan_leaves_out_the_complete_runs(script, tmp_path):
     assert code == 0 and "MNIST part, BN: 1 runs of 20 steps, 0 to run" in out, out
     assert "MNIST part, noisy BN: 2 runs of 20 steps, 1 to run" in out and "bn=noisy,noise_scale=3.0,lr=0.12,seed=0  (done)" in out
     assert "CIFAR-10 part, BN and no BN: 2 runs of 20 steps, 1 to run" in out
+    # a block whose every run is complete is not launched: DRY_RUN names one command fewer
+    def cifar_commands(text):
+        return [ln for ln in text.split("CIFAR-10 part: the planned runs")[1].splitlines() if ln.startswith("$ ")]
+
+    assert len(cifar_commands(out)) == 3
+    (tmp_path / "ic/bn=false").mkdir(parents=True)
+    (tmp_path / "ic/bn=false/summary.json").write_text(json.dumps({"status": "finished"}))
+    code, out, err, ran = script("ics", *args, **env)
+    assert "CIFAR-10 part, BN and no BN: 2 runs of 20 steps, 0 to run" in out
+    left = cifar_commands(out)
+    assert len(left) == 2 and all("bn=noisy" in c or "optim.schedule=constant" in c for c in left), left
+    # the constant-rate block names its run folders by its own subdir pattern, not by the plain block's
+    for bn in ("true", "false"):
+        (tmp_path / f"ic/schedule=constant,bn={bn},seed=0").mkdir(parents=True)
+        (tmp_path / f"ic/schedule=constant,bn={bn},seed=0/summary.json").write_text(json.dumps({"status": "finished"}))
+    code, out, err, ran = script("ics", *args, **env)
+    assert "at a constant rate (the equal-rate matching, docs/ics/PLAN.md): 2 runs of 20 steps, 0 to run" in out
+    assert [("bn=noisy" in c) for c in cifar_commands(out)] == [True]
 
 
 @pytest.mark.slow  # reads or plans real sweep folders: over the fast tier's 2.5 s of CPU

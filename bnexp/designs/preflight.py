@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -333,7 +334,9 @@ def launchers() -> list[str]:
 def check_parts(parts: list, env: Env) -> None:
     """Everything :mod:`.orchestrate` checks before it starts: LAUNCHER, each part's folders (sweep and docs)
     and every block's configs; a part without a plan of its own gets one from the composed configs
-    (its runs, steps and estimated minutes on JOBS parallel jobs, using the part's ``cost``).
+    (its runs, steps and estimated minutes on JOBS parallel jobs, using the part's ``cost``), and its first
+    decision keeps only the blocks with a run still to do (a block whose every run is complete would start a
+    multirun that bnexp skips job by job; DRY_RUN then says "commands: none").
 
     Raises:
         UserError: the first problem, named.
@@ -352,7 +355,7 @@ def check_parts(parts: list, env: Env) -> None:
         cost = p.cost
         if p.plan or cost is None:
             continue
-        lines, total = [], 0.0
+        lines, total, left = [], 0.0, []
         for b, (jobs, cfg) in zip(p.blocks, found):
             steps, bn = int(cfg.trainer.max_steps), bool(cfg.bn.enabled)
             todo = len(jobs) - len(complete_jobs(p.sweep_dir, b, jobs))
@@ -360,6 +363,8 @@ def check_parts(parts: list, env: Env) -> None:
             total += secs
             lines.append(f"{p.title}, {b.label}: {len(jobs)} runs of {steps:,} steps, {todo} to run, "
                          f"~{secs / 60:.1f} min")
+            left += [b] if todo else []
+        p.first.blocks = left
         lines.append(f"{p.title}: estimated wall time: {total / 60:.0f} min with {env.jobs} parallel jobs, assuming "
                      "an idle machine (one core per job; the probes not counted)")
         p.plan, p.seconds = "\n".join(lines), total
@@ -374,6 +379,17 @@ def complete_jobs(sweep_dir: Path, block: Block, jobs: list[list[str]]) -> list[
     from bnexp.runfolders.runnames import swept_keys, swept_name
 
     keys = swept_keys(quote_bn_overrides([o for o in block.args if not o.startswith("hydra")]))
-    return [j for j in jobs
-            if is_complete(Path(sweep_dir) / (swept_name([o for o in j if not o.startswith("hydra")], keys)
-                                              or "default"))]
+    subdir = [o.split("=", 1)[1].strip("'\"") for o in block.args if o.startswith("hydra.sweep.subdir=")]
+
+    def folder(job: list[str]) -> str | None:
+        if not subdir:  # Hydra's override_dirname of the swept keys, as the sweep names it
+            return swept_name([o for o in job if not o.startswith("hydra")], keys) or "default"
+        # a block's own subdir pattern (the ICS study's constant-rate runs): its ${key} and
+        # ${hydra:runtime.choices.key} from the job's overrides; a job it cannot name counts as not complete
+        given = {k: v.strip("'\"") for k, v in (o.split("=", 1) for o in job if "=" in o and not o.startswith("hydra"))}
+        names = re.findall(r"\$\{(?:hydra:runtime\.choices\.)?([\w.]+)\}", subdir[-1])
+        if not all(k in given for k in names):
+            return None
+        return re.sub(r"\$\{(?:hydra:runtime\.choices\.)?([\w.]+)\}", lambda m: given[m.group(1)], subdir[-1])
+
+    return [j for j in jobs if (name := folder(j)) is not None and is_complete(Path(sweep_dir) / name)]
