@@ -131,9 +131,9 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
     the rows first name it, as [{"setting": its label, or None when the sweep has one setting, "rows": [{"claim",
     "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason (and its second
     reading, the pre-registered matched row's, docs/ics/PLAN.md's amendment) among the notes, None for a
-    supported row without a second reading; {config key: {claim: its views}} for the rows whose measure a run lacks because it
-    is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named
-    once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
+    supported row without a second reading; {config key: {claim: its views}} for the rows whose measure a run
+    lacks because it is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim
+    and view named once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
     long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
     both of its configurations (every row's ``n`` is 0: a held-out seed that ran one side only), and the
     summary names such a setting in one line instead of a table of empty rows (report.md keeps the rows)."""
