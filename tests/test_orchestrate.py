@@ -74,8 +74,9 @@ SMALL = ("trainer.max_steps=300", "seed=1", "lr=0.12")
 @pytest.mark.parametrize("name, args, env", [
     ("mnist", SMALL, {"SWEEP_DIR": "m"}),
     ("study", ("depth", "trainer.max_steps=20", "seed=0", "lr=3.6"), {"SWEEP_DIR": "d"}),
-    ("ics", ("trainer.max_steps=20", "seed=0", "lr=0.12"), {"MNIST_DIR": "im", "CIFAR_DIR": "ic", "NOISE_SCALES": "1,3",
-                                                              "VERIFY_CHECKSUMS": "false"}),
+    pytest.param("ics", ("trainer.max_steps=20", "seed=0", "lr=0.12"),
+                 {"MNIST_DIR": "im", "CIFAR_DIR": "ic", "NOISE_SCALES": "1,3", "VERIFY_CHECKSUMS": "false"},
+                 marks=pytest.mark.slow),  # composes every block's configs twice: over the fast tier's 2.5 s of CPU
     ("cifar", (), {"SWEEP_DIR": "c", "SEEDS": "0", "VERIFY_CHECKSUMS": "false"}),
 ])
 def test_dry_run_prints_exactly_the_commands_that_run(script, tmp_path, name, args, env):
