@@ -12,8 +12,8 @@ import pytest
 from test_report import make_ics_run
 
 from bnexp.report import build_report
-from bnexp.report.figstyle import refs
-from bnexp.report.figures import accuracy_figure, caption, percentiles_figure, stability_figure
+from bnexp.report.figstyle import caption, refs
+from bnexp.report.figures import accuracy_figure, percentiles_figure, stability_figure
 
 pytest.importorskip("matplotlib")
 
