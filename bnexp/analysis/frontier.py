@@ -130,6 +130,13 @@ def _config(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: f"lr={r.lr:g}, dropout={r.dropout:g}, weight decay={r.weight_decay:g}", axis=1)
 
 
+def seeds_in_every(seed_sets) -> set[int]:
+    """The seeds common to every set of ``seed_sets`` (the tuning stage's configurations: the seeds that ran all
+    of them, docs/cifar/PLAN.md's decision seeds); empty when there is no set or no common seed."""
+    sets = [{int(x) for x in s} for s in seed_sets]
+    return set.intersection(*sets) if sets else set()
+
+
 def tuning_table(runs: pd.DataFrame) -> dict | None:
     """The baseline's tuning stage: its configurations at the budget where most of them ran (>= 2), the winner
     chosen by the one-stage rate rule (:func:`bnexp.analysis.tuning.best_rate` without a target: the highest
@@ -152,7 +159,7 @@ def tuning_table(runs: pd.DataFrame) -> dict | None:
     at = base[base.budget_steps == budget]
     # the decision seeds ran every configuration; a held-out seed (PLAN.md's stage 5: seed 2 ran the winner
     # alone) takes no part in the rows' means nor in the choice
-    common = set.intersection(*(set(g.seed) for _, g in at.groupby("config")))
+    common = seeds_in_every(g.seed for _, g in at.groupby("config"))
     at = at[at.seed.isin(common)] if common else at
     rows = [{"lr": float(g.lr.iloc[0]), "dropout": float(g.dropout.iloc[0]), "config": cfg, "seeds": len(g),
              "mean_test_accuracy": float(g.final_test_accuracy.mean()),
@@ -175,9 +182,8 @@ def decision_seeds(runs: pd.DataFrame, tuning: dict | None) -> list[int]:
     Returns:
         the decision seeds, ascending (ints).
     """
-    rows = (tuning or {}).get("rows") or []
-    common = set.intersection(*(set(r["per_seed"]) for r in rows)) if rows else set()
-    return sorted(int(s) for s in common) if common else sorted(int(s) for s in runs.seed.unique())
+    common = seeds_in_every(r["per_seed"] for r in (tuning or {}).get("rows") or [])
+    return sorted(common) if common else sorted(int(s) for s in runs.seed.unique())
 
 
 def select_frontier_runs(runs: pd.DataFrame, tuning: dict | None) -> pd.DataFrame:
