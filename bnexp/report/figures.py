@@ -20,8 +20,8 @@ from bnexp.report.build import Report
 from bnexp.report.figstyle import (LINESTYLE, Style, caption, colour_family, family_color,
                                    legend_below, legend_label, legend_title, pyplot, refs, step_label,
                                    style_note, styles, wrap_title)
-from bnexp.report.groups import (SCHEDULE_KEYS, ConfigGroup, bn_variant, following_keys, format_value, key_values,
-                                 kv_label, pair_key, sort_value, varying_keys)
+from bnexp.report.groups import (SCHEDULE_KEYS, ConfigGroup, bn_variant, format_value, kv_label, pair_key, shown_keys,
+                                 sort_value)
 from bnexp.analysis.runs import Run, Sweep, config_key, numeric, ordered_keys, seed_order
 from bnexp.analysis.seed_bands import band_arrays, per_seed, seed_band
 from bnexp.analysis.rules import normalizer, normalizer_label, option_text
@@ -79,25 +79,6 @@ def shown_labels(groups: list[ConfigGroup]) -> dict[str, str]:
     keep = shown_keys(groups)
     return {g.key: kv_label(g.config, [k for k in keep if g.config.get(k) is not None]) or legend_label(g)
             for g in groups}
-
-
-PRESET = "experiment"  # the CIFAR-10 preset (conf/experiment/): it sets act, bn, lr, dropout and weight decay
-
-
-def shown_keys(groups: list[ConfigGroup]) -> list[str]:
-    """The keys that vary among ``groups``, without the run-length keys that follow another key
-    (:func:`~bnexp.report.groups.following_keys`) and, where the preset (:data:`PRESET`) varies, without the keys
-    whose value the preset fixes among ``groups`` (one value per preset: "experiment=bn_x5", not also its act, bn,
-    lr and weight decay), and without ``lr`` where both the preset and its base rate (``scale.base_lr``: a
-    preset's lr is a multiple of it) are named."""
-    keys = varying_keys(groups)
-    values = key_values(groups, keys)
-    drop = following_keys(values)
-    if PRESET in values:
-        drop |= {k for k in keys if k != PRESET and len(set(zip(values[PRESET], values[k]))) == len(set(values[PRESET]))}
-        if "scale.base_lr" in values and "scale.base_lr" not in drop:
-            drop.add("lr")
-    return [k for k in keys if k not in drop]
 
 
 def _shown(report: Report) -> tuple[list[ConfigGroup], str, dict[str, Style]]:

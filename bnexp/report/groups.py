@@ -178,6 +178,25 @@ def label_keys(keys: list[str], groups: list[ConfigGroup]) -> list[str]:
     return [k for k in keys if k not in drop]
 
 
+PRESET = "experiment"  # the CIFAR-10 preset (conf/experiment/): it sets act, bn, lr, dropout and weight decay
+
+
+def shown_keys(groups: list[ConfigGroup]) -> list[str]:
+    """The keys that vary among ``groups``, without the run-length keys that follow another key
+    (:func:`following_keys`) and, where the preset (:data:`PRESET`) varies, without the keys
+    whose value the preset fixes among ``groups`` (one value per preset: "experiment=bn_x5", not also its act, bn,
+    lr and weight decay), and without ``lr`` where both the preset and its base rate (``scale.base_lr``: a
+    preset's lr is a multiple of it) are named."""
+    keys = varying_keys(groups)
+    values = key_values(groups, keys)
+    drop = following_keys(values)
+    if PRESET in values:
+        drop |= {k for k in keys if k != PRESET and len(set(zip(values[PRESET], values[k]))) == len(set(values[PRESET]))}
+        if "scale.base_lr" in values and "scale.base_lr" not in drop:
+            drop.add("lr")
+    return [k for k in keys if k not in drop]
+
+
 def bn_variant(group: ConfigGroup) -> str | None:
     """The BN variant of a configuration: "BN", "noisy BN" or "no BN" (None when bn.enabled is unknown):
     :func:`bnexp.analysis.rules.variant` of its normalizer."""
