@@ -137,21 +137,19 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
     long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
     both of its configurations (every row's ``n`` is 0: a held-out seed that ran one side only), and the
     summary names such a setting in one line instead of a table of empty rows (report.md keeps the rows)."""
-    groups, needs, notes = {}, {}, []
+    needs, notes = {}, []
     several = len({r.get("setting") or "" for r in rows}) > 1
     setting = (lambda r: (r.get("setting") or None) if several else None)
-    paired = {setting(r) for r in rows if not r.get("needs") and r.get("n")}
+    measured = [r for r in rows if not r.get("needs")]
+    paired = {setting(r) for r in measured if r.get("n")}
+    groups = {s: [] for s in dict.fromkeys(map(setting, measured))}  # the settings in the rows' order
     for r in rows:
         view = r.get("view")
-        name = r["name"] + (f" ({view})" if view and view != ONE_VIEW else "")
-        shown = groups.setdefault(setting(r), [])
         if r.get("needs"):
             views = needs.setdefault(r["needs"], {}).setdefault(r["name"], [])
             if view and view != ONE_VIEW and view not in views:
                 views.append(view)
-            continue
-        if setting(r) not in paired:
-            shown.append(None)  # no seed ran both sides: the setting is named, its empty rows are not shown
+        if r.get("needs") or setting(r) not in paired:  # no seed ran both sides: only the setting is named
             continue
         bound = (r.get("interval") or {}).get("estimate_bound")
         value = "-" if r.get("mean") is None else (f"{bound} " if bound in (">=", "<=") else "") + f"{r['mean']:.3g}"
@@ -162,10 +160,10 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
             if why not in notes:
                 notes.append(why)
             note = notes.index(why) + 1
-        shown.append({"claim": name, "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
-                      "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
-    return [{"setting": k, "paired": k in paired, "rows": [r for r in v if r]} for k, v in groups.items() if v], \
-        needs, notes
+        groups[setting(r)].append({"claim": r["name"] + (f" ({view})" if view and view != ONE_VIEW else ""),
+                                   "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
+                                   "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
+    return [{"setting": k, "paired": k in paired, "rows": v} for k, v in groups.items()], needs, notes
 
 
 def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
