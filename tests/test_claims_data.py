@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bnexp.analysis.study_runs import FAMILY_KEYS, OBJECTIVES
 from bnexp.report.fmt import label, labels
-from bnexp.report.ics_verdicts import ONE_VIEW, RATE_MATCHED, RATE_MATCHED_VIEWS, SPECS
+from bnexp.report.ics_verdicts import DEF21_SHORT, DEF21_VIEWS, ONE_VIEW, RATE_MATCHED, RATE_MATCHED_VIEWS, SPECS
 from bnexp.report.study_claims import RESTS_ON, SECTIONS, STUDY_CLAIMS, section_head
 
 
@@ -65,3 +65,9 @@ def test_header_sets_follow_the_tables_columns():
     assert labels("frontier", [0, 1], [0, 1], [2])[2] == "test acc, mean of decision seeds 0, 1 (%)"
     assert labels("frontier", [0, 1], [0, 1], [2])[5] == "seed 2, held out (%)"
     assert label("ics_column", "grad.cos") == "cos(G, G')" and label("no_config") == " [no config]"
+
+
+def test_every_def21_view_and_only_those_has_a_short_name_in_the_docs_sentence():
+    assert set(DEF21_SHORT) == set(DEF21_VIEWS) and len(DEF21_VIEWS) == 4
+    for view, short in DEF21_SHORT.items():
+        assert short and short in view and not short.startswith("Def.")  # the sentence names "Def. 2.1" once

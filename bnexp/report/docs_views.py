@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from bnexp.analysis.interval import row_interval
 from bnexp.report.fmt import cell, format_interval, label, labels, md_table, render_template, short_text
-from bnexp.report.ics_verdicts import DEF21_VIEWS
+from bnexp.report.ics_verdicts import DEF21_SHORT, DEF21_VIEWS
 from bnexp.analysis.frontier import PASS_WORDS
 from bnexp.report.frontier_text import MATCHED_HELPERS, frontier_table, headline_bound, pct, seed_bounds, speedup_text
 from bnexp.report.study_section import table_md
@@ -251,7 +251,7 @@ def ics_def21(report: dict) -> str:
     settings: dict[str, list[dict]] = {}
     for r in rows:
         settings.setdefault(r.get("setting") or "", []).append(r)
-    return _text("ics_def21", settings=list(settings.items()))
+    return _text("ics_def21", settings=list(settings.items()), short=DEF21_SHORT)
 
 
 # ----------------------------------------------------------------------------- studies (docs/studies)

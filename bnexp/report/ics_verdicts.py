@@ -69,6 +69,8 @@ CLAIMS = tuple(spec.claim for spec in SPECS)  # the claims, fixed before the run
 RATE_MATCHED_VIEWS = frozenset(spec.view for spec in SPECS if spec.col.startswith(RATE_MATCHED))  # their rows' views
 #: the views of Santurkar et al.'s Def. 2.1 as defined (the raw L2 and 1 - cos rows, both views), in the table's order
 DEF21_VIEWS = tuple(spec.view for spec in SPECS if spec.col.removeprefix(RATE_MATCHED).removeprefix("grad.") in DEF21)
+#: each Def. 2.1 view's short name, as the docs sentence names it after "Def. 2.1 as defined" (ics_claims.yaml)
+DEF21_SHORT: dict[str, str] = dict(_DATA["def21_short"])
 
 
 def main_target(targets: list[float]) -> float:
