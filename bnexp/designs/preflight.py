@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -372,24 +371,42 @@ def check_parts(parts: list, env: Env) -> None:
 
 def complete_jobs(sweep_dir: Path, block: Block, jobs: list[list[str]]) -> list[list[str]]:
     """The jobs of ``block`` whose run folder in ``sweep_dir`` holds a complete run (finished or diverged:
-    bnexp skips it). A run folder is named by the keys the block's multirun sweeps
-    (:func:`bnexp.runfolders.runnames.swept_name`, as ``hydra.sweep.subdir`` names it)."""
-    from bnexp.config.schema import quote_bn_overrides
+    bnexp skips it). A run folder is named as the multirun names it: by the block's own ``hydra.sweep.subdir``
+    pattern, which Hydra resolves against each job's composed config (:func:`_resolved_subdir`), else by the keys
+    the block sweeps (:func:`bnexp.runfolders.runnames.swept_name`, Hydra's override_dirname of those keys)."""
+    from hydra import initialize_config_dir
+
+    from bnexp.config.schema import CONF_DIR, quote_bn_overrides
     from bnexp.runfolders.rundir import is_complete
     from bnexp.runfolders.runnames import swept_keys, swept_name
 
     keys = swept_keys(quote_bn_overrides([o for o in block.args if not o.startswith("hydra")]))
-    subdir = [o.split("=", 1)[1].strip("'\"") for o in block.args if o.startswith("hydra.sweep.subdir=")]
+    subdir = [o for o in block.args if o.startswith("hydra.sweep.subdir=")][-1:]
+    if not subdir:  # Hydra's override_dirname of the swept keys, as the sweep names it
+        return [j for j in jobs if is_complete(Path(sweep_dir) / (swept_name(
+            [o for o in j if not o.startswith("hydra")], keys) or "default"))]
+    out = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for job in jobs:
+            name = _resolved_subdir(quote_bn_overrides([o for o in job if not o.startswith("hydra.sweep.")] + subdir))
+            out += [job] if name is not None and is_complete(Path(sweep_dir) / name) else []
+    return out
 
-    def folder(job: list[str]) -> str | None:
-        if not subdir:  # Hydra's override_dirname of the swept keys, as the sweep names it
-            return swept_name([o for o in job if not o.startswith("hydra")], keys) or "default"
-        # a block's own subdir pattern (the ICS study's constant-rate runs): its ${key} and
-        # ${hydra:runtime.choices.key} from the job's overrides; a job it cannot name counts as not complete
-        given = {k: v.strip("'\"") for k, v in (o.split("=", 1) for o in job if "=" in o and not o.startswith("hydra"))}
-        names = re.findall(r"\$\{(?:hydra:runtime\.choices\.)?([\w.]+)\}", subdir[-1])
-        if not all(k in given for k in names):
-            return None
-        return re.sub(r"\$\{(?:hydra:runtime\.choices\.)?([\w.]+)\}", lambda m: given[m.group(1)], subdir[-1])
 
-    return [j for j in jobs if (name := folder(j)) is not None and is_complete(Path(sweep_dir) / name)]
+def _resolved_subdir(job: list[str]) -> str | None:
+    """``hydra.sweep.subdir`` of one job (its overrides, the block's subdir pattern among them) as Hydra
+    resolves it when the job runs: the job's config composed with Hydra's own node (inside an initialized
+    config dir), its ``${key}`` and ``${hydra:runtime.choices.group}`` interpolations resolved; None when Hydra
+    cannot compose or resolve it (the job then counts as not complete)."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        cfg = compose("config", overrides=job, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            return str(cfg.hydra.sweep.subdir)
+        finally:
+            HydraConfig.instance().cfg = None
+    except Exception:  # Hydra's and OmegaConf's errors: a job it cannot name is not known to be complete
+        return None
