@@ -43,7 +43,8 @@ from pathlib import Path
 
 from bnexp.designs import preflight
 from bnexp.designs.preflight import Block, Env
-from bnexp.designs.stages import Decision, Part, decision, grid_edge_rule, one_stage, run_stages, split_of
+from bnexp.designs.stages import (Decision, Part, decision, grid_edge_rule, one_stage, plan_from_configs, run_stages,
+                                  split_of)
 from bnexp.designs.studytime import StudyClock, record_study
 from bnexp.errors import UserError
 
@@ -647,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
             env = Env(os.environ)
             with summaries_read_once():  # the plan: one state of the sweep folders, each run read once
                 parts, extra = build(script, rest, env)
-                preflight.check_parts(parts, env)
+                for p, found in zip(parts, preflight.check_parts(parts, env)):
+                    plan_from_configs(p, found, env.jobs)
         except UserError as exc:
             print("error: " + " ".join(str(exc).split()), file=sys.stderr)
             return 2

@@ -330,18 +330,17 @@ def launchers() -> list[str]:
         return sorted(GlobalHydra.instance().config_loader().get_group_options("hydra/launcher"))
 
 
-def check_parts(parts: list, env: Env) -> None:
+def check_parts(parts: list, env: Env) -> list[list[tuple[list[list[str]], object]]]:
     """Everything :mod:`.orchestrate` checks before it starts: LAUNCHER, each part's folders (sweep and docs)
-    and every block's configs; a part without a plan of its own gets one from the composed configs
-    (its runs, steps and estimated minutes on JOBS parallel jobs, using the part's ``cost``), and its first
-    decision keeps only the blocks with a run still to do (a block whose every run is complete would start a
-    multirun that bnexp skips job by job; DRY_RUN then says "commands: none").
+    and every block's configs (:func:`check_blocks`).
+
+    Returns:
+        per part, per block of its first decision: (its jobs, the first job's composed config), the input of
+        :func:`bnexp.designs.stages.plan_from_configs`.
 
     Raises:
         UserError: the first problem, named.
     """
-    import math
-
     options = launchers()
     if env.launcher not in options:
         raise UserError(f"LAUNCHER={env.launcher}: no such Hydra launcher; use one of {', '.join(options)}")
@@ -349,24 +348,7 @@ def check_parts(parts: list, env: Env) -> None:
         check_writable(p.sweep_dir, "the sweep folder")
         if p.docs_dir:
             check_writable(Path(p.docs_dir), "the docs folder")
-    for p in parts:
-        found = check_blocks(p.blocks + p.validate)[:len(p.blocks)]
-        cost = p.cost
-        if p.plan or cost is None:
-            continue
-        lines, total, left = [], 0.0, []
-        for b, (jobs, cfg) in zip(p.blocks, found):
-            steps, bn = int(cfg.trainer.max_steps), bool(cfg.bn.enabled)
-            todo = len(jobs) - len(complete_jobs(p.sweep_dir, b, jobs))
-            secs = math.ceil(todo / env.jobs) * cost(steps, bn)
-            total += secs
-            lines.append(f"{p.title}, {b.label}: {len(jobs)} runs of {steps:,} steps, {todo} to run, "
-                         f"~{secs / 60:.1f} min")
-            left += [b] if todo else []
-        p.first.blocks = left
-        lines.append(f"{p.title}: estimated wall time: {total / 60:.0f} min with {env.jobs} parallel jobs, assuming "
-                     "an idle machine (one core per job; the probes not counted)")
-        p.plan, p.seconds = "\n".join(lines), total
+    return [check_blocks(p.blocks + p.validate)[:len(p.blocks)] for p in parts]
 
 
 def complete_jobs(sweep_dir: Path, block: Block, jobs: list[list[str]]) -> list[list[str]]:

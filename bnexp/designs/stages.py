@@ -7,13 +7,14 @@ them all: a :class:`Part` runs :class:`Decision` after :class:`Decision` (:func:
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bnexp.designs.preflight import Block
+from bnexp.designs.preflight import Block, complete_jobs
 
 
 VALIDATION = 10_000  # stage 1's data.validation: training images held out and read instead of the test set
@@ -184,3 +185,27 @@ def run_stages(p: Part, call: Callable[[list[str], Path], int | None]) -> tuple[
         if not d.blocks or d.last or p.decide is None:
             return None, False
         previous, d = [b.args for b in d.blocks], decide(p)
+
+
+def plan_from_configs(p: Part, found: list[tuple[list[list[str]], object]], jobs: int) -> None:
+    """The plan of a part without one of its own, from its blocks' composed configs (``found``:
+    :func:`bnexp.designs.preflight.check_parts`): per block its runs, steps, runs still to do and minutes on
+    ``jobs`` parallel jobs (:attr:`Part.cost`), and the total; and its first decision keeps only the blocks with a
+    run still to do (a block whose every run is complete would start a multirun that bnexp skips job by job;
+    DRY_RUN then says "commands: none"). Sets ``p.plan``, ``p.seconds`` and ``p.first.blocks``; a part with a
+    plan, or without a :attr:`Part.cost`, is left as it is."""
+    if p.plan or p.cost is None:
+        return
+    lines, total, left = [], 0.0, []
+    for b, (block_jobs, cfg) in zip(p.blocks, found):
+        steps, bn = int(cfg.trainer.max_steps), bool(cfg.bn.enabled)
+        todo = len(block_jobs) - len(complete_jobs(p.sweep_dir, b, block_jobs))
+        secs = math.ceil(todo / jobs) * p.cost(steps, bn)
+        total += secs
+        lines.append(f"{p.title}, {b.label}: {len(block_jobs)} runs of {steps:,} steps, {todo} to run, "
+                     f"~{secs / 60:.1f} min")
+        left += [b] if todo else []
+    p.first.blocks = left
+    lines.append(f"{p.title}: estimated wall time: {total / 60:.0f} min with {jobs} parallel jobs, assuming "
+                 "an idle machine (one core per job; the probes not counted)")
+    p.plan, p.seconds = "\n".join(lines), total
