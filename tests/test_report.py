@@ -869,6 +869,58 @@ def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, w
         assert not any(line.lstrip().startswith(("lr=0.5:", "lr=5:")) for line in lines)
 
 
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("study", ["depth", "batch_size", "inference_statistics"])
+def test_a_study_sweeps_terminal_summary_is_its_own_table_claims_and_findings(study, width):
+    """scripts/study.sh ends with ``bnexp report``: its summary shows the study's configurations (the evaluation
+    seeds' table, not one wrapped row per key combination of every tuning run), each study claim with the
+    verdict after the plan's marks and its Holm-adjusted verdict where that differs, and the findings; no cell is
+    cut or broken across lines at 80 or 120 columns (the committed docs reports as input)."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from bnexp.report.render import render_summary
+
+    d = json.loads((Path(__file__).parents[1] / "docs/studies" / study / "report.json").read_text())
+    sec = d["study"]
+    md = render_summary(d, "sweep", "sweep/report.md", width)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(Markdown(md))
+    text = console.export_text()
+    lines, flat = text.splitlines(), " ".join(text.split())
+    assert "…" not in text and max(map(len, lines)) <= width
+    assert f"Study: {sec['title']}" in flat and "Mean ± sd (ddof=1) over the finished seeds" not in flat
+    table = lines[next(i for i, ln in enumerate(lines) if "───" in ln) + 1:]
+    rows = table[:next(i for i, ln in enumerate(table) if not ln.strip())]
+    assert len(rows) == len(sec["table"])  # one line per configuration: no cell wraps
+    first_stat = next(k for k, _ in sec["columns"] if isinstance(sec["table"][0].get(k), dict))
+    for row, line in zip(sec["table"], rows):
+        st = row[first_stat]
+        assert f"{st['mean']:.2f} ± {st['std']:.2f}" in line and f" {row['lr']:g} " in line
+    notes = flat.split("Findings")[0]
+    for c in sec["claims"]:  # a row of the claims table: claim | rule | mean | interval | verdict (note)
+        shown = c.get("marked_verdict") or c["verdict"]
+        assert re.search(r"\| " + re.escape(" ".join(c["name"].split())) + r" +\| [<>] [\d.]+ +\| (>= |<= )?"
+                         + re.escape(f"{c['mean']:.3g}") + r" +\| [^|]+\| " + re.escape(shown) + r"( \(\d\))? +\|", md)
+        if c.get("holm_verdict") not in (None, c["verdict"]):  # Holm adjusts the verdict before the marks
+            assert f"Holm-adjusted verdict: {c['holm_verdict']} (p = {c['holm_p']:.2g})" in notes
+        for mark in c.get("marks") or []:
+            assert " ".join(mark.split()) in notes
+    for finding in sec["findings"]:
+        assert " ".join(finding.split())[:60] in flat
+
+
+def test_a_table_fits_only_when_no_number_cell_breaks_across_lines():
+    """The terminal's column rule: rich's Markdown on the console width decides, not a count of characters."""
+    from bnexp.report.render import _fits
+
+    cols = {"configuration": ["BN at a rate of 0.5 with many words"], "steps to 95%": ["171,000 ± 7,746 (4/5)"]}
+    assert _fits(cols, 80)
+    assert not _fits(cols, 30)  # the steps cell would wrap
+    assert _fits(cols, 50, may_wrap=("configuration",)) and not _fits(cols, 50)  # the label wraps, the number not
+    assert not _fits(cols, 30, may_wrap=("configuration",))  # a header cut with "…" never fits
+
+
 def test_a_setting_where_no_seed_ran_both_sides_is_named_in_one_line_not_tabled():
     """A held-out seed that ran only one side of a BN / no-BN pair (the CIFAR-10 frontier's seed 2 of the baseline
     at a rung BN-Baseline ran on seeds 0 and 1) gives claim rows with no paired seed (n = 0): the terminal names

@@ -4,6 +4,8 @@ report.json regenerates them (tests/test_docs_numbers.py checks the docs' report
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 
 from bnexp.report.best_rate import SPEEDUP_THRESHOLD, SPEEDUP_TITLE
@@ -18,7 +20,7 @@ from bnexp.report.groups import KEY_ALIASES, format_value
 from bnexp.report.ics_verdicts import ICS_TITLE, ONE_VIEW, noise_table
 from bnexp.analysis.runs import ordered_keys, target_key
 from bnexp.analysis.rules import CHANCE, DDOF
-from bnexp.report.study_section import table_md
+from bnexp.report.study_section import table_cell, table_md
 from bnexp.runfolders.rundir import PROBE_KINDS, dumps
 
 # The ICS tables: the columns of the configurations' ics measures they show (headers: templates/columns.md.j2's
@@ -103,8 +105,9 @@ def _compact_steps(st: dict) -> str:
 def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
     """The terminal summary's table of report.json's dict ``d``: per configuration its runs, final test accuracy
     (%) and steps to the targets that fit ``width`` columns, the main target
-    (:func:`bnexp.report.ics_verdicts.main_target`) always, then the others lowest first; no cell is cut (a
-    column is as wide as its longest cell). report.md holds every target and the maximum accuracy."""
+    (:func:`bnexp.report.ics_verdicts.main_target`) always, then the others lowest first, each while no number
+    cell breaks across lines (:func:`_fits`; a configuration's label may wrap). report.md holds every target and
+    the maximum accuracy."""
     from bnexp.report.ics_verdicts import main_target
 
     confs, targets = d["configurations"], d["targets"]
@@ -113,16 +116,61 @@ def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
             label("terminal_final"): [_compact_stat(s["final_test_accuracy"], "{:.2f}", 100.0) for s in confs]}
     steps = {t: [_compact_steps(s["steps_to_target"][target_key(t)]) for s in confs] for t in targets}
 
-    def used(columns: dict) -> int:  # rich's table: each column its longest cell or header word plus 3
-        return sum(3 + max(max(map(len, cells), default=0), max(map(len, str(h).split()))) for h, cells in
-                   columns.items())
-
     shown = {}
     for t in sorted(targets, key=lambda t: (t != main_target(targets), t)) if targets else []:
         trial = {**shown, t: steps[t]}
-        if not shown or used({**cols, **{label("steps_to", x): v for x, v in trial.items()}}) <= width:
+        if not shown or _fits({**cols, **{label("steps_to", x): v for x, v in trial.items()}}, width,
+                              may_wrap=("configuration",)):
             shown = trial
     cols.update({label("steps_to", t): steps[t] for t in sorted(shown)})
+    return pd.DataFrame(cols, dtype=object)
+
+
+def _fits(columns: dict, width: int, may_wrap: tuple[str, ...] = ()) -> bool:
+    """True when the table of ``columns`` ({header: cells}), printed as ``bnexp report`` prints its summary (rich's
+    Markdown on a console ``width`` columns wide, :func:`bnexp.report.command.print_table`), breaks no cell across
+    lines: every non-empty cell is found whole on one printed line (headers, and the cells of the columns
+    ``may_wrap``, may wrap at spaces) and nothing is cut with "…"."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(Markdown("\n".join(md_table(list(columns), [list(r) for r in zip(*columns.values())]))))
+    text = console.export_text()
+    lines = text.splitlines()
+    return "…" not in text and all(any(c in line for line in lines) for h, cells in columns.items()
+                                   if h not in may_wrap for c in cells if c)
+
+
+def terminal_study_table(sec: dict, width: int = 80) -> pd.DataFrame:
+    """The terminal summary's table of a study sweep: report.json's ``study`` table (the configurations the
+    evaluation seeds ran, docs/studies/PLAN.md), its cells as report.md writes them
+    (:func:`bnexp.report.study_section.table_cell`) except the best-rate mark, written as one word, the final
+    accuracy's header, as short as in :func:`terminal_table`, and the steps
+    (or examples) to the target, written as the other summary table writes them (:func:`_compact_steps`). The columns
+    before "seeds" (what names a configuration) always; "seeds" only when the configurations differ in it (the
+    summary names one number once); then the other columns in their order, each only while the table still fits
+    ``width`` columns, so that no cell is cut (report.md holds them all)."""
+    rows, keys = sec["table"], [k for k, _ in sec["columns"]]
+    first = keys.index("seeds") if "seeds" in keys else 1
+    seeds = {r.get("seeds") for r in rows}
+
+    def cells(key: str) -> list[str]:
+        if key == "best":
+            return [label("terminal_best") if r.get(key) else "" for r in rows]
+        if key == "to_target_text":  # as the summary's other table writes steps: "(k/n)" only when some missed it
+            return [_compact_steps({**r["to_target"], "n": r["seeds"], "reached": r["reached"],
+                                    "not_reached": r["seeds"] - r["reached"]}) for r in rows]
+        return [table_cell(key, r.get(key)) for r in rows]
+
+    heads = {**dict(sec["columns"]), "final": label("terminal_final")}  # the other summary table's header
+    cols = {heads[k]: cells(k) for k in keys[:first]}
+    for k in keys[first:]:
+        if k == "seeds" and len(seeds) == 1:
+            continue
+        trial = {**cols, heads[k]: cells(k)}
+        if _fits(trial, width):
+            cols = trial
     return pd.DataFrame(cols, dtype=object)
 
 
@@ -130,8 +178,9 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
     """The claims as the terminal summary lists them: (the rows with a measure, grouped by setting in the order
     the rows first name it, as [{"setting": its label, or None when the sweep has one setting, "rows": [{"claim",
     "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason (and its second
-    reading, the pre-registered matched row's, docs/ics/PLAN.md's amendment) among the notes, None for a
-    supported row without a second reading; {config key: {claim: its views}} for the rows whose measure a run
+    reading, the pre-registered matched row's, docs/ics/PLAN.md's amendment; the plan's marks on the verdict; its
+    Holm-adjusted verdict where that differs from the verdict before the marks) among the notes, None for a supported row with nothing to note;
+    ``verdict`` the one after the marks (``marked_verdict``: a rate at its grid's edge, a budget-bound ratio); {config key: {claim: its views}} for the rows whose measure a run
     lacks because it is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim
     and view named once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
     long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
@@ -153,27 +202,32 @@ def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]],
             continue
         bound = (r.get("interval") or {}).get("estimate_bound")
         value = "-" if r.get("mean") is None else (f"{bound} " if bound in (">=", "<=") else "") + f"{r['mean']:.3g}"
-        note = None
-        why = "; ".join(x for x in (r.get("reason") if r["verdict"] != "supported" else None,
-                                    r.get("second_reading")) if x)  # a supported row's second reading too
+        note, shown = None, r.get("marked_verdict") or r["verdict"]  # the verdict after the plan's marks
+        holm = r.get("holm_verdict")
+        why = cell("claim_note", r.get("reason") if r["verdict"] != "supported" else "",
+                   r.get("second_reading") or "",  # a supported row's second reading too
+                   r.get("marks") or [], holm if holm not in (None, r["verdict"]) else None, r.get("holm_p"))
         if why:
             if why not in notes:
                 notes.append(why)
             note = notes.index(why) + 1
         groups[setting(r)].append({"claim": r["name"] + (f" ({view})" if view and view != ONE_VIEW else ""),
                                    "rule": f"{r['direction']} {r['threshold']:g}", "value": value,
-                                   "interval": interval_cell(r), "verdict": r["verdict"], "note": note})
+                                   "interval": interval_cell(r), "verdict": shown, "note": note})
     return [{"setting": k, "paired": k in paired, "rows": v} for k, v in groups.items()], needs, notes
 
 
 def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
     """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
-    for the sweep folder ``sweep_dir``, to fit ``width`` columns: :func:`terminal_table`, the claims of
-    :func:`terminal_claims` (claim, value, interval, verdict), the measures no run recorded named once with the
-    key that records them, and the path ``report_md`` of report.md for the rest."""
+    for the sweep folder ``sweep_dir``, to fit ``width`` columns: :func:`terminal_table` (a study sweep:
+    :func:`terminal_study_table` and the study's findings), the claims of :func:`terminal_claims` (claim, value,
+    interval, verdict; a study sweep: the study's claims), the measures no run recorded named once with the key
+    that records them, and the path ``report_md`` of report.md for the rest."""
+    sec = d.get("study")  # a study sweep: its own table and claims (docs/studies/PLAN.md)
     return render_template("summary.md.j2", d, {
-        "sweep_dir": sweep_dir, "report_md": report_md, "table": terminal_table(d, width),
-        "claims": terminal_claims(d.get("claims") or []), "DDOF": DDOF,
+        "sweep_dir": sweep_dir, "report_md": report_md, "table": None if sec else terminal_table(d, width),
+        "study_table": terminal_study_table(sec, width) if sec else None,
+        "claims": terminal_claims((sec or d).get("claims") or []), "DDOF": DDOF,
         **MATCHED_HELPERS})
 
 

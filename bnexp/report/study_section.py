@@ -138,17 +138,21 @@ def config_rows(frame: pd.DataFrame, keys: list[str], target: float, unit: str =
     return out
 
 
-def table_md(sec: dict) -> list[str]:
-    """Markdown lines of the per-configuration table: one column per ``sec["columns"]`` entry (key, header);
-    a statistic (a dict with "mean") is written "mean ± std", other values as they are."""
-    def cell(k, v) -> str:
-        if isinstance(v, dict):
-            return format_stat(v, *(["{:,.0f}"] * 2 if k == "to_target" else ["{:.2f}"] * 2))
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:g}"
-        return NORMALIZERS.get(v, str(v)) if isinstance(v, str) else str(v)
+def table_cell(key: str, value) -> str:
+    """One cell of the per-configuration table (column ``key``): a statistic (a dict with "mean") written
+    "mean ± std" (steps to the target without decimals, accuracies and points with two), a float as ``{:g}``, a
+    normalizer code by its name (:data:`bnexp.analysis.rules.NORMALIZERS`), None as "-", other values as they are."""
+    if isinstance(value, dict):
+        return format_stat(value, *(["{:,.0f}"] * 2 if key == "to_target" else ["{:.2f}"] * 2))
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return NORMALIZERS.get(value, str(value)) if isinstance(value, str) else str(value)
 
+
+def table_md(sec: dict) -> list[str]:
+    """Markdown lines of the per-configuration table: one column per ``sec["columns"]`` entry (key, header), each
+    cell :func:`table_cell`."""
     cols = sec["columns"]
-    return md_table([h for _, h in cols], [[cell(k, r.get(k)) for k, _ in cols] for r in sec["table"]])
+    return md_table([h for _, h in cols], [[table_cell(k, r.get(k)) for k, _ in cols] for r in sec["table"]])
