@@ -40,17 +40,21 @@ def script(tmp_path, monkeypatch, capsys, data_root):
     monkeypatch.setenv("BNEXP_DATA_ROOT", str(data_root))
     monkeypatch.setenv("BNEXP_LAST_OVERRIDE_WINS", "1")
 
-    def run(name, *args, codes=(), signal_at=None, on_command=None, **env):
+    def run(name, *args, codes=(), signal_at=None, on_command=None, on_beat=None, **env):
         for key in SCRIPT_ENV:
             monkeypatch.delenv(key, raising=False)
         for key, value in {"JOBS": "2", **env}.items():
             monkeypatch.setenv(key, value)
         ran, answers = [], list(codes)
 
-        def fake(self, command, env=None, watch=None):
+        def fake(self, command, env=None, watch=None, heartbeat=None):
             ran.append(list(command))
             if on_command is not None:
                 on_command(len(ran))
+            if heartbeat is not None:  # once, as a command's minute would call it
+                heartbeat()
+                if on_beat is not None:
+                    on_beat(len(ran))
             if signal_at is not None and len(ran) == signal_at:
                 self.signum = int(signal.SIGTERM)
                 return self.exit_code
@@ -221,8 +225,9 @@ def test_an_interrupted_study_call_counts_in_the_measured_wall_time(script, tmp_
 
 def test_a_study_call_counts_as_it_runs_so_a_killed_call_counts_too(script, tmp_path, monkeypatch):
     """A call killed without its end-of-call bookkeeping (SIGKILL, a scheduler's kill after its SIGTERM's grace
-    time) leaves study.json as it is while a command runs: the call is counted from its start and its time so far
-    written after every command, so the next call adds to it. Each command takes 100 s on a fake clock."""
+    time) leaves study.json as it was at its last write: the call is counted from its start and its time so far
+    written by the command's heartbeat and after every command, so the next call adds to it. Each command takes
+    100 s on a fake clock."""
     from types import SimpleNamespace
 
     from bnexp.designs import studytime
@@ -241,13 +246,17 @@ def test_a_study_call_counts_as_it_runs_so_a_killed_call_counts_too(script, tmp_
     assert code == 0 and len(trains(ran)) == 3, err
     assert [(seen[n]["calls"], seen[n]["wall_time_s"]) for n in (1, 2, 3)] == [(1, 0), (1, 100), (1, 200)]
     assert json.loads(marker.read_text())["wall_time_s"] == 300
-    # the second call is killed during its second block: study.json as it was then
-    code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command)
-    marker.write_text(json.dumps(seen[2]))
+    # the second call is killed during its second block, after that block's heartbeat (the fake calls it once,
+    # 100 s into the command): study.json as it was then already counts the block's time so far
+    beats = {}
+    code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command,
+                                 on_beat=lambda n: beats.setdefault(n, json.loads(marker.read_text())))
     assert (seen[2]["calls"], seen[2]["wall_time_s"]) == (2, 400)
+    assert (beats[2]["calls"], beats[2]["wall_time_s"]) == (2, 500)
+    marker.write_text(json.dumps(beats[2]))
     code, out, err, ran = script("study", *args, SWEEP_DIR="d", on_command=command)
     final = json.loads(marker.read_text())
-    assert code == 0 and (final["calls"], final["wall_time_s"], final["jobs"]) == (3, 700, 2)
+    assert code == 0 and (final["calls"], final["wall_time_s"], final["jobs"]) == (3, 800, 2)
 
 
 def test_the_ladder_stops_when_a_batch_is_still_missing_after_it_ran(script):
@@ -392,6 +401,23 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def test_supervisor_calls_the_heartbeat_while_a_command_runs_and_not_after_it():
+    """A study's wall time is written by the heartbeat while a block runs (:class:`bnexp.designs.studytime.StudyClock`):
+    a command that sleeps 1 s gets at least one beat every 0.1 s, a command that ends at once none after its end."""
+    beats = []
+    with supervise.Supervisor() as sup:
+        t0 = time.monotonic()
+        assert sup.run([sys.executable, "-c", "import time; time.sleep(1.0)"],
+                       heartbeat=lambda: beats.append(time.monotonic()), every=0.1) == 0
+        end = time.monotonic()
+    assert len(beats) >= 1 and all(t0 + 0.1 <= b <= end for b in beats)
+    assert all(b2 - b1 >= 0.1 for b1, b2 in zip(beats, beats[1:]))  # never more often than every
+    n = len(beats)
+    with supervise.Supervisor() as sup:
+        assert sup.run([sys.executable, "-c", "pass"], heartbeat=lambda: beats.append(0.0), every=60.0) == 0
+    assert len(beats) == n
 
 
 @pytest.mark.parametrize("watch", [False, True])

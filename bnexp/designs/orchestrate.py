@@ -566,8 +566,10 @@ def run_parts(parts: list[Part], env: Env, sup, update_docs: bool) -> int:
     def call(cmd: list[str], watch: Path | None = None) -> int | None:
         """Run one command; None to go on, else the exit code to stop with."""
         nonlocal rc
-        code = sup.run(cmd, watch=watch)
-        if clock is not None:  # a study's call counts as it goes: what is measured so far survives a SIGKILL
+        # a study's call counts as it goes (a tick every minute of a command and after it): what is measured so
+        # far survives a SIGKILL
+        code = sup.run(cmd, watch=watch, heartbeat=clock.tick if clock is not None else None)
+        if clock is not None:
             clock.tick()
         if sup.exit_code is not None:
             print(f"interrupted ({signal.Signals(sup.signum).name}): every process the script started is stopped"

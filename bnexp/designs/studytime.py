@@ -3,9 +3,9 @@ report`` then writes the study section, with the study's question) and the measu
 that trained, summed over every call (``wall_time_s``, ``calls``, ``jobs``; docs/studies/README.md's page shows it).
 
 A call counts from the moment it starts training: :class:`StudyClock` adds it to ``calls`` then and writes its time
-so far after every command it runs, so a call that cannot finish its own bookkeeping (SIGKILL, a scheduler's kill
-after the grace time of its SIGTERM, a machine that goes down) still counts, up to its last command; a call stopped
-by SIGTERM or Ctrl-C counts to its end. Writes are atomic (a kill never leaves half a file).
+so far every minute while a command runs and after every command, so a call that cannot finish its own bookkeeping
+(SIGKILL, a scheduler's kill after the grace time of its SIGTERM, a machine that goes down) still counts, up to its
+last minute; a call stopped by SIGTERM or Ctrl-C counts to its end. Writes are atomic (a kill never leaves half a file).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class StudyClock:
     """The measured wall time of one call of ``scripts/study.sh`` that trains, in the sweep's study.json.
 
     Created when the call starts training: ``calls`` goes up by one at once and ``jobs`` is this call's; every
-    :meth:`tick` (after each command, and once at the end) writes ``wall_time_s`` = the earlier calls' time + this
-    call's time so far.
+    :meth:`tick` (every minute while a command runs: :meth:`bnexp.runfolders.supervise.Supervisor.run`'s heartbeat;
+    after each command; once at the end) writes ``wall_time_s`` = the earlier calls' time + this call's time so far.
 
     Args:
         sweep: the study's sweep folder. name: the study. jobs: this call's parallel jobs (JOBS).

@@ -22,9 +22,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 GRACE_S = 8.0  # seconds a signalled group gets to save its checkpoints before SIGKILL
 POLL_S = 0.05
+HEARTBEAT_S = 60.0  # seconds between the heartbeats of a running command (Supervisor.run)
 
 
 def group_alive(pgid: int) -> bool:
@@ -154,9 +156,11 @@ class Supervisor:
             self._forwarded.add(child.pid)
             self._send(child, int(signum))
 
-    def run(self, command: list[str], env: dict | None = None, watch: Path | None = None) -> int:
+    def run(self, command: list[str], env: dict | None = None, watch: Path | None = None,
+            heartbeat: Callable[[], object] | None = None, every: float = HEARTBEAT_S) -> int:
         """Run ``command`` in a new session and wait for it (stdin from /dev/null; stdout and stderr are
-        this process's).
+        this process's). While it runs, ``heartbeat`` (if given) is called about every ``every`` seconds, until a
+        signal comes (a study's measured wall time is written as it goes, so a SIGKILL loses at most that much).
 
         After a signal, the group is done when it is empty; or, with ``watch`` (the sweep folder), as soon
         as ``command`` itself has ended and no run folder under ``watch`` is locked any more (every run has
@@ -180,13 +184,16 @@ class Supervisor:
             if self.signum is not None and child.pid not in self._forwarded:  # the signal came while it started
                 self._forwarded.add(child.pid)
                 self._send(child, self.signum)
-            rc = self._wait(child, watch)
+            rc = self._wait(child, watch, heartbeat, every)
         finally:
             self._child = None
         return self.exit_code if self.signum is not None else rc
 
-    def _wait(self, child: subprocess.Popen, watch: Path | None) -> int:
-        """Wait for ``child``; after a signal, also for the rest of its group (see :meth:`run`)."""
+    def _wait(self, child: subprocess.Popen, watch: Path | None, heartbeat: Callable[[], object] | None = None,
+              every: float = HEARTBEAT_S) -> int:
+        """Wait for ``child``, calling ``heartbeat`` about every ``every`` seconds; after a signal, also for the
+        rest of its group (see :meth:`run`)."""
+        beat = time.monotonic()
         while True:
             try:
                 rc = child.wait(timeout=POLL_S * 4)
@@ -195,6 +202,9 @@ class Supervisor:
             if self.signum is None:
                 if rc is not None:
                     return rc
+                if heartbeat is not None and time.monotonic() - beat >= every:
+                    heartbeat()
+                    beat = time.monotonic()
                 continue
             if rc is not None and not group_alive(child.pid):
                 return rc
