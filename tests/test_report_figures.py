@@ -505,6 +505,40 @@ def _title_within_the_panels(fig) -> None:
         (title, fig._suptitle.get_text())
 
 
+def _title_close_to_the_panels(fig, gap_in: float = 0.4) -> None:
+    """No empty band between the suptitle and the panels under it: at most ``gap_in`` inches from the title's
+    bottom to the top of the highest axes (its title included)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    top = max(a.get_tightbbox(renderer).y1 for a in _visible(fig))
+    title = fig._suptitle.get_window_extent(renderer)
+    assert 0 <= title.y0 - top <= gap_in * fig.dpi, (title.y0 - top) / fig.dpi
+
+
+@pytest.mark.slow  # renders a figure of 10 configurations (> 2.5 s of CPU)
+def test_one_normalizer_of_more_configurations_than_a_legend_gets_one_column_under_its_title(tmp_path):
+    """The inference-statistics study's stage 2 (BN only, 5 m x 2 momenta): one family column, as wide as a
+    figure of panels (its title in a few lines, within the panels) and no empty band under the title."""
+    import yaml
+
+    from bnexp.report.figures import MIN_WIDTH_IN
+
+    for m in (2, 4, 16, 60, 256):
+        for momentum in (0.1, 0.01):
+            steps = 24_000 // m
+            d = make_run(tmp_path / "is", f"m={m},mom={momentum}", bn=True, lr=0.01 * m, seed=0, max_steps=steps,
+                         every=max(1, steps // 20), knots=[(0, 0.1), (steps // 5, 0.9), (steps, 0.96)])
+            cfg = yaml.safe_load((d / ".hydra" / "config.yaml").read_text())
+            cfg["trainer"]["batch_size"], cfg["bn"]["momentum"] = m, momentum
+            (d / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    fig = accuracy_figure(build_report(tmp_path / "is"))
+    assert [a.get_title() for a in _visible(fig)][0] == "BN: 8 of 10 configurations"
+    assert fig.get_size_inches()[0] >= MIN_WIDTH_IN and fig._suptitle.get_text().count("\n") <= 5
+    _check_axes_and_legend(fig)
+    _title_within_the_panels(fig)
+    _title_close_to_the_panels(fig)
+
+
 def test_log_steps_from_two_decades_of_evaluated_steps():
     from bnexp.report.figures import log_steps
 
@@ -535,6 +569,7 @@ def test_figures_of_a_batch_size_study_one_column_per_normalizer(tmp_path):
     fig = accuracy_figure(report)
     _check_axes_and_legend(fig)
     _title_within_the_panels(fig)
+    _title_close_to_the_panels(fig)
     assert fig.get_size_inches()[1] * 110 <= 1000  # accuracy_vs_steps.png's dpi
     top = [a for a in _visible(fig) if "zoom" not in a.get_title()]
     assert [a.get_title() for a in top] == ["no BN", "BN", "LayerNorm: 8 of 9 configurations"]

@@ -28,6 +28,7 @@ from bnexp.analysis.rules import normalizer, normalizer_label, option_text
 from bnexp.report.stats import band_keys, config_stability
 
 MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
+MIN_WIDTH_IN = 7.5  # inches a figure of panels is at least wide, so that its title wraps to a few lines
 MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
                min_span: float = 1.0) -> tuple[float, float] | None:
@@ -265,7 +266,7 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
         for g, *_ in rows:
             labels[g.key] = kv_label(g.config, [k for k in keys if g.config.get(k) is not None]) or legend_label(g)
     chars = max(len(x) for x in labels.values()) + 6  # " (n=5)"
-    col_in = max(3.4, 0.065 * chars + 0.9)
+    col_in = max(3.4, 0.065 * chars + 0.9, MIN_WIDTH_IN / ncol)  # one family alone: as wide as its title needs
     fig, axes = plt.subplots(nrow, ncol, figsize=(col_in * ncol, 2.7 * nrow + 0.9), squeeze=False, sharex="row",
                              sharey="row")
     for c, (fam, rows, keys, total) in enumerate(columns):
@@ -295,8 +296,7 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
     title = wrap_title(caption("accuracy_title", refs(report.data)["accuracy"], columns=True) + note, int(width * 12))
     title += "\n" + wrap_title(caption("family_note"), int(width * 12))
     fig.suptitle(title, fontsize=10)
-    legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)],
-                          top=1 - (0.05 + 0.17 * (title.count("\n") + 1)) / height)
+    legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)])  # tight_layout leaves the suptitle its room
     return fig
 
 
