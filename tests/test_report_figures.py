@@ -281,6 +281,7 @@ def test_stability_figure_units_hatches_and_legend_outside(mnist):
     report = build_report(mnist)
     fig = stability_figure(report)
     _check_axes_and_legend(fig)
+    _title_close_to_the_panels(fig)
     ax = _visible(fig)[0]
     hatch = {c.get_label(): c.patches[0].get_hatch() for c in ax.containers}
     colour = {c.get_label(): c.patches[0].get_facecolor() for c in ax.containers}
@@ -457,6 +458,7 @@ def test_stability_figure_names_at_most_eight_configurations(tmp_path):
             make_run(root, f"bn={bn},lr={lr}", bn=bn, lr=lr, seed=0, knots=BN_05[0])
     fig = stability_figure(build_report(root))
     _check_axes_and_legend(fig)
+    _title_close_to_the_panels(fig)
     assert len(fig.legends[0].get_texts()) == 8 and fig._suptitle.get_text() == (  # the title word for word
         "How far each layer's input distribution moved, first to last monitor step (Sec. 4.1, Fig. 1(b, c)); 8 of 12 "
         "configurations\n(the longest run of each; report.md lists all)")
@@ -597,6 +599,7 @@ def test_figures_of_a_batch_size_study_one_column_per_normalizer(tmp_path):
     fig = percentiles_figure(report)
     _check_axes_and_legend(fig)
     _title_within_the_panels(fig)
+    _title_close_to_the_panels(fig)
     assert fig.get_size_inches()[1] * 100 <= 1000
     titles = [a.get_title().replace("\n", " ") for a in _visible(fig)]
     assert len(titles) == 12 and "2 of 11 settings" in fig._suptitle.get_text()  # a second rate: a row of its own
@@ -630,6 +633,7 @@ def test_percentile_figure_of_the_placement_study_pairs_before_and_after(tmp_pat
     fig = percentiles_figure(build_report(root))
     _check_axes_and_legend(fig)
     _title_within_the_panels(fig)
+    _title_close_to_the_panels(fig)
     assert fig.get_size_inches()[1] * 100 <= 1000
     axes = _visible(fig)
     assert len(axes) == 8  # 2 of 4 settings, raw and relative, before and after

@@ -215,7 +215,7 @@ def accuracy_figure(report: Report):
         a.grid(alpha=0.3)
     fig.suptitle(caption("accuracy_title", refs(report.data)["accuracy"]) + note, fontsize=10)
     legend_below(fig, *ax.get_legend_handles_labels(),
-                 title=legend_title(caption("accuracy_note"), style_note(report.groups)), top=0.97)
+                 title=legend_title(caption("accuracy_note"), style_note(report.groups)))
     return fig
 
 
@@ -469,7 +469,7 @@ def percentiles_figure(report: Report):
                        int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""  # ~12 characters per inch at size 10
     fig.suptitle(title, fontsize=10)
-    legend_below(fig, handles, labels, top=1 - (0.12 + 0.18 * title.count("\n") + 0.18) / height)
+    legend_below(fig, handles, labels)  # tight_layout leaves the suptitle its room
     return fig
 
 
@@ -586,8 +586,7 @@ def _stability_bars(confs: list[tuple[ConfigGroup, dict]], st: dict[str, Style],
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                 title=legend_title(caption("seed_mean_note"), style_note(groups, bars=True)),
-                 top=1 - (0.04 + 0.18 * (title.count("\n") + 1)) / height)
+                 title=legend_title(caption("seed_mean_note"), style_note(groups, bars=True)))
     return fig
 
 

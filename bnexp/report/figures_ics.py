@@ -88,7 +88,7 @@ def ics_figure(report: Report, view: str, panels: list[tuple[str, str, Any]], ti
         ax.grid(alpha=0.3)
     fig.suptitle(wrap_title(title, int(width * 12)), fontsize=10)
     legend_below(fig, *axes[0][0].get_legend_handles_labels(),
-                 title=legend_title(caption("seed_mean_note"), style_note([g for g, _ in confs])), top=0.95)
+                 title=legend_title(caption("seed_mean_note"), style_note([g for g, _ in confs])))
     return fig
 
 

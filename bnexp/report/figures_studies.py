@@ -48,7 +48,7 @@ def _finish(fig, axes, title: str):
         for h, lab in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(lab, h)
     fig.suptitle(wrap_title(title, 100), fontsize=10)
-    legend_below(fig, list(entries.values()), list(entries), max_cols=4, top=0.93)
+    legend_below(fig, list(entries.values()), list(entries), max_cols=4)
     return fig
 
 
