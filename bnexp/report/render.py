@@ -177,15 +177,17 @@ def terminal_study_table(sec: dict, width: int = 80) -> pd.DataFrame:
 def terminal_claims(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]], list[str]]:
     """The claims as the terminal summary lists them: (the rows with a measure, grouped by setting in the order
     the rows first name it, as [{"setting": its label, or None when the sweep has one setting, "rows": [{"claim",
-    "rule", "value", "interval", "verdict", "note"}]}] with ``note`` the number of its reason (and its second
-    reading, the pre-registered matched row's, docs/ics/PLAN.md's amendment; the plan's marks on the verdict; its
-    Holm-adjusted verdict where that differs from the verdict before the marks) among the notes, None for a supported row with nothing to note;
-    ``verdict`` the one after the marks (``marked_verdict``: a rate at its grid's edge, a budget-bound ratio); {config key: {claim: its views}} for the rows whose measure a run
-    lacks because it is off by default (``"needs"`` of :func:`bnexp.report.ics_verdicts.claim_row`), each claim
-    and view named once over the settings; the distinct reasons, numbered from 1). A setting heads its own table, so that a
-    long setting label is never cut in an 80-column claim cell; a group is "paired": False when no seed ran
-    both of its configurations (every row's ``n`` is 0: a held-out seed that ran one side only), and the
-    summary names such a setting in one line instead of a table of empty rows (report.md keeps the rows)."""
+    "rule", "value", "interval", "verdict", "note"}]}] with ``verdict`` the one after the plan's marks
+    (``marked_verdict``: a rate at its grid's edge, a budget-bound ratio) and ``note`` the number of its note among
+    the notes (the reason of a verdict that is not "supported", the second reading of the pre-registered matched
+    row, docs/ics/PLAN.md's amendment, the marks, and the Holm-adjusted verdict where it differs from the verdict
+    before the marks; templates/cells.md.j2's ``claim_note``), None for a row with nothing to note; {config key:
+    {claim: its views}} for the rows whose measure a run lacks because it is off by default (``"needs"`` of
+    :func:`bnexp.report.ics_verdicts.claim_row`), each claim and view named once over the settings; the distinct
+    notes, numbered from 1). A setting heads its own table, so that a long setting label is never cut in an
+    80-column claim cell; a group is "paired": False when no seed ran both of its configurations (every row's
+    ``n`` is 0: a held-out seed that ran one side only), and the summary names such a setting in one line instead
+    of a table of empty rows (report.md keeps the rows)."""
     needs, notes = {}, []
     several = len({r.get("setting") or "" for r in rows}) > 1
     setting = (lambda r: (r.get("setting") or None) if several else None)
