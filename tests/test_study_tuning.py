@@ -86,6 +86,10 @@ def test_a_held_out_study_makes_no_per_setting_claims_that_would_mix_tuning_and_
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["claims"] == [] and data["study"]["claims"]
     assert "the per-setting BN vs no-BN claims of other sweeps are not made here" in (tmp_path / "report.md").read_text()
+    # nor speedups at each network's best rate (they would pair the tuning split's runs with evaluation runs):
+    # the page's Holm family is the study's claims alone
+    assert data["best_rate_speedups"] == []
+    assert data["multiplicity"]["claims"] == len(data["study"]["claims"])
     (sweep / MARKER).unlink()
     plain = build_report(sweep).data
     assert plain["tuning_seeds"] == list(TUNE) and plain["claims"] == []
