@@ -910,6 +910,34 @@ def test_a_study_sweeps_terminal_summary_is_its_own_table_claims_and_findings(st
         assert " ".join(finding.split())[:60] in flat
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_held_out_designs_terminal_summary_tables_the_evaluation_runs_and_its_speedups(width):
+    """The MNIST reproduction (docs/mnist/report.json: tuning grids on seeds 100-102, each network at its chosen
+    rate on the evaluation seeds): the terminal tables only the configurations an evaluation seed ran, names how
+    many tuning configurations report.md holds, and shows BN's speedup at each network's chosen rate, claim by
+    claim with its verdict, before the other claims."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from bnexp.report.render import render_summary
+
+    d = json.loads((Path(__file__).parents[1] / "docs/mnist/report.json").read_text())
+    scored = [c for c in d["configurations"] if {r["seed"] for r in c["seeds"]} <= set(d["evaluation_seeds"])]
+    md = render_summary(d, "sweep", "sweep/report.md", width)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(Markdown(md))
+    text = console.export_text()
+    flat = " ".join(text.split())
+    assert "…" not in text and max(map(len, text.splitlines())) <= width
+    first = md.split("Speedup at each network's own best rate")[0]
+    assert sum(c["label"] in first for c in d["configurations"]) == len(scored) == 5
+    assert f"the {len(d['configurations']) - len(scored)} of the tuning grids (seeds 100, 101, 102)" in flat
+    speedups = md.split("Speedup at each network's own best rate")[1].split("**Claims**")[0]
+    for c in d["best_rate_speedups"]:
+        assert re.search(r"\| " + re.escape(c["name"]) + r" +\| > 1 +\| [^|]+\| [^|]+\| "
+                         + re.escape(c.get("marked_verdict") or c["verdict"]), speedups), c["name"]
+
+
 def test_a_table_fits_only_when_no_number_cell_breaks_across_lines():
     """The terminal's column rule: rich's Markdown on the console width decides, not a count of characters."""
     from bnexp.report.render import _fits

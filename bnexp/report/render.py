@@ -102,15 +102,23 @@ def _compact_steps(st: dict) -> str:
     return text + (f" ({st['reached']}/{st['n']})" if st["not_reached"] else "")
 
 
+def terminal_configurations(d: dict) -> list[dict]:
+    """The configurations of report.json's dict ``d`` the terminal summary tables: a held-out design's (its
+    ``tuning_seeds`` given) those an evaluation seed ran, else all; report.md tables every one."""
+    tuning = set(d.get("tuning_seeds") or [])
+    return [s for s in d["configurations"] if not tuning or any(r["seed"] not in tuning for r in s["seeds"])]
+
+
 def terminal_table(d: dict, width: int = 80) -> pd.DataFrame:
-    """The terminal summary's table of report.json's dict ``d``: per configuration its runs, final test accuracy
-    (%) and steps to the targets that fit ``width`` columns, the main target
+    """The terminal summary's table of report.json's dict ``d``: per configuration (a held-out design: only those
+    its evaluation seeds ran; the tuning grids are in report.md) its runs, final test accuracy (%) and steps to the
+    targets that fit ``width`` columns, the main target
     (:func:`bnexp.report.ics_verdicts.main_target`) always, then the others lowest first, each while no number
     cell breaks across lines (:func:`_fits`; a configuration's label may wrap). report.md holds every target and
     the maximum accuracy."""
     from bnexp.report.ics_verdicts import main_target
 
-    confs, targets = d["configurations"], d["targets"]
+    targets, confs = d["targets"], terminal_configurations(d)
     cols = {"configuration": [s["label"] for s in confs],
             "runs": [f"{s['completed']}/{s['runs']}" if s["completed"] != s["runs"] else str(s["runs"]) for s in confs],
             label("terminal_final"): [_compact_stat(s["final_test_accuracy"], "{:.2f}", 100.0) for s in confs]}
@@ -223,13 +231,20 @@ def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
     """The markdown of ``bnexp report``'s terminal summary (templates/summary.md.j2) of report.json's dict ``d``
     for the sweep folder ``sweep_dir``, to fit ``width`` columns: :func:`terminal_table` (a study sweep:
     :func:`terminal_study_table` and the study's findings), the claims of :func:`terminal_claims` (claim, value,
-    interval, verdict; a study sweep: the study's claims), the measures no run recorded named once with the key
+    interval, verdict; a study sweep: the study's claims) and, for a held-out design (the MNIST reproduction),
+    BN's speedup at each network's rate chosen on the tuning seeds (``best_rate_speedups``), the measures no run recorded named once with the key
     that records them, and the path ``report_md`` of report.md for the rest."""
     sec = d.get("study")  # a study sweep: its own table and claims (docs/studies/PLAN.md)
+    shown = terminal_configurations(d)
     return render_template("summary.md.j2", d, {
         "sweep_dir": sweep_dir, "report_md": report_md, "table": None if sec else terminal_table(d, width),
+        "seeds": sorted({s["completed"] for s in shown}),  # seeds per configuration of the table
+        "tuning_left_out": 0 if sec else len(d["configurations"]) - len(shown),  # the tuning grids' configurations
         "study_table": terminal_study_table(sec, width) if sec else None,
         "claims": terminal_claims((sec or d).get("claims") or []), "DDOF": DDOF,
+        # a held-out design's headline (the MNIST reproduction); a one-stage sweep's are in report.md
+        "speedups": terminal_claims(d.get("best_rate_speedups") or [] if d.get("tuning_seeds") else []),
+        "SPEEDUP_TITLE": SPEEDUP_TITLE,
         **MATCHED_HELPERS})
 
 
