@@ -166,13 +166,12 @@ def styles(groups: list[ConfigGroup]) -> dict[str, Style]:
     return out
 
 
-def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3,
-                 top: float = 1.0) -> None:
+def legend_below(fig, handles: list[Any], labels: list[str], title: str | None = None, max_cols: int = 3) -> None:
     """Put one legend for the whole figure under its panels, outside every axes, in as many columns
     (at most ``max_cols``) as fit the width at font size 8; the title is wrapped to the width. The
     figure grows by the legend's height, so the panels keep their size however many entries there are;
-    ``fig.tight_layout`` then fits the panels between the legend and ``top`` (a fraction of the figure's
-    height; what is above is left to the suptitle)."""
+    ``fig.tight_layout`` then fits the panels between the legend and the suptitle (it leaves the suptitle its
+    room, so no caller reserves it)."""
     bottom = 0.0
     if handles:
         width_in, height_in = fig.get_size_inches()
@@ -186,7 +185,7 @@ def legend_below(fig, handles: list[Any], labels: list[str], title: str | None =
         extra_in = max(0.0, legend_in - 0.3 * height_in)  # up to 30% of the original height comes from the panels
         fig.set_size_inches(width_in, height_in + extra_in)
         bottom = legend_in / (height_in + extra_in)
-    fig.tight_layout(rect=(0, bottom, 1, top))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
 def figure_png(fig, dpi: int) -> bytes:

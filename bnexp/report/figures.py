@@ -30,6 +30,8 @@ from bnexp.report.stats import band_keys, config_stability
 MAX_LEGEND = 8  # configurations a figure's legend names at most (report.md lists every one)
 MIN_WIDTH_IN = 7.5  # inches a figure of panels is at least wide, so that its title wraps to a few lines
 MAX_PERCENTILE_ROWS = 2  # settings the percentile figure shows, two rows each: it fits a screen (report.md lists all)
+
+
 def zoom_range(curves: list[tuple[list[float], list[float]]], near: float = 10.0,
                min_span: float = 1.0) -> tuple[float, float] | None:
     """The y range (low, high) in % of the zoomed accuracy panel (None without data): the top of
@@ -292,24 +294,26 @@ def family_accuracy_figure(report: Report, data: list[tuple], note: str):
             x_lo, x_hi = axes[1][0].get_xlim()
             a.add_patch(Rectangle((x_lo, zr[0]), x_hi - x_lo, zr[1] - zr[0], fill=False, edgecolor="gray",
                                   linewidth=0.8, label=None))
-    width, height = fig.get_size_inches()
+    width = fig.get_size_inches()[0]
     title = wrap_title(caption("accuracy_title", refs(report.data)["accuracy"], columns=True) + note, int(width * 12))
     title += "\n" + wrap_title(caption("family_note"), int(width * 12))
     fig.suptitle(title, fontsize=10)
-    legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)])  # tight_layout leaves the suptitle its room
+    legends_below_columns(fig, [list(axes[:, c]) for c in range(ncol)])
     return fig
 
 
-def legends_below_columns(fig, columns: list[list], top: float = 1.0) -> None:
+def legends_below_columns(fig, columns: list[list]) -> None:
     """One legend per column of panels (``columns``: each column's axes, top to bottom; the entries of its top
-    axes), one entry a line, under the column, outside every axes; the figure grows by the tallest legend."""
+    axes), one entry a line, under the column, outside every axes; the figure grows by the tallest legend.
+    ``fig.tight_layout`` then fits the panels between the legends and the suptitle (it leaves the suptitle its
+    room)."""
     entries = [columns_ax[0].get_legend_handles_labels() for columns_ax in columns]
     rows = max((len(labels) for _, labels in entries), default=0)
     width_in, height_in = fig.get_size_inches()
     legend_in = 0.15 + 0.19 * rows
     fig.set_size_inches(width_in, height_in + legend_in)
     bottom = legend_in / (height_in + legend_in)
-    fig.tight_layout(rect=(0, bottom, 1, 1 - (1 - top) * height_in / (height_in + legend_in)))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     for ax_column, (handles, labels) in zip(columns, entries):
         if handles:
             box = ax_column[-1].get_position()
@@ -464,12 +468,12 @@ def percentiles_figure(report: Report):
             lims = [a.get_ylim() for a in drawn]
             for a in drawn:
                 a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
-    width, height = fig.get_size_inches()
+    width = fig.get_size_inches()[0]
     title = wrap_title(caption("percentiles_title", refs(report.data)["percentiles"], len(rows), total),
                        int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""  # ~12 characters per inch at size 10
     fig.suptitle(title, fontsize=10)
-    legend_below(fig, handles, labels)  # tight_layout leaves the suptitle its room
+    legend_below(fig, handles, labels)
     return fig
 
 
@@ -581,7 +585,7 @@ def _stability_bars(confs: list[tuple[ConfigGroup, dict]], st: dict[str, Style],
         ax.set_xticks(range(len(layers)), [name[len("layer"):] for name in layers] if many else layers)
         if key == "spread_ratio":
             ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-    width, height = fig.get_size_inches()
+    width = fig.get_size_inches()[0]
     title = wrap_title(caption("stability_title", refs(data)["stability"], len(confs), total), int(width * 12))
     title += "\n" + wrap_title(note.strip(), int(width * 12)) if note else ""
     fig.suptitle(title, fontsize=10)
