@@ -153,12 +153,11 @@ def _fits(columns: dict, width: int, may_wrap: tuple[str, ...] = ()) -> bool:
 def terminal_study_table(sec: dict, width: int = 80) -> pd.DataFrame:
     """The terminal summary's table of a study sweep: report.json's ``study`` table (the configurations the
     evaluation seeds ran, docs/studies/PLAN.md), its cells as report.md writes them
-    (:func:`bnexp.report.study_section.table_cell`) except the best-rate mark, written as one word, the final
-    accuracy's header, as short as in :func:`terminal_table`, and the steps
-    (or examples) to the target, written as the other summary table writes them (:func:`_compact_steps`). The columns
-    before "seeds" (what names a configuration) always; "seeds" only when the configurations differ in it (the
-    summary names one number once); then the other columns in their order, each only while the table still fits
-    ``width`` columns, so that no cell is cut (report.md holds them all)."""
+    (:func:`bnexp.report.study_section.table_cell`) except three, written as :func:`terminal_table` writes them:
+    the best-rate mark (one word), the final accuracy's header and the steps (or examples) to the target
+    (:func:`_compact_steps`). The columns before "seeds" (what names a configuration) always; "seeds" only when
+    the configurations differ in it (the summary names one number once); then the other columns in their order,
+    each only while no cell breaks across lines at ``width`` columns (:func:`_fits`; report.md holds them all)."""
     rows, keys = sec["table"], [k for k, _ in sec["columns"]]
     first = keys.index("seeds") if "seeds" in keys else 1
     seeds = {r.get("seeds") for r in rows}
