@@ -231,8 +231,8 @@ def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
     for the sweep folder ``sweep_dir``, to fit ``width`` columns: :func:`terminal_table` (a study sweep:
     :func:`terminal_study_table` and the study's findings), the claims of :func:`terminal_claims` (claim, value,
     interval, verdict; a study sweep: the study's claims) and, for a held-out design (the MNIST reproduction),
-    BN's speedup at each network's rate chosen on the tuning seeds (``best_rate_speedups``), the measures no run recorded named once with the key
-    that records them, and the path ``report_md`` of report.md for the rest."""
+    BN's speedup at each network's rate chosen on the tuning seeds (``best_rate_speedups``), the measures no run
+    recorded named once with the key that records them, and the path ``report_md`` of report.md for the rest."""
     sec = d.get("study")  # a study sweep: its own table and claims (docs/studies/PLAN.md)
     shown = terminal_configurations(d)
     return render_template("summary.md.j2", d, {
