@@ -450,6 +450,30 @@ def test_at_most_shows_each_cifar_preset_at_its_top_rung_whatever_its_precision(
     assert "lr=" not in labels["baseline_x5,0.025,0.0,12000"] and "act=" not in labels["bn_x5_sigmoid,0.025,0.0,12000"]
 
 
+def test_at_most_deals_the_slots_to_every_normalizer_family_in_turn():
+    """The batch-size study's stage 2, one run per configuration: 12 BN (ghost BN among them), 7 LayerNorm and
+    7 no-BN configurations at one budget each. The eight drawn are three, three and two, spread within each family
+    (first and last included), in the order of the configurations; with eight slots for two families of two, all four."""
+    from bnexp.report.figures import at_most
+    from bnexp.report.groups import ConfigGroup
+
+    def g(norm, m, lr, bn=True):
+        return ConfigGroup(f"{norm},{m},{lr},{bn}", {"bn.enabled": bn, "bn.norm": norm, "trainer.batch_size": m,
+                                                     "lr": lr, "trainer.max_steps": 240_000 // m})
+
+    bn = [g("batch", m, lr) for m in (2, 4, 16, 60, 256) for lr in (0.1, 0.2)] + [g("batch", 60, 0.3), g("batch", 60, 0.4)]
+    layer = [g("layer", m, 0.5) for m in (2, 4, 16, 60, 256)] + [g("layer", 2, 0.6), g("layer", 256, 0.6)]
+    plain = [g("batch", m, 0.5, bn=False) for m in (2, 4, 16, 60, 256)] + [g("batch", 4, 0.6, bn=False),
+                                                                           g("batch", 256, 0.6, bn=False)]
+    every = bn + layer + plain
+    kept = at_most(every)
+    assert len(kept) == 8 and kept == [x for x in every if x in kept]  # the configurations' order
+    assert [x for x in kept if x in bn] == [bn[0], bn[6], bn[11]]  # indices round(i * 11 / 2)
+    assert [x for x in kept if x in layer] == [layer[0], layer[3], layer[6]]
+    assert [x for x in kept if x in plain] == [plain[0], plain[6]]
+    assert at_most(bn[:2] + plain[:2]) == bn[:2] + plain[:2]
+
+
 @pytest.mark.slow  # renders a figure (> 2.5 s of CPU)
 def test_stability_figure_names_at_most_eight_configurations(tmp_path):
     root = tmp_path / "many"

@@ -491,13 +491,29 @@ def _spread(items: list, k: int) -> list:
     return [items[i] for i in sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})]
 
 
+def _spread_over_families(groups: list[ConfigGroup], k: int) -> list[ConfigGroup]:
+    """``k`` of ``groups``: the slots dealt to their colour families (:func:`~bnexp.report.figstyle.colour_family`:
+    no BN, BN, LayerNorm, ...) in turn, one at a time, while a family has configurations left, so every family is
+    drawn when ``k`` allows; within a family :func:`_spread`. All when they fit."""
+    families: dict = {}
+    for g in groups:
+        families.setdefault(colour_family(g), []).append(g)
+    slots, left = dict.fromkeys(families, 0), min(k, len(groups))
+    while left:
+        for fam, members in families.items():
+            if left and slots[fam] < len(members):
+                slots[fam], left = slots[fam] + 1, left - 1
+    return [g for fam, members in families.items() for g in _spread(members, slots[fam])]
+
+
 def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGroup]:
     """At most ``limit`` of ``groups`` (all when they fit), for a figure whose legend names each: first each
     configuration's longest run only among those that differ only in run length or precision
     (:data:`SCHEDULE_KEYS`, :data:`PRECISION_KEYS`: the CIFAR-10 ladder's rungs, shown by their top rung); then,
     if still more, the ladders (configurations with several rungs) before single runs: every ladder when they
-    fit, with the slots left spread evenly over the single runs (a tuning grid's other rates); else ``limit``
-    ladders spread evenly. The result keeps the order of ``groups``."""
+    fit, with the slots left spread evenly over the single runs (a tuning grid's other rates), every normalizer
+    family in turn (:func:`_spread_over_families`); else ``limit`` ladders spread evenly. The result keeps the
+    order of ``groups``."""
     if len(groups) <= limit:
         return list(groups)
     longest: dict[str, ConfigGroup] = {}
@@ -512,7 +528,8 @@ def at_most(groups: list[ConfigGroup], limit: int = MAX_LEGEND) -> list[ConfigGr
         return [g for g in groups if g in longest.values()]
     ladders = [g for k, g in longest.items() if rungs[k] > 1]
     singles = [g for k, g in longest.items() if rungs[k] == 1]
-    chosen = ladders + _spread(singles, limit - len(ladders)) if len(ladders) <= limit else _spread(ladders, limit)
+    chosen = (ladders + _spread_over_families(singles, limit - len(ladders)) if len(ladders) <= limit
+              else _spread(ladders, limit))
     return [g for g in groups if g in chosen]
 
 
