@@ -331,6 +331,12 @@ def test_study_views_by_hand():
                            "- LayerNorm keeps up: *inconclusive*")
     assert line.endswith("72 runs, wall time not recorded.")
     assert "3 calls" in VIEWS["study"](_study_report(calls=3))
+    # the page's Holm family, from report.json's multiplicity (a report written before it has none: nothing said)
+    counted = VIEWS["study"]({**_study_report(), "multiplicity": {"claims": 2, "claims_tested": 1}})
+    assert counted.startswith("72 completed runs; measured wall time 12.5 min (2 parallel jobs, 1 call of "
+                              "scripts/study.sh). 1 claim tested, the family of the Holm adjustment (1 more without "
+                              "a value).")
+    assert "claims tested" not in text
     with pytest.raises(ViewDataError, match="report.json has no study"):
         VIEWS["study"]({"claims": []})
 

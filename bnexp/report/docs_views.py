@@ -266,9 +266,10 @@ def _study(report: dict) -> dict:
 
 @view("study")
 def study(report: dict) -> str:
-    """A docs/studies page's results: the runs and measured wall time, the claims table, the per-configuration
-    table (:func:`bnexp.report.study_section.table_md`) and the findings, from report.json's ``study`` section."""
-    return _text("study", sec=_study(report))
+    """A docs/studies page's results: the runs and measured wall time, how many claims the page's Holm adjustment
+    counts (report.json's ``multiplicity``, when it has one), the claims table, the per-configuration table
+    (:func:`bnexp.report.study_section.table_md`) and the findings, from report.json's ``study`` section."""
+    return _text("study", sec=_study(report), mult=report.get("multiplicity"))
 
 
 @view("study_verdicts")
