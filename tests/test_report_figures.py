@@ -31,6 +31,16 @@ pytest.importorskip("matplotlib")
 UNIT = re.compile(r"\([^()]+\)\s*$")  # a label ending with its unit in parentheses
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's figures are closed after it (pyplot keeps them open; a worker of many figure tests would
+    warn about more than 20)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 @pytest.fixture
 def mnist(tmp_path) -> Path:
     """BN, noisy BN, no BN at lr 0.5 and 0.12 (seeds 0, 1; every ICS measurement), and BN at
