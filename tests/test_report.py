@@ -849,6 +849,19 @@ def _terminal(sweep_dir: Path, width: int) -> str:
     return console.export_text()
 
 
+def _summary(d: dict, width: int) -> tuple[str, str]:
+    """(the markdown of report.json's dict ``d``'s terminal summary, the text rich prints of it at ``width``)."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from bnexp.report.render import render_summary
+
+    md = render_summary(d, "sweep", "sweep/report.md", width)
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(Markdown(md))
+    return md, console.export_text()
+
+
 @pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("which", ["quick_sweep", "sweep"])
 def test_the_terminal_summary_fits_its_width_without_cut_cells(request, which, width):
@@ -876,17 +889,9 @@ def test_a_study_sweeps_terminal_summary_is_its_own_table_claims_and_findings(st
     seeds' table, not one wrapped row per key combination of every tuning run), each study claim with the
     verdict after the plan's marks and its Holm-adjusted verdict where that differs, and the findings; no cell is
     cut or broken across lines at 80 or 120 columns (the committed docs reports as input)."""
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from bnexp.report.render import render_summary
-
     d = json.loads((Path(__file__).parents[1] / "docs/studies" / study / "report.json").read_text())
     sec = d["study"]
-    md = render_summary(d, "sweep", "sweep/report.md", width)
-    console = Console(width=width, record=True, file=io.StringIO())
-    console.print(Markdown(md))
-    text = console.export_text()
+    md, text = _summary(d, width)
     lines, flat = text.splitlines(), " ".join(text.split())
     assert "…" not in text and max(map(len, lines)) <= width
     assert f"Study: {sec['title']}" in flat and "Mean ± sd (ddof=1) over the finished seeds" not in flat
@@ -916,17 +921,9 @@ def test_a_held_out_designs_terminal_summary_tables_the_evaluation_runs_and_its_
     rate on the evaluation seeds): the terminal tables only the configurations an evaluation seed ran, names how
     many tuning configurations report.md holds, and shows BN's speedup at each network's chosen rate, claim by
     claim with its verdict, before the other claims."""
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from bnexp.report.render import render_summary
-
     d = json.loads((Path(__file__).parents[1] / "docs/mnist/report.json").read_text())
     scored = [c for c in d["configurations"] if {r["seed"] for r in c["seeds"]} <= set(d["evaluation_seeds"])]
-    md = render_summary(d, "sweep", "sweep/report.md", width)
-    console = Console(width=width, record=True, file=io.StringIO())
-    console.print(Markdown(md))
-    text = console.export_text()
+    md, text = _summary(d, width)
     flat = " ".join(text.split())
     assert "…" not in text and max(map(len, text.splitlines())) <= width
     first = md.split("Speedup at each network's own best rate")[0]
@@ -955,10 +952,7 @@ def test_a_setting_where_no_seed_ran_both_sides_is_named_in_one_line_not_tabled(
     that setting once instead of a table of empty rows; a setting with a paired seed keeps its table."""
     import json as _json
 
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from bnexp.report.render import render_summary, terminal_claims
+    from bnexp.report.render import terminal_claims
 
     def row(setting: str, n: int, view: str) -> dict:
         return {"name": "BN reduces shift", "view": view, "setting": setting, "needs": None, "n": n,
@@ -973,9 +967,7 @@ def test_a_setting_where_no_seed_ran_both_sides_is_named_in_one_line_not_tabled(
         ("steps=3000", False, 0), ("steps=48000", True, 2), ("steps=6000", False, 0)]
     assert notes == ["2 seed(s), fewer than 3"]  # the unpaired rows' reasons are not numbered
     d = _json.loads(_json.dumps({"configurations": [], "targets": [], "claims": rows}))
-    console = Console(width=80, record=True, file=io.StringIO())
-    console.print(Markdown(render_summary(d, "sweep", "sweep/report.md", 80)))
-    text = " ".join(console.export_text().split())
+    text = " ".join(_summary(d, 80)[1].split())
     assert "No seed ran both configurations of these settings" in text and "steps=3000; steps=6000." in text
     assert text.count("BN reduces shift") == 2 and "0 seed(s)" not in text
 

@@ -237,7 +237,8 @@ def render_summary(d: dict, sweep_dir, report_md=None, width: int = 80) -> str:
     shown = terminal_configurations(d)
     return render_template("summary.md.j2", d, {
         "sweep_dir": sweep_dir, "report_md": report_md, "table": None if sec else terminal_table(d, width),
-        "seeds": sorted({s["completed"] for s in shown}),  # seeds per configuration of the table
+        # seeds per configuration of the table
+        "seeds": sorted({r["seeds"] for r in sec["table"]} if sec else {s["completed"] for s in shown}),
         "tuning_left_out": 0 if sec else len(d["configurations"]) - len(shown),  # the tuning grids' configurations
         "study_table": terminal_study_table(sec, width) if sec else None,
         "claims": terminal_claims((sec or d).get("claims") or []), "DDOF": DDOF,
